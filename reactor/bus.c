@@ -1,0 +1,185 @@
+/* bus.c - the cross-shard bus: one single-producer/single-consumer ring per ordered pair of
+ * shards, written by the producer's thread and read by the consumer's. Producers write slots all
+ * tick and publish each ring's tail once at the end of the tick; a consumer about to sleep
+ * announces it, and the first producer that publishes to it afterwards wakes it once
+ * (IORING_OP_MSG_RING, or an eventfd write without it). A full ring spills into a bounded
+ * per-destination overflow owned by the producer; when that is full the send fails with
+ * -EAGAIN — never a spin, never a silent drop. */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "hd_impl.h"
+
+#define RING_MASK (HD_BUS_RING_SIZE - 1u)
+#define OVF_MASK  (HD_BUS_OVERFLOW_SIZE - 1u)
+
+static inline struct hd_bus_ring *ring_to(struct hd_shard *s, unsigned dst)
+{
+    return s->rt->rings[s->id * s->count + dst];
+}
+
+static inline struct hd_bus_ring *ring_from(struct hd_shard *s, unsigned src)
+{
+    return s->rt->rings[src * s->count + s->id];
+}
+
+int hd_bus_init(struct hd_shard *s)
+{
+    HD_ASSERT(s->count <= 64); /* bus_dirty is one bitmap word */
+    s->overflow = calloc(s->count, sizeof(*s->overflow));
+    return s->overflow ? 0 : -ENOMEM;
+}
+
+void hd_bus_fini(struct hd_shard *s)
+{
+    free(s->overflow);
+    s->overflow = NULL;
+}
+
+/* Free slots in the ring to dst as the producer sees them (refreshing the consumer's head). */
+static uint32_t ring_space(struct hd_bus_ring *r)
+{
+    uint32_t used = r->tail_local - r->head_cached;
+    if (used == HD_BUS_RING_SIZE) {
+        /* Acquire pairs with the consumer's release of head: its reads of those slots are done. */
+        r->head_cached = atomic_load_explicit(&r->head, memory_order_acquire);
+        used = r->tail_local - r->head_cached;
+    }
+    return HD_BUS_RING_SIZE - used;
+}
+
+unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
+{
+    if (dst >= s->count || dst == s->id)
+        return 0;
+    struct hd_bus_ring *r = ring_to(s, dst);
+    struct hd_bus_overflow *ov = &s->overflow[dst];
+    r->head_cached = atomic_load_explicit(&r->head, memory_order_acquire);
+    uint32_t ovf_free = HD_BUS_OVERFLOW_SIZE - (ov->tail - ov->head);
+    /* While the overflow holds messages, order keeps new ones out of the ring. */
+    if (ov->tail != ov->head)
+        return ovf_free;
+    return ring_space(r) + ovf_free;
+}
+
+int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
+{
+    if (hd_unlikely(dst >= s->count || dst == s->id))
+        return -EINVAL;
+    struct hd_bus_ring *r = ring_to(s, dst);
+    struct hd_bus_overflow *ov = &s->overflow[dst];
+    if (hd_likely(ov->tail == ov->head) && ring_space(r) > 0) {
+        r->slots[r->tail_local & RING_MASK] = *m;
+        r->tail_local++;
+    } else if (ov->tail - ov->head < HD_BUS_OVERFLOW_SIZE) {
+        ov->slots[ov->tail & OVF_MASK] = *m;
+        ov->tail++;
+        s->stats.bus_overflowed++;
+    } else {
+        s->stats.bus_full++;
+        return -EAGAIN;
+    }
+    s->bus_dirty |= UINT64_C(1) << dst;
+    s->stats.bus_sent++;
+    return 0;
+}
+
+static void wake(struct hd_shard *s, struct hd_shard *dst)
+{
+    s->stats.wakes_sent++;
+    if (s->features & HD_FEAT_MSG_RING) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+        if (sqe == NULL) {
+            io_uring_submit(&s->ring);
+            sqe = io_uring_get_sqe(&s->ring);
+        }
+        if (sqe) {
+            io_uring_prep_msg_ring(sqe, dst->ring_fd, 0, HD_TAG_WAKE, 0);
+            io_uring_sqe_set_data64(sqe, HD_TAG_IGNORE);
+            return;
+        }
+    }
+    hd_shard_wake(dst);
+}
+
+void hd_bus_publish(struct hd_shard *s)
+{
+    uint64_t dirty = s->bus_dirty;
+    if (dirty == 0)
+        return;
+    uint64_t published = 0;
+    uint64_t still = 0;
+    while (dirty) {
+        unsigned d = (unsigned)__builtin_ctzll(dirty);
+        dirty &= dirty - 1;
+        struct hd_bus_ring *r = ring_to(s, d);
+        struct hd_bus_overflow *ov = &s->overflow[d];
+        while (ov->tail != ov->head && ring_space(r) > 0) {
+            r->slots[r->tail_local & RING_MASK] = ov->slots[ov->head & OVF_MASK];
+            r->tail_local++;
+            ov->head++;
+        }
+        if (ov->tail != ov->head)
+            still |= UINT64_C(1) << d;
+        /* Release pairs with the consumer's acquire of tail: the slots are visible first. */
+        if (atomic_load_explicit(&r->tail, memory_order_relaxed) != r->tail_local) {
+            atomic_store_explicit(&r->tail, r->tail_local, memory_order_release);
+            published |= UINT64_C(1) << d;
+        }
+    }
+    s->bus_dirty = still;
+    if (published == 0)
+        return;
+    /* Pairs with the fence in a consumer between announcing sleep and re-checking its rings:
+     * either it sees our tail or we see its flag. */
+    atomic_thread_fence(memory_order_seq_cst);
+    while (published) {
+        unsigned d = (unsigned)__builtin_ctzll(published);
+        published &= published - 1;
+        struct hd_shard *dst = s->rt->shards[d];
+        if (atomic_load_explicit(&dst->sleeping, memory_order_relaxed) &&
+            atomic_exchange_explicit(&dst->sleeping, 0, memory_order_relaxed))
+            wake(s, dst);
+    }
+}
+
+void hd_bus_drain(struct hd_shard *s, unsigned budget)
+{
+    for (unsigned src = 0; src < s->count; src++) {
+        if (src == s->id)
+            continue;
+        struct hd_bus_ring *r = ring_from(s, src);
+        uint32_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+        uint32_t tail = atomic_load_explicit(&r->tail, memory_order_acquire);
+        uint32_t n = tail - head;
+        if (n > budget)
+            n = budget;
+        for (uint32_t i = 0; i < n; i++) {
+            const struct hd_msg *m = &r->slots[(head + i) & RING_MASK];
+            m->fn(s, m);
+        }
+        if (n) {
+            atomic_store_explicit(&r->head, head + n, memory_order_release);
+            s->stats.bus_received += n;
+        }
+    }
+}
+
+bool hd_bus_pending(struct hd_shard *s)
+{
+    for (unsigned src = 0; src < s->count; src++) {
+        if (src == s->id)
+            continue;
+        struct hd_bus_ring *r = ring_from(s, src);
+        if (atomic_load_explicit(&r->tail, memory_order_acquire) !=
+            atomic_load_explicit(&r->head, memory_order_relaxed))
+            return true;
+    }
+    return false;
+}
+
+void hd_bus_wake_received(struct hd_shard *s)
+{
+    s->stats.wakes_received++;
+}

@@ -1,0 +1,117 @@
+/* frame.c - refcounted frame buffers in a few size classes, one slab per class per shard.
+ * A frame's last reference may die on any shard: the owner frees it at once, any other shard
+ * keeps a per-owner list and hands the whole list back in one bus message per tick. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "hd_impl.h"
+
+static const struct hd_frame_class default_classes[] = {
+    {.size = 2048, .cap_count = 65536},      /* MTU-sized packets: 128 MiB at most per shard */
+    {.size = 65536 + 64, .cap_count = 1024}, /* derper: MaxPacketSize = 64 << 10, + header/key */
+};
+
+int hd_frames_init(struct hd_shard *s)
+{
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    const struct hd_frame_class *cls = cfg->frame_classes ? cfg->frame_classes : default_classes;
+    unsigned n = cfg->frame_classes ? cfg->frame_classes_count : HD_ARRAY_SIZE(default_classes);
+    if (n == 0 || n > HD_FRAME_CLASSES_MAX)
+        return -EINVAL;
+    for (unsigned i = 0; i < n; i++) {
+        if (i > 0 && cls[i].size <= cls[i - 1].size)
+            return -EINVAL; /* classes ascend, so the first that fits is the smallest */
+        int rc = hd_slab_create(s, "frames", sizeof(struct hd_frame) + cls[i].size,
+                                cls[i].cap_count, &s->frame_pools[i].slab);
+        if (rc < 0)
+            return rc;
+        s->frame_pools[i].size = cls[i].size;
+    }
+    s->frame_classes_count = n;
+    s->frames_back = calloc(s->count, sizeof(*s->frames_back));
+    return s->frames_back ? 0 : -ENOMEM;
+}
+
+void hd_frames_fini(struct hd_shard *s)
+{
+    /* Pools are freed with the shard's slabs; lists of other shards' frames die with them. */
+    free(s->frames_back);
+    s->frames_back = NULL;
+}
+
+unsigned hd_frame_classes_count(const struct hd_shard *s)
+{
+    return s->frame_classes_count;
+}
+
+struct hd_frame *hd_frame_get(struct hd_shard *s, size_t size)
+{
+    for (unsigned i = 0; i < s->frame_classes_count; i++) {
+        struct hd_frame_pool *fp = &s->frame_pools[i];
+        if (size > fp->size)
+            continue;
+        struct hd_frame *f = hd_slab_get(fp->slab);
+        if (f == NULL)
+            return NULL;
+        f->next = NULL;
+        f->len = 0;
+        f->size = fp->size;
+        atomic_init(&f->refs, 1);
+        f->owner = (uint16_t)s->id;
+        f->cls = (uint8_t)i;
+        f->app_flags = 0;
+        f->app_u64 = 0;
+        return f;
+    }
+    return NULL;
+}
+
+static void frame_free_local(struct hd_shard *s, struct hd_frame *f)
+{
+    hd_slab_put(s->frame_pools[f->cls].slab, f);
+}
+
+void hd_frame_unref(struct hd_shard *s, struct hd_frame *f)
+{
+    uint32_t before = atomic_fetch_sub_explicit(&f->refs, 1, memory_order_acq_rel);
+    HD_ASSERT(before > 0);
+    if (before != 1)
+        return;
+    if (f->owner == s->id) {
+        frame_free_local(s, f);
+        return;
+    }
+    f->next = s->frames_back[f->owner];
+    s->frames_back[f->owner] = f;
+    s->stats.frames_returned++;
+}
+
+/* Bus handler on the owner: a list of its frames that died elsewhere. */
+static void frames_return_msg(struct hd_shard *dst, const struct hd_msg *m)
+{
+    struct hd_frame *f = m->ptr;
+    while (f) {
+        struct hd_frame *next = f->next;
+        HD_ASSERT(f->owner == dst->id);
+        frame_free_local(dst, f);
+        f = next;
+    }
+}
+
+void hd_frames_flush_back(struct hd_shard *s)
+{
+    for (unsigned o = 0; o < s->count; o++) {
+        if (s->frames_back[o] == NULL)
+            continue;
+        struct hd_msg m = {.fn = frames_return_msg, .ptr = s->frames_back[o]};
+        /* Full bus: keep the list and try next tick; the frames are never lost. */
+        if (hd_bus_send(s, o, &m) == 0)
+            s->frames_back[o] = NULL;
+    }
+}
+
+void hd_frame_stats(struct hd_shard *s, unsigned cls, struct hd_pool_stats *out)
+{
+    HD_ASSERT(cls < s->frame_classes_count);
+    hd_slab_stats(s->frame_pools[cls].slab, out);
+}

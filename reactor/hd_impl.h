@@ -1,0 +1,129 @@
+/* hd_impl.h - the reactor's private structures (reactor/ only). Each shard's struct is written by
+ * its own thread only; the fields other threads touch are the atomics named below. */
+#ifndef HD_IMPL_H
+#define HD_IMPL_H
+
+#include <pthread.h>
+
+#include "hd_uring.h"
+
+/* Reserved CQE tags: never valid op pointers. */
+#define HD_TAG_IGNORE 0u /* our own cancel requests and MSG_RING source completions */
+#define HD_TAG_WAKE   1u /* a wake-up MSG_RING arriving from another shard */
+
+/* ---- bus: one SPSC ring per (producer, consumer) pair */
+struct hd_bus_ring {
+    /* Producer's line: tail is published with release, read by the consumer with acquire. */
+    _Alignas(HD_CACHELINE) _Atomic uint32_t tail;
+    uint32_t tail_local;  /* producer: written but not yet published */
+    uint32_t head_cached; /* producer: last head it read */
+    /* Consumer's line: head is released after the messages are consumed. */
+    _Alignas(HD_CACHELINE) _Atomic uint32_t head;
+    _Alignas(HD_CACHELINE) struct hd_msg slots[HD_BUS_RING_SIZE];
+};
+
+/* Producer-side overflow for one destination: a plain ring owned by the producer. */
+struct hd_bus_overflow {
+    uint32_t head, tail;
+    struct hd_msg slots[HD_BUS_OVERFLOW_SIZE];
+};
+
+/* ---- timer wheel */
+struct hd_wheel {
+    uint64_t current_ms; /* last millisecond processed */
+    uint64_t armed;
+    uint64_t occupied[HD_WHEEL_LEVELS];
+    struct hd_timer *slots[HD_WHEEL_LEVELS][HD_WHEEL_SLOTS];
+};
+
+struct hd_task {
+    hd_task_fn *fn;
+    void *arg;
+};
+
+struct hd_frame_pool {
+    struct hd_slab *slab;
+    uint32_t size;
+};
+
+enum hd_shard_phase { HD_PHASE_RUNNING, HD_PHASE_STOPPING, HD_PHASE_CANCELLING, HD_PHASE_DONE };
+
+struct hd_shard {
+    struct io_uring ring;
+    struct hd_runtime *rt;
+    unsigned id, count;
+    uint32_t features;
+    int ring_fd;
+    int wake_fd; /* eventfd: wake-ups from foreign threads and the no-MSG_RING fallback */
+    uint64_t wake_buf;
+    struct hd_op wake_op;
+    enum hd_shard_phase phase;
+    uint64_t phase_deadline_ms;
+    uint64_t now_ms;
+    uint32_t ops_inflight;
+    uint16_t op_gen;
+    int error;
+
+    /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
+     * the exchange and wakes it. Pairs with the producer's fence after publishing a tail. */
+    _Alignas(HD_CACHELINE) _Atomic uint32_t sleeping;
+    _Alignas(HD_CACHELINE) uint32_t tasks_head, tasks_tail;
+    struct hd_task tasks[HD_DEFER_RING_SIZE];
+    struct hd_flush *flush_head, *flush_running;
+    struct hd_wheel wheel;
+
+    /* bus, producer side: rings[dst] is rt->rings[id][dst]; dirty = unpublished writes */
+    uint64_t bus_dirty;               /* bitmap of destinations (shards < 64) */
+    struct hd_bus_overflow *overflow; /* [count] */
+    struct hd_frame **frames_back;    /* [count]: frames to return to their owner shard */
+
+    struct hd_frame_pool frame_pools[HD_FRAME_CLASSES_MAX];
+    unsigned frame_classes_count;
+    struct hd_slab *slabs; /* every pool this shard created */
+
+    struct hd_collect_req *collects; /* requests this shard is waiting on */
+    void **module_states;
+    struct hd_shard_stats stats;
+    pthread_t thread;
+};
+
+struct hd_runtime {
+    struct hd_runtime_config cfg;
+    struct hd_frame_class frame_classes[HD_FRAME_CLASSES_MAX];
+    unsigned count;
+    struct hd_shard **shards;
+    struct hd_bus_ring **rings; /* [producer * count + consumer], NULL on the diagonal */
+    _Atomic uint32_t stopping;
+    int done_fd; /* eventfd: each exiting shard adds 1 */
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    unsigned ready, exited;
+    bool go, started, waited;
+    int error;
+};
+
+/* Internal steps of the tick, one file each. */
+void hd_ops_dispatch(struct hd_shard *s, unsigned budget);
+int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable);
+void hd_wheel_init(struct hd_wheel *w, uint64_t now_ms);
+void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms);
+/* ms until the next timer is due (0 = now), or UINT64_MAX when none is armed. */
+uint64_t hd_wheel_next_ms(const struct hd_wheel *w, uint64_t now_ms);
+void hd_tasks_run(struct hd_shard *s);
+void hd_flushes_run(struct hd_shard *s);
+int hd_bus_init(struct hd_shard *s);
+void hd_bus_fini(struct hd_shard *s);
+void hd_bus_drain(struct hd_shard *s, unsigned budget);
+void hd_bus_publish(struct hd_shard *s);
+bool hd_bus_pending(struct hd_shard *s);
+void hd_bus_wake_received(struct hd_shard *s);
+int hd_frames_init(struct hd_shard *s);
+void hd_frames_fini(struct hd_shard *s);
+void hd_frames_flush_back(struct hd_shard *s);
+void hd_slabs_destroy_all(struct hd_shard *s);
+void hd_collects_poll(struct hd_shard *s);
+void hd_collects_free(struct hd_shard *s);
+void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
+uint64_t hd_clock_ms(void);
+
+#endif /* HD_IMPL_H */

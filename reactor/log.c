@@ -1,0 +1,72 @@
+/* log.c - leveled log lines to stderr, one write() each (whole lines never interleave), with
+ * the shard id, and a per-call-site rate limit. Any thread. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "hd_impl.h"
+
+enum hd_log_level hd_log_level_max = HD_LOG_INFO;
+
+static const char *const level_names[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
+
+void hd_log_set_level(enum hd_log_level level)
+{
+    hd_log_level_max = level;
+}
+
+void hd_log_write(enum hd_log_level level, const char *fmt, ...)
+{
+    char line[HD_LOG_LINE_MAX];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    struct hd_shard *s = hd_shard_current();
+    char who[16];
+    if (s)
+        snprintf(who, sizeof(who), "s%u", hd_shard_id(s));
+    else
+        snprintf(who, sizeof(who), "main");
+    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %-4s ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000, level_names[level], who);
+    if (n < 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof(line) - 2)
+        len = sizeof(line) - 2; /* truncated: keep the newline */
+    line[len++] = '\n';
+    ssize_t w = write(STDERR_FILENO, line, len);
+    (void)w;
+}
+
+bool hd_log_rl_allow(struct hd_log_rl *rl, uint32_t *suppressed)
+{
+    uint64_t now = hd_clock_ms();
+    *suppressed = 0;
+    if (now - rl->window_ms >= 1000) {
+        *suppressed = rl->suppressed;
+        rl->window_ms = now;
+        rl->lines = 0;
+        rl->suppressed = 0;
+    }
+    if (rl->lines >= HD_LOG_RATE_PER_SEC) {
+        rl->suppressed++;
+        return false;
+    }
+    rl->lines++;
+    return true;
+}
+
+void hd_assert_fail(const char *expr, const char *file, int line, const char *func)
+{
+    hd_log_write(HD_LOG_ERROR, "assertion failed: %s (%s:%d, %s)", expr, file, line, func);
+    abort();
+}

@@ -1,0 +1,51 @@
+/* ring.c - io_uring set-up for one shard, probing what the kernel offers: SINGLE_ISSUER |
+ * DEFER_TASKRUN (6.1+; DEFER_TASKRUN needs SINGLE_ISSUER), else COOP_TASKRUN, else plain; and
+ * whether IORING_OP_MSG_RING exists for wake-ups. Runs on the shard's own thread (SINGLE_ISSUER
+ * binds the ring to the thread that creates it). */
+#include <errno.h>
+#include <string.h>
+
+#include "hd_impl.h"
+
+static const struct {
+    uint32_t flags;
+    uint32_t features;
+} setups[] = {
+    {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+     HD_FEAT_SINGLE_ISSUER | HD_FEAT_DEFER_TASKRUN},
+    {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+     HD_FEAT_SINGLE_ISSUER | HD_FEAT_COOP_TASKRUN},
+    {IORING_SETUP_COOP_TASKRUN, HD_FEAT_COOP_TASKRUN},
+    {0, 0},
+};
+
+int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable)
+{
+    int rc = -EINVAL;
+    for (unsigned i = 0; i < HD_ARRAY_SIZE(setups); i++) {
+        if (setups[i].features & disable)
+            continue;
+        struct io_uring_params p;
+        memset(&p, 0, sizeof(p));
+        p.flags = setups[i].flags;
+        rc = io_uring_queue_init_params(entries, &s->ring, &p);
+        if (rc == 0) {
+            s->features = setups[i].features;
+            if (p.features & IORING_FEAT_EXT_ARG)
+                s->features |= HD_FEAT_EXT_ARG;
+            break;
+        }
+        if (rc != -EINVAL)
+            return rc; /* ENOMEM, EPERM (io_uring disabled), ...: no weaker setup helps */
+    }
+    if (rc < 0)
+        return rc;
+    s->ring_fd = s->ring.ring_fd;
+    struct io_uring_probe *probe = io_uring_get_probe_ring(&s->ring);
+    if (probe) {
+        if (io_uring_opcode_supported(probe, IORING_OP_MSG_RING) && !(disable & HD_FEAT_MSG_RING))
+            s->features |= HD_FEAT_MSG_RING;
+        io_uring_free_probe(probe);
+    }
+    return 0;
+}

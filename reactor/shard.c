@@ -1,0 +1,368 @@
+/* shard.c - one shard's thread: set-up, the tick, and the stop sequence.
+ *
+ * The tick (DESIGN.md), in this order, each stage bounded:
+ *   deferred tasks (those queued before the pass) -> bus inboxes (HD_BUS_DRAIN_BUDGET each) ->
+ *   finished collects -> timers due -> stop phase -> end-of-tick flushes -> frames back to their
+ *   owners -> bus publish (+ wake-ups) -> one io_uring enter that submits everything and waits
+ *   for a CQE until the next timer (after an optional bounded busy-poll) -> CQE dispatch
+ *   (HD_CQE_BUDGET_MAX).
+ * Stop: RUNNING -> STOPPING (modules' shard_stop; apps close what they own; wait for their ops
+ * up to stop_grace_ms) -> CANCELLING (cancel every op left, wait up to HD_STOP_CANCEL_MS) ->
+ * DONE. The thread owns its struct hd_shard; see runtime.c for start-up and the main thread. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hd_impl.h"
+
+static __thread struct hd_shard *current_shard;
+
+struct hd_shard *hd_shard_current(void)
+{
+    return current_shard;
+}
+
+unsigned hd_shard_id(const struct hd_shard *s)
+{
+    return s->id;
+}
+
+unsigned hd_shard_count(const struct hd_shard *s)
+{
+    return s->count;
+}
+
+struct hd_runtime *hd_shard_runtime(const struct hd_shard *s)
+{
+    return s->rt;
+}
+
+bool hd_shard_stopping(const struct hd_shard *s)
+{
+    return s->phase != HD_PHASE_RUNNING ||
+           atomic_load_explicit(&s->rt->stopping, memory_order_relaxed);
+}
+
+uint32_t hd_shard_features(const struct hd_shard *s)
+{
+    return s->features;
+}
+
+const struct hd_shard_stats *hd_shard_stats(const struct hd_shard *s)
+{
+    return &s->stats;
+}
+
+struct io_uring *hd_shard_ring(struct hd_shard *s)
+{
+    return &s->ring;
+}
+
+void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m)
+{
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    for (unsigned i = 0; i < cfg->modules_count; i++)
+        if (cfg->modules[i] == m)
+            return s->module_states ? s->module_states[i] : NULL;
+    return NULL;
+}
+
+void hd_shard_wake(struct hd_shard *s)
+{
+    uint64_t one = 1;
+    ssize_t w = write(s->wake_fd, &one, sizeof(one));
+    (void)w; /* an eventfd write only fails on counter overflow: it is awake anyway */
+}
+
+static void wake_arm(struct hd_shard *s);
+
+static void wake_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    struct hd_shard *s = hd_container_of(op, struct hd_shard, wake_op);
+    (void)flags;
+    if (res > 0)
+        s->stats.wakes_received++;
+    if (s->phase < HD_PHASE_CANCELLING && res != -ECANCELED)
+        wake_arm(s);
+}
+
+static void wake_arm(struct hd_shard *s)
+{
+    struct io_uring_sqe *sqe = hd_op_sqe(s, &s->wake_op);
+    HD_ASSERT(sqe != NULL); /* at start-up or right after a CQE: the SQ has room */
+    io_uring_prep_read(sqe, s->wake_fd, &s->wake_buf, sizeof(s->wake_buf), 0);
+}
+
+/* ---------------------------------------------------------------- stop phases */
+
+static void cancel_all(struct hd_shard *s)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    if (sqe == NULL) {
+        io_uring_submit(&s->ring);
+        sqe = io_uring_get_sqe(&s->ring);
+    }
+    if (sqe) {
+        io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
+        io_uring_sqe_set_data64(sqe, HD_TAG_IGNORE);
+    }
+}
+
+static void phase_step(struct hd_shard *s)
+{
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    if (s->phase == HD_PHASE_RUNNING) {
+        if (!atomic_load_explicit(&s->rt->stopping, memory_order_acquire))
+            return;
+        s->phase = HD_PHASE_STOPPING;
+        s->phase_deadline_ms = s->now_ms + cfg->stop_grace_ms;
+        for (unsigned i = 0; i < cfg->modules_count; i++)
+            if (cfg->modules[i]->shard_stop)
+                cfg->modules[i]->shard_stop(s, s->module_states[i]);
+    }
+    if (s->phase == HD_PHASE_STOPPING) {
+        uint32_t app_ops = s->ops_inflight - s->wake_op.inflight;
+        if (app_ops > 0 && s->now_ms < s->phase_deadline_ms)
+            return;
+        s->phase = HD_PHASE_CANCELLING;
+        s->phase_deadline_ms = s->now_ms + HD_STOP_CANCEL_MS;
+    }
+    if (s->phase == HD_PHASE_CANCELLING) {
+        if (s->ops_inflight == 0) {
+            s->phase = HD_PHASE_DONE;
+            return;
+        }
+        if (s->now_ms >= s->phase_deadline_ms) {
+            hd_log(HD_LOG_ERROR, "stop: %u ops still in flight after cancel; exiting anyway",
+                   s->ops_inflight);
+            s->phase = HD_PHASE_DONE;
+            return;
+        }
+        /* Every CANCELLING tick: callbacks of cancelled ops may have armed new ones. */
+        cancel_all(s);
+    }
+}
+
+/* ---------------------------------------------------------------- the tick */
+
+static bool work_pending(const struct hd_shard *s)
+{
+    return s->tasks_head != s->tasks_tail || s->flush_head != NULL;
+}
+
+static bool backlog_pending(const struct hd_shard *s)
+{
+    if (s->bus_dirty || s->collects)
+        return true;
+    for (unsigned i = 0; i < s->count; i++)
+        if (s->frames_back[i])
+            return true;
+    return false;
+}
+
+static uint64_t wait_ms_for(struct hd_shard *s)
+{
+    if (work_pending(s))
+        return 0;
+    uint64_t wait = hd_wheel_next_ms(&s->wheel, s->now_ms);
+    /* Our own unpublished bus messages or answers we wait for: look again soon. */
+    if (backlog_pending(s) && wait > 1)
+        wait = 1;
+    if (s->phase != HD_PHASE_RUNNING && wait > 10)
+        wait = 10;
+    return wait;
+}
+
+/* Spin on the CQ and the bus inboxes for up to busy_poll_us; true if something arrived. */
+static bool busy_poll(struct hd_shard *s, uint32_t us)
+{
+    uint64_t end = hd_clock_ns() + (uint64_t)us * 1000u;
+    int n = io_uring_submit(&s->ring);
+    if (n > 0)
+        s->stats.sqes += (uint64_t)n;
+    s->stats.enters++;
+    do {
+        if (s->features & HD_FEAT_DEFER_TASKRUN)
+            io_uring_get_events(&s->ring); /* deferred completions post only when asked */
+        if (io_uring_cq_ready(&s->ring) || hd_bus_pending(s))
+            return true;
+    } while (hd_clock_ns() < end);
+    return false;
+}
+
+static void enter(struct hd_shard *s, uint64_t wait_ms)
+{
+    unsigned queued = io_uring_sq_ready(&s->ring);
+    s->stats.enters++;
+    if (wait_ms == 0) {
+        io_uring_submit_and_get_events(&s->ring);
+        s->stats.sqes += queued;
+        return;
+    }
+    /* Announce sleep, then look at the inboxes once more (the fence pairs with the producers'
+     * fence after publishing): a message published before we announced is seen here. */
+    atomic_store_explicit(&s->sleeping, 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (hd_bus_pending(s) || (atomic_load_explicit(&s->rt->stopping, memory_order_relaxed) &&
+                              s->phase == HD_PHASE_RUNNING)) {
+        atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+        io_uring_submit_and_get_events(&s->ring);
+        s->stats.sqes += queued;
+        return;
+    }
+    struct io_uring_cqe *cqe;
+    struct __kernel_timespec ts = {.tv_sec = (long long)(wait_ms / 1000),
+                                   .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
+    io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, wait_ms == UINT64_MAX ? NULL : &ts, NULL);
+    s->stats.sqes += queued;
+    atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+}
+
+static void tick(struct hd_shard *s)
+{
+    uint64_t t0 = hd_clock_ns();
+    s->now_ms = t0 / 1000000u;
+    s->stats.ticks++;
+    hd_tasks_run(s);
+    hd_bus_drain(s, HD_BUS_DRAIN_BUDGET);
+    hd_collects_poll(s);
+    hd_wheel_expire(s, s->now_ms);
+    phase_step(s);
+    hd_flushes_run(s);
+    hd_frames_flush_back(s);
+    hd_bus_publish(s);
+    if (s->phase == HD_PHASE_DONE) {
+        io_uring_submit_and_get_events(&s->ring);
+        return;
+    }
+    uint64_t wait = wait_ms_for(s);
+    uint64_t t1 = hd_clock_ns();
+    bool ready = io_uring_cq_ready(&s->ring) > 0;
+    uint32_t spin = s->rt->cfg.busy_poll_us;
+    if (!ready && wait > 0 && spin > 0 && busy_poll(s, spin))
+        wait = 0;
+    enter(s, ready ? 0 : wait);
+    uint64_t t2 = hd_clock_ns();
+    hd_ops_dispatch(s, HD_CQE_BUDGET_MAX);
+    hd_hist_record(&s->stats.tick_ns, (t1 - t0) + (hd_clock_ns() - t2));
+}
+
+/* ---------------------------------------------------------------- thread */
+
+static void pin(struct hd_shard *s)
+{
+    cpu_set_t allowed, one;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+        return;
+    int n = CPU_COUNT(&allowed);
+    if (n <= 0)
+        return;
+    int want = (int)(s->id % (unsigned)n), seen = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed))
+            continue;
+        if (seen++ == want) {
+            CPU_ZERO(&one);
+            CPU_SET(cpu, &one);
+            pthread_setaffinity_np(pthread_self(), sizeof(one), &one);
+            return;
+        }
+    }
+}
+
+static int shard_setup(struct hd_shard *s)
+{
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    int rc = hd_ring_setup(s, cfg->sq_entries, cfg->features_disable);
+    if (rc < 0) {
+        hd_log(HD_LOG_ERROR, "io_uring set-up failed: %s", strerror(-rc));
+        return rc;
+    }
+    s->now_ms = hd_clock_ms();
+    hd_wheel_init(&s->wheel, s->now_ms);
+    hd_hist_init(&s->stats.tick_ns);
+    hd_hist_init(&s->stats.cqes_per_tick);
+    if ((rc = hd_bus_init(s)) < 0 || (rc = hd_frames_init(s)) < 0)
+        return rc;
+    s->module_states = calloc(cfg->modules_count ? cfg->modules_count : 1, sizeof(void *));
+    if (s->module_states == NULL)
+        return -ENOMEM;
+    hd_op_init(s, &s->wake_op, wake_done);
+    wake_arm(s);
+    return 0;
+}
+
+/* Module shard_init hooks in order; on a failure the ones that succeeded get shard_fini. */
+static int modules_init(struct hd_shard *s, unsigned *inited)
+{
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    for (*inited = 0; *inited < cfg->modules_count; (*inited)++) {
+        const struct hd_module *m = cfg->modules[*inited];
+        if (!m->shard_init)
+            continue;
+        void *arg = cfg->modules_args ? cfg->modules_args[*inited] : NULL;
+        int rc = m->shard_init(s, arg, &s->module_states[*inited]);
+        if (rc < 0) {
+            hd_log(HD_LOG_ERROR, "module %s: shard init failed: %s", m->name, strerror(-rc));
+            return rc;
+        }
+    }
+    return 0;
+}
+
+static void modules_fini(struct hd_shard *s, unsigned inited)
+{
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    while (inited-- > 0)
+        if (cfg->modules[inited]->shard_fini)
+            cfg->modules[inited]->shard_fini(s, s->module_states[inited]);
+}
+
+void *hd_shard_main(void *arg);
+void *hd_shard_main(void *arg)
+{
+    struct hd_shard *s = arg;
+    struct hd_runtime *rt = s->rt;
+    current_shard = s;
+    char name[16];
+    snprintf(name, sizeof(name), "hd-shard-%u", s->id);
+    pthread_setname_np(pthread_self(), name);
+    if (rt->cfg.pin)
+        pin(s);
+    unsigned inited = 0;
+    int rc = shard_setup(s);
+    if (rc == 0)
+        rc = modules_init(s, &inited);
+    pthread_mutex_lock(&rt->lock);
+    s->error = rc;
+    if (rc < 0 && rt->error == 0)
+        rt->error = rc;
+    rt->ready++;
+    pthread_cond_broadcast(&rt->cond);
+    while (!rt->go)
+        pthread_cond_wait(&rt->cond, &rt->lock);
+    pthread_mutex_unlock(&rt->lock);
+    if (rc == 0) {
+        while (s->phase != HD_PHASE_DONE)
+            tick(s);
+        /* Tasks deferred by the last callbacks still run (bounded: tasks may defer tasks). */
+        for (unsigned pass = 0; pass < 64 && work_pending(s); pass++) {
+            hd_tasks_run(s);
+            hd_flushes_run(s);
+        }
+    }
+    modules_fini(s, inited);
+    pthread_mutex_lock(&rt->lock);
+    rt->exited++;
+    pthread_mutex_unlock(&rt->lock);
+    uint64_t one = 1;
+    ssize_t w = write(rt->done_fd, &one, sizeof(one));
+    (void)w;
+    current_shard = NULL;
+    return NULL;
+}

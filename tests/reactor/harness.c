@@ -1,0 +1,66 @@
+/* harness.c - see harness.h. */
+#include "harness.h"
+
+#include <stdatomic.h>
+
+struct hdt_ctx {
+    hdt_body_fn *body;
+    void *arg;
+    _Atomic unsigned remaining;
+};
+
+static struct hdt_ctx *the_ctx;
+
+static void body_task(void *p)
+{
+    struct hd_shard *s = p;
+    the_ctx->body(s, the_ctx->arg);
+}
+
+static int shard_init(struct hd_shard *s, void *arg, void **state)
+{
+    (void)arg;
+    *state = NULL;
+    return hd_defer(s, body_task, s);
+}
+
+static const struct hd_module test_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "test",
+    .shard_init = shard_init,
+};
+
+void hdt_done(struct hd_shard *s)
+{
+    if (atomic_fetch_sub(&the_ctx->remaining, 1) == 1)
+        hd_runtime_stop(hd_shard_runtime(s));
+}
+
+int hdt_run(const struct hdt_options *o, hdt_body_fn *body, void *arg, struct hd_runtime **rt_out)
+{
+    static const struct hd_module *const mods[] = {&test_module};
+    struct hdt_ctx ctx = {.body = body, .arg = arg};
+    struct hd_runtime_config cfg = {
+        .shards_count = o->shards,
+        .pin = true,
+        .features_disable = o->features_disable,
+        .busy_poll_us = o->busy_poll_us,
+        .frame_classes = o->frame_classes,
+        .frame_classes_count = o->frame_classes_count,
+        .modules = mods,
+        .modules_count = 1,
+    };
+    struct hd_runtime *rt;
+    int rc = hd_runtime_create(&cfg, &rt);
+    if (rc < 0)
+        return rc;
+    atomic_init(&ctx.remaining, hd_runtime_shards_count(rt));
+    the_ctx = &ctx;
+    rc = hd_runtime_run(rt);
+    the_ctx = NULL;
+    if (rt_out)
+        *rt_out = rt;
+    else
+        hd_runtime_destroy(rt);
+    return rc;
+}
