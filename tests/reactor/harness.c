@@ -4,6 +4,7 @@
 #include <stdatomic.h>
 
 struct hdt_ctx {
+    const struct hdt_options *o;
     hdt_body_fn *body;
     void *arg;
     _Atomic unsigned remaining;
@@ -21,13 +22,34 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg;
     *state = NULL;
+    if (the_ctx->o->shard_init) {
+        int rc = the_ctx->o->shard_init(s);
+        if (rc < 0)
+            return rc;
+    }
     return hd_defer(s, body_task, s);
+}
+
+static void shard_stop(struct hd_shard *s, void *state)
+{
+    (void)state;
+    if (the_ctx->o->shard_stop)
+        the_ctx->o->shard_stop(s);
+}
+
+static void shard_fini(struct hd_shard *s, void *state)
+{
+    (void)state;
+    if (the_ctx->o->shard_fini)
+        the_ctx->o->shard_fini(s);
 }
 
 static const struct hd_module test_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "test",
     .shard_init = shard_init,
+    .shard_stop = shard_stop,
+    .shard_fini = shard_fini,
 };
 
 void hdt_done(struct hd_shard *s)
@@ -39,7 +61,7 @@ void hdt_done(struct hd_shard *s)
 int hdt_run(const struct hdt_options *o, hdt_body_fn *body, void *arg, struct hd_runtime **rt_out)
 {
     static const struct hd_module *const mods[] = {&test_module};
-    struct hdt_ctx ctx = {.body = body, .arg = arg};
+    struct hdt_ctx ctx = {.o = o, .body = body, .arg = arg};
     struct hd_runtime_config cfg = {
         .shards_count = o->shards,
         .pin = true,

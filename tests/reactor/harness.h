@@ -26,6 +26,11 @@ struct hdt_options {
     uint32_t busy_poll_us;
     const struct hd_frame_class *frame_classes;
     unsigned frame_classes_count;
+    /* Optional per-shard hooks around the body (e.g. net_shard_init / net_shard_fini);
+     * stop runs when the runtime is asked to stop (close what the body opened). */
+    int (*shard_init)(struct hd_shard *s);
+    void (*shard_stop)(struct hd_shard *s);
+    void (*shard_fini)(struct hd_shard *s);
 };
 
 /* Starts a runtime, runs body on every shard, waits for the stop. Returns hd_runtime_wait's
