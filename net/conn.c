@@ -1,0 +1,552 @@
+/* conn.c - a connection's life: adopt or connect, receive (multishot recv into the shard's
+ * buffer ring, or one recv at a time into a pool frame without it), hand bytes to the codec and
+ * the app with only a partial tail copied, timeouts, and close — which frees the connection
+ * only after the kernel returned every op. Runs on the connection's shard. Sending is in
+ * conn_send.c. */
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "net_impl.h"
+
+static void recv_arm(struct net_conn *c);
+static void recv_done(struct hd_op *op, int32_t res, uint32_t flags);
+static void nobufs_wait(struct net_conn *c);
+
+static void idle_fired(struct hd_timer *t)
+{
+    struct net_conn *c = hd_container_of(t, struct net_conn, idle_timer);
+    net_conn_close(c, -ETIMEDOUT, false);
+}
+
+static void write_fired(struct hd_timer *t)
+{
+    struct net_conn *c = hd_container_of(t, struct net_conn, write_timer);
+    net_conn_close(c, -ETIMEDOUT, false);
+}
+
+static void conn_flush_cb(struct hd_flush *f)
+{
+    struct net_conn *c = hd_container_of(f, struct net_conn, flush);
+    if (c->state == NET_CONN_CLOSING)
+        net_conn_maybe_finish(c);
+    else
+        net_conn_flush_now(c);
+}
+
+static struct net_conn *conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
+                                 void *app, const struct net_conn_options *opt)
+{
+    struct net_shard *ns = net_shard_of(s);
+    struct net_conn *c = hd_slab_get(ns->conns);
+    if (c == NULL)
+        return NULL;
+    memset(c, 0, sizeof(*c));
+    c->shard = s;
+    c->ns = ns;
+    c->fd = fd;
+    c->held_head = c->held_tail = NET_BID_NONE;
+    c->h = h;
+    c->app = app;
+    hd_op_init(s, &c->recv_op, recv_done);
+    hd_op_init(s, &c->send_op, net_conn_send_done);
+    hd_op_init(s, &c->ctl_op, NULL);
+    hd_flush_init(&c->flush, conn_flush_cb);
+    hd_timer_init(&c->idle_timer, idle_fired);
+    hd_timer_init(&c->write_timer, write_fired);
+    c->send_high = NET_SEND_HIGH_DEFAULT;
+    c->send_low = NET_SEND_LOW_DEFAULT;
+    c->send_max = NET_SEND_MAX_DEFAULT;
+    if (opt) {
+        c->idle_timeout_ms = opt->idle_timeout_ms;
+        c->write_timeout_ms = opt->write_timeout_ms;
+        if (opt->send_high_bytes)
+            c->send_high = opt->send_high_bytes;
+        if (opt->send_low_bytes)
+            c->send_low = opt->send_low_bytes;
+        if (opt->send_max_bytes)
+            c->send_max = opt->send_max_bytes;
+    }
+    ns->conns_count++;
+    return c;
+}
+
+int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h, void *app,
+                   const struct net_conn_options *opt, struct net_conn **out)
+{
+    struct net_conn *c = conn_new(s, fd, h, app, opt);
+    if (c == NULL)
+        return -ENOMEM;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* we batch writes ourselves */
+    c->peer.len = sizeof(c->peer.ss);
+    if (getpeername(fd, &c->peer.sa, &c->peer.len) < 0)
+        c->peer.len = 0;
+    c->state = NET_CONN_OPEN;
+    if (c->idle_timeout_ms)
+        hd_timer_start(s, &c->idle_timer, c->idle_timeout_ms);
+    recv_arm(c);
+    *out = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- connect */
+
+static void connect_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
+    hd_timer_stop(c->shard, &c->write_timer);
+    if (c->state != NET_CONN_CONNECTING) { /* closed (timeout) meanwhile */
+        net_conn_maybe_finish(c);
+        return;
+    }
+    c->depth++;
+    if (res < 0) {
+        if (c->h->on_connected)
+            c->h->on_connected(c, res);
+        net_conn_close(c, res, false);
+        c->depth--;
+        net_conn_maybe_finish(c);
+        return;
+    }
+    c->state = NET_CONN_OPEN;
+    if (c->idle_timeout_ms)
+        hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
+    recv_arm(c);
+    if (c->h->on_connected)
+        c->h->on_connected(c, 0);
+    if (c->state == NET_CONN_OPEN && !net_conn_queues_empty(c))
+        hd_flush_request(c->shard, &c->flush);
+    c->depth--;
+    net_conn_maybe_finish(c);
+}
+
+int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t timeout_ms,
+                     const struct net_conn_handler *h, void *app,
+                     const struct net_conn_options *opt, struct net_conn **out)
+{
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    struct net_conn *c = conn_new(s, fd, h, app, opt);
+    if (c == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    c->peer = *addr;
+    c->state = NET_CONN_CONNECTING;
+    c->ctl_op.fn = connect_done;
+    struct io_uring_sqe *sqe = hd_op_sqe(s, &c->ctl_op);
+    if (sqe == NULL) {
+        c->state = NET_CONN_CLOSING;
+        c->close_reason = -EBUSY;
+        net_conn_maybe_finish(c);
+        return -EBUSY;
+    }
+    io_uring_prep_connect(sqe, fd, &c->peer.sa, c->peer.len);
+    if (timeout_ms)
+        hd_timer_start(s, &c->write_timer, timeout_ms);
+    *out = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- receive */
+
+static void recv_arm(struct net_conn *c)
+{
+    if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_RECV_PAUSED | NET_F_NOBUFS)) ||
+        hd_op_busy(&c->recv_op))
+        return;
+    if (!c->ns->buf_ring && c->recv_frame == NULL) {
+        c->recv_frame = hd_frame_get(c->shard, NET_RECV_FALLBACK_SIZE);
+        if (c->recv_frame == NULL) { /* frame pool exhausted: retry shortly */
+            nobufs_wait(c);
+            return;
+        }
+    }
+    struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->recv_op);
+    if (sqe == NULL) {
+        net_conn_close(c, -EBUSY, false);
+        return;
+    }
+    if (c->ns->buf_ring) {
+        io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = NET_BUF_GROUP;
+        return;
+    }
+    io_uring_prep_recv(sqe, c->fd, c->recv_frame->data, NET_RECV_FALLBACK_SIZE, 0);
+}
+
+/* Keep data[0..len) as the app's (or codec's) unconsumed tail. */
+static int tail_keep(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
+{
+    struct hd_frame *t = *tailp;
+    if (len > NET_RX_TAIL_MAX)
+        return -EMSGSIZE;
+    if (t && len <= t->size) {
+        memmove(t->data, data, len);
+        t->len = (uint32_t)len;
+        return 0;
+    }
+    struct hd_frame *n = hd_frame_get(c->shard, len);
+    if (n == NULL)
+        return -ENOBUFS;
+    memcpy(n->data, data, len);
+    n->len = (uint32_t)len;
+    if (t)
+        hd_frame_unref(c->shard, t);
+    *tailp = n;
+    return 0;
+}
+
+/* Append data to the tail (growing it into a bigger class when needed). */
+static int tail_append(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
+{
+    struct hd_frame *t = *tailp;
+    size_t total = (size_t)t->len + len;
+    if (total > NET_RX_TAIL_MAX)
+        return -EMSGSIZE;
+    if (total > t->size) {
+        struct hd_frame *n = hd_frame_get(c->shard, total);
+        if (n == NULL)
+            return -ENOBUFS;
+        memcpy(n->data, t->data, t->len);
+        n->len = t->len;
+        hd_frame_unref(c->shard, t);
+        *tailp = t = n;
+    }
+    memcpy(t->data + t->len, data, len);
+    t->len = (uint32_t)total;
+    return 0;
+}
+
+static void tail_drop(struct net_conn *c, struct hd_frame **tailp)
+{
+    if (*tailp) {
+        hd_frame_unref(c->shard, *tailp);
+        *tailp = NULL;
+    }
+}
+
+/* Offer bytes to on_data until it consumes nothing more; keep the rest as the tail. */
+static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool from_tail)
+{
+    size_t done = 0;
+    while (done < len && c->state == NET_CONN_OPEN && !(c->flags & NET_F_RECV_PAUSED)) {
+        ssize_t n = c->h->on_data(c, data + done, len - done);
+        if (n < 0)
+            return (int)n;
+        HD_ASSERT((size_t)n <= len - done);
+        if (n == 0)
+            break;
+        done += (size_t)n;
+    }
+    if (done == len) {
+        if (from_tail)
+            c->rx_tail->len = 0;
+        return 0;
+    }
+    return tail_keep(c, &c->rx_tail, data + done, len - done);
+}
+
+int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (c->rx_tail && c->rx_tail->len > 0) {
+        int rc = tail_append(c, &c->rx_tail, data, len);
+        if (rc < 0)
+            return rc;
+        return app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
+    }
+    return app_offer(c, data, len, false);
+}
+
+/* Raw bytes from the socket: through the codec if there is one. */
+static int conn_input(struct net_conn *c, uint8_t *data, size_t len)
+{
+    c->stats.bytes_in += len;
+    if (c->codec == NULL)
+        return net_conn_deliver(c, data, len);
+    if (c->raw_tail && c->raw_tail->len > 0) {
+        int rc = tail_append(c, &c->raw_tail, data, len);
+        if (rc < 0)
+            return rc;
+        data = c->raw_tail->data;
+        len = c->raw_tail->len;
+    }
+    ssize_t n = c->codec->decode(c, c->codec_state, data, len);
+    if (n < 0)
+        return (int)n;
+    if (c->raw_tail && data == c->raw_tail->data && (size_t)n == len) {
+        c->raw_tail->len = 0;
+        return 0;
+    }
+    return (size_t)n == len ? 0 : tail_keep(c, &c->raw_tail, data + n, len - (size_t)n);
+}
+
+static void nobufs_retry(struct hd_timer *t)
+{
+    struct net_conn *c = hd_container_of(t, struct net_conn, idle_timer);
+    c->flags &= ~NET_F_NOBUFS;
+    if (c->idle_timeout_ms)
+        hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
+    c->idle_timer.fn = idle_fired;
+    recv_arm(c);
+}
+
+/* Buffers that arrived after a pause (the multishot recv is cancelled asynchronously) wait on
+ * the connection, not copied: the shard's held_next chains them. */
+static void held_push(struct net_conn *c, uint16_t bid, uint32_t len)
+{
+    struct net_shard *ns = c->ns;
+    ns->held_next[bid] = NET_BID_NONE;
+    ns->held_len[bid] = len;
+    if (c->held_tail == NET_BID_NONE)
+        c->held_head = bid;
+    else
+        ns->held_next[c->held_tail] = bid;
+    c->held_tail = bid;
+}
+
+/* Feed held buffers to the app in order while it is not paused. Returns 0 or -errno. */
+static int held_drain(struct net_conn *c, bool deliver)
+{
+    struct net_shard *ns = c->ns;
+    int rc = 0;
+    while (c->held_head != NET_BID_NONE) {
+        if (deliver && (c->flags & NET_F_RECV_PAUSED))
+            return 0;
+        uint16_t bid = c->held_head;
+        c->held_head = ns->held_next[bid];
+        if (c->held_head == NET_BID_NONE)
+            c->held_tail = NET_BID_NONE;
+        if (deliver && rc == 0 && c->state == NET_CONN_OPEN)
+            rc = conn_input(c, net_bufring_addr(ns, bid), ns->held_len[bid]);
+        net_bufring_recycle(ns, bid);
+    }
+    return rc;
+}
+
+/* The buffer ring (or the frame pool, without one) is empty: recv again in a moment, never
+ * in a tight loop. The idle timer doubles as the retry timer meanwhile. */
+static void nobufs_wait(struct net_conn *c)
+{
+    c->flags |= NET_F_NOBUFS;
+    c->idle_timer.fn = nobufs_retry;
+    hd_timer_start(c->shard, &c->idle_timer, NET_NOBUFS_RETRY_MS);
+}
+
+static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    struct net_conn *c = hd_container_of(op, struct net_conn, recv_op);
+    int rc = 0;
+    c->depth++;
+    if (res > 0) {
+        uint8_t *data;
+        bool ring = (flags & IORING_CQE_F_BUFFER) != 0;
+        uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
+        data = ring ? net_bufring_addr(c->ns, bid) : c->recv_frame->data;
+        if (ring && c->state == NET_CONN_OPEN &&
+            ((c->flags & NET_F_RECV_PAUSED) || c->held_head != NET_BID_NONE)) {
+            held_push(c, bid, (uint32_t)res); /* paused: keep it, in order, until resumed */
+            ring = false;
+        } else if (c->state == NET_CONN_OPEN) {
+            if (c->idle_timeout_ms)
+                hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
+            rc = conn_input(c, data, (size_t)res);
+        }
+        if (ring)
+            net_bufring_recycle(c->ns, bid);
+    } else if (res == 0) {
+        if (c->state == NET_CONN_OPEN) {
+            if (c->h->on_eof)
+                c->h->on_eof(c);
+            else
+                rc = -ECONNRESET;
+        }
+        if (!(flags & IORING_CQE_F_MORE) && c->state == NET_CONN_OPEN)
+            c->flags |= NET_F_RECV_PAUSED; /* no more bytes will come: stop re-arming */
+    } else if (res == -ENOBUFS && c->state == NET_CONN_OPEN) {
+        nobufs_wait(c);
+    } else if (res != -ECANCELED && c->state == NET_CONN_OPEN) {
+        rc = res;
+    }
+    if (rc < 0 && c->state == NET_CONN_OPEN)
+        net_conn_close(c, rc, false);
+    if (!(flags & IORING_CQE_F_MORE) && c->state == NET_CONN_OPEN)
+        recv_arm(c);
+    c->depth--;
+    net_conn_maybe_finish(c);
+}
+
+void net_conn_pause_recv(struct net_conn *c, bool paused)
+{
+    if (paused) {
+        if (c->flags & NET_F_RECV_PAUSED)
+            return;
+        c->flags |= NET_F_RECV_PAUSED;
+        if (hd_op_busy(&c->recv_op))
+            hd_op_cancel(c->shard, &c->recv_op);
+        return;
+    }
+    if (!(c->flags & NET_F_RECV_PAUSED))
+        return;
+    c->flags &= ~NET_F_RECV_PAUSED;
+    /* Bytes the app left when it paused come first, then buffers that arrived meanwhile. */
+    int rc = 0;
+    c->depth++;
+    if (c->rx_tail && c->rx_tail->len > 0)
+        rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
+    if (rc == 0)
+        rc = held_drain(c, true);
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+    else if (!(c->flags & NET_F_RECV_PAUSED))
+        recv_arm(c);
+    c->depth--;
+    net_conn_maybe_finish(c);
+}
+
+/* ---------------------------------------------------------------- close */
+
+static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)res, (void)flags;
+    struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
+    c->flags |= NET_F_FD_CLOSED;
+    net_conn_maybe_finish(c);
+}
+
+/* Once no op is in flight: close the fd through the ring, then free everything. */
+void net_conn_maybe_finish(struct net_conn *c)
+{
+    if (c->state != NET_CONN_CLOSING || c->depth > 0 || hd_op_busy(&c->recv_op) ||
+        hd_op_busy(&c->send_op) || hd_op_busy(&c->ctl_op))
+        return;
+    if (!(c->flags & NET_F_FD_CLOSED)) {
+        c->ctl_op.fn = close_done;
+        struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->ctl_op);
+        if (sqe) {
+            io_uring_prep_close(sqe, c->fd);
+            return;
+        }
+        close(c->fd); /* SQ full: a plain close is as good */
+        c->flags |= NET_F_FD_CLOSED;
+    }
+    net_conn_finish_close(c);
+}
+
+void net_conn_finish_close(struct net_conn *c)
+{
+    struct hd_shard *s = c->shard;
+    struct net_shard *ns = c->ns;
+    hd_timer_stop(s, &c->idle_timer);
+    hd_timer_stop(s, &c->write_timer);
+    hd_flush_cancel(s, &c->flush);
+    held_drain(c, false);
+    if (c->codec && c->codec->release)
+        c->codec->release(c, c->codec_state);
+    c->codec = NULL;
+    net_sendq_clear(ns, s, &c->plain);
+    net_sendq_clear(ns, s, &c->wire);
+    tail_drop(c, &c->rx_tail);
+    tail_drop(c, &c->raw_tail);
+    tail_drop(c, &c->recv_frame);
+    c->state = NET_CONN_CLOSED;
+    if (c->h->on_close)
+        c->h->on_close(c, c->close_reason);
+    ns->conns_count--;
+    hd_slab_put(ns->conns, c);
+}
+
+void net_conn_close(struct net_conn *c, int reason, bool flush)
+{
+    if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
+        return;
+    if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {
+        /* Stop reading, send what is queued (bounded by the write timeout), then close. */
+        c->flags |= NET_F_FLUSH_CLOSE;
+        c->close_reason = reason;
+        net_conn_pause_recv(c, true);
+        if (c->write_timeout_ms && !hd_timer_armed(&c->write_timer))
+            hd_timer_start(c->shard, &c->write_timer, c->write_timeout_ms);
+        hd_flush_request(c->shard, &c->flush);
+        return;
+    }
+    c->state = NET_CONN_CLOSING;
+    c->close_reason = reason;
+    hd_timer_stop(c->shard, &c->idle_timer);
+    hd_timer_stop(c->shard, &c->write_timer);
+    if (hd_op_busy(&c->recv_op))
+        hd_op_cancel(c->shard, &c->recv_op);
+    if (hd_op_busy(&c->send_op))
+        hd_op_cancel(c->shard, &c->send_op);
+    if (hd_op_busy(&c->ctl_op))
+        hd_op_cancel(c->shard, &c->ctl_op);
+    /* Inside a completion handler (depth > 0) the handler finishes the close when it returns;
+     * from anywhere else (a timer, another connection) the end-of-tick flush does, so the
+     * caller can still touch c until its own callback returns. */
+    hd_flush_request(c->shard, &c->flush);
+}
+
+/* ---------------------------------------------------------------- accessors */
+
+void *net_conn_app(const struct net_conn *c)
+{
+    return c->app;
+}
+
+void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void *app)
+{
+    c->h = h;
+    c->app = app;
+}
+
+int net_conn_fd(const struct net_conn *c)
+{
+    return c->fd;
+}
+
+struct hd_shard *net_conn_shard(const struct net_conn *c)
+{
+    return c->shard;
+}
+
+enum net_conn_state net_conn_state(const struct net_conn *c)
+{
+    return c->state;
+}
+
+const struct net_addr *net_conn_peer(const struct net_conn *c)
+{
+    return &c->peer;
+}
+
+const struct net_conn_stats *net_conn_stats(const struct net_conn *c)
+{
+    return &c->stats;
+}
+
+void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms)
+{
+    c->idle_timeout_ms = idle_timeout_ms;
+    c->write_timeout_ms = write_timeout_ms;
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_NOBUFS))
+        return;
+    if (idle_timeout_ms)
+        hd_timer_start(c->shard, &c->idle_timer, idle_timeout_ms);
+    else
+        hd_timer_stop(c->shard, &c->idle_timer);
+}
+
+void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)
+{
+    c->codec = codec;
+    c->codec_state = state;
+}

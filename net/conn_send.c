@@ -1,0 +1,241 @@
+/* conn_send.c - a connection's sending: queue frames (plaintext for a codec, or wire bytes),
+ * flush once per tick as one sendmsg of up to NET_IOV_MAX iovecs with one send in flight per
+ * connection (order kept), partial sends, watermarks with hysteresis, the write timeout, and
+ * half close. Runs on the connection's shard. */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "net_impl.h"
+
+bool net_conn_queues_empty(const struct net_conn *c)
+{
+    return c->plain.count == 0 && c->wire.count == 0;
+}
+
+size_t net_conn_queued_bytes(const struct net_conn *c)
+{
+    return (size_t)(c->plain.bytes + c->wire.bytes);
+}
+
+void net_conn_update_pressure(struct net_conn *c)
+{
+    size_t q = net_conn_queued_bytes(c);
+    bool paused = (c->flags & NET_F_SEND_PAUSED) != 0;
+    if (!paused && q >= c->send_high) {
+        c->flags |= NET_F_SEND_PAUSED;
+        if (c->h->on_send_pressure)
+            c->h->on_send_pressure(c, true);
+    } else if (paused && q <= c->send_low) {
+        c->flags &= ~NET_F_SEND_PAUSED;
+        if (c->h->on_send_pressure)
+            c->h->on_send_pressure(c, false);
+    }
+}
+
+static int queue_checked(struct net_conn *c, struct net_sendq *q, struct hd_frame *f, uint32_t off,
+                         uint32_t len)
+{
+    if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED ||
+        (c->flags & (NET_F_FLUSH_CLOSE | NET_F_SHUT_WR)))
+        return -EPIPE;
+    if (net_conn_queued_bytes(c) + len > c->send_max)
+        return -ENOBUFS;
+    HD_ASSERT((uint64_t)off + len <= f->size);
+    int rc = net_sendq_push(c->ns, q, f, off, len);
+    if (rc < 0)
+        return rc;
+    hd_frame_ref(f);
+    if (c->state == NET_CONN_OPEN)
+        hd_flush_request(c->shard, &c->flush);
+    net_conn_update_pressure(c);
+    return 0;
+}
+
+int net_conn_send(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
+{
+    return queue_checked(c, c->codec ? &c->plain : &c->wire, f, off, len);
+}
+
+int net_conn_send_copy(struct net_conn *c, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        struct hd_frame *f = hd_frame_get(c->shard, len);
+        if (f == NULL)
+            f = hd_frame_get(c->shard, 1); /* larger than any class: go in pieces */
+        if (f == NULL)
+            return -ENOMEM;
+        uint32_t n = len < f->size ? (uint32_t)len : f->size;
+        memcpy(f->data, p, n);
+        f->len = n;
+        int rc = net_conn_send(c, f, 0, n);
+        hd_frame_unref(c->shard, f);
+        if (rc < 0)
+            return rc;
+        p += n;
+        len -= n;
+    }
+    return 0;
+}
+
+int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
+{
+    /* Called by codecs during encode: the reference moves to the queue. */
+    int rc = net_sendq_push(c->ns, &c->wire, f, off, len);
+    if (rc < 0)
+        hd_frame_unref(c->shard, f);
+    return rc;
+}
+
+struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len)
+{
+    struct net_sendq_entry *e = net_sendq_at(&c->plain, 0);
+    if (e == NULL)
+        return NULL;
+    struct hd_frame *f = e->frame;
+    *off = e->off;
+    *len = e->len;
+    net_sendq_pop(c->ns, c->shard, &c->plain, false);
+    return f;
+}
+
+unsigned net_conn_unsent_count(const struct net_conn *c)
+{
+    if (c->codec)
+        return c->plain.count;
+    return c->wire.count - (c->send_ctx ? c->send_ctx->entries : 0);
+}
+
+uint32_t net_conn_drop_oldest(struct net_conn *c)
+{
+    struct net_sendq *q = c->codec ? &c->plain : &c->wire;
+    uint32_t skip = (!c->codec && c->send_ctx) ? c->send_ctx->entries : 0;
+    /* The oldest entry not in the kernel's hands; earlier drops left zero-length tombstones. */
+    for (uint32_t i = skip; i < q->count; i++) {
+        struct net_sendq_entry *e = net_sendq_at(q, i);
+        if (e->frame == NULL)
+            continue;
+        uint32_t len = e->len;
+        if (i == 0) {
+            net_sendq_pop(c->ns, c->shard, q, true);
+        } else {
+            /* Behind entries in flight: leave a tombstone the next send skips. */
+            hd_frame_unref(c->shard, e->frame);
+            e->frame = NULL;
+            q->bytes -= e->len;
+            e->len = 0;
+        }
+        net_conn_update_pressure(c);
+        return len;
+    }
+    return 0;
+}
+
+static void shutdown_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)res, (void)flags;
+    struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
+    c->flags |= NET_F_WR_SHUT;
+    net_conn_maybe_finish(c);
+}
+
+/* The queues just became empty: finish a pending flush-close or half close. */
+static void queues_drained(struct net_conn *c)
+{
+    hd_timer_stop(c->shard, &c->write_timer);
+    if (c->flags & NET_F_FLUSH_CLOSE) {
+        c->flags &= ~NET_F_FLUSH_CLOSE;
+        net_conn_close(c, c->close_reason, false);
+        return;
+    }
+    if ((c->flags & NET_F_SHUT_WR) && !(c->flags & NET_F_WR_SHUT) && !hd_op_busy(&c->ctl_op)) {
+        c->ctl_op.fn = shutdown_done;
+        struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->ctl_op);
+        if (sqe)
+            io_uring_prep_shutdown(sqe, c->fd, SHUT_WR);
+    }
+}
+
+void net_conn_shutdown_write(struct net_conn *c)
+{
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_SHUT_WR))
+        return;
+    c->flags |= NET_F_SHUT_WR;
+    if (net_conn_queues_empty(c) && !c->send_ctx)
+        queues_drained(c);
+    else
+        hd_flush_request(c->shard, &c->flush);
+}
+
+void net_conn_flush_now(struct net_conn *c)
+{
+    if (c->state != NET_CONN_OPEN || c->send_ctx != NULL)
+        return; /* one send in flight: its completion flushes again */
+    if (c->codec && c->plain.count) {
+        int rc = c->codec->encode(c, c->codec_state);
+        if (rc < 0) {
+            net_conn_close(c, rc, false);
+            return;
+        }
+    }
+    if (c->wire.count == 0) {
+        if (c->plain.count == 0)
+            queues_drained(c);
+        return;
+    }
+    struct net_send_ctx *x = hd_slab_get(c->ns->send_ctxs);
+    if (x == NULL) { /* every context in use: try again next tick */
+        hd_flush_request(c->shard, &c->flush);
+        return;
+    }
+    uint32_t n = 0;
+    uint64_t bytes = 0;
+    for (struct net_sendq_chunk *ch = c->wire.first; ch && n < NET_IOV_MAX; ch = ch->next) {
+        for (uint16_t i = ch->head; i < ch->tail && n < NET_IOV_MAX; i++, n++) {
+            struct hd_frame *f = ch->e[i].frame;
+            x->iov[n].iov_base = f ? f->data + ch->e[i].off : NULL; /* NULL: a dropped entry */
+            x->iov[n].iov_len = ch->e[i].len;
+            bytes += ch->e[i].len;
+        }
+    }
+    memset(&x->msg, 0, sizeof(x->msg));
+    x->msg.msg_iov = x->iov;
+    x->msg.msg_iovlen = n;
+    x->entries = n;
+    x->bytes = bytes;
+    struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->send_op);
+    if (sqe == NULL) {
+        hd_slab_put(c->ns->send_ctxs, x);
+        hd_flush_request(c->shard, &c->flush);
+        return;
+    }
+    io_uring_prep_sendmsg(sqe, c->fd, &x->msg, MSG_NOSIGNAL);
+    c->send_ctx = x;
+    c->stats.sends++;
+    if (c->write_timeout_ms && !hd_timer_armed(&c->write_timer))
+        hd_timer_start(c->shard, &c->write_timer, c->write_timeout_ms);
+}
+
+void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_conn *c = hd_container_of(op, struct net_conn, send_op);
+    struct net_send_ctx *x = c->send_ctx;
+    c->send_ctx = NULL;
+    hd_slab_put(c->ns->send_ctxs, x);
+    c->depth++;
+    if (res > 0) {
+        net_sendq_consume(c->ns, c->shard, &c->wire, (uint64_t)res);
+        c->stats.bytes_out += (uint64_t)res;
+        if (c->write_timeout_ms) /* progress: the deadline starts over */
+            hd_timer_start(c->shard, &c->write_timer, c->write_timeout_ms);
+        net_conn_update_pressure(c);
+        if (c->state == NET_CONN_OPEN)
+            net_conn_flush_now(c);
+    } else if (res < 0 && res != -ECANCELED && c->state == NET_CONN_OPEN) {
+        net_conn_close(c, res == -EPIPE ? -ECONNRESET : res, false);
+    }
+    c->depth--;
+    net_conn_maybe_finish(c);
+}

@@ -1,0 +1,195 @@
+/* net.h - the socket layer's public API: listeners, connections (plain TCP now; TLS installs
+ * itself as a codec), UDP sockets. Apps use a connection without knowing whether its bytes are
+ * plain, kTLS or userspace TLS: they get plaintext bytes in on_data and queue frames to send.
+ *
+ * Threading: everything runs on the shard that owns the object. Errors: 0 or -errno. */
+#ifndef NET_H
+#define NET_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include "hd.h"
+#include "net_limits.h"
+
+struct net_conn;
+struct net_listener;
+
+/* ---------------------------------------------------------------- addresses */
+
+struct net_addr {
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in4;
+        struct sockaddr_in6 in6;
+        struct sockaddr_storage ss;
+    };
+    socklen_t len;
+};
+/* "host:port", "[v6]:port", ":port" (all IPv6 and IPv4 addresses), "port". Numeric hosts only
+ * (name lookups do not belong on a shard). Returns 0 or -EINVAL. */
+int net_addr_parse(const char *text, struct net_addr *out);
+/* "1.2.3.4:5" / "[::1]:5" into buf; returns buf. */
+const char *net_addr_format(const struct net_addr *a, char *buf, size_t size);
+uint16_t net_addr_port(const struct net_addr *a);
+
+/* ---------------------------------------------------------------- connections */
+
+enum net_conn_state {
+    NET_CONN_CONNECTING, /* outgoing connect in progress */
+    NET_CONN_OPEN,       /* bytes flow both ways */
+    NET_CONN_CLOSING,    /* close requested: waiting for the kernel to return every op */
+    NET_CONN_CLOSED,     /* on_close has run; the struct goes back to its pool */
+};
+
+/* Why a connection closed (the errno-style reason passed to on_close). */
+#define NET_CLOSE_LOCAL 0 /* the app called net_conn_close with reason 0 */
+
+/* What an app (or a codec user, or another layer) hears from a connection. Every callback runs
+ * on the connection's shard. */
+struct net_conn_handler {
+    /* Plaintext bytes: data[0..len) is every byte not yet consumed. Return how many were
+     * consumed (0..len; the rest is kept and offered again with more bytes), or -errno to close
+     * the connection with that reason. The bytes are only valid during the call. */
+    ssize_t (*on_data)(struct net_conn *c, const uint8_t *data, size_t len);
+    /* The send queue crossed its high watermark (paused = true) or fell back under the low one
+     * (paused = false). Optional. */
+    void (*on_send_pressure)(struct net_conn *c, bool paused);
+    /* The peer closed its write side (recv returned 0). Optional: default is to close. */
+    void (*on_eof)(struct net_conn *c);
+    /* Outgoing connections: the connect finished (res 0) or failed (then on_close follows). */
+    void (*on_connected)(struct net_conn *c, int res);
+    /* Last call for this connection: no callback follows; free the app state here. reason is 0
+     * for a local close or -errno (-ECONNRESET, -ETIMEDOUT, -EPROTO, ...). */
+    void (*on_close)(struct net_conn *c, int reason);
+};
+
+/* A codec sits between the socket and the app (userspace TLS records, WebSocket framing).
+ * decode gets raw bytes and calls net_conn_deliver with what it produced; encode turns the
+ * queued plaintext into wire bytes just before a send. */
+struct net_codec {
+    const char *name;
+    /* Raw bytes in (in[0..len) may be modified in place). Return bytes consumed or -errno. */
+    ssize_t (*decode)(struct net_conn *c, void *state, uint8_t *in, size_t len);
+    /* Build wire frames from queued plaintext frames: take frames with net_conn_plain_take and
+     * queue their encoding with net_conn_wire_queue. Return 0 or -errno (closes). */
+    int (*encode)(struct net_conn *c, void *state);
+    /* The connection is closing: release state (no further calls). */
+    void (*release)(struct net_conn *c, void *state);
+};
+
+struct net_conn_options {
+    uint32_t idle_timeout_ms;  /* no bytes received for this long: close (-ETIMEDOUT); 0 = off */
+    uint32_t write_timeout_ms; /* a send that makes no progress for this long: close; 0 = off */
+    uint32_t send_high_bytes;  /* queued bytes that pause the source (on_send_pressure) */
+    uint32_t send_low_bytes;   /* and resume it */
+    uint32_t send_max_bytes;   /* hard cap: net_conn_send beyond it fails with -ENOBUFS */
+};
+
+struct net_conn_stats {
+    uint64_t bytes_in, bytes_out;
+    uint64_t sends; /* sendmsg calls */
+};
+
+/* Adopt an accepted or connected socket fd on shard s (takes ownership of fd on success).
+ * Returns 0, -ENOMEM (connection pool exhausted; fd is left to the caller). */
+int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h, void *app,
+                   const struct net_conn_options *opt, struct net_conn **out);
+/* Connect to addr; on_connected reports the result. Returns 0 or -errno (nothing created). */
+int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t timeout_ms,
+                     const struct net_conn_handler *h, void *app,
+                     const struct net_conn_options *opt, struct net_conn **out);
+
+/* Queue len bytes at frame->data + off for sending, in order. Takes one reference of frame on
+ * success (the caller's reference stays the caller's). Sent as one sendmsg per connection per
+ * tick. Returns 0, -ENOBUFS (over send_max_bytes or the queue's entry cap), -EPIPE (closing). */
+int net_conn_send(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
+/* Copy bytes into pool frames and queue them (small control messages). Same errors + -ENOMEM. */
+int net_conn_send_copy(struct net_conn *c, const void *data, size_t len);
+/* Entries queued but not yet handed to the kernel (dropped ones included until they reach the
+ * front); apps with their own queue policy (DERP's drop-oldest) bound them. */
+unsigned net_conn_unsent_count(const struct net_conn *c);
+/* Drop the oldest entry not yet in the kernel's hands; returns its length, or 0 if there is
+ * none. */
+uint32_t net_conn_drop_oldest(struct net_conn *c);
+size_t net_conn_queued_bytes(const struct net_conn *c);
+
+/* Stop or resume reading (backpressure from the app). */
+void net_conn_pause_recv(struct net_conn *c, bool paused);
+/* Close after the queued bytes are sent (flush = true; bounded by the write timeout) or at once.
+ * reason reaches on_close. Idempotent. */
+void net_conn_close(struct net_conn *c, int reason, bool flush);
+/* Shut down the write side once the queue is empty (half close). */
+void net_conn_shutdown_write(struct net_conn *c);
+
+void *net_conn_app(const struct net_conn *c);
+void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void *app);
+int net_conn_fd(const struct net_conn *c);
+struct hd_shard *net_conn_shard(const struct net_conn *c);
+enum net_conn_state net_conn_state(const struct net_conn *c);
+const struct net_addr *net_conn_peer(const struct net_conn *c);
+const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
+void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);
+
+/* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
+ * by the app stay where they are; raw bytes that arrive later go through the codec. */
+void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app
+ * leaves a tail). Returns 0 or -errno (the app asked to close). */
+int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len);
+/* For codecs: the next unsent plaintext entry (frame reference moves to the codec), or NULL. */
+struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len);
+/* For codecs: queue wire bytes (reference moves to the connection). */
+int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
+
+/* ---------------------------------------------------------------- listeners */
+
+/* A new connection was accepted: adopt fd (net_conn_adopt) or close it. peer is its address. */
+typedef void net_accept_fn(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+
+struct net_listener_options {
+    int backlog;             /* 0: NET_LISTEN_BACKLOG */
+    uint32_t conns_max;      /* per shard; over it new connections are closed at once (counted) */
+    bool reuseport;          /* one socket per shard on the same address (default on) */
+    int tcp_user_timeout_ms; /* TCP_USER_TIMEOUT on the socket (inherited); 0 = kernel default */
+    int keepalive_s;         /* SO_KEEPALIVE idle/interval seconds; 0 = off */
+};
+
+struct net_listener_stats {
+    uint64_t accepted;
+    uint64_t refused_cap;   /* closed at once: over conns_max */
+    uint64_t accept_errors; /* EMFILE/ENFILE/ENOBUFS/... (each one backs off) */
+};
+
+/* Listen on addr on shard s (SO_REUSEPORT: every shard calls this for the same address).
+ * Returns 0 or -errno (-EADDRINUSE, -EACCES, ...). */
+int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
+                       const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
+                       struct net_listener **out);
+/* Stop accepting and close the socket; the struct is freed once the kernel returned the op. */
+void net_listener_stop(struct net_listener *l);
+const struct net_listener_stats *net_listener_stats(const struct net_listener *l);
+/* The bound address (the actual port when addr had port 0). */
+const struct net_addr *net_listener_addr(const struct net_listener *l);
+struct hd_shard *net_listener_shard(const struct net_listener *l);
+/* The shard's live connection count (what conns_max limits). */
+uint32_t net_conns_count(struct hd_shard *s);
+
+/* ---------------------------------------------------------------- per-shard set-up */
+
+struct net_shard_options {
+    bool no_buf_ring; /* force the plain-recv fallback (tests) */
+};
+/* Create the shard's connection pool and provided-buffer ring. Call from a module's shard_init
+ * before any other net_ call on that shard; net_shard_fini from shard_fini.
+ * Returns 0, -ENOMEM. */
+int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt);
+void net_shard_fini(struct hd_shard *s);
+/* true when this shard receives through a provided-buffer ring (multishot recv). */
+bool net_shard_uses_buf_ring(struct hd_shard *s);
+
+#endif /* NET_H */

@@ -1,0 +1,113 @@
+/* net_impl.h - the socket layer's private structures (net/ only). Everything here belongs to one
+ * shard and is touched by its thread only. */
+#ifndef NET_IMPL_H
+#define NET_IMPL_H
+
+#include "hd_uring.h"
+#include "net.h"
+
+/* ---- send queues: chunks of (frame, off, len) entries */
+struct net_sendq_entry {
+    struct hd_frame *frame;
+    uint32_t off, len;
+};
+struct net_sendq_chunk {
+    struct net_sendq_chunk *next;
+    uint16_t head, tail; /* entries [head, tail) are live */
+    struct net_sendq_entry e[NET_SENDQ_CHUNK_ENTRIES];
+};
+struct net_sendq {
+    struct net_sendq_chunk *first, *last;
+    uint32_t count; /* entries */
+    uint64_t bytes; /* bytes in entries */
+};
+
+/* One sendmsg in flight: its msghdr and iovecs must live until the CQE. */
+struct net_send_ctx {
+    struct msghdr msg;
+    struct iovec iov[NET_IOV_MAX];
+    uint32_t entries; /* entries of the wire queue covered by iov */
+    uint64_t bytes;
+};
+
+enum net_conn_flag {
+    NET_F_RECV_PAUSED = 1u << 0,
+    NET_F_SEND_PAUSED = 1u << 1, /* above the high watermark, source told to pause */
+    NET_F_FLUSH_CLOSE = 1u << 2, /* close once the queues are empty */
+    NET_F_SHUT_WR = 1u << 3,     /* shut the write side once the queues are empty */
+    NET_F_WR_SHUT = 1u << 4,     /* write side is shut */
+    NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
+    NET_F_FD_CLOSED = 1u << 6,
+};
+
+struct net_conn {
+    struct hd_shard *shard;
+    struct net_shard *ns;
+    int fd;
+    enum net_conn_state state;
+    uint32_t flags;
+    uint32_t depth; /* > 0 inside one of our completion handlers: freeing waits for its end */
+    int close_reason;
+    const struct net_conn_handler *h;
+    void *app;
+    const struct net_codec *codec;
+    void *codec_state;
+    struct hd_op recv_op, send_op, ctl_op;
+    struct hd_flush flush;
+    struct hd_timer idle_timer, write_timer;
+    uint32_t idle_timeout_ms, write_timeout_ms;
+    uint32_t send_high, send_low, send_max;
+    struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
+    struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */
+    struct hd_frame *recv_frame;   /* fallback recv target */
+    uint16_t held_head, held_tail; /* ring buffers received while paused (NET_BID_NONE: none) */
+    struct net_sendq plain;        /* app frames awaiting the codec (only with a codec) */
+    struct net_sendq wire;         /* bytes for the socket */
+    struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
+    struct net_addr peer;
+    struct net_conn_stats stats;
+};
+
+struct net_shard {
+    struct hd_shard *shard;
+    struct hd_slab *conns, *chunks, *send_ctxs;
+    struct io_uring_buf_ring *br;
+    uint8_t *bufs;
+    bool buf_ring;
+    uint32_t conns_count;
+    uint32_t br_pending; /* buffers returned since the last tail publish */
+    /* Buffers a paused connection holds, chained per connection in arrival order. */
+    uint16_t held_next[NET_BUF_RING_ENTRIES];
+    uint32_t held_len[NET_BUF_RING_ENTRIES];
+    struct hd_flush br_flush;
+};
+
+#define NET_BID_NONE 0xffffu
+_Static_assert(NET_BUF_RING_ENTRIES < NET_BID_NONE, "buffer ids leave room for the sentinel");
+
+struct net_shard *net_shard_of(struct hd_shard *s);
+
+/* sendq.c */
+int net_sendq_push(struct net_shard *ns, struct net_sendq *q, struct hd_frame *f, uint32_t off,
+                   uint32_t len);
+struct net_sendq_entry *net_sendq_at(struct net_sendq *q, uint32_t index);
+void net_sendq_pop(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q, bool unref);
+/* Remove n bytes from the front (after a send), unreferencing finished frames. */
+void net_sendq_consume(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q, uint64_t n);
+void net_sendq_clear(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q);
+
+/* bufring.c */
+int net_bufring_init(struct net_shard *ns);
+void net_bufring_fini(struct net_shard *ns);
+uint8_t *net_bufring_addr(struct net_shard *ns, uint16_t bid);
+void net_bufring_recycle(struct net_shard *ns, uint16_t bid);
+
+/* conn.c / conn_send.c */
+void net_conn_flush_now(struct net_conn *c);
+void net_conn_finish_close(struct net_conn *c);
+void net_conn_maybe_finish(struct net_conn *c);
+void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags);
+bool net_conn_queues_empty(const struct net_conn *c);
+void net_conn_update_pressure(struct net_conn *c);
+
+#endif /* NET_IMPL_H */

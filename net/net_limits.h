@@ -1,0 +1,43 @@
+/* net_limits.h - every limit of the socket layer, with its reason. Constants only. */
+#ifndef NET_LIMITS_H
+#define NET_LIMITS_H
+
+#include "hd_base.h"
+
+/* Provided-buffer ring per shard: 256 x 16 KiB = 4 MiB. 16 KiB holds a whole TLS record
+ * (2^14 plaintext + overhead spans two buffers at worst) and a burst of small packets. */
+#define NET_BUF_RING_ENTRIES 256
+#define NET_BUF_SIZE         (16u * 1024u)
+#define NET_BUF_GROUP        0
+_Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two");
+
+/* Without a buffer ring, each connection receives into a frame of this size per recv. */
+#define NET_RECV_FALLBACK_SIZE 2048u
+
+/* Connections per shard (pool cap): the default per-shard connection cap too. */
+#define NET_CONNS_MAX 65536u
+
+/* Send queue: entries live in chunks from a shard pool, so an idle connection holds none. */
+#define NET_SENDQ_CHUNK_ENTRIES 15
+#define NET_IOV_MAX             64 /* iovecs per sendmsg (kernel UIO_MAXIOV is 1024) */
+#define NET_SENDQ_CHUNKS_MAX    (NET_CONNS_MAX * 2u)
+#define NET_SEND_CTX_MAX        NET_CONNS_MAX /* one in flight per connection at most */
+
+/* Default watermarks: pause the source at 256 KiB queued, resume at 64 KiB, refuse past 4 MiB. */
+#define NET_SEND_HIGH_DEFAULT (256u * 1024u)
+#define NET_SEND_LOW_DEFAULT  (64u * 1024u)
+#define NET_SEND_MAX_DEFAULT  (4u * 1024u * 1024u)
+_Static_assert(NET_SEND_LOW_DEFAULT < NET_SEND_HIGH_DEFAULT, "hysteresis");
+_Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refusing");
+
+/* The largest partial message an app may leave unconsumed (reassembly buffer): the biggest
+ * default frame class. DERP's largest frame is 64 KiB + 5 + 32 bytes. */
+#define NET_RX_TAIL_MAX (65536u + 64u)
+
+/* Accept: listen backlog; after EMFILE/ENFILE/ENOMEM accept again after this pause. */
+#define NET_LISTEN_BACKLOG    4096
+#define NET_ACCEPT_BACKOFF_MS 100
+/* After a recv found the buffer ring empty, re-arm after this pause (never spin). */
+#define NET_NOBUFS_RETRY_MS 1
+
+#endif /* NET_LIMITS_H */

@@ -1,0 +1,448 @@
+/* test_conn.c - connections and listeners on real loopback sockets: bulk echo with checksums
+ * across shards (buffer ring and plain-recv fallback), send watermarks bounding memory, idle
+ * timeout, peer reset, half close, refused connect. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "net.h"
+
+static uint16_t free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* The byte at position i of stream `seed`: cheap to recompute on the receiving side. */
+static inline uint8_t stream_byte(uint64_t seed, uint64_t i)
+{
+    uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull + seed;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    return (uint8_t)(x >> ((i & 7) * 8));
+}
+
+static struct {
+    uint16_t port;
+    bool no_buf_ring;
+    struct net_listener *listeners[4];
+    _Atomic unsigned server_closed;
+    _Atomic int last_server_reason;
+    uint32_t idle_ms;
+    bool half_close;
+} g;
+
+static int net_init(struct hd_shard *s)
+{
+    struct net_shard_options o = {.no_buf_ring = g.no_buf_ring};
+    return net_shard_init(s, &o);
+}
+
+static void net_stop(struct hd_shard *s)
+{
+    if (g.listeners[hd_shard_id(s)])
+        net_listener_stop(g.listeners[hd_shard_id(s)]);
+    g.listeners[hd_shard_id(s)] = NULL;
+}
+
+static void net_fini(struct hd_shard *s)
+{
+    net_shard_fini(s);
+}
+
+/* ---------------------------------------------------------------- echo server */
+
+static ssize_t echo_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    if (g.half_close && len >= 5 && memcmp(data, "hello", 5) == 0)
+        return (ssize_t)len; /* the half-close test answers at EOF */
+    int rc = net_conn_send_copy(c, data, len);
+    return rc < 0 ? rc : (ssize_t)len;
+}
+
+static void echo_pressure(struct net_conn *c, bool paused)
+{
+    net_conn_pause_recv(c, paused); /* the source is our own reader: stop it */
+}
+
+static void echo_eof(struct net_conn *c)
+{
+    if (g.half_close) {
+        HDT_CHECK(net_conn_send_copy(c, "bye", 3) == 0);
+        net_conn_shutdown_write(c);
+        return;
+    }
+    net_conn_close(c, 0, true);
+}
+
+static void echo_close(struct net_conn *c, int reason)
+{
+    (void)c;
+    atomic_store(&g.last_server_reason, reason);
+    atomic_fetch_add(&g.server_closed, 1);
+}
+
+static const struct net_conn_handler echo_handler = {
+    .on_data = echo_data,
+    .on_send_pressure = echo_pressure,
+    .on_eof = echo_eof,
+    .on_close = echo_close,
+};
+
+static void echo_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
+{
+    (void)peer, (void)arg;
+    struct net_conn_options o = {.idle_timeout_ms = g.idle_ms};
+    struct net_conn *c;
+    if (net_conn_adopt(net_listener_shard(l), fd, &echo_handler, NULL, &o, &c) < 0)
+        close(fd);
+}
+
+static void listen_here(struct hd_shard *s)
+{
+    struct net_addr a;
+    char text[32];
+    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
+    HDT_CHECK(net_addr_parse(text, &a) == 0);
+    HDT_CHECK(net_listener_start(s, &a, NULL, echo_accept, NULL, &g.listeners[hd_shard_id(s)]) ==
+              0);
+}
+
+/* ---------------------------------------------------------------- bulk clients */
+
+#define CLIENTS_PER_SHARD 2
+#define CHUNK             (60u * 1024u)
+
+struct client {
+    struct hd_shard *s;
+    struct net_conn *c;
+    uint64_t seed, total, sent, got;
+    bool paused, bad;
+    size_t queued_max;
+};
+static struct client clients[8];
+static _Atomic unsigned clients_left;
+static uint64_t bulk_bytes;
+
+static void client_fill(struct client *k)
+{
+    while (!k->paused && k->sent < k->total) {
+        struct hd_frame *f = hd_frame_get(k->s, CHUNK);
+        HDT_CHECK(f != NULL);
+        uint32_t n = (uint32_t)((k->total - k->sent) < CHUNK ? k->total - k->sent : CHUNK);
+        for (uint32_t i = 0; i < n; i++)
+            f->data[i] = stream_byte(k->seed, k->sent + i);
+        int rc = net_conn_send(k->c, f, 0, n);
+        hd_frame_unref(k->s, f);
+        HDT_CHECK(rc == 0);
+        k->sent += n;
+        size_t q = net_conn_queued_bytes(k->c);
+        if (q > k->queued_max)
+            k->queued_max = q;
+    }
+}
+
+static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    struct client *k = net_conn_app(c);
+    for (size_t i = 0; i < len; i++)
+        if (data[i] != stream_byte(k->seed, k->got + i))
+            k->bad = true;
+    k->got += len;
+    if (k->got == k->total)
+        net_conn_close(c, 0, false);
+    return (ssize_t)len;
+}
+
+static void client_pressure(struct net_conn *c, bool paused)
+{
+    struct client *k = net_conn_app(c);
+    k->paused = paused;
+    if (!paused)
+        client_fill(k);
+}
+
+static void client_connected(struct net_conn *c, int res)
+{
+    HDT_CHECK(res == 0);
+    client_fill(net_conn_app(c));
+}
+
+static void client_close(struct net_conn *c, int reason)
+{
+    struct client *k = net_conn_app(c);
+    if (reason != 0)
+        fprintf(stderr, "client closed: %s (sent %llu got %llu)\n", strerror(-reason),
+                (unsigned long long)k->sent, (unsigned long long)k->got);
+    HDT_CHECK(reason == 0);
+    if (atomic_fetch_sub(&clients_left, 1) == 1)
+        hd_runtime_stop(hd_shard_runtime(k->s));
+}
+
+static const struct net_conn_handler client_handler = {
+    .on_data = client_data,
+    .on_send_pressure = client_pressure,
+    .on_connected = client_connected,
+    .on_close = client_close,
+};
+
+static void bulk_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    listen_here(s);
+    struct net_addr a;
+    char text[32];
+    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
+    HDT_CHECK(net_addr_parse(text, &a) == 0);
+    for (unsigned i = 0; i < CLIENTS_PER_SHARD; i++) {
+        struct client *k = &clients[hd_shard_id(s) * CLIENTS_PER_SHARD + i];
+        k->s = s;
+        k->seed = 1000 + hd_shard_id(s) * 10 + i;
+        k->total = bulk_bytes;
+        HDT_CHECK(net_conn_connect(s, &a, 2000, &client_handler, k, NULL, &k->c) == 0);
+    }
+}
+
+static void run_bulk(bool no_buf_ring, uint64_t bytes_per_client)
+{
+    memset(&g, 0, sizeof(g));
+    memset(clients, 0, sizeof(clients));
+    g.port = free_port();
+    g.no_buf_ring = no_buf_ring;
+    bulk_bytes = bytes_per_client;
+    atomic_store(&clients_left, 2 * CLIENTS_PER_SHARD);
+    struct hdt_options o = {
+        .shards = 2, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    cr_assert_eq(hdt_run(&o, bulk_body, NULL, NULL), 0);
+    for (unsigned i = 0; i < 2 * CLIENTS_PER_SHARD; i++) {
+        cr_assert_eq(clients[i].got, bytes_per_client, "client %u got %llu", i,
+                     (unsigned long long)clients[i].got);
+        cr_assert(!clients[i].bad, "client %u: corrupted bytes", i);
+        cr_assert_leq(clients[i].queued_max, NET_SEND_HIGH_DEFAULT + CHUNK,
+                      "client %u queued %zu bytes", i, clients[i].queued_max);
+    }
+    cr_assert_eq(atomic_load(&g.server_closed), 2 * CLIENTS_PER_SHARD);
+}
+
+/* 4 connections x 16 MiB = 64 MiB each way, two shards, checksummed byte by byte. */
+Test(test_net_conn, bulk_echo_64mib_buf_ring, .timeout = 120)
+{
+    run_bulk(false, 16u << 20);
+}
+
+Test(test_net_conn, bulk_echo_plain_recv_fallback, .timeout = 120)
+{
+    run_bulk(true, 4u << 20);
+}
+
+/* ---------------------------------------------------------------- raw peers */
+
+/* A plain blocking socket client runs on its own thread while the runtime serves; a stopper
+ * thread ends the runtime once the client finished and the server saw the expected closes. */
+static void (*raw_fn)(void);
+static _Atomic int raw_done;
+static _Atomic(struct hd_runtime *) raw_rt;
+static unsigned raw_expect_closes;
+
+static void *raw_thread(void *arg)
+{
+    (void)arg;
+    raw_fn();
+    atomic_store(&raw_done, 1);
+    return NULL;
+}
+
+static void *stopper(void *arg)
+{
+    (void)arg;
+    for (int i = 0; i < 1000; i++) { /* at most 10 s */
+        if (atomic_load(&raw_done) && atomic_load(&g.server_closed) >= raw_expect_closes)
+            break;
+        usleep(10000);
+    }
+    while (atomic_load(&raw_rt) == NULL)
+        usleep(1000);
+    hd_runtime_stop(atomic_load(&raw_rt));
+    return NULL;
+}
+
+static int raw_connect(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons(g.port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 200; i++) { /* the listener comes up when the runtime starts */
+        if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+            return fd;
+        usleep(10000);
+    }
+    close(fd);
+    return -1;
+}
+
+static void server_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    listen_here(s);
+    atomic_store(&raw_rt, hd_shard_runtime(s));
+}
+
+static void run_raw(void (*fn)(void), uint32_t idle_ms, bool half_close, unsigned closes)
+{
+    memset(&g, 0, sizeof(g));
+    g.port = free_port();
+    g.idle_ms = idle_ms;
+    g.half_close = half_close;
+    raw_fn = fn;
+    raw_expect_closes = closes;
+    atomic_store(&raw_done, 0);
+    atomic_store(&raw_rt, NULL);
+    struct hdt_options o = {
+        .shards = 1, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, raw_thread, NULL);
+    pthread_create(&t2, NULL, stopper, NULL);
+    cr_assert_eq(hdt_run(&o, server_body, NULL, NULL), 0);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+}
+
+static _Atomic int raw_result;
+
+/* Idle: connect, send nothing; the server closes after its idle timeout. */
+static void raw_idle(void)
+{
+    int fd = raw_connect();
+    char b;
+    uint64_t t0 = hd_clock_ns();
+    ssize_t n = read(fd, &b, 1); /* blocks until the server closes */
+    atomic_store(&raw_result, n == 0 && hd_clock_ns() - t0 >= 90u * 1000 * 1000 ? 1 : -1);
+    close(fd);
+}
+
+Test(test_net_conn, idle_timeout_closes, .timeout = 30)
+{
+    atomic_store(&raw_result, 0);
+    run_raw(raw_idle, 100, false, 1);
+    cr_assert_eq(atomic_load(&raw_result), 1);
+    cr_assert_eq(atomic_load(&g.last_server_reason), -ETIMEDOUT);
+}
+
+/* Reset: connect, send a little, abort with RST (SO_LINGER 0). */
+static void raw_reset(void)
+{
+    int fd = raw_connect();
+    cr_assert_eq(write(fd, "ping", 4), 4);
+    char b[4];
+    cr_assert_eq(read(fd, b, 4), 4); /* echoed */
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
+}
+
+Test(test_net_conn, peer_reset_is_reported, .timeout = 30)
+{
+    run_raw(raw_reset, 0, false, 1);
+    cr_assert_eq(atomic_load(&g.last_server_reason), -ECONNRESET);
+}
+
+/* Half close: the client shuts its write side; the server still answers, then shuts its own. */
+static void raw_half(void)
+{
+    int fd = raw_connect();
+    cr_assert_eq(write(fd, "hello", 5), 5);
+    shutdown(fd, SHUT_WR);
+    char b[16];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fd, b + got, sizeof(b) - got)) > 0)
+        got += (size_t)n;
+    atomic_store(&raw_result, n == 0 && got == 3 && memcmp(b, "bye", 3) == 0 ? 1 : -1);
+    close(fd);
+}
+
+Test(test_net_conn, half_close_both_ways, .timeout = 30)
+{
+    atomic_store(&raw_result, 0);
+    run_raw(raw_half, 0, true, 0);
+    cr_assert_eq(atomic_load(&raw_result), 1);
+}
+
+/* Refused: connecting to a port nobody listens on reports -ECONNREFUSED, then closes. */
+static _Atomic int refused_res, refused_closed;
+
+static void refused_connected(struct net_conn *c, int res)
+{
+    (void)c;
+    atomic_store(&refused_res, res);
+}
+
+static void refused_close(struct net_conn *c, int reason)
+{
+    atomic_store(&refused_closed, reason == 0 ? 1 : reason);
+    hd_runtime_stop(hd_shard_runtime(net_conn_shard(c)));
+}
+
+static ssize_t refused_data(struct net_conn *c, const uint8_t *d, size_t n)
+{
+    (void)c, (void)d;
+    return (ssize_t)n;
+}
+
+static const struct net_conn_handler refused_handler = {
+    .on_data = refused_data, .on_connected = refused_connected, .on_close = refused_close};
+
+static void refused_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    struct net_addr a;
+    char text[32];
+    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
+    HDT_CHECK(net_addr_parse(text, &a) == 0);
+    struct net_conn *c;
+    HDT_CHECK(net_conn_connect(s, &a, 2000, &refused_handler, NULL, NULL, &c) == 0);
+}
+
+Test(test_net_conn, connect_refused, .timeout = 30)
+{
+    memset(&g, 0, sizeof(g));
+    g.port = free_port();
+    struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
+    cr_assert_eq(hdt_run(&o, refused_body, NULL, NULL), 0);
+    cr_assert_eq(atomic_load(&refused_res), -ECONNREFUSED);
+    cr_assert_eq(atomic_load(&refused_closed), -ECONNREFUSED);
+}
+
+/* ---------------------------------------------------------------- addresses */
+
+Test(test_net_conn, addr_parse_and_format)
+{
+    struct net_addr a;
+    char buf[64];
+    cr_assert_eq(net_addr_parse("127.0.0.1:3340", &a), 0);
+    cr_assert_str_eq(net_addr_format(&a, buf, sizeof(buf)), "127.0.0.1:3340");
+    cr_assert_eq(net_addr_parse("[::1]:443", &a), 0);
+    cr_assert_str_eq(net_addr_format(&a, buf, sizeof(buf)), "[::1]:443");
+    cr_assert_eq(net_addr_parse(":443", &a), 0);
+    cr_assert_eq(a.sa.sa_family, AF_INET6);
+    cr_assert_eq(net_addr_port(&a), 443);
+    cr_assert_eq(net_addr_parse("8080", &a), 0);
+    cr_assert_eq(net_addr_port(&a), 8080);
+    cr_assert_eq(net_addr_parse("::1:443", &a), -EINVAL);
+    cr_assert_eq(net_addr_parse("1.2.3.4:65536", &a), -EINVAL);
+    cr_assert_eq(net_addr_parse("1.2.3.4:", &a), -EINVAL);
+    cr_assert_eq(net_addr_parse("example.com:443", &a), -EINVAL);
+}
