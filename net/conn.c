@@ -5,12 +5,12 @@
  * conn_send.c. */
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "net_impl.h"
 
-static void recv_arm(struct net_conn *c);
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags);
 static void nobufs_wait(struct net_conn *c);
 
@@ -35,8 +35,8 @@ static void conn_flush_cb(struct hd_flush *f)
         net_conn_flush_now(c);
 }
 
-static struct net_conn *conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
-                                 void *app, const struct net_conn_options *opt)
+struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
+                              void *app, const struct net_conn_options *opt)
 {
     struct net_shard *ns = net_shard_of(s);
     struct net_conn *c = hd_slab_get(ns->conns);
@@ -75,7 +75,7 @@ static struct net_conn *conn_new(struct hd_shard *s, int fd, const struct net_co
 int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h, void *app,
                    const struct net_conn_options *opt, struct net_conn **out)
 {
-    struct net_conn *c = conn_new(s, fd, h, app, opt);
+    struct net_conn *c = net_conn_new(s, fd, h, app, opt);
     if (c == NULL)
         return -ENOMEM;
     int one = 1;
@@ -86,7 +86,7 @@ int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h,
     c->state = NET_CONN_OPEN;
     if (c->idle_timeout_ms)
         hd_timer_start(s, &c->idle_timer, c->idle_timeout_ms);
-    recv_arm(c);
+    net_conn_recv_arm(c);
     *out = c;
     return 0;
 }
@@ -114,7 +114,7 @@ static void connect_done(struct hd_op *op, int32_t res, uint32_t flags)
     c->state = NET_CONN_OPEN;
     if (c->idle_timeout_ms)
         hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
-    recv_arm(c);
+    net_conn_recv_arm(c);
     if (c->h->on_connected)
         c->h->on_connected(c, 0);
     if (c->state == NET_CONN_OPEN && !net_conn_queues_empty(c))
@@ -132,7 +132,7 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
         return -errno;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    struct net_conn *c = conn_new(s, fd, h, app, opt);
+    struct net_conn *c = net_conn_new(s, fd, h, app, opt);
     if (c == NULL) {
         close(fd);
         return -ENOMEM;
@@ -156,7 +156,7 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
 
 /* ---------------------------------------------------------------- receive */
 
-static void recv_arm(struct net_conn *c)
+void net_conn_recv_arm(struct net_conn *c)
 {
     if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_RECV_PAUSED | NET_F_NOBUFS)) ||
         hd_op_busy(&c->recv_op))
@@ -268,13 +268,13 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
 }
 
 /* Raw bytes from the socket: through the codec if there is one. */
-static int conn_input(struct net_conn *c, uint8_t *data, size_t len)
+int net_conn_input(struct net_conn *c, uint8_t *data, size_t len)
 {
     c->stats.bytes_in += len;
     if (c->codec == NULL)
         return net_conn_deliver(c, data, len);
     if (c->raw_tail && c->raw_tail->len > 0) {
-        int rc = tail_append(c, &c->raw_tail, data, len);
+        int rc = len ? tail_append(c, &c->raw_tail, data, len) : 0;
         if (rc < 0)
             return rc;
         data = c->raw_tail->data;
@@ -297,7 +297,7 @@ static void nobufs_retry(struct hd_timer *t)
     if (c->idle_timeout_ms)
         hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
     c->idle_timer.fn = idle_fired;
-    recv_arm(c);
+    net_conn_recv_arm(c);
 }
 
 /* Buffers that arrived after a pause (the multishot recv is cancelled asynchronously) wait on
@@ -327,9 +327,101 @@ static int held_drain(struct net_conn *c, bool deliver)
         if (c->held_head == NET_BID_NONE)
             c->held_tail = NET_BID_NONE;
         if (deliver && rc == 0 && c->state == NET_CONN_OPEN)
-            rc = conn_input(c, net_bufring_addr(ns, bid), ns->held_len[bid]);
+            rc = net_conn_input(c, net_bufring_addr(ns, bid), ns->held_len[bid]);
         net_bufring_recycle(ns, bid);
     }
+    return rc;
+}
+
+/* Before a move: copy held ring buffers (raw bytes, in order) into pool frames so the ring
+ * gets its buffers back on this shard. *out is a heap array of *count frames. */
+int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *count)
+{
+    struct net_shard *ns = c->ns;
+    uint32_t n = 0;
+    for (uint16_t b = c->held_head; b != NET_BID_NONE; b = ns->held_next[b])
+        n++;
+    for (struct hd_frame *f = c->pending_head; f; f = f->next)
+        n++;
+    *out = NULL;
+    *count = 0;
+    if (n == 0)
+        return 0;
+    struct hd_frame **v = calloc(n, sizeof(*v));
+    int rc = v ? 0 : -ENOMEM;
+    uint32_t i = 0;
+    while (c->pending_head) { /* older than anything held */
+        struct hd_frame *f = c->pending_head;
+        c->pending_head = f->next;
+        f->next = NULL;
+        if (v)
+            v[i++] = f;
+        else
+            hd_frame_unref(c->shard, f);
+    }
+    c->pending_tail = NULL;
+    while (c->held_head != NET_BID_NONE) {
+        uint16_t bid = c->held_head;
+        c->held_head = ns->held_next[bid];
+        if (c->held_head == NET_BID_NONE)
+            c->held_tail = NET_BID_NONE;
+        struct hd_frame *f = rc == 0 ? hd_frame_get(c->shard, ns->held_len[bid]) : NULL;
+        if (f) {
+            memcpy(f->data, net_bufring_addr(ns, bid), ns->held_len[bid]);
+            f->len = ns->held_len[bid];
+            v[i++] = f;
+        } else if (rc == 0) {
+            rc = -ENOBUFS;
+        }
+        net_bufring_recycle(ns, bid);
+    }
+    *out = v;
+    *count = i;
+    return rc;
+}
+
+void net_conn_pending_add(struct net_conn *c, struct hd_frame *f)
+{
+    f->next = NULL;
+    if (c->pending_tail)
+        c->pending_tail->next = f;
+    else
+        c->pending_head = f;
+    c->pending_tail = f;
+}
+
+/* Feed pending frames (raw bytes carried over by a move) while the app is not paused. */
+static int pending_drain(struct net_conn *c, bool deliver)
+{
+    int rc = 0;
+    while (c->pending_head) {
+        if (deliver && (c->flags & NET_F_RECV_PAUSED))
+            return 0;
+        struct hd_frame *f = c->pending_head;
+        c->pending_head = f->next;
+        if (c->pending_head == NULL)
+            c->pending_tail = NULL;
+        if (deliver && rc == 0 && c->state == NET_CONN_OPEN)
+            rc = net_conn_input(c, f->data, f->len);
+        hd_frame_unref(c->shard, f);
+    }
+    return rc;
+}
+
+/* Offer, in arrival order, everything received but not yet given to the app: the app's tail,
+ * the codec's tail, pending frames, held ring buffers. Stops where the app pauses. */
+int net_conn_replay(struct net_conn *c)
+{
+    int rc = 0;
+    if (c->rx_tail && c->rx_tail->len > 0)
+        rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
+    if (rc == 0 && c->codec && c->raw_tail && c->raw_tail->len > 0 &&
+        !(c->flags & NET_F_RECV_PAUSED))
+        rc = net_conn_input(c, NULL, 0);
+    if (rc == 0)
+        rc = pending_drain(c, true);
+    if (rc == 0)
+        rc = held_drain(c, true);
     return rc;
 }
 
@@ -353,13 +445,14 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
         uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
         data = ring ? net_bufring_addr(c->ns, bid) : c->recv_frame->data;
         if (ring && c->state == NET_CONN_OPEN &&
-            ((c->flags & NET_F_RECV_PAUSED) || c->held_head != NET_BID_NONE)) {
+            ((c->flags & NET_F_RECV_PAUSED) || c->held_head != NET_BID_NONE ||
+             c->pending_head != NULL)) {
             held_push(c, bid, (uint32_t)res); /* paused: keep it, in order, until resumed */
             ring = false;
         } else if (c->state == NET_CONN_OPEN) {
             if (c->idle_timeout_ms)
                 hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
-            rc = conn_input(c, data, (size_t)res);
+            rc = net_conn_input(c, data, (size_t)res);
         }
         if (ring)
             net_bufring_recycle(c->ns, bid);
@@ -380,7 +473,7 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
     if (rc < 0 && c->state == NET_CONN_OPEN)
         net_conn_close(c, rc, false);
     if (!(flags & IORING_CQE_F_MORE) && c->state == NET_CONN_OPEN)
-        recv_arm(c);
+        net_conn_recv_arm(c);
     c->depth--;
     net_conn_maybe_finish(c);
 }
@@ -399,16 +492,12 @@ void net_conn_pause_recv(struct net_conn *c, bool paused)
         return;
     c->flags &= ~NET_F_RECV_PAUSED;
     /* Bytes the app left when it paused come first, then buffers that arrived meanwhile. */
-    int rc = 0;
     c->depth++;
-    if (c->rx_tail && c->rx_tail->len > 0)
-        rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
-    if (rc == 0)
-        rc = held_drain(c, true);
+    int rc = net_conn_replay(c);
     if (rc < 0)
         net_conn_close(c, rc, false);
     else if (!(c->flags & NET_F_RECV_PAUSED))
-        recv_arm(c);
+        net_conn_recv_arm(c);
     c->depth--;
     net_conn_maybe_finish(c);
 }
@@ -426,6 +515,12 @@ static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
 /* Once no op is in flight: close the fd through the ring, then free everything. */
 void net_conn_maybe_finish(struct net_conn *c)
 {
+    if ((c->flags & NET_F_MIGRATING) && c->state == NET_CONN_OPEN) {
+        if (c->depth == 0 && !hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) &&
+            !hd_op_busy(&c->ctl_op))
+            net_migrate_step(c);
+        return;
+    }
     if (c->state != NET_CONN_CLOSING || c->depth > 0 || hd_op_busy(&c->recv_op) ||
         hd_op_busy(&c->send_op) || hd_op_busy(&c->ctl_op))
         return;
@@ -444,12 +539,20 @@ void net_conn_maybe_finish(struct net_conn *c)
 
 void net_conn_finish_close(struct net_conn *c)
 {
+    c->state = NET_CONN_CLOSED;
+    net_conn_release(c, true);
+}
+
+/* Free what the connection holds and the struct itself; notify: call on_close first. */
+void net_conn_release(struct net_conn *c, bool notify)
+{
     struct hd_shard *s = c->shard;
     struct net_shard *ns = c->ns;
     hd_timer_stop(s, &c->idle_timer);
     hd_timer_stop(s, &c->write_timer);
     hd_flush_cancel(s, &c->flush);
     held_drain(c, false);
+    pending_drain(c, false);
     if (c->codec && c->codec->release)
         c->codec->release(c, c->codec_state);
     c->codec = NULL;
@@ -458,8 +561,7 @@ void net_conn_finish_close(struct net_conn *c)
     tail_drop(c, &c->rx_tail);
     tail_drop(c, &c->raw_tail);
     tail_drop(c, &c->recv_frame);
-    c->state = NET_CONN_CLOSED;
-    if (c->h->on_close)
+    if (notify && c->h->on_close)
         c->h->on_close(c, c->close_reason);
     ns->conns_count--;
     hd_slab_put(ns->conns, c);
@@ -500,6 +602,11 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
 void *net_conn_app(const struct net_conn *c)
 {
     return c->app;
+}
+
+const struct net_conn_handler *net_conn_app_handler(const struct net_conn *c)
+{
+    return c->h;
 }
 
 void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void *app)

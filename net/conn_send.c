@@ -170,8 +170,8 @@ void net_conn_shutdown_write(struct net_conn *c)
 
 void net_conn_flush_now(struct net_conn *c)
 {
-    if (c->state != NET_CONN_OPEN || c->send_ctx != NULL)
-        return; /* one send in flight: its completion flushes again */
+    if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
+        return; /* one send in flight: its completion flushes again; a moving one waits */
     if (c->codec && c->plain.count) {
         int rc = c->codec->encode(c, c->codec_state);
         if (rc < 0) {

@@ -127,6 +127,7 @@ void net_conn_close(struct net_conn *c, int reason, bool flush);
 void net_conn_shutdown_write(struct net_conn *c);
 
 void *net_conn_app(const struct net_conn *c);
+const struct net_conn_handler *net_conn_app_handler(const struct net_conn *c);
 void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void *app);
 int net_conn_fd(const struct net_conn *c);
 struct hd_shard *net_conn_shard(const struct net_conn *c);
@@ -145,6 +146,20 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len);
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len);
 /* For codecs: queue wire bytes (reference moves to the connection). */
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
+
+/* ---------------------------------------------------------------- migration */
+
+/* Runs on the destination shard with the connection now living there: set its handler and
+ * app state with net_conn_set_app (the handler it had on the old shard is kept until then).
+ * c is NULL if the destination could not take the connection (its pool is full): the fd is
+ * closed and the app frees its state. */
+typedef void net_adopt_fn(struct net_conn *c, void *arg);
+/* Move c to shard dst: once no op of it is in flight, its fd, peer, timeouts, unconsumed bytes,
+ * queued sends and codec (whose state must be heap memory, not a shard pool's) travel over the
+ * bus, and adopt(new, arg) runs on dst; receiving resumes there. On this shard the app hears
+ * nothing more of c (no on_close): the connection is not closed, only moved.
+ * Returns 0, -EINVAL (dst out of range or this shard), -EBUSY (already moving or closing). */
+int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg);
 
 /* ---------------------------------------------------------------- listeners */
 

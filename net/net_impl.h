@@ -38,6 +38,7 @@ enum net_conn_flag {
     NET_F_WR_SHUT = 1u << 4,     /* write side is shut */
     NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
     NET_F_FD_CLOSED = 1u << 6,
+    NET_F_MIGRATING = 1u << 7, /* moving to another shard once its ops are done */
 };
 
 struct net_conn {
@@ -61,11 +62,13 @@ struct net_conn {
     struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */
     struct hd_frame *recv_frame;   /* fallback recv target */
     uint16_t held_head, held_tail; /* ring buffers received while paused (NET_BID_NONE: none) */
+    struct hd_frame *pending_head, *pending_tail; /* raw bytes to replay before new ones */
     struct net_sendq plain;        /* app frames awaiting the codec (only with a codec) */
     struct net_sendq wire;         /* bytes for the socket */
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
     struct net_addr peer;
     struct net_conn_stats stats;
+    struct net_migration *migration; /* while NET_F_MIGRATING */
 };
 
 struct net_shard {
@@ -102,7 +105,18 @@ void net_bufring_fini(struct net_shard *ns);
 uint8_t *net_bufring_addr(struct net_shard *ns, uint16_t bid);
 void net_bufring_recycle(struct net_shard *ns, uint16_t bid);
 
+/* migrate.c */
+void net_migrate_step(struct net_conn *c);
+
 /* conn.c / conn_send.c */
+struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
+                              void *app, const struct net_conn_options *opt);
+int net_conn_input(struct net_conn *c, uint8_t *data, size_t len);
+void net_conn_recv_arm(struct net_conn *c);
+void net_conn_release(struct net_conn *c, bool notify);
+int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *count);
+void net_conn_pending_add(struct net_conn *c, struct hd_frame *f);
+int net_conn_replay(struct net_conn *c);
 void net_conn_flush_now(struct net_conn *c);
 void net_conn_finish_close(struct net_conn *c);
 void net_conn_maybe_finish(struct net_conn *c);

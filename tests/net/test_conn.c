@@ -42,6 +42,9 @@ static struct {
     _Atomic int last_server_reason;
     uint32_t idle_ms;
     bool half_close;
+    bool migrate;                 /* move each server connection to the other shard mid-stream */
+    _Atomic unsigned migrated;    /* connections that arrived on their new shard */
+    _Atomic unsigned moved_wrong; /* arrived on the shard they left */
 } g;
 
 static int net_init(struct hd_shard *s)
@@ -64,8 +67,23 @@ static void net_fini(struct hd_shard *s)
 
 /* ---------------------------------------------------------------- echo server */
 
+static void echo_adopt(struct net_conn *c, void *arg)
+{
+    HDT_CHECK(c != NULL);
+    if (hd_shard_id(net_conn_shard(c)) == (unsigned)(uintptr_t)arg)
+        atomic_fetch_add(&g.moved_wrong, 1);
+    net_conn_set_app(c, net_conn_app_handler(c), (void *)1); /* app != NULL: moved already */
+    atomic_fetch_add(&g.migrated, 1);
+}
+
 static ssize_t echo_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
+    if (g.migrate && net_conn_app(c) == NULL && net_conn_stats(c)->bytes_in >= (1u << 20)) {
+        unsigned here = hd_shard_id(net_conn_shard(c));
+        unsigned there = (here + 1) % hd_shard_count(net_conn_shard(c));
+        HDT_CHECK(net_conn_migrate(c, there, echo_adopt, (void *)(uintptr_t)here) == 0);
+        return 0; /* nothing consumed: these bytes are offered again on the new shard */
+    }
     if (g.half_close && len >= 5 && memcmp(data, "hello", 5) == 0)
         return (ssize_t)len; /* the half-close test answers at EOF */
     int rc = net_conn_send_copy(c, data, len);
@@ -90,6 +108,8 @@ static void echo_eof(struct net_conn *c)
 static void echo_close(struct net_conn *c, int reason)
 {
     (void)c;
+    if (reason != 0 && !g.idle_ms && !g.half_close)
+        fprintf(stderr, "server connection closed: %s\n", strerror(-reason));
     atomic_store(&g.last_server_reason, reason);
     atomic_fetch_add(&g.server_closed, 1);
 }
@@ -215,9 +235,10 @@ static void bulk_body(struct hd_shard *s, void *arg)
     }
 }
 
-static void run_bulk(bool no_buf_ring, uint64_t bytes_per_client)
+static void run_bulk(bool no_buf_ring, uint64_t bytes_per_client, bool migrate)
 {
     memset(&g, 0, sizeof(g));
+    g.migrate = migrate;
     memset(clients, 0, sizeof(clients));
     g.port = free_port();
     g.no_buf_ring = no_buf_ring;
@@ -234,17 +255,33 @@ static void run_bulk(bool no_buf_ring, uint64_t bytes_per_client)
                       "client %u queued %zu bytes", i, clients[i].queued_max);
     }
     cr_assert_eq(atomic_load(&g.server_closed), 2 * CLIENTS_PER_SHARD);
+    if (migrate) {
+        cr_assert_eq(atomic_load(&g.migrated), 2 * CLIENTS_PER_SHARD);
+        cr_assert_eq(atomic_load(&g.moved_wrong), 0);
+    }
 }
 
 /* 4 connections x 16 MiB = 64 MiB each way, two shards, checksummed byte by byte. */
 Test(test_net_conn, bulk_echo_64mib_buf_ring, .timeout = 120)
 {
-    run_bulk(false, 16u << 20);
+    run_bulk(false, 16u << 20, false);
 }
 
 Test(test_net_conn, bulk_echo_plain_recv_fallback, .timeout = 120)
 {
-    run_bulk(true, 4u << 20);
+    run_bulk(true, 4u << 20, false);
+}
+
+/* Every server connection moves to the other shard after 1 MiB while the client keeps sending:
+ * not a byte may be lost, duplicated or reordered. */
+Test(test_net_conn, migrate_live_connection, .timeout = 120)
+{
+    run_bulk(false, 8u << 20, true);
+}
+
+Test(test_net_conn, migrate_live_connection_fallback, .timeout = 120)
+{
+    run_bulk(true, 4u << 20, true);
 }
 
 /* ---------------------------------------------------------------- raw peers */

@@ -1,0 +1,218 @@
+/* migrate.c - moving a live connection to another shard. The source waits until no op of the
+ * connection is in flight, folds buffered bytes into its tails, packs fd, settings, tails, queued
+ * sends and codec into one heap package and sends it over the bus; the destination rebuilds the
+ * connection from its own pools, lets the app adopt it, replays the buffered bytes and resumes
+ * receiving. Frames cross shards by reference (they return to their owner when freed); pool
+ * objects (queue chunks, the struct itself) never do. The package is heap memory because it is
+ * made on one shard and freed on another. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "net_impl.h"
+
+struct net_migration {
+    unsigned dst;
+    net_adopt_fn *adopt;
+    void *arg;
+    /* filled when packed */
+    int fd;
+    const struct net_conn_handler *h;
+    void *app;
+    const struct net_codec *codec;
+    void *codec_state;
+    struct hd_frame *rx_tail, *raw_tail;
+    struct net_addr peer;
+    struct net_conn_stats stats;
+    struct net_conn_options opt;
+    struct net_sendq_entry *plain, *wire;
+    uint32_t plain_count, wire_count;
+    struct hd_frame **chunks; /* raw bytes that were held in ring buffers, in order */
+    uint32_t chunks_count;
+    struct hd_timer retry; /* the bus was full: try again */
+    struct net_conn *c;
+};
+
+int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg)
+{
+    if (dst >= hd_shard_count(c->shard) || dst == hd_shard_id(c->shard))
+        return -EINVAL;
+    if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE)))
+        return -EBUSY;
+    struct net_migration *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return -ENOMEM;
+    m->dst = dst;
+    m->adopt = adopt;
+    m->arg = arg;
+    m->c = c;
+    c->migration = m;
+    c->flags |= NET_F_MIGRATING;
+    hd_timer_stop(c->shard, &c->idle_timer);
+    hd_timer_stop(c->shard, &c->write_timer);
+    net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
+    net_conn_maybe_finish(c);
+    return 0;
+}
+
+static int take_queue(struct net_sendq *q, struct net_sendq_entry **out, uint32_t *count)
+{
+    *count = q->count;
+    if (q->count == 0)
+        return 0;
+    *out = malloc(sizeof(**out) * q->count);
+    if (*out == NULL)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < q->count; i++)
+        (*out)[i] = *net_sendq_at(q, i);
+    return 0;
+}
+
+static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg);
+
+static void migrate_send(struct net_migration *m, struct hd_shard *s)
+{
+    struct hd_msg msg = {.fn = migrate_arrive, .ptr = m};
+    if (hd_bus_send(s, m->dst, &msg) == 0)
+        return;
+    hd_timer_start(s, &m->retry, 1); /* full bus: the package waits, the fd stays open */
+}
+
+static void migrate_retry(struct hd_timer *t)
+{
+    struct net_migration *m = hd_container_of(t, struct net_migration, retry);
+    migrate_send(m, hd_shard_current());
+}
+
+/* Source side, once nothing of c is in flight. */
+void net_migrate_step(struct net_conn *c)
+{
+    struct net_migration *m = c->migration;
+    struct hd_shard *s = c->shard;
+    int rc = net_conn_held_take(c, &m->chunks, &m->chunks_count);
+    if (rc == 0)
+        rc = take_queue(&c->plain, &m->plain, &m->plain_count);
+    if (rc == 0)
+        rc = take_queue(&c->wire, &m->wire, &m->wire_count);
+    if (rc < 0) {
+        for (uint32_t i = 0; i < m->chunks_count; i++)
+            hd_frame_unref(s, m->chunks[i]);
+        free(m->chunks);
+        free(m->plain);
+        free(m->wire);
+        free(m);
+        c->migration = NULL;
+        c->flags &= ~NET_F_MIGRATING;
+        hd_log_rl(HD_LOG_WARN, "net: cannot move a connection: %s", strerror(-rc));
+        net_conn_close(c, rc, false);
+        return;
+    }
+    m->fd = c->fd;
+    m->h = c->h;
+    m->app = c->app;
+    m->codec = c->codec;
+    m->codec_state = c->codec_state;
+    m->rx_tail = c->rx_tail;
+    m->raw_tail = c->raw_tail;
+    m->peer = c->peer;
+    m->stats = c->stats;
+    m->opt = (struct net_conn_options){.idle_timeout_ms = c->idle_timeout_ms,
+                                       .write_timeout_ms = c->write_timeout_ms,
+                                       .send_high_bytes = c->send_high,
+                                       .send_low_bytes = c->send_low,
+                                       .send_max_bytes = c->send_max};
+    /* Everything moved is detached; the frames' references now belong to the package. */
+    c->codec = NULL;
+    c->rx_tail = c->raw_tail = NULL;
+    while (c->plain.count)
+        net_sendq_pop(c->ns, s, &c->plain, false);
+    while (c->wire.count)
+        net_sendq_pop(c->ns, s, &c->wire, false);
+    c->migration = NULL;
+    c->state = NET_CONN_CLOSED;
+    m->c = NULL;
+    net_conn_release(c, false);
+    hd_timer_init(&m->retry, migrate_retry);
+    migrate_send(m, s);
+}
+
+static void package_drop(struct hd_shard *s, struct net_migration *m)
+{
+    for (uint32_t i = 0; i < m->plain_count; i++)
+        if (m->plain[i].frame)
+            hd_frame_unref(s, m->plain[i].frame);
+    for (uint32_t i = 0; i < m->wire_count; i++)
+        if (m->wire[i].frame)
+            hd_frame_unref(s, m->wire[i].frame);
+    for (uint32_t i = 0; i < m->chunks_count; i++)
+        hd_frame_unref(s, m->chunks[i]);
+    free(m->chunks);
+    if (m->rx_tail)
+        hd_frame_unref(s, m->rx_tail);
+    if (m->raw_tail)
+        hd_frame_unref(s, m->raw_tail);
+    free(m->plain);
+    free(m->wire);
+    free(m);
+}
+
+static int requeue(struct net_conn *c, struct net_sendq *q, struct net_sendq_entry *e, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = net_sendq_push(c->ns, q, e[i].frame, e[i].off, e[i].len);
+        if (rc < 0)
+            return rc;
+        e[i].frame = NULL; /* the queue holds the reference now */
+    }
+    return 0;
+}
+
+/* Destination side. */
+static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
+{
+    struct net_migration *m = msg->ptr;
+    struct net_conn *c = net_conn_new(dst, m->fd, m->h, m->app, &m->opt);
+    if (c == NULL) {
+        hd_log_rl(HD_LOG_WARN, "net: connection pool full: a moved connection is closed");
+        close(m->fd);
+        net_adopt_fn *adopt = m->adopt;
+        void *arg = m->arg;
+        package_drop(dst, m);
+        adopt(NULL, arg); /* the app frees its state */
+        return;
+    }
+    c->peer = m->peer;
+    c->stats = m->stats;
+    c->codec = m->codec;
+    c->codec_state = m->codec_state;
+    c->rx_tail = m->rx_tail;
+    c->raw_tail = m->raw_tail;
+    m->rx_tail = m->raw_tail = NULL;
+    c->state = NET_CONN_OPEN;
+    int rc = requeue(c, &c->plain, m->plain, m->plain_count);
+    if (rc == 0)
+        rc = requeue(c, &c->wire, m->wire, m->wire_count);
+    c->depth++;
+    m->adopt(c, m->arg);
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+    if (c->state == NET_CONN_OPEN) {
+        if (c->idle_timeout_ms)
+            hd_timer_start(dst, &c->idle_timer, c->idle_timeout_ms);
+        for (uint32_t i = 0; i < m->chunks_count; i++)
+            net_conn_pending_add(c, m->chunks[i]); /* references move to the connection */
+        m->chunks_count = 0;
+        rc = net_conn_replay(c);
+        if (rc < 0)
+            net_conn_close(c, rc, false);
+    }
+    package_drop(dst, m);
+    if (c->state == NET_CONN_OPEN) {
+        net_conn_recv_arm(c);
+        if (!net_conn_queues_empty(c))
+            hd_flush_request(dst, &c->flush);
+    }
+    c->depth--;
+    net_conn_maybe_finish(c);
+}
