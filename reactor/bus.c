@@ -58,21 +58,24 @@ unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
     r->head_cached = atomic_load_explicit(&r->head, memory_order_acquire);
     uint32_t ovf_free = HD_BUS_OVERFLOW_SIZE - (ov->tail - ov->head);
     /* While the overflow holds messages, order keeps new ones out of the ring. */
-    if (ov->tail != ov->head)
-        return ovf_free;
-    return ring_space(r) + ovf_free;
+    uint32_t room = ov->tail != ov->head ? ovf_free : ring_space(r) + ovf_free;
+    return room > HD_BUS_RESERVED ? room - HD_BUS_RESERVED : 0;
 }
 
-int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
+/* reserve: slots (of ring + overflow) left free for the reactor's own messages (frames going
+ * home, collect requests), so an app that fills the bus cannot starve them. */
+static int bus_enqueue(struct hd_shard *s, unsigned dst, const struct hd_msg *m, uint32_t reserve)
 {
     if (hd_unlikely(dst >= s->count || dst == s->id))
         return -EINVAL;
     struct hd_bus_ring *r = ring_to(s, dst);
     struct hd_bus_overflow *ov = &s->overflow[dst];
-    if (hd_likely(ov->tail == ov->head) && ring_space(r) > 0) {
+    uint32_t ovf_used = ov->tail - ov->head;
+    /* The reserve comes out of the overflow: apps get the whole ring and most of it. */
+    if (hd_likely(ovf_used == 0) && ring_space(r) > 0) {
         r->slots[r->tail_local & RING_MASK] = *m;
         r->tail_local++;
-    } else if (ov->tail - ov->head < HD_BUS_OVERFLOW_SIZE) {
+    } else if (ovf_used + reserve < HD_BUS_OVERFLOW_SIZE) {
         ov->slots[ov->tail & OVF_MASK] = *m;
         ov->tail++;
         s->stats.bus_overflowed++;
@@ -83,6 +86,16 @@ int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
     s->bus_dirty |= UINT64_C(1) << dst;
     s->stats.bus_sent++;
     return 0;
+}
+
+int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
+{
+    return bus_enqueue(s, dst, m, HD_BUS_RESERVED);
+}
+
+int hd_bus_send_internal(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
+{
+    return bus_enqueue(s, dst, m, 0);
 }
 
 static void wake(struct hd_shard *s, struct hd_shard *dst)

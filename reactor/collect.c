@@ -31,9 +31,9 @@ int hd_collect(struct hd_shard *s, size_t slot_size, hd_collect_fill_fn *fill,
                hd_collect_done_fn *done, void *arg)
 {
     for (unsigned i = 0; i < s->count; i++)
-        if (i != s->id && hd_bus_room(s, i) == 0)
-            return -EAGAIN; /* checked first, so every send below succeeds */
-    slot_size = (slot_size + 15u) & ~(size_t)15u;
+        if (i != s->id && hd_bus_room(s, i) == 0) /* apps' room: the reserve stays free */
+            return -EAGAIN;                       /* checked first, so every send below succeeds */
+    /* The caller indexes slots by its own slot_size: keep that stride (no rounding). */
     struct hd_collect_req *req = calloc(1, sizeof(*req) + slot_size * s->count);
     if (req == NULL)
         return -ENOMEM;
@@ -48,7 +48,7 @@ int hd_collect(struct hd_shard *s, size_t slot_size, hd_collect_fill_fn *fill,
         if (i == s->id)
             continue;
         struct hd_msg m = {.fn = collect_fill_msg, .ptr = req};
-        int rc = hd_bus_send(s, i, &m);
+        int rc = hd_bus_send_internal(s, i, &m);
         HD_ASSERT(rc == 0);
     }
     req->next = s->collects;

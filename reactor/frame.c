@@ -105,7 +105,7 @@ void hd_frames_flush_back(struct hd_shard *s)
             continue;
         struct hd_msg m = {.fn = frames_return_msg, .ptr = s->frames_back[o]};
         /* Full bus: keep the list and try next tick; the frames are never lost. */
-        if (hd_bus_send(s, o, &m) == 0)
+        if (hd_bus_send_internal(s, o, &m) == 0)
             s->frames_back[o] = NULL;
     }
 }

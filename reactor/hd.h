@@ -300,6 +300,11 @@ struct hd_runtime *hd_shard_runtime(const struct hd_shard *s);
 /* True once stop was requested (apps stop accepting new work). */
 bool hd_shard_stopping(const struct hd_shard *s);
 uint32_t hd_shard_features(const struct hd_shard *s);
+/* Per-shard pointers for the layers above the reactor (net/, tls/), which keep their own
+ * per-shard state without the reactor knowing their types. */
+enum hd_shard_slot { HD_SLOT_NET, HD_SLOT_TLS, HD_SLOT_APP, HD_SLOTS_COUNT };
+void *hd_shard_slot_get(const struct hd_shard *s, enum hd_shard_slot slot);
+void hd_shard_slot_set(struct hd_shard *s, enum hd_shard_slot slot, void *ptr);
 /* The state a module's shard_init returned on this shard, or NULL. */
 void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m);
 

@@ -32,6 +32,9 @@ struct hd_bus_overflow {
 struct hd_wheel {
     uint64_t current_ms; /* last millisecond processed */
     uint64_t armed;
+    struct hd_timer *due;    /* armed for a millisecond already processed */
+    struct hd_timer *firing; /* collected by the running pass, in expiry order */
+    struct hd_timer **firing_tail;
     uint64_t occupied[HD_WHEEL_LEVELS];
     struct hd_timer *slots[HD_WHEEL_LEVELS][HD_WHEEL_SLOTS];
 };
@@ -83,6 +86,7 @@ struct hd_shard {
 
     struct hd_collect_req *collects; /* requests this shard is waiting on */
     void **module_states;
+    void *slots[HD_SLOTS_COUNT];
     struct hd_shard_stats stats;
     pthread_t thread;
 };
@@ -114,6 +118,7 @@ void hd_flushes_run(struct hd_shard *s);
 int hd_bus_init(struct hd_shard *s);
 void hd_bus_fini(struct hd_shard *s);
 void hd_bus_drain(struct hd_shard *s, unsigned budget);
+int hd_bus_send_internal(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
 void hd_bus_publish(struct hd_shard *s);
 bool hd_bus_pending(struct hd_shard *s);
 void hd_bus_wake_received(struct hd_shard *s);

@@ -28,9 +28,12 @@ _Static_assert(HD_IS_POW2(HD_DEFER_RING_SIZE), "ring index masks");
 #define HD_BUS_RING_SIZE     4096
 #define HD_BUS_OVERFLOW_SIZE 1024
 #define HD_BUS_DRAIN_BUDGET  4096 /* messages taken from one inbox per tick */
+/* Slots apps cannot take: the reactor's own messages (frames going home) always fit. */
+#define HD_BUS_RESERVED 64
 _Static_assert(HD_IS_POW2(HD_BUS_RING_SIZE), "ring index masks");
 _Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
 _Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");
+_Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the overflow");
 
 /* Timer wheel: 4 levels x 64 slots of 1 ms, 64^4 ms = 4.6 h; longer timers are re-cascaded. */
 #define HD_WHEEL_BITS   6

@@ -63,6 +63,18 @@ struct io_uring *hd_shard_ring(struct hd_shard *s)
     return &s->ring;
 }
 
+void *hd_shard_slot_get(const struct hd_shard *s, enum hd_shard_slot slot)
+{
+    HD_ASSERT((unsigned)slot < HD_SLOTS_COUNT);
+    return s->slots[slot];
+}
+
+void hd_shard_slot_set(struct hd_shard *s, enum hd_shard_slot slot, void *ptr)
+{
+    HD_ASSERT((unsigned)slot < HD_SLOTS_COUNT);
+    s->slots[slot] = ptr;
+}
+
 void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;

@@ -29,6 +29,7 @@ uint64_t hd_now_ms(const struct hd_shard *s)
 void hd_wheel_init(struct hd_wheel *w, uint64_t now_ms)
 {
     *w = (struct hd_wheel){.current_ms = now_ms};
+    w->firing_tail = &w->firing;
 }
 
 void hd_timer_init(struct hd_timer *t, hd_timer_fn *fn)
@@ -36,11 +37,21 @@ void hd_timer_init(struct hd_timer *t, hd_timer_fn *fn)
     *t = (struct hd_timer){.fn = fn};
 }
 
+static void list_push(struct hd_timer **head, struct hd_timer *t)
+{
+    t->next = *head;
+    if (t->next)
+        t->next->pprev = &t->next;
+    t->pprev = head;
+    *head = t;
+}
+
+/* expiry_ms >= current_ms: from a cascade at current_ms (its level-0 slot is collected next),
+ * or a start for a later millisecond. */
 static void wheel_link(struct hd_wheel *w, struct hd_timer *t)
 {
     uint64_t cur = w->current_ms;
-    /* Already due: the next millisecond's slot fires it on the next expiry pass. */
-    uint64_t exp = t->expiry_ms > cur ? t->expiry_ms : cur + 1;
+    uint64_t exp = t->expiry_ms;
     unsigned level = 0;
     while (level < HD_WHEEL_LEVELS - 1 &&
            (exp >> (HD_WHEEL_BITS * level)) - (cur >> (HD_WHEEL_BITS * level)) >= HD_WHEEL_SLOTS)
@@ -50,12 +61,7 @@ static void wheel_link(struct hd_wheel *w, struct hd_timer *t)
     if (slotno - curno >= HD_WHEEL_SLOTS) /* beyond the top level: park in its farthest slot */
         slotno = curno + HD_WHEEL_SLOTS - 1;
     unsigned idx = (unsigned)(slotno & (HD_WHEEL_SLOTS - 1));
-    struct hd_timer **head = &w->slots[level][idx];
-    t->next = *head;
-    if (t->next)
-        t->next->pprev = &t->next;
-    t->pprev = head;
-    *head = t;
+    list_push(&w->slots[level][idx], t);
     w->occupied[level] |= UINT64_C(1) << idx;
 }
 
@@ -64,6 +70,8 @@ static void wheel_unlink(struct hd_wheel *w, struct hd_timer *t)
     *t->pprev = t->next;
     if (t->next)
         t->next->pprev = t->pprev;
+    else if (w->firing_tail == &t->next)
+        w->firing_tail = t->pprev;
     /* The list head pointer lives inside w->slots: find its slot to keep the bitmap exact. */
     uintptr_t first = (uintptr_t)&w->slots[0][0];
     uintptr_t at = (uintptr_t)t->pprev;
@@ -82,7 +90,10 @@ void hd_timer_start(struct hd_shard *s, struct hd_timer *t, uint64_t delay_ms)
     else
         w->armed++;
     t->expiry_ms = s->now_ms + delay_ms;
-    wheel_link(w, t);
+    if (t->expiry_ms <= w->current_ms)
+        list_push(&w->due, t); /* that millisecond was processed: fire on the next pass */
+    else
+        wheel_link(w, t);
 }
 
 void hd_timer_stop(struct hd_shard *s, struct hd_timer *t)
@@ -106,17 +117,24 @@ static void wheel_cascade(struct hd_wheel *w, unsigned level, unsigned idx)
     }
 }
 
-/* Move every timer of level-0 slot idx that is due onto the fire list. */
-static void wheel_collect(struct hd_wheel *w, unsigned idx, struct hd_timer **fire)
+/* Append to the firing list: timers stay linked (armed) there until they fire, so a callback
+ * may stop or re-arm one that is due in the same pass. */
+static void firing_append(struct hd_wheel *w, struct hd_timer *t)
+{
+    t->next = NULL;
+    t->pprev = w->firing_tail;
+    *w->firing_tail = t;
+    w->firing_tail = &t->next;
+}
+
+static void wheel_collect(struct hd_wheel *w, unsigned idx)
 {
     struct hd_timer *t = w->slots[0][idx];
     w->slots[0][idx] = NULL;
     w->occupied[0] &= ~(UINT64_C(1) << idx);
     while (t) {
         struct hd_timer *next = t->next;
-        t->next = *fire;
-        t->pprev = NULL;
-        *fire = t;
+        firing_append(w, t);
         t = next;
     }
 }
@@ -146,7 +164,11 @@ static uint64_t wheel_next_abs(const struct hd_wheel *w)
 void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms)
 {
     struct hd_wheel *w = &s->wheel;
-    struct hd_timer *fire = NULL;
+    while (w->due) {
+        struct hd_timer *t = w->due;
+        w->due = t->next;
+        firing_append(w, t);
+    }
     while (w->current_ms < now_ms) {
         uint64_t next = wheel_next_abs(w);
         if (next > w->current_ms + 1) {
@@ -159,22 +181,13 @@ void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms)
             if ((t & mask) == 0)
                 wheel_cascade(w, l, (unsigned)((t >> (HD_WHEEL_BITS * l)) & (HD_WHEEL_SLOTS - 1)));
         }
-        wheel_collect(w, (unsigned)(t & (HD_WHEEL_SLOTS - 1)), &fire);
+        wheel_collect(w, (unsigned)(t & (HD_WHEEL_SLOTS - 1)));
     }
-    /* Fire after the wheel is consistent: a callback may start or stop any timer. The list is
-     * reversed per slot, so restore expiry order (insertion order within a millisecond is not
-     * promised). */
-    struct hd_timer *ordered = NULL;
-    while (fire) {
-        struct hd_timer *next = fire->next;
-        fire->next = ordered;
-        ordered = fire;
-        fire = next;
-    }
-    while (ordered) {
-        struct hd_timer *t = ordered;
-        ordered = t->next;
-        t->next = NULL;
+    /* Fire after the wheel is consistent: a callback may start or stop any timer, including
+     * one still on the firing list. */
+    while (w->firing) {
+        struct hd_timer *t = w->firing;
+        wheel_unlink(w, t);
         w->armed--;
         s->stats.timers_fired++;
         t->fn(t);
@@ -185,6 +198,8 @@ uint64_t hd_wheel_next_ms(const struct hd_wheel *w, uint64_t now_ms)
 {
     if (w->armed == 0)
         return UINT64_MAX;
+    if (w->due)
+        return 0;
     uint64_t when = wheel_next_abs(w);
     return when <= now_ms ? 0 : when - now_ms;
 }

@@ -326,8 +326,7 @@ static void classes_body(struct hd_shard *s, void *arg)
 
 Test(test_reactor_pools, frame_classes_refcounts)
 {
-    struct hdt_options o = {
-        .shards = 1, .frame_classes = test_classes, .frame_classes_count = 3};
+    struct hdt_options o = {.shards = 1, .frame_classes = test_classes, .frame_classes_count = 3};
     cr_assert_eq(hdt_run(&o, classes_body, NULL, NULL), 0);
 }
 
@@ -374,9 +373,9 @@ struct xret_ctx {
     struct hd_shard *s0;
     struct hd_frame *shared;
     struct hd_timer poll, watchdog;
-    _Atomic unsigned got;          /* frames shard 1 received */
-    _Atomic bool shared_dropped;   /* shard 1 dropped its reference to the shared frame */
-    bool shared_released;          /* shard 0 dropped the last one */
+    _Atomic unsigned got;        /* frames shard 1 received */
+    _Atomic bool shared_dropped; /* shard 1 dropped its reference to the shared frame */
+    bool shared_released;        /* shard 0 dropped the last one */
     unsigned polls;
 };
 

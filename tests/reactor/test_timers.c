@@ -20,14 +20,14 @@
 struct sim_timer {
     struct hd_timer t;
     unsigned id;
-    bool armed;            /* the model: armed and not fired or stopped since */
-    uint64_t expiry;       /* the model's expiry of the current arming */
-    uint64_t bound;        /* latest time next_ms may point at for it (see model_arm) */
-    uint64_t eligible;     /* first expire call that may fire it (the one after arming) */
-    unsigned fires;        /* total over all armings */
-    unsigned armings;      /* total armings (starts and re-arms) */
+    bool armed;              /* the model: armed and not fired or stopped since */
+    uint64_t expiry;         /* the model's expiry of the current arming */
+    uint64_t bound;          /* latest time next_ms may point at for it (see model_arm) */
+    uint64_t eligible;       /* first expire call that may fire it (the one after arming) */
+    unsigned fires;          /* total over all armings */
+    unsigned armings;        /* total armings (starts and re-arms) */
     struct sim_timer *buddy; /* a timer this one's callback acts upon (targeted tests) */
-    int buddy_action;      /* 0 none, 1 stop the buddy, 2 re-arm the buddy */
+    int buddy_action;        /* 0 none, 1 stop the buddy, 2 re-arm the buddy */
     uint64_t buddy_delay;
 };
 
@@ -40,11 +40,11 @@ struct sim {
     uint64_t model_armed;
     uint64_t total_fires;
     bool in_expire;
-    bool rearm_in_callbacks;   /* random test: callbacks re-arm themselves */
-    bool touch_others;         /* random test: callbacks stop/re-arm other timers */
-    bool stop_rearming;        /* wind-down: no more re-arms */
-    bool strict_due;           /* next_ms must be 0 for any expiry <= now, bound or not */
-    uint64_t min_cache;        /* min expiry over armed timers, UINT64_MAX if none; 0 = stale */
+    bool rearm_in_callbacks; /* random test: callbacks re-arm themselves */
+    bool touch_others;       /* random test: callbacks stop/re-arm other timers */
+    bool stop_rearming;      /* wind-down: no more re-arms */
+    bool strict_due;         /* next_ms must be 0 for any expiry <= now, bound or not */
+    uint64_t min_cache;      /* min expiry over armed timers, UINT64_MAX if none; 0 = stale */
     struct sim_timer *timers;
     unsigned count;
 };
@@ -66,9 +66,9 @@ static uint64_t rnd_below(uint64_t n)
 }
 
 static const uint64_t special_delays[] = {
-    0,       1,       2,       63,      64,       65,       4095,     4096,     4097,
-    262143,  262144,  262145,  16777215, 16777216, 16777217, 33554431, 33554432, 33554433,
-    5000000, 8388608, 1000,    127,     128,      129,      8191,     8192,     8193,
+    0,       1,       2,      63,       64,       65,       4095,     4096,     4097,
+    262143,  262144,  262145, 16777215, 16777216, 16777217, 33554431, 33554432, 33554433,
+    5000000, 8388608, 1000,   127,      128,      129,      8191,     8192,     8193,
 };
 
 /* A delay spread over every level: log-uniform up to 2^25 ms, sometimes far beyond 64^4. */
@@ -194,8 +194,7 @@ static void sim_check_between(void)
     }
     if (min <= now)
         cr_assert_eq(next, 0, "a timer is due (expiry %llu <= now %llu) but next_ms = %llu",
-                     (unsigned long long)min, (unsigned long long)now,
-                     (unsigned long long)next);
+                     (unsigned long long)min, (unsigned long long)now, (unsigned long long)next);
     else
         cr_assert_leq(next, min - now, "next_ms %llu overshoots the next expiry (in %llu ms)",
                       (unsigned long long)next, (unsigned long long)(min - now));
@@ -337,8 +336,8 @@ Test(test_reactor_timers, wheel_random_callbacks_touch_other_timers)
  * the expiry (the wheel cascades exactly at slot starts). */
 Test(test_reactor_timers, wheel_boundaries_step_by_one)
 {
-    static const uint64_t delays[] = {0,     1,      63,     64,     65,     4095,
-                                      4096,  4097,   262143, 262144, 262145, 16777215,
+    static const uint64_t delays[] = {0,        1,        63,       64,      65,     4095,
+                                      4096,     4097,     262143,   262144,  262145, 16777215,
                                       16777216, 16777217, 33554432, 50000001};
     for (unsigned i = 0; i < HD_ARRAY_SIZE(delays); i++) {
         sim_setup(1);
@@ -394,8 +393,8 @@ Test(test_reactor_timers, wheel_callback_stops_timer_due_same_pass)
         b->buddy = a;
         b->buddy_action = 1;
         sim_expire(SIM_T0 + 20);
-        cr_assert_eq(a->fires + b->fires, 1, "stopped timer fired anyway (%u + %u fires)",
-                     a->fires, b->fires);
+        cr_assert_eq(a->fires + b->fires, 1, "stopped timer fired anyway (%u + %u fires)", a->fires,
+                     b->fires);
         cr_assert_eq(sim.timers[2].fires, 1, "a later timer of the same pass was lost");
         sim_expire(SIM_T0 + 100000);
         cr_assert_eq(a->fires + b->fires, 1);
