@@ -69,6 +69,11 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
             c->send_max = opt->send_max_bytes;
     }
     ns->conns_count++;
+    c->all_next = ns->all;
+    if (ns->all)
+        ns->all->all_pprev = &c->all_next;
+    c->all_pprev = &ns->all;
+    ns->all = c;
     return c;
 }
 
@@ -563,6 +568,10 @@ void net_conn_release(struct net_conn *c, bool notify)
     tail_drop(c, &c->recv_frame);
     if (notify && c->h->on_close)
         c->h->on_close(c, c->close_reason);
+    *c->all_pprev = c->all_next;
+    if (c->all_next)
+        c->all_next->all_pprev = c->all_pprev;
+    free(c->migration); /* closed while waiting to move: the package was never filled */
     ns->conns_count--;
     hd_slab_put(ns->conns, c);
 }
@@ -650,6 +659,13 @@ void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_
         hd_timer_start(c->shard, &c->idle_timer, idle_timeout_ms);
     else
         hd_timer_stop(c->shard, &c->idle_timer);
+}
+
+void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max)
+{
+    c->send_high = high;
+    c->send_low = low;
+    c->send_max = max;
 }
 
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)

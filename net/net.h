@@ -135,6 +135,8 @@ enum net_conn_state net_conn_state(const struct net_conn *c);
 const struct net_addr *net_conn_peer(const struct net_conn *c);
 const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
 void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);
+/* Change the send watermarks and cap (see struct net_conn_options). */
+void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
 
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */
@@ -204,6 +206,9 @@ struct net_shard_options {
  * Returns 0, -ENOMEM. */
 int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt);
 void net_shard_fini(struct hd_shard *s);
+/* Close every connection of the shard (flushing what is queued, bounded by write timeouts):
+ * for a module's shard_stop. */
+void net_shard_close_all(struct hd_shard *s, int reason);
 /* true when this shard receives through a provided-buffer ring (multishot recv). */
 bool net_shard_uses_buf_ring(struct hd_shard *s);
 

@@ -68,7 +68,8 @@ struct net_conn {
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
     struct net_addr peer;
     struct net_conn_stats stats;
-    struct net_migration *migration; /* while NET_F_MIGRATING */
+    struct net_migration *migration;        /* while NET_F_MIGRATING */
+    struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
 };
 
 struct net_shard {
@@ -78,7 +79,8 @@ struct net_shard {
     uint8_t *bufs;
     bool buf_ring;
     uint32_t conns_count;
-    uint32_t br_pending; /* buffers returned since the last tail publish */
+    struct net_conn *all; /* every live connection (for net_shard_close_all) */
+    uint32_t br_pending;  /* buffers returned since the last tail publish */
     /* Buffers a paused connection holds, chained per connection in arrival order. */
     uint16_t held_next[NET_BUF_RING_ENTRIES];
     uint32_t held_len[NET_BUF_RING_ENTRIES];

@@ -68,3 +68,15 @@ uint32_t net_conns_count(struct hd_shard *s)
 {
     return net_shard_of(s)->conns_count;
 }
+
+void net_shard_close_all(struct hd_shard *s, int reason)
+{
+    struct net_shard *ns = hd_shard_slot_get(s, HD_SLOT_NET);
+    if (ns == NULL)
+        return;
+    /* Closing may finish (and unlink) a connection at once: take the next one first. */
+    for (struct net_conn *c = ns->all, *next; c; c = next) {
+        next = c->all_next;
+        net_conn_close(c, reason, true);
+    }
+}
