@@ -668,6 +668,20 @@ void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32
     c->send_max = max;
 }
 
+void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
+                       uint32_t *write_timeout_ms)
+{
+    *idle_timeout_ms = c->idle_timeout_ms;
+    *write_timeout_ms = c->write_timeout_ms;
+}
+
+const struct net_codec *net_conn_codec(const struct net_conn *c, void **state)
+{
+    if (state)
+        *state = c->codec_state;
+    return c->codec;
+}
+
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)
 {
     c->codec = codec;

@@ -83,9 +83,13 @@ int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
 {
     /* Called by codecs during encode: the reference moves to the queue. */
     int rc = net_sendq_push(c->ns, &c->wire, f, off, len);
-    if (rc < 0)
+    if (rc < 0) {
         hd_frame_unref(c->shard, f);
-    return rc;
+        return rc;
+    }
+    if (c->state == NET_CONN_OPEN && !(c->flags & NET_F_ENCODING))
+        hd_flush_request(c->shard, &c->flush); /* from decode; encode runs inside a flush */
+    return 0;
 }
 
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len)
@@ -173,7 +177,9 @@ void net_conn_flush_now(struct net_conn *c)
     if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
         return; /* one send in flight: its completion flushes again; a moving one waits */
     if (c->codec && c->plain.count) {
+        c->flags |= NET_F_ENCODING;
         int rc = c->codec->encode(c, c->codec_state);
+        c->flags &= ~NET_F_ENCODING;
         if (rc < 0) {
             net_conn_close(c, rc, false);
             return;

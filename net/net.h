@@ -135,18 +135,23 @@ enum net_conn_state net_conn_state(const struct net_conn *c);
 const struct net_addr *net_conn_peer(const struct net_conn *c);
 const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
 void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);
+void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
+                       uint32_t *write_timeout_ms);
 /* Change the send watermarks and cap (see struct net_conn_options). */
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
 
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* The installed codec (NULL: none) and its state. */
+const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
 /* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app
  * leaves a tail). Returns 0 or -errno (the app asked to close). */
 int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len);
 /* For codecs: the next unsent plaintext entry (frame reference moves to the codec), or NULL. */
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len);
-/* For codecs: queue wire bytes (reference moves to the connection). */
+/* For codecs: queue wire bytes (reference moves to the connection); they go out with this
+ * tick's flush, also when queued from decode (handshake replies, alerts). */
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
 
 /* ---------------------------------------------------------------- migration */
@@ -195,6 +200,27 @@ const struct net_addr *net_listener_addr(const struct net_listener *l);
 struct hd_shard *net_listener_shard(const struct net_listener *l);
 /* The shard's live connection count (what conns_max limits). */
 uint32_t net_conns_count(struct hd_shard *s);
+
+/* ---------------------------------------------------------------- UDP */
+
+struct net_udp;
+/* A datagram arrived (data valid during the call; from is its source). */
+typedef void net_udp_recv_fn(struct net_udp *u, const uint8_t *data, size_t len,
+                             const struct net_addr *from, void *arg);
+struct net_udp_stats {
+    uint64_t received, sent, recv_errors, send_errors, send_dropped;
+};
+/* A UDP socket bound to addr on shard s (SO_REUSEPORT: one per shard on the same address).
+ * Returns 0 or -errno (-EADDRINUSE, -EACCES, -ENOMEM). */
+int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
+                 struct net_udp **out);
+/* Copy a datagram (at most NET_UDP_SEND_MAX bytes) and send it to `to`. Returns 0, -EMSGSIZE,
+ * -ENOBUFS (every send slot in flight: dropped and counted), -EBUSY, -EPIPE (closing). */
+int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to);
+/* Close; freed once the kernel returned every op. */
+void net_udp_close(struct net_udp *u);
+const struct net_udp_stats *net_udp_stats(const struct net_udp *u);
+struct hd_shard *net_udp_shard(const struct net_udp *u);
 
 /* ---------------------------------------------------------------- per-shard set-up */
 

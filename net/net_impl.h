@@ -39,6 +39,7 @@ enum net_conn_flag {
     NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
     NET_F_FD_CLOSED = 1u << 6,
     NET_F_MIGRATING = 1u << 7, /* moving to another shard once its ops are done */
+    NET_F_ENCODING = 1u << 8,  /* inside codec->encode (a flush is running) */
 };
 
 struct net_conn {

@@ -40,4 +40,10 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 /* After a recv found the buffer ring empty, re-arm after this pause (never spin). */
 #define NET_NOBUFS_RETRY_MS 1
 
+/* UDP: the largest datagram received (IPv4/IPv6 payload limit), the largest one sent through
+ * the copy slots (STUN replies are 32 or 44 bytes) and the sends in flight per socket. */
+#define NET_UDP_DATAGRAM_MAX 65536u
+#define NET_UDP_SEND_MAX     1500u
+#define NET_UDP_SLOTS        32u
+
 #endif /* NET_LIMITS_H */

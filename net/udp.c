@@ -1,0 +1,181 @@
+/* udp.c - UDP sockets on the reactor (STUN): one recvmsg in flight into the socket's own
+ * datagram buffer, re-armed after each datagram is handed to the app; sends copy the datagram
+ * into one of a fixed set of send slots and go out as one sendmsg each (batched by the ring,
+ * submitted with the tick). Runs on the socket's shard; owns the socket and its buffers, freed
+ * once the kernel returned every op. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "net_impl.h"
+
+struct net_udp_slot {
+    struct hd_op op;
+    struct net_udp *u;
+    struct msghdr msg;
+    struct iovec iov;
+    struct net_addr to;
+    bool busy;
+    uint8_t data[NET_UDP_SEND_MAX];
+};
+
+struct net_udp {
+    struct hd_shard *shard;
+    int fd;
+    bool closing;
+    net_udp_recv_fn *fn;
+    void *arg;
+    struct hd_op recv_op;
+    struct msghdr msg;
+    struct iovec iov;
+    struct net_addr from;
+    struct net_udp_stats stats;
+    struct net_udp_slot slots[NET_UDP_SLOTS];
+    uint8_t buf[NET_UDP_DATAGRAM_MAX];
+};
+
+static void udp_recv_arm(struct net_udp *u);
+
+static bool udp_idle(const struct net_udp *u)
+{
+    if (hd_op_busy(&u->recv_op))
+        return false;
+    for (unsigned i = 0; i < NET_UDP_SLOTS; i++)
+        if (u->slots[i].busy)
+            return false;
+    return true;
+}
+
+static void udp_maybe_free(struct net_udp *u)
+{
+    if (u->closing && udp_idle(u)) {
+        close(u->fd);
+        free(u);
+    }
+}
+
+static void udp_recv_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_udp *u = hd_container_of(op, struct net_udp, recv_op);
+    if (res >= 0 && !u->closing) {
+        u->stats.received++;
+        u->from.len = u->msg.msg_namelen;
+        u->fn(u, u->buf, (size_t)res, &u->from, u->arg);
+    } else if (res < 0 && res != -ECANCELED) {
+        u->stats.recv_errors++;
+    }
+    if (u->closing) {
+        udp_maybe_free(u);
+        return;
+    }
+    udp_recv_arm(u);
+}
+
+static void udp_recv_arm(struct net_udp *u)
+{
+    struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &u->recv_op);
+    if (sqe == NULL)
+        return; /* SQ full even after submitting: the socket goes deaf (counted by the reactor) */
+    u->iov = (struct iovec){.iov_base = u->buf, .iov_len = sizeof(u->buf)};
+    u->msg = (struct msghdr){.msg_name = &u->from.ss,
+                             .msg_namelen = sizeof(u->from.ss),
+                             .msg_iov = &u->iov,
+                             .msg_iovlen = 1};
+    io_uring_prep_recvmsg(sqe, u->fd, &u->msg, 0);
+}
+
+static void udp_send_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_udp_slot *sl = hd_container_of(op, struct net_udp_slot, op);
+    struct net_udp *u = sl->u;
+    sl->busy = false;
+    if (res < 0)
+        u->stats.send_errors++;
+    else
+        u->stats.sent++;
+    udp_maybe_free(u);
+}
+
+int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
+                 struct net_udp **out)
+{
+    int fd = socket(addr->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0)
+        return -errno;
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)); /* one socket per shard */
+    if (addr->sa.sa_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, &addr->sa, addr->len) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    struct net_udp *u = calloc(1, sizeof(*u));
+    if (u == NULL) {
+        close(fd);
+        return -ENOMEM;
+    }
+    u->shard = s;
+    u->fd = fd;
+    u->fn = fn;
+    u->arg = arg;
+    hd_op_init(s, &u->recv_op, udp_recv_done);
+    for (unsigned i = 0; i < NET_UDP_SLOTS; i++) {
+        u->slots[i].u = u;
+        hd_op_init(s, &u->slots[i].op, udp_send_done);
+    }
+    udp_recv_arm(u);
+    *out = u;
+    return 0;
+}
+
+int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to)
+{
+    if (u->closing)
+        return -EPIPE;
+    if (len > NET_UDP_SEND_MAX)
+        return -EMSGSIZE;
+    for (unsigned i = 0; i < NET_UDP_SLOTS; i++) {
+        struct net_udp_slot *sl = &u->slots[i];
+        if (sl->busy)
+            continue;
+        struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &sl->op);
+        if (sqe == NULL)
+            return -EBUSY;
+        memcpy(sl->data, data, len);
+        sl->to = *to;
+        sl->iov = (struct iovec){.iov_base = sl->data, .iov_len = len};
+        sl->msg = (struct msghdr){
+            .msg_name = &sl->to.ss, .msg_namelen = to->len, .msg_iov = &sl->iov, .msg_iovlen = 1};
+        io_uring_prep_sendmsg(sqe, u->fd, &sl->msg, 0);
+        sl->busy = true;
+        return 0;
+    }
+    u->stats.send_dropped++;
+    return -ENOBUFS;
+}
+
+void net_udp_close(struct net_udp *u)
+{
+    if (u->closing)
+        return;
+    u->closing = true;
+    if (hd_op_busy(&u->recv_op))
+        hd_op_cancel(u->shard, &u->recv_op);
+    udp_maybe_free(u);
+}
+
+const struct net_udp_stats *net_udp_stats(const struct net_udp *u)
+{
+    return &u->stats;
+}
+
+struct hd_shard *net_udp_shard(const struct net_udp *u)
+{
+    return u->shard;
+}

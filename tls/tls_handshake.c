@@ -1,0 +1,475 @@
+/* tls_handshake.c - the handshake as a net codec: raw records are fed to BoringSSL one whole
+ * record at a time through a memory BIO (so BoringSSL never reads past the handshake's last
+ * record: whatever follows it, such as the client's first request, stays in our byte stream
+ * for the record layer, nothing decrypted is stranded inside the SSL object), its output goes
+ * to the connection's wire queue, a deadline timer bounds it. On completion the traffic
+ * secrets (keylog callback) and sequence numbers key the record layer, or kTLS, and the SSL
+ * object is freed. Also the per-shard pools, cap and counters. Runs on the connection's shard.
+ * Owns: each connection's struct tls_handshake (and its SSL) until the switch. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <openssl/err.h>
+#include <openssl/mem.h>
+#include <openssl/x509.h>
+
+#include "tls_impl.h"
+
+#ifndef SOL_TLS
+#define SOL_TLS 282 /* include/linux/socket.h */
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+/* Handshake output is copied out of the write BIO in pieces of at most this much (a server
+ * flight with a certificate chain is a few KiB; 16 KiB fits the default frame classes). */
+#define TLS_HS_OUT_CHUNK 16384u
+
+/* ---------------------------------------------------------------- per shard */
+
+struct tls_shard *tls_shard_of(struct hd_shard *s)
+{
+    return hd_shard_slot_get(s, HD_SLOT_TLS);
+}
+
+int tls_shard_init(struct hd_shard *s, const struct tls_shard_options *o)
+{
+    struct tls_shard *ts = calloc(1, sizeof(*ts));
+    if (ts == NULL)
+        return -ENOMEM;
+    ts->shard = s;
+    ts->handshakes_max = o && o->handshakes_max ? o->handshakes_max : TLS_HANDSHAKES_MAX_DEFAULT;
+    ts->ktls_disable = o && o->ktls_disable;
+    int rc = hd_slab_create(s, "tls_conn", sizeof(struct tls_conn), NET_CONNS_MAX, &ts->conns);
+    if (rc == 0)
+        rc = hd_slab_create(s, "tls_handshake", sizeof(struct tls_handshake), ts->handshakes_max,
+                            &ts->handshakes);
+    if (rc < 0) {
+        if (ts->conns)
+            hd_slab_destroy(ts->conns);
+        free(ts);
+        return rc;
+    }
+    if (!ts->ktls_disable)
+        tls_ktls_available(); /* probe now, not on the first handshake */
+    hd_shard_slot_set(s, HD_SLOT_TLS, ts);
+    return 0;
+}
+
+void tls_shard_fini(struct hd_shard *s)
+{
+    struct tls_shard *ts = tls_shard_of(s);
+    if (ts == NULL)
+        return;
+    hd_slab_destroy(ts->handshakes);
+    hd_slab_destroy(ts->conns);
+    free(ts);
+    hd_shard_slot_set(s, HD_SLOT_TLS, NULL);
+}
+
+const struct tls_shard_stats *tls_shard_stats(struct hd_shard *s)
+{
+    return &tls_shard_of(s)->stats;
+}
+
+size_t tls_conn_state_size(void)
+{
+    return sizeof(struct tls_conn);
+}
+
+void tls_handshake_free(struct tls_shard *ts, struct tls_handshake *hs)
+{
+    hd_timer_stop(ts->shard, &hs->timer);
+    SSL_free(hs->ssl); /* frees both BIOs */
+    OPENSSL_cleanse(&hs->client_secret, sizeof(hs->client_secret));
+    OPENSSL_cleanse(&hs->server_secret, sizeof(hs->server_secret));
+    hd_slab_put(ts->handshakes, hs);
+    ts->stats.handshakes_now--;
+}
+
+/* ---------------------------------------------------------------- failure */
+
+static void hs_log_fail(struct net_conn *c, const char *what, int reason)
+{
+    char peer[64], ssl_err[128] = "";
+    uint32_t e = ERR_get_error();
+    if (e)
+        ERR_error_string_n(e, ssl_err, sizeof(ssl_err));
+    ERR_clear_error();
+    net_addr_format(net_conn_peer(c), peer, sizeof(peer));
+    hd_log_rl(HD_LOG_WARN, "tls: s%u %s: handshake failed: %s (%s) %s",
+              hd_shard_id(net_conn_shard(c)), peer, what, strerror(-reason), ssl_err);
+}
+
+/* Close after the queued bytes (BoringSSL's alert) went out. */
+static void hs_fail(struct net_conn *c, struct tls_conn *t, const char *what, int reason)
+{
+    t->ts->stats.handshakes_failed++;
+    hs_log_fail(c, what, reason);
+    net_conn_close(c, reason, true);
+}
+
+static void hs_timeout_fired(struct hd_timer *tm)
+{
+    struct tls_handshake *hs = hd_container_of(tm, struct tls_handshake, timer);
+    hs->t->ts->stats.handshakes_failed++;
+    hs_log_fail(hs->c, "deadline passed", -ETIMEDOUT);
+    net_conn_close(hs->c, -ETIMEDOUT, false); /* do not wait for a peer that reads nothing */
+}
+
+/* ---------------------------------------------------------------- output */
+
+/* Move what BoringSSL wrote to the connection's wire queue. Returns 0 or -errno. */
+static int hs_flush_out(struct net_conn *c, struct tls_handshake *hs)
+{
+    size_t pending;
+    while ((pending = BIO_ctrl_pending(hs->wbio)) > 0) {
+        size_t want = pending < TLS_HS_OUT_CHUNK ? pending : TLS_HS_OUT_CHUNK;
+        struct hd_frame *f = hd_frame_get(net_conn_shard(c), want);
+        if (f == NULL)
+            return -ENOBUFS;
+        int n = BIO_read(hs->wbio, f->data, (int)want);
+        if (n <= 0) {
+            hd_frame_unref(net_conn_shard(c), f);
+            return -EIO;
+        }
+        f->len = (uint32_t)n;
+        int rc = tls_wire_send(c, f, (uint32_t)n);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- completion */
+
+#if defined(SOL_TLS) && defined(TLS_TX)
+/* Hand both directions to the kernel. Returns 0; -errno before anything was installed (stay in
+ * userspace); -EPROTO when TX went in but RX did not (the connection must close). */
+static int ktls_install(int fd, const struct tls_traffic_keys *rx, uint64_t rseq,
+                        const struct tls_traffic_keys *tx, uint64_t wseq)
+{
+    if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) < 0)
+        return -errno;
+    union tls_ktls_info info;
+    int len = tls_ktls_info_fill(&info, tx, wseq);
+    int rc = len < 0 ? len : setsockopt(fd, SOL_TLS, TLS_TX, &info, (socklen_t)len);
+    rc = rc < 0 && len >= 0 ? -errno : rc;
+    OPENSSL_cleanse(&info, sizeof(info));
+    if (rc < 0)
+        return rc; /* a tls ULP without keys passes bytes through unchanged */
+    len = tls_ktls_info_fill(&info, rx, rseq);
+    rc = len < 0 ? len : setsockopt(fd, SOL_TLS, TLS_RX, &info, (socklen_t)len);
+    OPENSSL_cleanse(&info, sizeof(info));
+    return rc < 0 ? -EPROTO : 0;
+}
+#endif
+
+/* kTLS only when nothing is in flight on either side of the switch: no record bytes we already
+ * received (they would need userspace decryption first) and nothing queued to send. */
+static bool ktls_try(struct net_conn *c, struct tls_conn *t, const struct tls_traffic_keys *rx,
+                     uint64_t rseq, const struct tls_traffic_keys *tx, uint64_t wseq,
+                     size_t leftover, int *err)
+{
+    *err = 0;
+    if (t->ts->ktls_disable || leftover > 0 || net_conn_queued_bytes(c) > 0 || t->pend ||
+        !tls_ktls_available())
+        return false;
+#if defined(SOL_TLS) && defined(TLS_TX)
+    int rc = ktls_install(net_conn_fd(c), rx, rseq, tx, wseq);
+    if (rc == -EPROTO)
+        *err = rc;
+    return rc == 0;
+#else
+    (void)rx, (void)rseq, (void)tx, (void)wseq;
+    return false;
+#endif
+}
+
+/* Key both record directions from the keylog secrets. Returns 0 or -errno. */
+static int hs_keys(struct tls_conn *t, SSL *ssl, struct tls_traffic_keys *rx,
+                   struct tls_traffic_keys *tx, uint16_t *suite)
+{
+    struct tls_handshake *hs = t->hs;
+    if (SSL_version(ssl) != TLS1_3_VERSION || hs->secrets_seen != 3u || SSL_has_pending(ssl))
+        return -EPROTO;
+    *suite = SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(ssl));
+    const struct tls_keylog_entry *in = t->server ? &hs->client_secret : &hs->server_secret;
+    const struct tls_keylog_entry *out = t->server ? &hs->server_secret : &hs->client_secret;
+    int rc = tls_traffic_keys_init(rx, *suite, in->secret, in->secret_len);
+    if (rc == 0)
+        rc = tls_traffic_keys_init(tx, *suite, out->secret, out->secret_len);
+    return rc;
+}
+
+static void hs_info(SSL *ssl, struct tls_conn_info *info, uint16_t suite)
+{
+    memset(info, 0, sizeof(*info));
+    info->version = (uint16_t)SSL_version(ssl);
+    info->suite = suite;
+    const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (sni)
+        snprintf(info->server_name, sizeof(info->server_name), "%s", sni);
+    const uint8_t *alpn;
+    unsigned alpn_len;
+    SSL_get0_alpn_selected(ssl, &alpn, &alpn_len);
+    if (alpn && alpn_len < sizeof(info->alpn))
+        memcpy(info->alpn, alpn, alpn_len);
+}
+
+/* Queued plaintext goes to the wire unchanged from now on (the kernel seals it). */
+static void ktls_adopt_plain(struct net_conn *c)
+{
+    uint32_t off, len;
+    struct hd_frame *f;
+    while ((f = net_conn_plain_take(c, &off, &len)) != NULL) {
+        if (len == 0 || net_conn_wire_queue(c, f, off, len) < 0)
+            hd_frame_unref(net_conn_shard(c), f);
+    }
+}
+
+/* The handshake is done: switch the connection to records. Returns 0 or -errno. */
+static int hs_finish(struct net_conn *c, struct tls_conn *t, size_t leftover)
+{
+    struct tls_handshake *hs = t->hs;
+    struct tls_traffic_keys rx, tx;
+    struct tls_conn_info info;
+    uint16_t suite = 0;
+    int rc = hs_keys(t, hs->ssl, &rx, &tx, &suite);
+    uint64_t rseq = SSL_get_read_sequence(hs->ssl), wseq = SSL_get_write_sequence(hs->ssl);
+    if (rc == 0)
+        rc = tls_record_state_init(&t->rx, &rx, rseq);
+    if (rc == 0)
+        rc = tls_record_state_init(&t->tx, &tx, wseq);
+    hs_info(hs->ssl, &info, suite);
+    int kerr = 0;
+    bool ktls = rc == 0 && ktls_try(c, t, &rx, rseq, &tx, wseq, leftover, &kerr);
+    tls_traffic_keys_deinit(&rx);
+    tls_traffic_keys_deinit(&tx);
+    if (rc == 0)
+        rc = kerr;
+    if (rc < 0)
+        return rc;
+    struct tls_shard *ts = t->ts;
+    tls_handshake_free(ts, hs);
+    t->hs = NULL;
+    ts->stats.handshakes_done++;
+    net_conn_set_timeouts(c, t->idle_timeout_ms, t->write_timeout_ms);
+    info.mode = ktls ? TLS_MODE_KTLS : TLS_MODE_USERSPACE;
+    t->mode = (uint8_t)info.mode;
+    tls_handshake_fn *cb = t->on_handshake;
+    if (ktls) {
+        ts->stats.conns_ktls++;
+        net_conn_set_codec(c, NULL, NULL);
+        ktls_adopt_plain(c);
+        tls_conn_free(t);
+    } else {
+        ts->stats.conns_userspace++;
+        net_conn_set_codec(c, &tls_record_codec, t);
+        if (t->pend || net_conn_unsent_count(c) > 0)
+            rc = tls_kick(c); /* plaintext queued during the handshake */
+    }
+    char peer[64];
+    net_addr_format(net_conn_peer(c), peer, sizeof(peer));
+    hd_log_rl(HD_LOG_INFO, "tls: s%u %s: TLSv1.3 0x%04x sni=%s alpn=%s mode=%s",
+              hd_shard_id(net_conn_shard(c)), peer, suite,
+              info.server_name[0] ? info.server_name : "-", info.alpn[0] ? info.alpn : "-",
+              tls_mode_name(info.mode));
+    if (cb && rc == 0)
+        cb(c, &info);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the codec */
+
+/* One SSL_do_handshake step after new input. Returns 1 when the handshake finished (and the
+ * connection switched), 0 to wait for more bytes, or -errno (the connection is closing). */
+static int hs_step(struct net_conn *c, struct tls_conn *t, size_t leftover)
+{
+    struct tls_handshake *hs = t->hs;
+    int r = SSL_do_handshake(hs->ssl);
+    int rc = hs_flush_out(c, hs); /* also on failure: BoringSSL's alert goes out */
+    if (rc < 0) {
+        hs_fail(c, t, "output", rc);
+        return rc;
+    }
+    if (r == 1) {
+        rc = hs_finish(c, t, leftover);
+        if (rc < 0) {
+            hs_fail(c, t, "key switch", rc);
+            return rc;
+        }
+        return 1;
+    }
+    int err = SSL_get_error(hs->ssl, r);
+    if (err == SSL_ERROR_WANT_READ)
+        return 0;
+    hs_fail(c, t, err == SSL_ERROR_SSL ? "protocol" : "internal", -EPROTO);
+    return -EPROTO;
+}
+
+static ssize_t hs_decode(struct net_conn *c, void *state, uint8_t *in, size_t len)
+{
+    struct tls_conn *t = state;
+    size_t off = 0;
+    while (t->hs) {
+        if (len - off < TLS_RECORD_HEADER_LEN)
+            return (ssize_t)off;
+        size_t rec = TLS_RECORD_HEADER_LEN + ((size_t)in[off + 3] << 8 | in[off + 4]);
+        if (rec > TLS_RECORD_WIRE_MAX) {
+            hs_fail(c, t, "oversized record", -EMSGSIZE);
+            return (ssize_t)len;
+        }
+        if (len - off < rec)
+            return (ssize_t)off;
+        if (BIO_write(t->hs->rbio, in + off, (int)rec) != (int)rec) {
+            hs_fail(c, t, "input", -ENOMEM);
+            return (ssize_t)len;
+        }
+        off += rec;
+        int rc = hs_step(c, t, len - off);
+        if (rc < 0 || net_conn_state(c) != NET_CONN_OPEN)
+            return (ssize_t)len;
+        if (rc == 1)
+            break;
+    }
+    /* Switched: what follows the handshake's last record is the record layer's. kTLS is only
+     * chosen when nothing followed (off == len), and then t is already freed: test off first. */
+    if (off == len || t->mode != TLS_MODE_USERSPACE)
+        return (ssize_t)len;
+    t->ts->stats.early_bytes += len - off;
+    ssize_t n = tls_record_codec.decode(c, t, in + off, len - off);
+    return n < 0 ? n : (ssize_t)off + n;
+}
+
+/* While handshaking nothing is sealed: zero-length kick entries are dropped, the first real
+ * plaintext entry is held for the record layer, the rest waits in the connection's queue. */
+static int hs_encode(struct net_conn *c, void *state)
+{
+    struct tls_conn *t = state;
+    while (t->pend == NULL) {
+        uint32_t off, len;
+        struct hd_frame *f = net_conn_plain_take(c, &off, &len);
+        if (f == NULL)
+            break;
+        if (len == 0) {
+            hd_frame_unref(net_conn_shard(c), f);
+            continue;
+        }
+        t->pend = f;
+        t->pend_off = off;
+        t->pend_len = len;
+    }
+    return 0;
+}
+
+static void hs_release(struct net_conn *c, void *state)
+{
+    (void)c;
+    tls_conn_free(state);
+}
+
+const struct net_codec tls_handshake_codec = {
+    .name = "tls-handshake",
+    .decode = hs_decode,
+    .encode = hs_encode,
+    .release = hs_release,
+};
+
+/* ---------------------------------------------------------------- start */
+
+/* SNI (DNS names only, RFC 6066 §3) and the name the peer certificate must carry. */
+static int hs_client_name(SSL *ssl, const char *name)
+{
+    if (name == NULL)
+        return 0;
+    struct in6_addr ip;
+    bool literal = inet_pton(AF_INET, name, &ip) == 1 || inet_pton(AF_INET6, name, &ip) == 1;
+    X509_VERIFY_PARAM *p = SSL_get0_param(ssl);
+    if (literal)
+        return X509_VERIFY_PARAM_set1_ip_asc(p, name) ? 0 : -EINVAL;
+    if (!SSL_set_tlsext_host_name(ssl, name) || !SSL_set1_host(ssl, name))
+        return -EINVAL;
+    return 0;
+}
+
+static int hs_ssl_new(struct tls_handshake *hs, struct tls_ctx *ctx, const char *name)
+{
+    hs->ssl = SSL_new(ctx->ssl_ctx);
+    hs->rbio = BIO_new(BIO_s_mem());
+    hs->wbio = BIO_new(BIO_s_mem());
+    if (hs->ssl == NULL || hs->rbio == NULL || hs->wbio == NULL) {
+        BIO_free(hs->rbio);
+        BIO_free(hs->wbio);
+        return -ENOMEM;
+    }
+    SSL_set_bio(hs->ssl, hs->rbio, hs->wbio);
+    SSL_set_app_data(hs->ssl, hs);
+    if (ctx->server) {
+        SSL_set_accept_state(hs->ssl);
+        return 0;
+    }
+    SSL_set_connect_state(hs->ssl);
+    return hs_client_name(hs->ssl, name);
+}
+
+int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_conn_options *o)
+{
+    struct hd_shard *s = net_conn_shard(c);
+    struct tls_shard *ts = tls_shard_of(s);
+    HD_ASSERT(ts != NULL); /* tls_shard_init was not called on this shard */
+    if (ts->stats.handshakes_now >= ts->handshakes_max) {
+        char peer[64];
+        ts->stats.handshakes_refused++;
+        hd_log_rl(HD_LOG_WARN, "tls: s%u %s: handshake refused: %u in progress (cap %u)",
+                  hd_shard_id(s), net_addr_format(net_conn_peer(c), peer, sizeof(peer)),
+                  ts->stats.handshakes_now, ts->handshakes_max);
+        return -EBUSY;
+    }
+    struct tls_conn *t = hd_slab_get(ts->conns);
+    struct tls_handshake *hs = t ? hd_slab_get(ts->handshakes) : NULL;
+    if (hs == NULL) {
+        if (t)
+            hd_slab_put(ts->conns, t);
+        return -ENOMEM;
+    }
+    memset(t, 0, sizeof(*t));
+    memset(hs, 0, sizeof(*hs));
+    ts->stats.handshakes_now++;
+    ts->stats.handshakes_started++;
+    t->ts = ts;
+    t->hs = hs;
+    t->server = ctx->server;
+    t->idle_timeout_ms = o ? o->idle_timeout_ms : 0;
+    t->write_timeout_ms = o ? o->write_timeout_ms : 0;
+    t->on_handshake = o ? o->on_handshake : NULL;
+    hs->t = t;
+    hs->c = c;
+    hd_timer_init(&hs->timer, hs_timeout_fired);
+    int rc = hs_ssl_new(hs, ctx, o ? o->server_name : NULL);
+    if (rc < 0) {
+        tls_conn_free(t);
+        return rc;
+    }
+    uint32_t ms =
+        o && o->handshake_timeout_ms ? o->handshake_timeout_ms : TLS_HANDSHAKE_TIMEOUT_MS_DEFAULT;
+    net_conn_set_codec(c, &tls_handshake_codec, t);
+    net_conn_set_timeouts(c, ms, t->write_timeout_ms);
+    hd_timer_start(s, &hs->timer, ms);
+    if (!t->server) { /* the ClientHello */
+        int r = SSL_do_handshake(hs->ssl);
+        if (r != -1 || SSL_get_error(hs->ssl, r) != SSL_ERROR_WANT_READ ||
+            hs_flush_out(c, hs) < 0) {
+            net_conn_set_codec(c, NULL, NULL);
+            tls_conn_free(t);
+            return -ENOMEM;
+        }
+    }
+    return 0;
+}

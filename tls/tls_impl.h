@@ -1,0 +1,75 @@
+/* tls_impl.h - the TLS layer's private structures (tls/ only): contexts, the per-shard state,
+ * a connection's handshake and record state, and the functions the files share. Everything but
+ * struct tls_ctx belongs to one shard and is touched by its thread only. */
+#ifndef TLS_IMPL_H
+#define TLS_IMPL_H
+
+#include <openssl/ssl.h>
+
+#include "tls.h"
+#include "tls_keys.h"
+#include "tls_record.h"
+
+struct tls_ctx {
+    SSL_CTX *ssl_ctx;
+    bool server;
+};
+
+/* Alive from tls_conn_start until the switch to records (from the shard's capped pool). The
+ * SSL's app data points here, for the keylog callback. */
+struct tls_handshake {
+    SSL *ssl;
+    BIO *rbio, *wbio; /* owned by ssl */
+    struct tls_conn *t;
+    struct net_conn *c;
+    struct hd_timer timer; /* the handshake's deadline */
+    uint8_t secrets_seen;  /* bit 0: client traffic secret, bit 1: server */
+    struct tls_keylog_entry client_secret, server_secret;
+};
+
+/* A connection's TLS state, the codec's state: from the shard's pool; an idle userspace-TLS
+ * connection holds exactly this (hs is NULL then). */
+struct tls_conn {
+    struct tls_record_state rx, tx;
+    struct tls_handshake *hs;
+    struct tls_shard *ts;
+    struct hd_frame *pend; /* plaintext taken from the conn but not sealed yet */
+    uint32_t pend_off, pend_len;
+    uint32_t idle_timeout_ms, write_timeout_ms;
+    tls_handshake_fn *on_handshake;
+    uint8_t mode; /* enum tls_mode */
+    bool server;
+    bool closed_notify; /* the peer's close_notify arrived */
+};
+
+struct tls_shard {
+    struct hd_shard *shard;
+    struct hd_slab *conns, *handshakes;
+    uint32_t handshakes_max;
+    bool ktls_disable;
+    struct tls_shard_stats stats;
+};
+
+struct tls_shard *tls_shard_of(struct hd_shard *s);
+
+/* tls_conn.c: the records codec (after the handshake). */
+extern const struct net_codec tls_record_codec;
+/* Queue the frame's bytes [0, len) as wire bytes and make sure a send follows this tick, from
+ * a decode (net sends wire bytes only when a flush runs). Takes the frame's reference always.
+ * Returns 0 or -errno. */
+int tls_wire_send(struct net_conn *c, struct hd_frame *f, uint32_t len);
+/* Make the connection flush this tick (a zero-length plaintext entry: net requests a flush
+ * only when something is queued with net_conn_send). Returns 0 or -errno. */
+int tls_kick(struct net_conn *c);
+/* Free the connection state (and its handshake, if any). */
+void tls_conn_free(struct tls_conn *t);
+
+/* tls_handshake.c */
+extern const struct net_codec tls_handshake_codec;
+void tls_handshake_free(struct tls_shard *ts, struct tls_handshake *hs);
+
+/* tls_ctx.c */
+/* The keylog callback every context installs (the secrets for the record layer). */
+void tls_keylog_cb(const SSL *ssl, const char *line);
+
+#endif /* TLS_IMPL_H */
