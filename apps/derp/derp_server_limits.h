@@ -1,0 +1,45 @@
+/* derp_server_limits.h - hderp-server's limits, with their sources. Constants only. */
+#ifndef DERP_SERVER_LIMITS_H
+#define DERP_SERVER_LIMITS_H
+
+#include "derp_limits.h"
+
+/* derper: perClientSendQueueDepth = 32, one queue for disco and one for other packets. */
+#define DERP_QUEUE_DEPTH 32
+/* derper: up to 3 attempts to make room by dropping the queue head, then drop the new one. */
+#define DERP_QUEUE_TRIES 3
+
+/* A routed packet frame: the destination key, then the RecvPacket frame as it goes out. */
+#define DERP_ROUTE_OFF 32
+/* The frame pool's big class must hold the largest routed frame. */
+#define DERP_ROUTE_FRAME_MAX (DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX)
+
+/* derper: 10 s to write ServerKey, then a fresh 10 s for the whole ClientInfo. */
+#define DERP_HANDSHAKE_TIMEOUT_MS 10000
+/* derper's HTTP server: read timeout 30 s (bounds the request head). */
+#define DERP_HTTP_READ_TIMEOUT_MS 30000
+/* derper: write deadline 30 s for mesh peers. */
+#define DERP_MESH_WRITE_TIMEOUT_MS 30000
+/* derper: KeepAlive every 60 s + [0, 5 s) of jitter chosen per connection. */
+#define DERP_KEEPALIVE_JITTER_MS 5000
+
+/* derper: NotHere replies are limited per connection: burst 3, refill 1 per second. */
+#define DERP_NOT_HERE_BURST     3
+#define DERP_NOT_HERE_REFILL_MS 1000
+
+/* Net send queue of a client: pause the writer at 64 KiB queued, resume at 16 KiB, so the
+ * derper-sized packet queues above are where drops happen. Mesh peers (watch streams are
+ * unbounded in derper) may queue up to 64 MiB. */
+#define DERP_NET_HIGH_BYTES     (64u * 1024u)
+#define DERP_NET_LOW_BYTES      (16u * 1024u)
+#define DERP_NET_MAX_BYTES      (1u * 1024u * 1024u)
+#define DERP_MESH_NET_MAX_BYTES (64u * 1024u * 1024u)
+
+/* PeerGone bookkeeping: most distinct sources one connection remembers. */
+#define DERP_SOURCES_MAX 65536u
+/* Watchers in the process (mesh peers and monitoring tools). */
+#define DERP_WATCHERS_MAX 1024u
+/* Peer table: initial slots per shard (grows by doubling at 50% load). */
+#define DERP_PEERS_INITIAL 1024u
+
+#endif /* DERP_SERVER_LIMITS_H */

@@ -1,0 +1,205 @@
+/* server.h - hderp-server's private structures (apps/derp/server_*.c only).
+ *
+ * Where things live: a client connection is accepted on any shard, speaks HTTP there, and after
+ * the DERP handshake moves (net_conn_migrate) to the shard that owns its key,
+ * derp_owner(key) = hash(key) % shards. Each shard's peer table is authoritative for the keys it
+ * owns, so routing a packet is one hash: local delivery, or one bus message to the owner.
+ * Per-client state is heap memory because it is born on the accepting shard and dies on the
+ * owner shard. */
+#ifndef DERP_SERVER_H
+#define DERP_SERVER_H
+
+#include <arpa/inet.h>
+
+#include "derp_proto.h"
+#include "derp_server_limits.h"
+#include "hd.h"
+#include "net.h"
+#include "net_http.h"
+
+/* ---------------------------------------------------------------- configuration (read-only) */
+
+struct derp_config {
+    struct net_addr addr;
+    char addr_text[64];
+    bool dev;
+    bool verbose;
+    unsigned shards;
+    struct derp_keypair key;
+    char key_hex[DERP_KEY_HEX_SIZE];
+    bool have_mesh_key;
+    struct derp_mesh_key mesh_key;
+    uint32_t write_timeout_ms;    /* -tcp-write-timeout (regular clients) */
+    uint32_t keepalive_ms;        /* DERP KeepAlive frame period (60 s) */
+    uint32_t keepalive_jitter_ms; /* + random [0, jitter) per connection */
+    int tcp_user_timeout_ms;      /* -tcp-user-timeout */
+    int tcp_keepalive_s;          /* -tcp-keepalive-time */
+    const char *home;             /* -home: "", "blank" or a URL */
+    bool stun;                    /* -stun */
+    int stun_port;                /* -stun-port */
+};
+
+/* ---------------------------------------------------------------- metrics (per shard, summed) */
+
+enum derp_kind { DERP_KIND_DISCO = 0, DERP_KIND_OTHER = 1, DERP_KINDS };
+enum derp_drop {
+    DERP_DROP_UNKNOWN_DEST,
+    DERP_DROP_UNKNOWN_DEST_ON_FWD,
+    DERP_DROP_GONE_DISCONNECTED,
+    DERP_DROP_QUEUE_HEAD,
+    DERP_DROP_QUEUE_TAIL,
+    DERP_DROP_WRITE_ERROR,
+    DERP_DROP_DUP_CLIENT,
+    DERP_DROPS
+};
+extern const char *const derp_drop_names[DERP_DROPS];
+
+struct derp_counters {
+    uint64_t accepts;
+    uint64_t bytes_received, packets_received;
+    uint64_t packets_received_kind[DERP_KINDS];
+    uint64_t bytes_sent, packets_sent;
+    uint64_t packets_dropped[DERP_DROPS][DERP_KINDS];
+    uint64_t bytes_dropped[DERP_DROPS][DERP_KINDS];
+    uint64_t got_ping, sent_pong;
+    uint64_t peer_gone_disconnected_frames, peer_gone_not_here_frames;
+    uint64_t home_moves_in, home_moves_out;
+    uint64_t sclient_write_timeouts;
+    uint64_t total_dup_client_conns;
+    uint64_t unknown_frames;
+    uint64_t packets_forwarded_in, packets_forwarded_out;
+    uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
+    uint64_t handshake_errors; /* connections that failed the login */
+    uint64_t http_requests;
+    uint64_t bus_dropped; /* packets dropped because the bus to the owner was full */
+    uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
+    /* gauges (this shard's share) */
+    int64_t current_connections;
+    int64_t current_home_connections;
+    int64_t current_notideal_connections;
+    int64_t clients_local; /* keys with at least one connection here */
+    int64_t current_dup_client_keys, current_dup_client_conns;
+    int64_t watchers;
+};
+
+/* ---------------------------------------------------------------- clients and peers */
+
+struct derp_shard;
+struct derp_peer;
+
+/* A bounded FIFO of packet frames waiting for the connection (derper: two per client). */
+struct derp_pktq {
+    struct hd_frame *f[DERP_QUEUE_DEPTH];
+    uint8_t head, count;
+};
+
+/* Keys this connection has received packets from: they get PeerGone when those leave. */
+struct derp_keyset {
+    uint64_t *slots; /* key prefixes; 0 = empty */
+    uint32_t cap, count;
+};
+
+enum derp_client_phase { DERP_CLIENT_HANDSHAKE, DERP_CLIENT_MOVING, DERP_CLIENT_ACTIVE };
+
+struct derp_client {
+    struct net_conn *conn;
+    struct derp_shard *ds;
+    enum derp_client_phase phase;
+    struct derp_pubkey key;
+    bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
+    bool send_paused; /* net queue over its high watermark */
+    bool pong_pending;
+    uint8_t pong[DERP_PING_LEN];
+    struct derp_addr remote;
+    struct derp_splitter sp;
+    struct derp_peer *peer;
+    struct derp_client *peer_next; /* the key's other connections (dups) */
+    uint64_t activity;             /* shard-wide sequence of its last frame */
+    uint64_t connected_ms;
+    struct derp_pktq q[DERP_KINDS];
+    struct derp_keyset sources;
+    struct hd_flush writer;
+    struct hd_timer keepalive;
+    /* NotHere replies: derper's token bucket (burst 3, 1 per second) */
+    uint32_t not_here_tokens;
+    uint64_t not_here_ms;
+};
+
+/* A key this shard owns with at least one connection, or with subscribers of its PeerGone. */
+struct derp_peer {
+    struct derp_pubkey key;
+    struct derp_client *clients; /* dup list, newest first */
+    struct derp_client *active;  /* the one that receives; NULL: none (dup_client drops) */
+    uint32_t clients_count;
+};
+
+struct derp_peer_table {
+    struct derp_peer **slots;
+    uint32_t cap, count;
+};
+
+struct derp_shard {
+    struct hd_shard *s;
+    const struct derp_config *cfg;
+    struct net_listener *listener;
+    struct net_udp *stun;
+    struct derp_peer_table peers;
+    /* Watchers anywhere in the process (every shard hears of each WatchConns and of each
+     * watcher's end): presence events are broadcast only while this is non-zero. */
+    uint32_t watchers_total;
+    uint64_t activity_seq;
+    uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    struct derp_counters ctr;
+};
+
+/* ---------------------------------------------------------------- functions */
+
+extern const struct hd_module derp_module;
+
+static inline unsigned derp_owner(const struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t h;
+    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
+    return (unsigned)(h % hd_shard_count(ds->s));
+}
+
+/* server_http.c: a fresh connection's HTTP phase */
+void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+
+/* server_client.c: the DERP connection */
+int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
+int derp_client_enqueue(struct derp_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
+                        enum derp_kind kind);
+void derp_client_send_ctl(struct derp_client *cl, const uint8_t *frame, size_t len);
+void derp_client_close(struct derp_client *cl, int reason);
+bool derp_keyset_add(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
+bool derp_keyset_remove(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
+void derp_keyset_free(struct derp_keyset *ks);
+
+/* server_peers.c: the peer table, routing, PeerGone and watchers */
+int derp_peers_init(struct derp_peer_table *t);
+void derp_peers_fini(struct derp_peer_table *t);
+struct derp_peer *derp_peers_find(struct derp_peer_table *t, const uint8_t key[DERP_KEY_LEN]);
+void derp_register(struct derp_shard *ds, struct derp_client *cl);
+void derp_unregister(struct derp_shard *ds, struct derp_client *cl);
+void derp_note_activity(struct derp_shard *ds, struct derp_client *cl);
+/* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
+ * bytes at offset DERP_ROUTE_OFF. Takes the caller's reference. */
+void derp_route(struct derp_shard *ds, struct hd_frame *f, uint32_t len, enum derp_kind kind,
+                bool forwarded);
+void derp_watch_start(struct derp_shard *ds, struct derp_client *cl);
+void derp_watch_stop(struct derp_shard *ds, struct derp_client *cl);
+void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN]);
+/* A disco packet from src had no destination: tell src's connection (on its owner shard). */
+void derp_not_here(struct derp_shard *ds, const uint8_t src[DERP_KEY_LEN],
+                   const uint8_t dst[DERP_KEY_LEN]);
+struct derp_shard *derp_shard_here(void);
+
+/* server_stun.c */
+int derp_stun_start(struct derp_shard *ds);
+void derp_stun_stop(struct derp_shard *ds);
+
+/* server_metrics.c */
+void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);
+
+#endif /* DERP_SERVER_H */

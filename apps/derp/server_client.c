@@ -1,0 +1,462 @@
+/* server_client.c - one DERP connection on the server: the login (ServerKey, ClientInfo,
+ * the move to the key's owner shard, ServerInfo; spec §4), the reader's frame dispatch (§6.1),
+ * the two 32-packet queues with derper's drop policy (§6.3) and the writer that feeds them to
+ * the connection once per tick (§6.4), Ping/Pong, KeepAlive. Runs on the connection's shard;
+ * owns its struct derp_client (heap: born on the accepting shard, freed on the owner). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+static const struct net_conn_handler client_handler;
+
+/* ---------------------------------------------------------------- sources (PeerGone §6.7) */
+
+static uint64_t key_prefix(const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t h;
+    memcpy(&h, key + 16, sizeof(h)); /* not the shard bits (bytes 0..8) */
+    return h ? h : 1;
+}
+
+static bool keyset_grow(struct derp_keyset *ks)
+{
+    uint32_t cap = ks->cap ? ks->cap * 2 : 16;
+    uint64_t *slots = calloc(cap, sizeof(*slots));
+    if (slots == NULL)
+        return false;
+    for (uint32_t i = 0; i < ks->cap; i++) {
+        if (!ks->slots[i])
+            continue;
+        uint32_t j = (uint32_t)(ks->slots[i] * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
+        while (slots[j])
+            j = (j + 1) & (cap - 1);
+        slots[j] = ks->slots[i];
+    }
+    free(ks->slots);
+    ks->slots = slots;
+    ks->cap = cap;
+    return true;
+}
+
+/* True if the key was not in the set (now it is). Keys are remembered by a 64-bit prefix: a
+ * collision makes one PeerGone go missing or arrive for a key never heard from — harmless. */
+bool derp_keyset_add(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t p = key_prefix(key);
+    if (ks->cap && ks->count < ks->cap / 2) {
+        /* fast path below */
+    } else if (ks->count >= DERP_SOURCES_MAX || !keyset_grow(ks)) {
+        return false;
+    }
+    uint32_t j = (uint32_t)(p * 0x9E3779B97F4A7C15ull >> 32) & (ks->cap - 1);
+    while (ks->slots[j]) {
+        if (ks->slots[j] == p)
+            return false;
+        j = (j + 1) & (ks->cap - 1);
+    }
+    ks->slots[j] = p;
+    ks->count++;
+    return true;
+}
+
+bool derp_keyset_remove(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN])
+{
+    if (!ks->count)
+        return false;
+    uint64_t p = key_prefix(key);
+    uint32_t mask = ks->cap - 1;
+    uint32_t j = (uint32_t)(p * 0x9E3779B97F4A7C15ull >> 32) & mask;
+    while (ks->slots[j] && ks->slots[j] != p)
+        j = (j + 1) & mask;
+    if (!ks->slots[j])
+        return false;
+    /* Backward-shift deletion keeps every probe chain unbroken. */
+    uint32_t hole = j;
+    for (uint32_t k = (j + 1) & mask; ks->slots[k]; k = (k + 1) & mask) {
+        uint32_t home = (uint32_t)(ks->slots[k] * 0x9E3779B97F4A7C15ull >> 32) & mask;
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
+            ks->slots[hole] = ks->slots[k];
+            hole = k;
+        }
+    }
+    ks->slots[hole] = 0;
+    ks->count--;
+    return true;
+}
+
+void derp_keyset_free(struct derp_keyset *ks)
+{
+    free(ks->slots);
+    *ks = (struct derp_keyset){0};
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static void writer_run(struct hd_flush *f);
+
+void derp_client_send_ctl(struct derp_client *cl, const uint8_t *frame, size_t len)
+{
+    if (net_conn_send_copy(cl->conn, frame, len) < 0)
+        derp_client_close(cl, -ENOBUFS);
+}
+
+static void drop_frame(struct derp_client *cl, struct hd_frame *f, enum derp_drop why)
+{
+    enum derp_kind kind = (f->app_flags & 1) ? DERP_KIND_DISCO : DERP_KIND_OTHER;
+    cl->ds->ctr.packets_dropped[why][kind]++;
+    cl->ds->ctr.bytes_dropped[why][kind] +=
+        f->len - DERP_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    hd_frame_unref(cl->ds->s, f);
+}
+
+/* Hand one packet frame to the connection (it goes out with this tick's sendmsg). */
+static void write_packet(struct derp_client *cl, struct hd_frame *f)
+{
+    uint32_t len = f->len - DERP_ROUTE_OFF;
+    int rc = net_conn_send(cl->conn, f, DERP_ROUTE_OFF, len);
+    if (rc < 0) {
+        drop_frame(cl, f, DERP_DROP_WRITE_ERROR);
+        return;
+    }
+    cl->ds->ctr.packets_sent++;
+    cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    /* §6.7: the receiver now hears when this source leaves. */
+    derp_keyset_add(&cl->sources, f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
+    hd_frame_unref(cl->ds->s, f);
+}
+
+/* While the connection keeps up (its send queue under the high watermark), packets go straight
+ * to it; the two 32-packet queues fill only while it is backed up, and there derper's policy
+ * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one. */
+int derp_client_enqueue(struct derp_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
+                        enum derp_kind kind)
+{
+    (void)off, (void)len;
+    struct derp_pktq *q = &cl->q[kind];
+    if (cl->phase != DERP_CLIENT_ACTIVE) {
+        drop_frame(cl, f, DERP_DROP_GONE_DISCONNECTED);
+        return -EPIPE;
+    }
+    if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0) {
+        write_packet(cl, f);
+        return 0;
+    }
+    for (unsigned t = 0; t < DERP_QUEUE_TRIES; t++) {
+        if (q->count < DERP_QUEUE_DEPTH) {
+            q->f[(q->head + q->count) % DERP_QUEUE_DEPTH] = f;
+            q->count++;
+            hd_flush_request(cl->ds->s, &cl->writer);
+            return 0;
+        }
+        struct hd_frame *old = q->f[q->head];
+        q->head = (uint8_t)((q->head + 1) % DERP_QUEUE_DEPTH);
+        q->count--;
+        drop_frame(cl, old, DERP_DROP_QUEUE_HEAD);
+    }
+    drop_frame(cl, f, DERP_DROP_QUEUE_TAIL);
+    return -ENOBUFS;
+}
+
+static struct hd_frame *queue_pop(struct derp_pktq *q)
+{
+    if (q->count == 0)
+        return NULL;
+    struct hd_frame *f = q->f[q->head];
+    q->head = (uint8_t)((q->head + 1) % DERP_QUEUE_DEPTH);
+    q->count--;
+    return f;
+}
+
+/* End of tick: Pong, then packets from both queues (alternating) until the connection's send
+ * queue reaches its high watermark; on_send_pressure(false) runs the writer again. */
+static void writer_run(struct hd_flush *fl)
+{
+    struct derp_client *cl = hd_container_of(fl, struct derp_client, writer);
+    if (cl->phase != DERP_CLIENT_ACTIVE)
+        return;
+    if (cl->pong_pending) {
+        uint8_t pong[DERP_FRAME_HEADER_LEN + DERP_PING_LEN];
+        derp_frame_pong_encode(pong, sizeof(pong), cl->pong);
+        cl->pong_pending = false;
+        cl->ds->ctr.sent_pong++;
+        derp_client_send_ctl(cl, pong, sizeof(pong));
+    }
+    unsigned turn = 0;
+    while (!cl->send_paused && cl->phase == DERP_CLIENT_ACTIVE &&
+           (cl->q[0].count || cl->q[1].count)) {
+        struct derp_pktq *q = &cl->q[turn++ & 1];
+        struct hd_frame *f = queue_pop(q);
+        if (f)
+            write_packet(cl, f);
+    }
+}
+
+static void keepalive_fired(struct hd_timer *t)
+{
+    struct derp_client *cl = hd_container_of(t, struct derp_client, keepalive);
+    uint8_t ka[DERP_FRAME_HEADER_LEN];
+    derp_frame_keep_alive_encode(ka, sizeof(ka));
+    derp_client_send_ctl(cl, ka, sizeof(ka));
+    if (cl->phase == DERP_CLIENT_ACTIVE)
+        hd_timer_start(cl->ds->s, t, cl->ds->cfg->keepalive_ms);
+}
+
+/* ---------------------------------------------------------------- login */
+
+int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal)
+{
+    struct derp_client *cl = calloc(1, sizeof(*cl));
+    if (cl == NULL)
+        return -ENOMEM;
+    cl->conn = c;
+    cl->ds = ds;
+    cl->phase = DERP_CLIENT_HANDSHAKE;
+    cl->fast_start = fast_start;
+    cl->not_ideal = not_ideal;
+    const struct net_addr *peer = net_conn_peer(c);
+    if (peer->len)
+        derp_addr_from_sockaddr(&cl->remote, &peer->sa, peer->len);
+    derp_splitter_init(&cl->sp, DERP_READER_SERVER_HELLO);
+    net_conn_set_app(c, &client_handler, cl);
+    net_conn_set_timeouts(c, DERP_HANDSHAKE_TIMEOUT_MS, ds->cfg->write_timeout_ms);
+    /* §1.3 + §4 step 1: the 101 (not for fast start) and the ServerKey frame, in one write. */
+    char buf[NET_HTTP_DERP_101_LEN + DERP_FRAME_HEADER_LEN + DERP_SERVER_KEY_LEN];
+    int n = 0;
+    if (!fast_start)
+        n = net_http_write_derp_101(buf, sizeof(buf), ds->cfg->key.pub.bytes);
+    ssize_t k =
+        derp_server_key_encode((uint8_t *)buf + n, sizeof(buf) - (size_t)n, &ds->cfg->key.pub);
+    HD_ASSERT(n >= 0 && k > 0);
+    return net_conn_send_copy(c, buf, (size_t)n + (size_t)k);
+}
+
+/* On the owner shard: the client is registered and hears ServerInfo (§4 step 7). */
+static void client_activate(struct derp_shard *ds, struct derp_client *cl)
+{
+    cl->ds = ds;
+    cl->phase = DERP_CLIENT_ACTIVE;
+    cl->connected_ms = hd_now_ms(ds->s);
+    cl->not_here_tokens = DERP_NOT_HERE_BURST;
+    cl->not_here_ms = cl->connected_ms;
+    hd_flush_init(&cl->writer, writer_run);
+    hd_timer_init(&cl->keepalive, keepalive_fired);
+    uint32_t jitter =
+        ds->cfg->keepalive_jitter_ms ? (uint32_t)rand() % ds->cfg->keepalive_jitter_ms : 0;
+    hd_timer_start(ds->s, &cl->keepalive, ds->cfg->keepalive_ms + jitter);
+    net_conn_set_timeouts(cl->conn, 0,
+                          cl->mesh ? DERP_MESH_WRITE_TIMEOUT_MS : ds->cfg->write_timeout_ms);
+    ds->ctr.current_connections++;
+    if (cl->not_ideal)
+        ds->ctr.current_notideal_connections++;
+    uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_SERVER_INFO_JSON_MAX + DERP_SEALED_OVERHEAD];
+    ssize_t n = derp_server_info_seal(buf, sizeof(buf), &ds->cfg->key, &cl->key, NULL, NULL);
+    if (n < 0) {
+        derp_client_close(cl, (int)n);
+        return;
+    }
+    derp_register(ds, cl);
+    derp_client_send_ctl(cl, buf, (size_t)n);
+}
+
+static void client_adopt(struct net_conn *c, void *arg)
+{
+    struct derp_client *cl = arg;
+    if (c == NULL) { /* the owner shard could not take the connection */
+        free(cl);
+        return;
+    }
+    cl->conn = c;
+    net_conn_set_app(c, &client_handler, cl);
+    client_activate(derp_shard_here(), cl);
+}
+
+static int on_client_info(struct derp_client *cl, const uint8_t *payload, uint32_t len)
+{
+    struct derp_shard *ds = cl->ds;
+    struct derp_client_info info;
+    int rc = derp_client_info_open(payload, len, &ds->cfg->key, &cl->key, &info, ds->scratch,
+                                   DERP_CLIENT_INFO_PLAIN_MAX);
+    if (rc < 0)
+        return rc;
+    cl->mesh = ds->cfg->have_mesh_key && info.has_mesh_key &&
+               derp_mesh_key_admits(&ds->cfg->mesh_key, &info.mesh_key);
+    cl->prober = info.is_prober;
+    cl->can_ack_pings = info.can_ack_pings;
+    derp_splitter_set_mesh(&cl->sp, cl->mesh);
+    if (cl->mesh)
+        net_conn_set_limits(cl->conn, DERP_NET_HIGH_BYTES, DERP_NET_LOW_BYTES,
+                            DERP_MESH_NET_MAX_BYTES);
+    /* Admission (§5): mesh peers skip every check; no other check is configured yet. */
+    unsigned owner = derp_owner(ds, cl->key.bytes);
+    if (owner == hd_shard_id(ds->s)) {
+        client_activate(ds, cl);
+        return 0;
+    }
+    cl->phase = DERP_CLIENT_MOVING;
+    return net_conn_migrate(cl->conn, owner, client_adopt, cl);
+}
+
+/* ---------------------------------------------------------------- steady state (§6.1) */
+
+static void on_send_packet(struct derp_client *cl, const uint8_t *payload, uint32_t len,
+                           bool forward)
+{
+    struct derp_shard *ds = cl->ds;
+    const uint8_t *src = forward ? payload : cl->key.bytes;
+    const uint8_t *dst = forward ? payload + DERP_KEY_LEN : payload;
+    const uint8_t *pkt = dst + DERP_KEY_LEN;
+    uint32_t pkt_len = len - (uint32_t)(pkt - payload);
+    enum derp_kind kind = derp_disco_is_packet(pkt, pkt_len) ? DERP_KIND_DISCO : DERP_KIND_OTHER;
+    if (forward) {
+        ds->ctr.packets_forwarded_in++;
+    } else {
+        ds->ctr.packets_received++;
+        ds->ctr.bytes_received += pkt_len;
+        ds->ctr.packets_received_kind[kind]++;
+    }
+    /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
+    uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;
+    struct hd_frame *f = hd_frame_get(ds->s, DERP_ROUTE_OFF + out_len);
+    if (f == NULL) {
+        ds->ctr.packets_dropped[DERP_DROP_QUEUE_TAIL][kind]++;
+        ds->ctr.bytes_dropped[DERP_DROP_QUEUE_TAIL][kind] += pkt_len;
+        hd_log_rl(HD_LOG_WARN, "frame pool exhausted: packet dropped");
+        return;
+    }
+    memcpy(f->data, dst, DERP_KEY_LEN);
+    derp_frame_recv_packet_prefix_encode(f->data + DERP_ROUTE_OFF,
+                                         DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, src, pkt_len);
+    memcpy(f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);
+    f->len = DERP_ROUTE_OFF + out_len;
+    f->app_flags = kind == DERP_KIND_DISCO ? 1 : 0;
+    derp_route(ds, f, out_len, kind, forward);
+}
+
+static void on_note_preferred(struct derp_client *cl, const uint8_t *payload)
+{
+    bool pref = payload[0] != 0;
+    if (pref == cl->preferred)
+        return;
+    struct derp_shard *ds = cl->ds;
+    cl->preferred = pref;
+    ds->ctr.current_home_connections += pref ? 1 : -1;
+    if (hd_now_ms(ds->s) - cl->connected_ms > 5000) {
+        if (pref)
+            ds->ctr.home_moves_in++;
+        else
+            ds->ctr.home_moves_out++;
+    }
+}
+
+static int on_frame(struct derp_client *cl, uint8_t type, const uint8_t *payload, uint32_t len)
+{
+    struct derp_shard *ds = cl->ds;
+    if (cl->phase == DERP_CLIENT_HANDSHAKE)
+        return on_client_info(cl, payload, len); /* the splitter allows nothing else first */
+    derp_note_activity(ds, cl);
+    switch (type) {
+    case DERP_FRAME_SEND_PACKET:
+        on_send_packet(cl, payload, len, false);
+        return 0;
+    case DERP_FRAME_FORWARD_PACKET:
+        on_send_packet(cl, payload, len, true);
+        return 0;
+    case DERP_FRAME_NOTE_PREFERRED:
+        on_note_preferred(cl, payload);
+        return 0;
+    case DERP_FRAME_WATCH_CONNS:
+        if (!derp_pubkey_equal(&cl->key, &ds->cfg->key.pub))
+            derp_watch_start(ds, cl);
+        return 0;
+    case DERP_FRAME_CLOSE_PEER:
+        derp_close_peer(ds, payload);
+        return 0;
+    case DERP_FRAME_PING:
+        ds->ctr.got_ping++;
+        if (!cl->pong_pending) { /* one Pong pending at most: further Pings are dropped */
+            cl->pong_pending = true;
+            memcpy(cl->pong, payload, DERP_PING_LEN);
+            hd_flush_request(ds->s, &cl->writer);
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    struct derp_client *cl = net_conn_app(c);
+    size_t done = 0;
+    while (cl->phase != DERP_CLIENT_MOVING) {
+        struct derp_split sp;
+        int rc = derp_splitter_next(&cl->sp, data + done, len - done, &sp);
+        if (rc < 0) {
+            if (rc == -EPERM)
+                cl->ds->ctr.mesh_refused++;
+            hd_log_rl(HD_LOG_INFO, "client: bad frame (type 0x%02x): %s", sp.type, strerror(-rc));
+            return rc;
+        }
+        if (sp.kind == DERP_SPLIT_NEED)
+            break;
+        if (sp.kind == DERP_SPLIT_FRAME) {
+            rc = on_frame(cl, sp.type, data + done + sp.payload_offset, sp.len);
+            if (rc < 0) {
+                if (cl->phase == DERP_CLIENT_HANDSHAKE)
+                    cl->ds->ctr.handshake_errors++;
+                return rc;
+            }
+        }
+        done += sp.consumed;
+        if (net_conn_state(c) != NET_CONN_OPEN)
+            break;
+    }
+    return (ssize_t)done;
+}
+
+static void client_pressure(struct net_conn *c, bool paused)
+{
+    struct derp_client *cl = net_conn_app(c);
+    cl->send_paused = paused;
+    if (!paused && cl->phase == DERP_CLIENT_ACTIVE)
+        hd_flush_request(cl->ds->s, &cl->writer);
+}
+
+static void client_closed(struct net_conn *c, int reason)
+{
+    struct derp_client *cl = net_conn_app(c);
+    struct derp_shard *ds = cl->ds;
+    if (reason == -ETIMEDOUT && cl->phase == DERP_CLIENT_ACTIVE)
+        ds->ctr.sclient_write_timeouts++;
+    if (cl->phase == DERP_CLIENT_ACTIVE) {
+        cl->phase = DERP_CLIENT_HANDSHAKE; /* no more enqueues */
+        hd_flush_cancel(ds->s, &cl->writer);
+        hd_timer_stop(ds->s, &cl->keepalive);
+        derp_unregister(ds, cl);
+        ds->ctr.current_connections--;
+        if (cl->not_ideal)
+            ds->ctr.current_notideal_connections--;
+        if (cl->preferred)
+            ds->ctr.current_home_connections--;
+        for (unsigned k = 0; k < DERP_KINDS; k++) {
+            struct hd_frame *f;
+            while ((f = queue_pop(&cl->q[k])) != NULL)
+                drop_frame(cl, f, DERP_DROP_GONE_DISCONNECTED);
+        }
+    }
+    derp_keyset_free(&cl->sources);
+    free(cl);
+}
+
+void derp_client_close(struct derp_client *cl, int reason)
+{
+    net_conn_close(cl->conn, reason, false);
+}
+
+static const struct net_conn_handler client_handler = {
+    .on_data = client_data,
+    .on_send_pressure = client_pressure,
+    .on_close = client_closed,
+};

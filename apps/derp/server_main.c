@@ -1,0 +1,233 @@
+/* server_main.c - hderp-server: derper's flags (spec §11), the key file, the module that puts a
+ * listener and a peer table on every shard, and main. Flags are parsed on the main thread
+ * before any shard starts; the configuration is read-only afterwards. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server.h"
+#include "server_flags.h"
+
+#define HDERP_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- the module */
+
+static struct derp_config config;
+
+static int shard_init(struct hd_shard *s, void *arg, void **state)
+{
+    (void)arg;
+    int rc = net_shard_init(s, NULL);
+    if (rc < 0)
+        return rc;
+    struct derp_shard *ds = calloc(1, sizeof(*ds));
+    if (ds == NULL)
+        return -ENOMEM;
+    ds->s = s;
+    ds->cfg = &config;
+    ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
+    if (ds->scratch == NULL || (rc = derp_peers_init(&ds->peers)) < 0) {
+        free(ds->scratch);
+        free(ds);
+        return rc < 0 ? rc : -ENOMEM;
+    }
+    struct net_listener_options lo = {.reuseport = true,
+                                      .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
+                                      .keepalive_s = config.tcp_keepalive_s};
+    rc = net_listener_start(s, &config.addr, &lo, derp_http_accept, ds, &ds->listener);
+    if (rc < 0) {
+        hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
+        derp_peers_fini(&ds->peers);
+        free(ds->scratch);
+        free(ds);
+        return rc;
+    }
+    if (config.stun && (rc = derp_stun_start(ds)) < 0) {
+        net_listener_stop(ds->listener);
+        derp_peers_fini(&ds->peers);
+        free(ds->scratch);
+        free(ds);
+        return rc;
+    }
+    *state = ds;
+    return 0;
+}
+
+static void shard_stop(struct hd_shard *s, void *state)
+{
+    struct derp_shard *ds = state;
+    if (ds->listener)
+        net_listener_stop(ds->listener);
+    ds->listener = NULL;
+    derp_stun_stop(ds);
+    net_shard_close_all(s, 0);
+}
+
+static void shard_fini(struct hd_shard *s, void *state)
+{
+    struct derp_shard *ds = state;
+    derp_peers_fini(&ds->peers);
+    free(ds->scratch);
+    free(ds);
+    net_shard_fini(s);
+}
+
+static int global_init(struct hd_runtime *rt, void *arg)
+{
+    (void)rt, (void)arg;
+    return derp_crypto_init();
+}
+
+const struct hd_module derp_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "derp",
+    .global_init = global_init,
+    .shard_init = shard_init,
+    .shard_stop = shard_stop,
+    .shard_fini = shard_fini,
+};
+
+/* ---------------------------------------------------------------- start-up */
+
+static int load_key(const struct derp_flags *f)
+{
+    char err[256];
+    if (f->config_path == NULL) {
+        if (!f->dev) {
+            fprintf(stderr, "hderp-server: -c <key file> is required outside -dev mode\n");
+            return -EINVAL;
+        }
+        return derp_keypair_generate(&config.key); /* -dev: an ephemeral key, as derper */
+    }
+    bool created = false;
+    struct derp_privkey priv;
+    int rc = derp_key_file_load_or_create(f->config_path, &priv, &created, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: -c %s: %s\n", f->config_path, err);
+        return rc;
+    }
+    if (created)
+        hd_log(HD_LOG_INFO, "created a new server key in %s", f->config_path);
+    return derp_keypair_from_privkey(&config.key, &priv);
+}
+
+static int configure(const struct derp_flags *f)
+{
+    if (net_addr_parse(f->addr, &config.addr) < 0) {
+        fprintf(stderr,
+                "hderp-server: -a %s: not a numeric address like :3340, "
+                "127.0.0.1:3340 or [::1]:3340\n",
+                f->addr);
+        return -EINVAL;
+    }
+    if (derp_flags_tls_mode(f)) {
+        fprintf(stderr,
+                "hderp-server: -a %s with -certmode %s means TLS, which this build of "
+                "hderp-server does not serve yet; use a plain HTTP port (e.g. -a :3340) "
+                "behind a TLS terminator, or -dev\n",
+                f->addr, f->certmode);
+        return -EOPNOTSUPP;
+    }
+    snprintf(config.addr_text, sizeof(config.addr_text), "%s", f->addr);
+    config.dev = f->dev;
+    config.verbose = f->verbose;
+    config.shards = f->shards;
+    config.write_timeout_ms = f->tcp_write_timeout_ms;
+    config.keepalive_ms = f->keepalive_ms;
+    config.keepalive_jitter_ms =
+        f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
+    config.tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
+    config.tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
+    config.home = f->home;
+    config.stun = f->stun;
+    config.stun_port = f->stun_port;
+    if (f->mesh_psk_file) {
+        char err[256];
+        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
+        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
+        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
+            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    }
+    int rc = load_key(f);
+    if (rc < 0)
+        return rc;
+    derp_key_hex_format(config.key.pub.bytes, config.key_hex);
+    return 0;
+}
+
+static void log_start(struct hd_runtime *rt)
+{
+    struct hd_shard *s0 = hd_runtime_shard(rt, 0);
+    uint32_t feat = hd_shard_features(s0);
+    char pub[DERP_PUBKEY_TEXT_SIZE], stun[32];
+    derp_pubkey_format(&config.key.pub, pub);
+    if (config.stun)
+        snprintf(stun, sizeof(stun), "on UDP %d", config.stun_port);
+    else
+        snprintf(stun, sizeof(stun), "off");
+    hd_log(HD_LOG_INFO,
+           "hderp-server %s: listening on %s (plain HTTP, no TLS), %u shards, public key %s, "
+           "STUN %s, io_uring%s%s, mesh key %s",
+           HDERP_VERSION, config.addr_text, hd_runtime_shards_count(rt), pub, stun,
+           (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
+           (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
+           config.have_mesh_key ? "set" : "none");
+    if (config.dev)
+        hd_log(HD_LOG_INFO,
+               "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
+               "TS_DEBUG_USE_DERP_HTTP=1 and a DERP map node with DERPPort %u)",
+               net_addr_port(&config.addr), net_addr_port(&config.addr));
+}
+
+int main(int argc, char **argv)
+{
+    struct derp_flags f;
+    int rc = derp_flags_parse(argc, argv, &f);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    if (configure(&f) < 0)
+        return 1;
+    if (f.verbose)
+        hd_log_set_level(HD_LOG_DEBUG);
+    static const struct hd_frame_class classes[] = {
+        {.size = 2048, .cap_count = 65536},
+        {.size = DERP_ROUTE_FRAME_MAX, .cap_count = 2048},
+    };
+    static const struct hd_module *const modules[] = {&derp_module};
+    struct hd_runtime_config cfg = {
+        .shards_count = f.shards,
+        .pin = true,
+        .handle_signals = true,
+        .frame_classes = classes,
+        .frame_classes_count = HD_ARRAY_SIZE(classes),
+        .modules = modules,
+        .modules_count = 1,
+    };
+    struct hd_runtime *rt;
+    rc = hd_runtime_create(&cfg, &rt);
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
+        return 1;
+    }
+    rc = hd_runtime_start(rt);
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        hd_runtime_destroy(rt);
+        return 1;
+    }
+    log_start(rt);
+    rc = hd_runtime_wait(rt);
+    hd_runtime_destroy(rt);
+    hd_log(HD_LOG_INFO, "stopped");
+    return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,453 @@
+/* server_peers.c - each shard's peer table (the keys it owns), duplicate connections (§6.6),
+ * packet routing between shards (§6.2), PeerGone to former correspondents (§6.7), watchers
+ * (§6.8), ClosePeer and NotHere. Runs on each shard for its own table; other shards are reached
+ * only through bus messages, whose payloads travel in refcounted frames. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+/* ---------------------------------------------------------------- the table */
+
+static uint32_t slot_of(const struct derp_peer_table *t, const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t h;
+    memcpy(&h, key + 8, sizeof(h)); /* not bytes 0..8: those chose the shard */
+    return (uint32_t)(h * 0x9E3779B97F4A7C15ull >> 32) & (t->cap - 1);
+}
+
+int derp_peers_init(struct derp_peer_table *t)
+{
+    t->cap = DERP_PEERS_INITIAL;
+    t->count = 0;
+    t->slots = calloc(t->cap, sizeof(*t->slots));
+    return t->slots ? 0 : -ENOMEM;
+}
+
+void derp_peers_fini(struct derp_peer_table *t)
+{
+    for (uint32_t i = 0; i < t->cap; i++)
+        free(t->slots[i]);
+    free(t->slots);
+    t->slots = NULL;
+}
+
+struct derp_peer *derp_peers_find(struct derp_peer_table *t, const uint8_t key[DERP_KEY_LEN])
+{
+    for (uint32_t i = slot_of(t, key);; i = (i + 1) & (t->cap - 1)) {
+        struct derp_peer *p = t->slots[i];
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p->key.bytes, key, DERP_KEY_LEN) == 0)
+            return p;
+    }
+}
+
+static void table_put(struct derp_peer_table *t, struct derp_peer *p)
+{
+    uint32_t i = slot_of(t, p->key.bytes);
+    while (t->slots[i])
+        i = (i + 1) & (t->cap - 1);
+    t->slots[i] = p;
+}
+
+static int table_insert(struct derp_peer_table *t, struct derp_peer *p)
+{
+    if ((t->count + 1) * 2 > t->cap) { /* grow at half load: probes stay short */
+        struct derp_peer_table n = {.cap = t->cap * 2};
+        n.slots = calloc(n.cap, sizeof(*n.slots));
+        if (n.slots == NULL)
+            return -ENOMEM;
+        for (uint32_t i = 0; i < t->cap; i++)
+            if (t->slots[i])
+                table_put(&n, t->slots[i]);
+        free(t->slots);
+        t->slots = n.slots;
+        t->cap = n.cap;
+    }
+    table_put(t, p);
+    t->count++;
+    return 0;
+}
+
+static void table_remove(struct derp_peer_table *t, struct derp_peer *p)
+{
+    uint32_t mask = t->cap - 1, i = slot_of(t, p->key.bytes);
+    while (t->slots[i] != p)
+        i = (i + 1) & mask;
+    uint32_t hole = i;
+    for (uint32_t k = (i + 1) & mask; t->slots[k]; k = (k + 1) & mask) {
+        uint32_t home = slot_of(t, t->slots[k]->key.bytes);
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
+            t->slots[hole] = t->slots[k];
+            hole = k;
+        }
+    }
+    t->slots[hole] = NULL;
+    t->count--;
+}
+
+struct derp_shard *derp_shard_here(void)
+{
+    return hd_shard_module_state(hd_shard_current(), &derp_module);
+}
+
+/* ---------------------------------------------------------------- broadcasts */
+
+typedef void derp_event_fn(struct derp_shard *ds, struct hd_frame *f, uint64_t arg);
+
+struct derp_event {
+    derp_event_fn *fn;
+};
+
+static void event_msg(struct hd_shard *s, const struct hd_msg *m)
+{
+    struct derp_shard *ds = hd_shard_module_state(s, &derp_module);
+    derp_event_fn *fn = (derp_event_fn *)(uintptr_t)m->u64[1];
+    if (ds && !hd_shard_stopping(s))
+        fn(ds, m->ptr, m->u64[0]);
+    hd_frame_unref(s, m->ptr);
+}
+
+/* Run fn(frame, arg) on shard `to` (here: at once). Takes the caller's reference of f. */
+static void event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                       uint64_t arg)
+{
+    if (to == hd_shard_id(ds->s)) {
+        fn(ds, f, arg);
+        hd_frame_unref(ds->s, f);
+        return;
+    }
+    struct hd_msg m = {.fn = event_msg, .ptr = f, .u64 = {arg, (uint64_t)(uintptr_t)fn}};
+    if (hd_bus_send(ds->s, to, &m) < 0) {
+        ds->ctr.bus_dropped++;
+        hd_log_rl(HD_LOG_WARN, "bus to shard %u full: an event was dropped", to);
+        hd_frame_unref(ds->s, f);
+    }
+}
+
+/* Run fn on every shard, this one included. Takes the caller's reference of f. */
+static void event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
+                            uint64_t arg)
+{
+    unsigned n = hd_shard_count(ds->s);
+    for (unsigned i = 1; i < n; i++)
+        hd_frame_ref(f);
+    for (unsigned i = 0; i < n; i++)
+        event_send(ds, i, fn, f, arg);
+}
+
+static struct hd_frame *key_frame(struct derp_shard *ds, const uint8_t *a, const uint8_t *b)
+{
+    struct hd_frame *f = hd_frame_get(ds->s, 2 * DERP_KEY_LEN);
+    if (f == NULL)
+        return NULL;
+    memcpy(f->data, a, DERP_KEY_LEN);
+    if (b)
+        memcpy(f->data + DERP_KEY_LEN, b, DERP_KEY_LEN);
+    f->len = b ? 2 * DERP_KEY_LEN : DERP_KEY_LEN;
+    return f;
+}
+
+#define DERP_EACH_CLIENT(ds, cl)                                                                   \
+    for (uint32_t i_ = 0; i_ < (ds)->peers.cap; i_++)                                              \
+        if ((ds)->peers.slots[i_])                                                                 \
+            for (struct derp_client *cl = (ds)->peers.slots[i_]->clients; cl; cl = cl->peer_next)
+
+/* ---------------------------------------------------------------- presence */
+
+static void send_peer_gone(struct derp_shard *ds, struct derp_client *cl, const uint8_t *key,
+                           uint8_t reason)
+{
+    uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_PEER_GONE_LEN];
+    derp_frame_peer_gone_encode(buf, sizeof(buf), key, reason);
+    if (reason == DERP_PEER_GONE_NOT_HERE)
+        ds->ctr.peer_gone_not_here_frames++;
+    else
+        ds->ctr.peer_gone_disconnected_frames++;
+    derp_client_send_ctl(cl, buf, sizeof(buf));
+}
+
+/* A key left (its last connection on its owner shard went): tell the connections that
+ * received packets from it, and the watchers. Runs on every shard. */
+static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    DERP_EACH_CLIENT(ds, cl)
+    {
+        if (cl->watcher || derp_keyset_remove(&cl->sources, f->data))
+            send_peer_gone(ds, cl, f->data, DERP_PEER_GONE_DISCONNECTED);
+    }
+}
+
+/* A PeerPresent frame (f->data) for this shard's watchers. */
+static void present_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    DERP_EACH_CLIENT(ds, cl)
+    {
+        if (cl->watcher)
+            derp_client_send_ctl(cl, f->data, f->len);
+    }
+}
+
+static void broadcast_present(struct derp_shard *ds, struct derp_client *cl)
+{
+    struct hd_frame *f = hd_frame_get(ds->s, DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN);
+    if (f == NULL)
+        return;
+    uint8_t flags = derp_peer_present_flags(cl->mesh, cl->prober, cl->not_ideal);
+    f->len = (uint32_t)derp_frame_peer_present_encode(f->data, f->size, cl->key.bytes, &cl->remote,
+                                                      flags);
+    event_broadcast(ds, present_event, f, 0);
+}
+
+/* ---------------------------------------------------------------- registration */
+
+void derp_register(struct derp_shard *ds, struct derp_client *cl)
+{
+    struct derp_peer *p = derp_peers_find(&ds->peers, cl->key.bytes);
+    if (p == NULL) {
+        p = calloc(1, sizeof(*p));
+        if (p)
+            p->key = cl->key; /* before the insert: the slot is a hash of it */
+        if (p == NULL || table_insert(&ds->peers, p) < 0) {
+            free(p);
+            derp_client_close(cl, -ENOMEM);
+            return;
+        }
+        ds->ctr.clients_local++;
+    }
+    cl->peer = p;
+    cl->peer_next = p->clients;
+    p->clients = cl;
+    p->clients_count++;
+    p->active = cl; /* a new connection becomes active */
+    cl->activity = ++ds->activity_seq;
+    if (p->clients_count == 2) {
+        ds->ctr.current_dup_client_keys++;
+        ds->ctr.current_dup_client_conns += 2;
+    } else if (p->clients_count > 2) {
+        ds->ctr.current_dup_client_conns++;
+    }
+    if (p->clients_count >= 2)
+        ds->ctr.total_dup_client_conns++;
+    if (ds->watchers_total > 0)
+        broadcast_present(ds, cl);
+}
+
+void derp_unregister(struct derp_shard *ds, struct derp_client *cl)
+{
+    struct derp_peer *p = cl->peer;
+    if (p == NULL)
+        return;
+    struct derp_client **pp = &p->clients;
+    while (*pp != cl)
+        pp = &(*pp)->peer_next;
+    *pp = cl->peer_next;
+    cl->peer = NULL;
+    if (p->clients_count == 2) {
+        ds->ctr.current_dup_client_keys--;
+        ds->ctr.current_dup_client_conns -= 2;
+    } else if (p->clients_count > 2) {
+        ds->ctr.current_dup_client_conns--;
+    }
+    p->clients_count--;
+    if (p->active == cl) { /* the most recently active remaining one takes over */
+        p->active = NULL;
+        for (struct derp_client *o = p->clients; o; o = o->peer_next)
+            if (p->active == NULL || o->activity > p->active->activity)
+                p->active = o;
+    }
+    if (cl->watcher)
+        derp_watch_stop(ds, cl);
+    if (p->clients_count > 0)
+        return;
+    table_remove(&ds->peers, p);
+    ds->ctr.clients_local--;
+    struct hd_frame *f = key_frame(ds, p->key.bytes, NULL);
+    free(p);
+    if (f)
+        event_broadcast(ds, gone_event, f, 0);
+}
+
+void derp_note_activity(struct derp_shard *ds, struct derp_client *cl)
+{
+    struct derp_peer *p = cl->peer;
+    if (p && p->clients_count > 1) { /* lastWriterIsActive */
+        cl->activity = ++ds->activity_seq;
+        p->active = cl;
+    }
+}
+
+/* ---------------------------------------------------------------- routing */
+
+static void deliver(struct derp_shard *ds, struct hd_frame *f, enum derp_kind kind, bool forwarded)
+{
+    struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
+    uint32_t len = f->len - DERP_ROUTE_OFF;
+    if (p && p->active) {
+        derp_client_enqueue(p->active, f, DERP_ROUTE_OFF, len, kind);
+        return;
+    }
+    enum derp_drop why = p && p->clients_count >= 2 ? DERP_DROP_DUP_CLIENT
+                         : forwarded                ? DERP_DROP_UNKNOWN_DEST_ON_FWD
+                                                    : DERP_DROP_UNKNOWN_DEST;
+    ds->ctr.packets_dropped[why][kind]++;
+    ds->ctr.bytes_dropped[why][kind] += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    if (kind == DERP_KIND_DISCO && why != DERP_DROP_DUP_CLIENT && !forwarded)
+        derp_not_here(ds, f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN, f->data);
+    hd_frame_unref(ds->s, f);
+}
+
+static void route_msg(struct hd_shard *s, const struct hd_msg *m)
+{
+    struct derp_shard *ds = hd_shard_module_state(s, &derp_module);
+    if (ds == NULL || hd_shard_stopping(s)) {
+        hd_frame_unref(s, m->ptr);
+        return;
+    }
+    deliver(ds, m->ptr, (enum derp_kind)(m->u64[0] & 1), (m->u64[0] & 2) != 0);
+}
+
+void derp_route(struct derp_shard *ds, struct hd_frame *f, uint32_t len, enum derp_kind kind,
+                bool forwarded)
+{
+    (void)len;
+    unsigned owner = derp_owner(ds, f->data);
+    if (owner == hd_shard_id(ds->s)) {
+        deliver(ds, f, kind, forwarded);
+        return;
+    }
+    struct hd_msg m = {.fn = route_msg, .ptr = f, .u64 = {kind | (forwarded ? 2u : 0u), 0}};
+    if (hd_bus_send(ds->s, owner, &m) < 0) {
+        /* The owner's bus is full: drop like a full queue would, never block the reader. */
+        ds->ctr.bus_dropped++;
+        ds->ctr.packets_dropped[DERP_DROP_QUEUE_TAIL][kind]++;
+        ds->ctr.bytes_dropped[DERP_DROP_QUEUE_TAIL][kind] +=
+            f->len - DERP_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+        hd_frame_unref(ds->s, f);
+    }
+}
+
+/* ---------------------------------------------------------------- NotHere, ClosePeer */
+
+static void not_here_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
+    struct derp_client *cl = p ? p->active : NULL;
+    if (cl == NULL)
+        return;
+    uint64_t now = hd_now_ms(ds->s);
+    uint64_t refill = (now - cl->not_here_ms) / DERP_NOT_HERE_REFILL_MS;
+    if (refill) {
+        cl->not_here_tokens +=
+            (uint32_t)(refill > DERP_NOT_HERE_BURST ? DERP_NOT_HERE_BURST : refill);
+        if (cl->not_here_tokens > DERP_NOT_HERE_BURST)
+            cl->not_here_tokens = DERP_NOT_HERE_BURST;
+        cl->not_here_ms += refill * DERP_NOT_HERE_REFILL_MS;
+    }
+    if (cl->not_here_tokens == 0)
+        return;
+    cl->not_here_tokens--;
+    send_peer_gone(ds, cl, f->data + DERP_KEY_LEN, DERP_PEER_GONE_NOT_HERE);
+}
+
+void derp_not_here(struct derp_shard *ds, const uint8_t src[DERP_KEY_LEN],
+                   const uint8_t dst[DERP_KEY_LEN])
+{
+    struct hd_frame *f = key_frame(ds, src, dst);
+    if (f)
+        event_send(ds, derp_owner(ds, src), not_here_event, f, 0);
+}
+
+static void close_peer_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
+    if (p == NULL) {
+        hd_log_rl(HD_LOG_INFO, "ClosePeer for a key that is not connected here");
+        return;
+    }
+    for (struct derp_client *cl = p->clients; cl; cl = cl->peer_next)
+        derp_client_close(cl, 0);
+}
+
+void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    struct hd_frame *f = key_frame(ds, key, NULL);
+    if (f)
+        event_send(ds, derp_owner(ds, key), close_peer_event, f, 0);
+}
+
+/* ---------------------------------------------------------------- watchers */
+
+/* A snapshot for one watcher: f->data = watcher key, then PeerPresent frames. */
+static void snapshot_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
+    for (struct derp_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next)
+        if (cl->watcher && net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
+            derp_client_close(cl, -ENOBUFS);
+}
+
+/* Every shard: count the watcher and send it this shard's active keys. */
+static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t watcher_shard)
+{
+    ds->watchers_total++;
+    const size_t one = DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN;
+    struct hd_frame *f = NULL;
+    for (uint32_t i = 0; i < ds->peers.cap; i++) {
+        struct derp_peer *p = ds->peers.slots[i];
+        if (p == NULL || p->active == NULL)
+            continue;
+        if (f && f->len + one > f->size) {
+            event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+            f = NULL;
+        }
+        if (f == NULL) {
+            f = hd_frame_get(ds->s, 65536);
+            if (f == NULL)
+                return;
+            memcpy(f->data, kf->data, DERP_KEY_LEN);
+            f->len = DERP_KEY_LEN;
+        }
+        struct derp_client *a = p->active;
+        uint8_t flags = derp_peer_present_flags(a->mesh, a->prober, a->not_ideal);
+        f->len += (uint32_t)derp_frame_peer_present_encode(f->data + f->len, f->size - f->len,
+                                                           p->key.bytes, &a->remote, flags);
+    }
+    if (f)
+        event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+}
+
+static void watch_remove_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)f, (void)arg;
+    if (ds->watchers_total > 0)
+        ds->watchers_total--;
+}
+
+void derp_watch_start(struct derp_shard *ds, struct derp_client *cl)
+{
+    if (cl->watcher)
+        return;
+    struct hd_frame *f = key_frame(ds, cl->key.bytes, NULL);
+    if (f == NULL)
+        return;
+    cl->watcher = true;
+    ds->ctr.watchers++;
+    event_broadcast(ds, watch_add_event, f, hd_shard_id(ds->s));
+}
+
+void derp_watch_stop(struct derp_shard *ds, struct derp_client *cl)
+{
+    cl->watcher = false;
+    ds->ctr.watchers--;
+    struct hd_frame *f = key_frame(ds, cl->key.bytes, NULL);
+    if (f)
+        event_broadcast(ds, watch_remove_event, f, 0);
+}
