@@ -90,12 +90,33 @@ void net_migrate_step(struct net_conn *c)
 {
     struct net_migration *m = c->migration;
     struct hd_shard *s = c->shard;
+    /* The codec first: if it cannot move, nothing else has been taken apart yet. */
+    m->codec = c->codec;
+    m->codec_state = c->codec_state;
+    if (c->codec && c->codec->move_out) {
+        m->codec_state = c->codec->move_out(c, c->codec_state);
+        c->codec = NULL; /* move_out released the pooled state either way */
+        if (m->codec_state == NULL) {
+            hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
+            c->migration = NULL;
+            c->flags &= ~NET_F_MIGRATING;
+            free(m);
+            net_conn_close(c, -ENOMEM, false);
+            return;
+        }
+    }
     int rc = net_conn_held_take(c, &m->chunks, &m->chunks_count);
     if (rc == 0)
         rc = take_queue(&c->plain, &m->plain, &m->plain_count);
     if (rc == 0)
         rc = take_queue(&c->wire, &m->wire, &m->wire_count);
     if (rc < 0) {
+        if (m->codec && m->codec->move_out) { /* take the codec back before closing */
+            c->codec = m->codec;
+            c->codec_state = m->codec->move_in(c, m->codec_state);
+            if (c->codec_state == NULL)
+                c->codec = NULL;
+        }
         for (uint32_t i = 0; i < m->chunks_count; i++)
             hd_frame_unref(s, m->chunks[i]);
         free(m->chunks);
@@ -111,8 +132,6 @@ void net_migrate_step(struct net_conn *c)
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;
-    m->codec = c->codec;
-    m->codec_state = c->codec_state;
     m->rx_tail = c->rx_tail;
     m->raw_tail = c->raw_tail;
     m->peer = c->peer;
@@ -172,6 +191,7 @@ static int requeue(struct net_conn *c, struct net_sendq *q, struct net_sendq_ent
 static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
 {
     struct net_migration *m = msg->ptr;
+    int rc = 0;
     struct net_conn *c = net_conn_new(dst, m->fd, m->h, m->app, &m->opt);
     if (c == NULL) {
         hd_log_rl(HD_LOG_WARN, "net: connection pool full: a moved connection is closed");
@@ -186,11 +206,19 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     c->stats = m->stats;
     c->codec = m->codec;
     c->codec_state = m->codec_state;
+    if (c->codec && c->codec->move_in) {
+        c->codec_state = c->codec->move_in(c, m->codec_state);
+        if (c->codec_state == NULL) {
+            c->codec = NULL;
+            rc = -ENOMEM;
+        }
+    }
     c->rx_tail = m->rx_tail;
     c->raw_tail = m->raw_tail;
     m->rx_tail = m->raw_tail = NULL;
     c->state = NET_CONN_OPEN;
-    int rc = requeue(c, &c->plain, m->plain, m->plain_count);
+    if (rc == 0)
+        rc = requeue(c, &c->plain, m->plain, m->plain_count);
     if (rc == 0)
         rc = requeue(c, &c->wire, m->wire, m->wire_count);
     c->depth++;

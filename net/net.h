@@ -80,6 +80,12 @@ struct net_codec {
     int (*encode)(struct net_conn *c, void *state);
     /* The connection is closing: release state (no further calls). */
     void (*release)(struct net_conn *c, void *state);
+    /* Optional, for codecs whose state lives in a shard pool: before a move (on the old shard)
+     * turn state into heap memory (freeing the pooled state), and on the new shard turn that
+     * back into pooled state (freeing the heap memory). NULL result: the move fails and the
+     * connection closes. Without them the state pointer itself moves. */
+    void *(*move_out)(struct net_conn *c, void *state);
+    void *(*move_in)(struct net_conn *c, void *moved);
 };
 
 struct net_conn_options {

@@ -6,6 +6,7 @@
  * records in pool frames. Runs on the connection's shard; never allocates beyond pool frames.
  * Owns: the connection's struct tls_conn (keys) until the codec is released. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 
@@ -259,9 +260,87 @@ static void rec_release(struct net_conn *c, void *state)
     tls_conn_free(state);
 }
 
+/* Moving a connection to another shard: the record state leaves this shard's pool as plain
+ * keys (EVP_AEAD_CTX is re-keyed on arrival, never copied), in heap memory that the
+ * destination frees. */
+struct tls_moved {
+    struct tls_traffic_keys rx, tx;
+    uint64_t rx_seq, tx_seq;
+    struct hd_frame *pend;
+    uint32_t pend_off, pend_len, idle_timeout_ms, write_timeout_ms;
+    tls_handshake_fn *on_handshake;
+    uint8_t mode;
+    bool server, closed_notify;
+};
+
+static void *rec_move_out(struct net_conn *c, void *state)
+{
+    (void)c;
+    struct tls_conn *t = state;
+    if (t->hs)
+        return NULL; /* only finished handshakes move */
+    struct tls_moved *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return NULL;
+    if (tls_traffic_keys_init(&m->rx, t->rx.suite, t->rx.secret, t->rx.secret_len) < 0 ||
+        tls_traffic_keys_init(&m->tx, t->tx.suite, t->tx.secret, t->tx.secret_len) < 0) {
+        free(m);
+        return NULL;
+    }
+    m->rx_seq = t->rx.seq;
+    m->tx_seq = t->tx.seq;
+    m->pend = t->pend;
+    m->pend_off = t->pend_off;
+    m->pend_len = t->pend_len;
+    m->idle_timeout_ms = t->idle_timeout_ms;
+    m->write_timeout_ms = t->write_timeout_ms;
+    m->on_handshake = t->on_handshake;
+    m->mode = t->mode;
+    m->server = t->server;
+    m->closed_notify = t->closed_notify;
+    t->pend = NULL; /* the frame reference moved */
+    tls_conn_free(t);
+    return m;
+}
+
+static void *rec_move_in(struct net_conn *c, void *moved)
+{
+    struct tls_moved *m = moved;
+    struct tls_shard *ts = tls_shard_of(net_conn_shard(c));
+    struct tls_conn *t = hd_slab_get(ts->conns);
+    if (t != NULL) {
+        memset(t, 0, sizeof(*t));
+        t->ts = ts;
+        if (tls_record_state_init(&t->rx, &m->rx, m->rx_seq) < 0 ||
+            tls_record_state_init(&t->tx, &m->tx, m->tx_seq) < 0) {
+            tls_conn_free(t);
+            t = NULL;
+        }
+    }
+    if (t != NULL) {
+        t->pend = m->pend;
+        t->pend_off = m->pend_off;
+        t->pend_len = m->pend_len;
+        t->idle_timeout_ms = m->idle_timeout_ms;
+        t->write_timeout_ms = m->write_timeout_ms;
+        t->on_handshake = m->on_handshake;
+        t->mode = m->mode;
+        t->server = m->server;
+        t->closed_notify = m->closed_notify;
+    } else if (m->pend) {
+        hd_frame_unref(net_conn_shard(c), m->pend);
+    }
+    tls_traffic_keys_deinit(&m->rx);
+    tls_traffic_keys_deinit(&m->tx);
+    free(m);
+    return t;
+}
+
 const struct net_codec tls_record_codec = {
     .name = "tls-records",
     .decode = rec_decode,
     .encode = rec_encode,
     .release = rec_release,
+    .move_out = rec_move_out,
+    .move_in = rec_move_in,
 };
