@@ -16,6 +16,7 @@
 #include "hd.h"
 #include "net.h"
 #include "net_http.h"
+#include "tls.h"
 
 /* ---------------------------------------------------------------- configuration (read-only) */
 
@@ -37,6 +38,9 @@ struct derp_config {
     const char *home;             /* -home: "", "blank" or a URL */
     bool stun;                    /* -stun */
     int stun_port;                /* -stun-port */
+    struct tls_ctx *tls;          /* TLS mode (port 443 or -certmode manual); NULL: plain */
+    int http_port;                /* -http-port in TLS mode; -1: off */
+    struct net_addr http_addr;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -142,6 +146,7 @@ struct derp_shard {
     struct hd_shard *s;
     const struct derp_config *cfg;
     struct net_listener *listener;
+    struct net_listener *http_listener; /* -http-port in TLS mode */
     struct net_udp *stun;
     struct derp_peer_table peers;
     /* Watchers anywhere in the process (every shard hears of each WatchConns and of each
@@ -165,6 +170,8 @@ static inline unsigned derp_owner(const struct derp_shard *ds, const uint8_t key
 
 /* server_http.c: a fresh connection's HTTP phase */
 void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+/* The plain -http-port listener of TLS mode (spec §1.1). */
+void derp_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
 
 /* server_client.c: the DERP connection */
 int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);

@@ -166,7 +166,32 @@ static bool serve_derp(struct net_conn *c, struct derp_shard *ds, const struct n
     return true;
 }
 
-static ssize_t http_data(struct net_conn *c, const uint8_t *data, size_t len)
+/* Port 80 in TLS mode (§1.1): /generate_204 and /debug as on the main port, other GET/HEAD
+ * redirected to https, anything else refused. Returns true when it answered. */
+static bool serve_port80(struct net_conn *c, const struct net_http_req *req, bool keep)
+{
+    if (net_http_str_eq(req->path, "/generate_204") ||
+        (req->path.len >= 6 && memcmp(req->path.ptr, "/debug", 6) == 0))
+        return false;
+    if (req->method != NET_HTTP_METHOD_GET && req->method != NET_HTTP_METHOD_HEAD) {
+        reply_text(c, 400, "Use HTTPS\n", keep, false);
+        return true;
+    }
+    char loc[NET_HTTP_HEAD_SIZE_MAX], buf[NET_HTTP_HEAD_SIZE_MAX + 256];
+    int n = snprintf(loc, sizeof(loc), "https://%.*s%.*s", (int)req->host.len,
+                     req->host.ptr ? req->host.ptr : "", (int)req->target.len, req->target.ptr);
+    struct net_http_hdr h = {"Location", {loc, n > 0 ? (size_t)n : 0}};
+    struct net_http_resp_spec spec = {.status = 302,
+                                      .headers = &h,
+                                      .headers_count = 1,
+                                      .content_length = 0,
+                                      .connection =
+                                          keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE};
+    reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
+    return true;
+}
+
+static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len, bool port80)
 {
     struct derp_shard *ds = net_conn_app(c);
     struct net_http_req req;
@@ -188,7 +213,9 @@ static ssize_t http_data(struct net_conn *c, const uint8_t *data, size_t len)
     ds->ctr.http_requests++;
     bool keep = req.keep_alive;
     bool head_only = req.method == NET_HTTP_METHOD_HEAD;
-    if (net_http_str_eq(req.path, "/derp")) {
+    if (port80 && serve_port80(c, &req, keep)) {
+        /* answered */
+    } else if (net_http_str_eq(req.path, "/derp")) {
         if (serve_derp(c, ds, &req))
             return (ssize_t)used; /* what follows the head is DERP: the new handler gets it */
         keep = false;
@@ -218,6 +245,16 @@ static ssize_t http_data(struct net_conn *c, const uint8_t *data, size_t len)
     return (ssize_t)used;
 }
 
+static ssize_t http_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    return http_request(c, data, len, false);
+}
+
+static ssize_t http80_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    return http_request(c, data, len, true);
+}
+
 static void http_close(struct net_conn *c, int reason)
 {
     (void)c, (void)reason;
@@ -228,20 +265,45 @@ static const struct net_conn_handler http_handler = {
     .on_close = http_close,
 };
 
-void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
+static const struct net_conn_handler http80_handler = {
+    .on_data = http80_data,
+    .on_close = http_close,
+};
+
+static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
+                        const struct net_conn_handler *h, bool tls)
 {
-    (void)peer;
-    struct derp_shard *ds = arg;
     struct net_conn_options opt = {.idle_timeout_ms = DERP_HTTP_READ_TIMEOUT_MS,
                                    .write_timeout_ms = ds->cfg->write_timeout_ms,
                                    .send_high_bytes = DERP_NET_HIGH_BYTES,
                                    .send_low_bytes = DERP_NET_LOW_BYTES,
                                    .send_max_bytes = DERP_NET_MAX_BYTES};
     struct net_conn *c;
-    if (net_conn_adopt(net_listener_shard(l), fd, &http_handler, ds, &opt, &c) < 0) {
+    if (net_conn_adopt(net_listener_shard(l), fd, h, ds, &opt, &c) < 0) {
         hd_log_rl(HD_LOG_WARN, "accept: connection pool exhausted: refused a connection");
         close(fd);
         return;
     }
     ds->ctr.accepts++;
+    if (!tls)
+        return;
+    /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
+    struct tls_conn_options to = {.idle_timeout_ms = DERP_HTTP_READ_TIMEOUT_MS,
+                                  .write_timeout_ms = ds->cfg->write_timeout_ms};
+    int rc = tls_conn_start(c, ds->cfg->tls, &to);
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+}
+
+void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
+{
+    (void)peer;
+    struct derp_shard *ds = arg;
+    accept_with(l, fd, ds, &http_handler, ds->cfg->tls != NULL);
+}
+
+void derp_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
+{
+    (void)peer;
+    accept_with(l, fd, arg, &http80_handler, false);
 }

@@ -1,6 +1,7 @@
 /* server_main.c - hderp-server: derper's flags (spec §11), the key file, the module that puts a
  * listener and a peer table on every shard, and main. Flags are parsed on the main thread
  * before any shard starts; the configuration is read-only afterwards. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     (void)arg;
     int rc = net_shard_init(s, NULL);
     if (rc < 0)
+        return rc;
+    if (config.tls && (rc = tls_shard_init(s, NULL)) < 0)
         return rc;
     struct derp_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
@@ -44,7 +47,18 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc;
     }
-    if (config.stun && (rc = derp_stun_start(ds)) < 0) {
+    if (config.tls && config.http_port > 0) {
+        rc = net_listener_start(s, &config.http_addr, &lo, derp_http80_accept, ds,
+                                &ds->http_listener);
+        if (rc < 0)
+            hd_log(HD_LOG_ERROR, "cannot listen on -http-port %d: %s", config.http_port,
+                   strerror(-rc));
+    }
+    if (rc == 0 && config.stun)
+        rc = derp_stun_start(ds);
+    if (rc < 0) {
+        if (ds->http_listener)
+            net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
         derp_peers_fini(&ds->peers);
         free(ds->scratch);
@@ -61,6 +75,9 @@ static void shard_stop(struct hd_shard *s, void *state)
     if (ds->listener)
         net_listener_stop(ds->listener);
     ds->listener = NULL;
+    if (ds->http_listener)
+        net_listener_stop(ds->http_listener);
+    ds->http_listener = NULL;
     derp_stun_stop(ds);
     net_shard_close_all(s, 0);
 }
@@ -71,6 +88,8 @@ static void shard_fini(struct hd_shard *s, void *state)
     derp_peers_fini(&ds->peers);
     free(ds->scratch);
     free(ds);
+    if (config.tls)
+        tls_shard_fini(s);
     net_shard_fini(s);
 }
 
@@ -113,6 +132,58 @@ static int load_key(const struct derp_flags *f)
     return derp_keypair_from_privkey(&config.key, &priv);
 }
 
+/* derper's manual mode (spec §1.2): <certdir>/<H>.crt and <certdir>/<H>.key, H = -hostname
+ * without characters outside [A-Za-z0-9.-]. An IP hostname without the files gets a
+ * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
+static int configure_tls(const struct derp_flags *f)
+{
+    if (strcmp(f->certmode, "manual") != 0) {
+        fprintf(stderr,
+                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
+                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
+                "port (e.g. -a :3340) behind a TLS terminator\n",
+                f->addr, f->certmode);
+        return -1;
+    }
+    if (f->certdir == NULL || f->certdir[0] == '\0') {
+        fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
+        return -1;
+    }
+    char host[256], crt[1024], key[1024];
+    size_t n = 0;
+    for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '.' || *p == '-')
+            host[n++] = *p;
+    host[n] = '\0';
+    snprintf(crt, sizeof(crt), "%s/%s.crt", f->certdir, host);
+    snprintf(key, sizeof(key), "%s/%s.key", f->certdir, host);
+    struct tls_server_options o = {.cert_file = crt, .key_file = key};
+    struct net_addr probe;
+    char ip[300];
+    snprintf(ip, sizeof(ip), "%s:0", f->hostname);
+    bool is_ip = net_addr_parse(ip, &probe) == 0 || strchr(f->hostname, ':') != NULL;
+    if (access(crt, R_OK) != 0 && is_ip) {
+        hd_log(HD_LOG_WARN,
+               "%s missing: using a self-signed certificate for %s (clients must "
+               "pin it or skip verification)",
+               crt, f->hostname);
+        o = (struct tls_server_options){.self_signed_host = f->hostname};
+    }
+    int rc = tls_server_ctx_create(&o, &config.tls);
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: TLS certificate %s / key %s: %s\n", crt, key, strerror(-rc));
+        return -1;
+    }
+    config.http_port = f->http_port;
+    config.http_addr = config.addr;
+    if (config.http_addr.sa.sa_family == AF_INET)
+        config.http_addr.in4.sin_port = htons((uint16_t)(f->http_port > 0 ? f->http_port : 0));
+    else
+        config.http_addr.in6.sin6_port = htons((uint16_t)(f->http_port > 0 ? f->http_port : 0));
+    return 0;
+}
+
 static int configure(const struct derp_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -122,14 +193,9 @@ static int configure(const struct derp_flags *f)
                 f->addr);
         return -EINVAL;
     }
-    if (derp_flags_tls_mode(f)) {
-        fprintf(stderr,
-                "hderp-server: -a %s with -certmode %s means TLS, which this build of "
-                "hderp-server does not serve yet; use a plain HTTP port (e.g. -a :3340) "
-                "behind a TLS terminator, or -dev\n",
-                f->addr, f->certmode);
-        return -EOPNOTSUPP;
-    }
+    config.http_port = -1;
+    if (derp_flags_tls_mode(f) && configure_tls(f) < 0)
+        return -EINVAL;
     snprintf(config.addr_text, sizeof(config.addr_text), "%s", f->addr);
     config.dev = f->dev;
     config.verbose = f->verbose;
@@ -176,9 +242,12 @@ static void log_start(struct hd_runtime *rt)
     else
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
-           "hderp-server %s: listening on %s (plain HTTP, no TLS), %u shards, public key %s, "
+           "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
            "STUN %s, io_uring%s%s, mesh key %s",
-           HDERP_VERSION, config.addr_text, hd_runtime_shards_count(rt), pub, stun,
+           HDERP_VERSION, config.addr_text,
+           config.tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
+                      : "plain HTTP",
+           hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
            config.have_mesh_key ? "set" : "none");
@@ -228,6 +297,8 @@ int main(int argc, char **argv)
     log_start(rt);
     rc = hd_runtime_wait(rt);
     hd_runtime_destroy(rt);
+    if (config.tls)
+        tls_ctx_destroy(config.tls);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }
