@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# run_server_smoke.sh BIN_DIR WORK_DIR plain|tls - start a real hderp-server on free loopback
+# ports, drive it with curl and the independent Python DERP client, check /debug/varz, stop it
+# with SIGTERM by PID and require a clean exit 0. Every wait is bounded.
+set -euo pipefail
+bin=$1 work=$2 mode=$3
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$work"
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+p=$(port) sp=$(port)
+args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun-port "$sp" --shards 2)
+url=http://127.0.0.1:$p
+curl_tls=()
+ca=""
+if [ "$mode" = tls ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -keyout "$work/localhost.key" -out "$work/localhost.crt" -subj /CN=localhost \
+        -addext subjectAltName=DNS:localhost 2>/dev/null
+    hp=$(port)
+    args+=(-certmode manual -certdir "$work" -hostname localhost -http-port "$hp")
+    url=https://localhost:$p
+    curl_tls=(--cacert "$work/localhost.crt" --resolve "localhost:$p:127.0.0.1")
+    ca=$work/localhost.crt
+fi
+"$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 &
+pid=$!
+cleanup() { kill "$pid" 2>/dev/null || true; }
+trap cleanup EXIT
+for _ in $(seq 100); do
+    curl -s "${curl_tls[@]}" -o /dev/null "$url/derp/probe" && break
+    sleep 0.05
+done
+fail() { echo "FAIL: $*"; echo "--- server log"; cat "$work/server.log"; exit 1; }
+code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp/probe") || true
+[ "$code" = 200 ] || fail "/derp/probe answered $code"
+code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp") || true
+[ "$code" = 426 ] || fail "GET /derp without Upgrade answered $code, want 426"
+resp=$(curl -s "${curl_tls[@]}" -D - -o /dev/null -H 'X-Tailscale-Challenge: ts_abc' "$url/generate_204")
+echo "$resp" | grep -q '^HTTP/1.1 204' || fail "generate_204: $resp"
+echo "$resp" | grep -qi '^X-Tailscale-Response: response ts_abc' || fail "no challenge response"
+timeout 60 python3 "$here/derp_smoke.py" "$p" $ca || fail "DERP client"
+varz=$(curl -s "${curl_tls[@]}" "$url/debug/varz")
+echo "$varz" | grep -q '^derp_packets_sent 100$' || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
+echo "$varz" | grep -q '^derp_peer_gone_not_here_frames 3$' || fail "varz NotHere count"
+kill -TERM "$pid"
+for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+wait "$pid" && rc=0 || rc=$?
+trap - EXIT
+[ "$rc" = 0 ] || fail "server exit code $rc after SIGTERM"
+grep -q 'stopped' "$work/server.log" || fail "no clean stop in the log"
+echo "ok: $mode smoke"
