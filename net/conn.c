@@ -261,15 +261,25 @@ static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool f
 
 int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
 {
-    if (len == 0)
-        return 0;
-    if (c->rx_tail && c->rx_tail->len > 0) {
-        int rc = tail_append(c, &c->rx_tail, data, len);
+    /* With a tail, add only what fits under NET_RX_TAIL_MAX, offer it, and go on with the rest:
+     * a partial frame near the limit plus a whole new buffer must not overflow the tail when the
+     * frame completes inside that buffer. */
+    while (len > 0 && c->rx_tail && c->rx_tail->len > 0) {
+        if (c->state != NET_CONN_OPEN || (c->flags & NET_F_RECV_PAUSED))
+            return tail_append(c, &c->rx_tail, data, len); /* offered again on resume */
+        size_t room = NET_RX_TAIL_MAX - c->rx_tail->len;
+        if (room == 0)
+            return -EMSGSIZE; /* the app's message is larger than any tail may be */
+        size_t take = len < room ? len : room;
+        int rc = tail_append(c, &c->rx_tail, data, take);
+        if (rc == 0)
+            rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
         if (rc < 0)
             return rc;
-        return app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
+        data += take;
+        len -= take;
     }
-    return app_offer(c, data, len, false);
+    return len ? app_offer(c, data, len, false) : 0;
 }
 
 /* Raw bytes from the socket: through the codec if there is one. */

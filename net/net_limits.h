@@ -30,9 +30,9 @@ _Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two
 _Static_assert(NET_SEND_LOW_DEFAULT < NET_SEND_HIGH_DEFAULT, "hysteresis");
 _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refusing");
 
-/* The largest partial message an app may leave unconsumed (reassembly buffer): the biggest
- * default frame class. DERP's largest frame is 64 KiB + 5 + 32 bytes. */
-#define NET_RX_TAIL_MAX (65536u + 64u)
+/* The largest partial message an app may leave unconsumed (reassembly buffer); frame pools
+ * need a class this big. DERP's largest frame is ForwardPacket: 5 + 64 + 64 KiB. */
+#define NET_RX_TAIL_MAX (65536u + 128u)
 
 /* Accept: listen backlog; after EMFILE/ENFILE/ENOMEM accept again after this pause. */
 #define NET_LISTEN_BACKLOG    4096

@@ -8,7 +8,7 @@
 
 static const struct hd_frame_class default_classes[] = {
     {.size = 2048, .cap_count = 65536},      /* MTU-sized packets: 128 MiB at most per shard */
-    {.size = 65536 + 64, .cap_count = 1024}, /* derper: MaxPacketSize = 64 << 10, + header/key */
+    {.size = 65536 + 128, .cap_count = 1024}, /* derper: MaxPacketSize = 64 << 10, + headers/keys */
 };
 
 int hd_frames_init(struct hd_shard *s)

@@ -270,7 +270,8 @@ int main(int argc, char **argv)
         hd_log_set_level(HD_LOG_DEBUG);
     static const struct hd_frame_class classes[] = {
         {.size = 2048, .cap_count = 65536},
-        {.size = DERP_ROUTE_FRAME_MAX, .cap_count = 2048},
+        {.size = DERP_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? DERP_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX,
+         .cap_count = 2048},
     };
     static const struct hd_module *const modules[] = {&derp_module};
     struct hd_runtime_config cfg = {
