@@ -187,10 +187,19 @@ static void conn_connected(struct net_conn *c, int res)
     struct derp_client *k = net_conn_app(c);
     if (res < 0)
         return; /* on_close follows with res */
-    /* TLS HOOK: for cfg->tls, install the tls/ client codec here (net_conn_set_codec, SNI =
-     * host without port) before anything is queued, so the request below goes through it; fast
-     * start then also needs the server key from the meta certificate (§1.2) before build_hello
-     * may put ClientInfo in the first write. derp_client_connect refuses tls until then. */
+    /* TLS: the codec goes on before anything is queued, so the request goes through it (queued
+     * plaintext waits for the handshake). Fast start over TLS learns the server key from the
+     * ServerKey frame unless it was configured (the meta certificate is not read). */
+    if (k->tls_ctx) {
+        struct tls_conn_options to = {.idle_timeout_ms = DERP_CLIENT_TIMEOUT_OFF,
+                                      .write_timeout_ms = k->write_timeout_ms,
+                                      .server_name = k->tls_name[0] ? k->tls_name : NULL};
+        int trc = tls_conn_start(c, k->tls_ctx, &to);
+        if (trc < 0) {
+            derp_client_abort(k, trc);
+            return;
+        }
+    }
     int rc = net_conn_send(c, k->hello, 0, k->hello->len);
     hd_frame_unref(k->shard, k->hello);
     k->hello = NULL;
@@ -291,11 +300,27 @@ int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg
 {
     if (cfg == NULL || cb == NULL || cb->on_close == NULL)
         return -EINVAL;
-    if (cfg->tls)
-        return -EOPNOTSUPP; /* see the TLS hook in conn_connected */
+    if (cfg->tls && cfg->tls_ctx == NULL)
+        return -EINVAL;
     struct derp_client *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return -ENOMEM;
+    if (cfg->tls) {
+        k->tls_ctx = cfg->tls_ctx;
+        const char *name = cfg->tls_server_name ? cfg->tls_server_name : cfg->host;
+        if (name) { /* host[:port] or [v6]:port: the name without its port */
+            size_t n = strlen(name);
+            const char *colon = strrchr(name, ':');
+            if (name[0] == '[') {
+                const char *end = strchr(name, ']');
+                name++;
+                n = end ? (size_t)(end - name) : n - 1;
+            } else if (colon && strchr(name, ':') == colon && !cfg->tls_server_name) {
+                n = (size_t)(colon - name);
+            }
+            snprintf(k->tls_name, sizeof(k->tls_name), "%.*s", (int)n, name);
+        }
+    }
     k->shard = s;
     k->cb = cb;
     k->user = user;

@@ -15,6 +15,7 @@
 
 #include "derp_proto.h"
 #include "net.h"
+#include "tls.h"
 #include "net_http.h"
 
 struct derp_client;
@@ -67,7 +68,10 @@ struct derp_client_config {
     const char *upgrade;  /* Upgrade value; NULL: "DERP" (tests: "websocket", legacy clients) */
     const struct net_http_hdr *headers; /* extra request headers, written after ours */
     size_t headers_count;               /* <= DERP_CLIENT_HEADERS_MAX */
-    bool tls; /* https: not yet (the TLS hook in derp_client.c); -EOPNOTSUPP */
+    bool tls;                           /* https: needs tls_ctx, and tls_shard_init on the shard */
+    struct tls_ctx *tls_ctx;     /* tls_client_ctx_create (CA file or insecure); borrowed, must
+                                  * outlive the client */
+    const char *tls_server_name; /* SNI and the name verified; NULL: host without its port */
     /* Fast start (§1.4): "Derp-Fast-Start: 1", no HTTP response expected. With server_key
      * given, ClientInfo goes in the same write as the request; without it (plain TCP has no meta
      * cert to learn it from) ClientInfo is sent once the ServerKey frame arrived. */
@@ -175,7 +179,7 @@ struct derp_client_stats {
  * life: keep it static). user is the caller's (derp_client_user). On success *out is the client
  * and on_close will run exactly once. Returns 0, or (nothing created, no callback runs):
  *   -EINVAL (missing on_close, bad host/path/header/app name, too many headers), -E2BIG (request
- *   larger than DERP_CLIENT_REQUEST_SIZE_MAX), -EOPNOTSUPP (tls), -ENOMEM, -EIO (crypto), or
+ *   larger than DERP_CLIENT_REQUEST_SIZE_MAX; tls without tls_ctx), -ENOMEM, -EIO (crypto), or
  *   net_conn_connect's error. */
 int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg,
                         const struct derp_client_callbacks *cb, void *user,

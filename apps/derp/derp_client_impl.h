@@ -23,11 +23,13 @@ struct derp_client {
     bool fast_start;
     bool manual_login;
     bool can_ack_pings;
-    bool watch, preferred; /* frames to queue right after ClientInfo */
-    bool has_server_key;   /* server_key is known (config or ServerKey frame) */
-    bool server_key_seen;  /* the ServerKey frame arrived */
-    bool info_sent;        /* ClientInfo queued */
-    bool ready;            /* the first ServerInfo was opened */
+    bool watch, preferred;   /* frames to queue right after ClientInfo */
+    struct tls_ctx *tls_ctx; /* TLS: the codec goes on at connect */
+    char tls_name[DERP_CLIENT_HOST_LEN_MAX + 1];
+    bool has_server_key;  /* server_key is known (config or ServerKey frame) */
+    bool server_key_seen; /* the ServerKey frame arrived */
+    bool info_sent;       /* ClientInfo queued */
+    bool ready;           /* the first ServerInfo was opened */
     bool has_upgrade_key;
     uint16_t http_status;
     uint32_t read_timeout_ms, write_timeout_ms; /* for net: 0 = off */
