@@ -39,6 +39,28 @@ resp=$(curl -s "${curl_tls[@]}" -D - -o /dev/null -H 'X-Tailscale-Challenge: ts_
 echo "$resp" | grep -q '^HTTP/1.1 204' || fail "generate_204: $resp"
 echo "$resp" | grep -qi '^X-Tailscale-Response: response ts_abc' || fail "no challenge response"
 timeout 60 python3 "$here/derp_smoke.py" "$p" $ca || fail "DERP client"
+# STUN (spec §10, Appendix B request): one XOR-MAPPED-ADDRESS with our own address and port,
+# family 1; a request without SOFTWARE=tailnode gets no answer.
+timeout 20 python3 - "$sp" <<'PY' || fail "STUN"
+import socket, struct, sys
+port = int(sys.argv[1])
+req = bytes.fromhex('000100142112a442000102030405060708090a0b'
+                    '802200087461696c6e6f6465' '80280004' '8aabad90')
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(3)
+s.bind(('127.0.0.1', 0)); me = s.getsockname()
+s.sendto(req, ('127.0.0.1', port))
+d, _ = s.recvfrom(100)
+assert len(d) == 32 and d[:2] == b'\x01\x01' and d[8:20] == req[8:20], d.hex()
+assert d[20:24] == bytes.fromhex('00200008') and d[25] == 1, d.hex()
+xport = struct.unpack('>H', d[26:28])[0] ^ 0x2112
+xip = bytes(a ^ b for a, b in zip(d[28:32], bytes.fromhex('2112a442')))
+assert (socket.inet_ntoa(xip), xport) == me, (xip, xport, me)
+s.sendto(req[:20] + bytes.fromhex('80280004') + b'\0\0\0\0', ('127.0.0.1', port))
+try:
+    s.recvfrom(100); sys.exit('answered a request without SOFTWARE')
+except socket.timeout:
+    pass
+PY
 varz=$(curl -s "${curl_tls[@]}" "$url/debug/varz")
 echo "$varz" | grep -q '^derp_packets_sent 100$' || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
 echo "$varz" | grep -q '^derp_peer_gone_not_here_frames 3$' || fail "varz NotHere count"
