@@ -1,0 +1,163 @@
+/* echo_main.c - hderp-echo: a DERP latency observer on the framework, for any DERP server.
+ *   hderp-echo echo --server URL [--key-file F]        bounce every packet back to its sender
+ *   hderp-echo ping --server URL --peer KEY [...]      timestamped packets to an echo peer,
+ *                                                      percentiles after a warm-up
+ * One shard; the DERP client (apps/derp/derp_client.h) over plain TCP or TLS. Main thread parses
+ * flags; everything else runs on the shard. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "derp_client.h"
+#include "echo.h"
+
+static struct echo_opts o;
+static struct echo_ping_state ping;
+static struct derp_keypair keypair;
+static struct tls_ctx *client_tls;
+static int exit_code;
+
+/* ---------------------------------------------------------------- echo */
+
+static void on_packet_echo(struct derp_client *k, const struct derp_pubkey *src,
+                           const uint8_t *data, size_t len)
+{
+    if (derp_client_send(k, src, data, len) < 0)
+        o.echo_dropped++; /* the send queue is full: an echo is lost, the sender counts it */
+}
+
+static void on_ready_echo(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)info;
+    char text[DERP_PUBKEY_TEXT_SIZE];
+    derp_pubkey_format(derp_client_public_key(k), text);
+    printf("%s\n", text); /* the machine-readable line a pinger reads */
+    fflush(stdout);
+    hd_log(HD_LOG_INFO, "echo: logged in to %s as %s", o.server, text);
+}
+
+/* ---------------------------------------------------------------- common */
+
+static void on_close(struct derp_client *k, int reason)
+{
+    (void)k;
+    if (reason != 0) {
+        hd_log(HD_LOG_ERROR, "%s: connection to %s closed: %s", o.mode, o.server,
+               strerror(-reason));
+        exit_code = 1;
+    }
+    hd_runtime_stop(hd_shard_runtime(hd_shard_current()));
+}
+
+static const struct derp_client_callbacks echo_cb = {
+    .on_ready = on_ready_echo,
+    .on_packet = on_packet_echo,
+    .on_close = on_close,
+};
+
+static const struct derp_client_callbacks ping_cb = {
+    .on_ready = echo_ping_ready,
+    .on_packet = echo_ping_packet,
+    .on_peer_gone = echo_ping_peer_gone,
+    .on_close = on_close,
+};
+
+static int shard_init(struct hd_shard *s, void *arg, void **state)
+{
+    (void)arg;
+    int rc = net_shard_init(s, NULL);
+    if (rc == 0 && client_tls)
+        rc = tls_shard_init(s, NULL);
+    if (rc < 0)
+        return rc;
+    struct derp_client_config cfg = {.keypair = &keypair, .can_ack_pings = true};
+    derp_client_config_set_url(&cfg, &o.url);
+    cfg.tls_ctx = client_tls;
+    cfg.read_timeout_ms = DERP_CLIENT_TIMEOUT_OFF; /* keep-alives arrive every minute anyway */
+    bool is_ping = strcmp(o.mode, "ping") == 0;
+    if (is_ping)
+        echo_ping_init(&ping, &o, s);
+    struct derp_client *k;
+    rc = derp_client_connect(s, &cfg, is_ping ? &ping_cb : &echo_cb, &ping, &k);
+    if (rc < 0) {
+        hd_log(HD_LOG_ERROR, "%s: cannot connect to %s: %s", o.mode, o.server, strerror(-rc));
+        return rc;
+    }
+    ping.client = k;
+    *state = NULL;
+    return 0;
+}
+
+static void shard_stop(struct hd_shard *s, void *state)
+{
+    (void)state;
+    echo_ping_stop(&ping);
+    net_shard_close_all(s, 0);
+}
+
+static void shard_fini(struct hd_shard *s, void *state)
+{
+    (void)state;
+    if (client_tls)
+        tls_shard_fini(s);
+    net_shard_fini(s);
+}
+
+static const struct hd_module echo_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "echo",
+    .shard_init = shard_init,
+    .shard_stop = shard_stop,
+    .shard_fini = shard_fini,
+};
+
+static int load_keys(void)
+{
+    if (o.key_file == NULL)
+        return derp_keypair_generate(&keypair);
+    char err[256];
+    bool created;
+    struct derp_privkey priv;
+    if (derp_key_file_load_or_create(o.key_file, &priv, &created, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-echo: --key-file %s: %s\n", o.key_file, err);
+        return -EINVAL;
+    }
+    return derp_keypair_from_privkey(&keypair, &priv);
+}
+
+int main(int argc, char **argv)
+{
+    int rc = echo_opts_parse(argc, argv, &o);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    if (derp_crypto_init() < 0 || load_keys() < 0)
+        return 1;
+    if (o.url.tls) {
+        struct tls_client_options to = {.ca_file = o.ca_file, .insecure = o.insecure};
+        if ((rc = tls_client_ctx_create(&to, &client_tls)) < 0) {
+            fprintf(stderr, "hderp-echo: TLS set-up failed: %s\n", strerror(-rc));
+            return 1;
+        }
+    }
+    static const struct hd_module *const modules[] = {&echo_module};
+    struct hd_runtime_config cfg = {.shards_count = 1,
+                                    .pin = false,
+                                    .handle_signals = true,
+                                    .modules = modules,
+                                    .modules_count = 1};
+    struct hd_runtime *rt;
+    if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
+        fprintf(stderr, "hderp-echo: %s\n", strerror(-rc));
+        return 1;
+    }
+    if ((rc = hd_runtime_run(rt)) < 0)
+        exit_code = 1;
+    if (strcmp(o.mode, "ping") == 0 && exit_code == 0)
+        exit_code = echo_ping_report(&ping, &o) < 0 ? 1 : 0;
+    hd_runtime_destroy(rt);
+    if (client_tls)
+        tls_ctx_destroy(client_tls);
+    return exit_code;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# run_echo_ping.sh BIN_DIR WORK_DIR plain|tls - hderp-echo echo + ping through a real
+# hderp-server: zero loss, sane percentiles, a clear error for an unknown peer. Bounded waits;
+# every process is stopped by PID.
+set -euo pipefail
+bin=$1 work=$2 mode=$3
+mkdir -p "$work"
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+p=$(port)
+args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2)
+url=http://127.0.0.1:$p/derp
+tlsargs=()
+if [ "$mode" = tls ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -keyout "$work/127.0.0.1.key" -out "$work/127.0.0.1.crt" -subj /CN=127.0.0.1 \
+        -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+    args+=(-certmode manual -certdir "$work" -hostname 127.0.0.1 -http-port -1)
+    url=https://127.0.0.1:$p/derp
+    tlsargs=(--ca "$work/127.0.0.1.crt")
+fi
+pids=()
+cleanup() { for x in "${pids[@]}"; do kill "$x" 2>/dev/null || true; done; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
+"$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 & pids+=($!)
+for _ in $(seq 100); do
+    curl -sk -o /dev/null "${url%/derp}/derp/probe" && break
+    sleep 0.05
+done
+"$bin/hderp-echo" echo --server "$url" "${tlsargs[@]}" >"$work/echo.out" 2>"$work/echo.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/echo.out" ] && break; sleep 0.05; done
+key=$(head -1 "$work/echo.out")
+[[ $key =~ ^nodekey:[0-9a-f]{64}$ ]] || fail "echo printed '$key', not a nodekey line"
+out=$(timeout 60 "$bin/hderp-echo" ping --server "$url" "${tlsargs[@]}" --peer "$key" \
+      --count 2000 --warmup 200 --rate 2000 --json 2>"$work/ping.log") || fail "ping failed"
+echo "$out"
+python3 - "$out" <<'PY' || fail "ping result"
+import json, sys
+r = json.loads(sys.argv[1])
+assert r["sent"] == 2000 and r["measured"] == 1800, r
+assert r["lost"] == 0 and r["duplicated"] == 0 and r["misrouted"] == 0, r
+assert 0 < r["p50_us"] <= r["p99_us"] <= r["max_us"] < 1e6, r
+PY
+bare=${key#nodekey:}
+if timeout 20 "$bin/hderp-echo" ping --server "$url" "${tlsargs[@]}" \
+       --peer "$(printf '%064x' 7)" --count 5 --warmup 1 >/dev/null 2>"$work/unknown.log"; then
+    fail "ping to an unknown peer succeeded"
+fi
+grep -q 'not on this relay' "$work/unknown.log" || fail "no clear error for an unknown peer"
+# bare hex keys are accepted too
+timeout 30 "$bin/hderp-echo" ping --server "$url" "${tlsargs[@]}" --peer "$bare" --count 50 \
+    --warmup 5 >/dev/null 2>>"$work/ping.log" || fail "ping with a bare hex key"
+echo "ok: echo/ping $mode"
