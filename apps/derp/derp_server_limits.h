@@ -42,4 +42,7 @@
 /* Peer table: initial slots per shard (grows by doubling at 50% load). */
 #define DERP_PEERS_INITIAL 1024u
 
+/* derper: the key file root uses without -c. */
+#define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
+
 #endif /* DERP_SERVER_LIMITS_H */

@@ -41,6 +41,8 @@ struct derp_config {
     struct tls_ctx *tls;          /* TLS mode (port 443 or -certmode manual); NULL: plain */
     int http_port;                /* -http-port in TLS mode; -1: off */
     struct net_addr http_addr;
+    bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
+    char hostname[256];
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */

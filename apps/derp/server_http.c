@@ -270,6 +270,17 @@ static const struct net_conn_handler http80_handler = {
     .on_close = http_close,
 };
 
+/* derper's manual mode with a DNS hostname: a handshake with another (or no) SNI fails. */
+static void check_sni(struct net_conn *c, const struct tls_conn_info *info)
+{
+    struct derp_shard *ds = net_conn_app(c);
+    if (strcmp(info->server_name, ds->cfg->hostname) != 0) {
+        hd_log_rl(HD_LOG_INFO, "tls: SNI \"%s\" is not %s: connection refused", info->server_name,
+                  ds->cfg->hostname);
+        net_conn_close(c, -EACCES, false);
+    }
+}
+
 static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
                         const struct net_conn_handler *h, bool tls)
 {
@@ -289,7 +300,8 @@ static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
         return;
     /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
     struct tls_conn_options to = {.idle_timeout_ms = DERP_HTTP_READ_TIMEOUT_MS,
-                                  .write_timeout_ms = ds->cfg->write_timeout_ms};
+                                  .write_timeout_ms = ds->cfg->write_timeout_ms,
+                                  .on_handshake = ds->cfg->sni_required ? check_sni : NULL};
     int rc = tls_conn_start(c, ds->cfg->tls, &to);
     if (rc < 0)
         net_conn_close(c, rc, false);

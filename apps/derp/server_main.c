@@ -113,23 +113,34 @@ const struct hd_module derp_module = {
 static int load_key(const struct derp_flags *f)
 {
     char err[256];
-    if (f->config_path == NULL) {
-        if (!f->dev) {
-            fprintf(stderr, "hderp-server: -c <key file> is required outside -dev mode\n");
+    const char *path = f->config_path;
+    if (path == NULL && f->dev)
+        return derp_keypair_generate(&config.key); /* -dev: an ephemeral key, as derper */
+    if (path == NULL) {
+        if (geteuid() != 0) { /* derper: the default path is root's only */
+            fprintf(stderr, "hderp-server: -c <key file> is required when not running as "
+                            "root (root's default: " DERP_DEFAULT_KEY_FILE ")\n");
             return -EINVAL;
         }
-        return derp_keypair_generate(&config.key); /* -dev: an ephemeral key, as derper */
+        path = DERP_DEFAULT_KEY_FILE;
     }
     bool created = false;
     struct derp_privkey priv;
-    int rc = derp_key_file_load_or_create(f->config_path, &priv, &created, err, sizeof(err));
+    int rc = derp_key_file_load_or_create(path, &priv, &created, err, sizeof(err));
     if (rc < 0) {
-        fprintf(stderr, "hderp-server: -c %s: %s\n", f->config_path, err);
+        fprintf(stderr, "hderp-server: -c %s: %s\n", path, err);
         return rc;
     }
     if (created)
-        hd_log(HD_LOG_INFO, "created a new server key in %s", f->config_path);
+        hd_log(HD_LOG_INFO, "created a new server key in %s", path);
     return derp_keypair_from_privkey(&config.key, &priv);
+}
+
+static bool is_ip_literal(const char *host)
+{
+    struct in6_addr a6;
+    struct in_addr a4;
+    return inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
 }
 
 /* derper's manual mode (spec §1.2): <certdir>/<H>.crt and <certdir>/<H>.key, H = -hostname
@@ -145,25 +156,30 @@ static int configure_tls(const struct derp_flags *f)
                 f->addr, f->certmode);
         return -1;
     }
-    if (f->certdir == NULL || f->certdir[0] == '\0') {
+    char certdir[1024];
+    if (f->certdir && f->certdir[0]) {
+        snprintf(certdir, sizeof(certdir), "%s", f->certdir);
+    } else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0]) { /* derper's default */
+        snprintf(certdir, sizeof(certdir), "%s/tailscale/derper-certs", getenv("XDG_CACHE_HOME"));
+    } else if (getenv("HOME")) {
+        snprintf(certdir, sizeof(certdir), "%s/.cache/tailscale/derper-certs", getenv("HOME"));
+    } else {
         fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
         return -1;
     }
-    char host[256], crt[1024], key[1024];
+    char host[256], crt[1400], key[1400];
     size_t n = 0;
     for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '.' || *p == '-')
             host[n++] = *p;
     host[n] = '\0';
-    snprintf(crt, sizeof(crt), "%s/%s.crt", f->certdir, host);
-    snprintf(key, sizeof(key), "%s/%s.key", f->certdir, host);
+    snprintf(crt, sizeof(crt), "%s/%s.crt", certdir, host);
+    snprintf(key, sizeof(key), "%s/%s.key", certdir, host);
+    config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
+    snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
     struct tls_server_options o = {.cert_file = crt, .key_file = key};
-    struct net_addr probe;
-    char ip[300];
-    snprintf(ip, sizeof(ip), "%s:0", f->hostname);
-    bool is_ip = net_addr_parse(ip, &probe) == 0 || strchr(f->hostname, ':') != NULL;
-    if (access(crt, R_OK) != 0 && is_ip) {
+    if (access(crt, R_OK) != 0 && !config.sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",

@@ -33,6 +33,10 @@ done
 fail() { echo "FAIL: $*"; echo "--- server log"; cat "$work/server.log"; exit 1; }
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp/probe") || true
 [ "$code" = 200 ] || fail "/derp/probe answered $code"
+if [ "$mode" = tls ]; then # -hostname is a DNS name: a handshake without that SNI is refused
+    code=$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$p/derp/probe") || true
+    [ "$code" = 000 ] || fail "a connection without SNI got HTTP $code"
+fi
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp") || true
 [ "$code" = 426 ] || fail "GET /derp without Upgrade answered $code, want 426"
 resp=$(curl -s "${curl_tls[@]}" -D - -o /dev/null -H 'X-Tailscale-Challenge: ts_abc' "$url/generate_204")
