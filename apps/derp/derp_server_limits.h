@@ -42,6 +42,9 @@
 /* Peer table: initial slots per shard (grows by doubling at 50% load). */
 #define DERP_PEERS_INITIAL 1024u
 
+/* derper initMetacert: NotBefore now - 30 days, NotAfter now + 30 days. */
+#define DERP_META_CERT_VALIDITY_S (30L * 24 * 3600)
+
 /* derper: the key file root uses without -c. */
 #define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 

@@ -43,6 +43,7 @@ struct derp_config {
     struct net_addr http_addr;
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
+    bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */

@@ -191,6 +191,7 @@ static int configure_tls(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: TLS certificate %s / key %s: %s\n", crt, key, strerror(-rc));
         return -1;
     }
+    config.meta_cert = true; /* added once the key is known (configure) */
     config.http_port = f->http_port;
     config.http_addr = config.addr;
     if (config.http_addr.sa.sa_family == AF_INET)
@@ -244,6 +245,15 @@ static int configure(const struct derp_flags *f)
     if (rc < 0)
         return rc;
     derp_key_hex_format(config.key.pub.bytes, config.key_hex);
+    if (config.meta_cert) { /* §1.2: CN derpkey<hex>, serial = protocol version, +-30 days */
+        char cn[8 + DERP_KEY_HEX_SIZE];
+        snprintf(cn, sizeof(cn), "derpkey%s", config.key_hex);
+        if (tls_server_ctx_add_meta_cert(config.tls, cn, DERP_PROTOCOL_VERSION,
+                                         DERP_META_CERT_VALIDITY_S) < 0) {
+            fprintf(stderr, "hderp-server: cannot build the meta certificate\n");
+            return -1;
+        }
+    }
     return 0;
 }
 

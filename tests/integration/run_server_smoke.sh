@@ -37,6 +37,18 @@ if [ "$mode" = tls ]; then # -hostname is a DNS name: a handshake without that S
     code=$(curl -sk -o /dev/null -w '%{http_code}' "https://127.0.0.1:$p/derp/probe") || true
     [ "$code" = 000 ] || fail "a connection without SNI got HTTP $code"
 fi
+if [ "$mode" = tls ]; then # the meta certificate (spec §1.2) follows the chain
+    echo | timeout 10 openssl s_client -connect "127.0.0.1:$p" -servername localhost -showcerts \
+        2>/dev/null >"$work/chain.txt" || true
+    [ "$(grep -c 'BEGIN CERT' "$work/chain.txt")" = 2 ] || fail "chain is not leaf + meta cert"
+    awk '/BEGIN CERT/{n++} n==2' "$work/chain.txt" | sed -n '/BEGIN/,/END/p' >"$work/meta.pem"
+    key=$(grep -o 'public key nodekey:[0-9a-f]*' "$work/server.log" | cut -d: -f2)
+    meta=$(openssl x509 -in "$work/meta.pem" -noout -subject -serial -text)
+    echo "$meta" | grep -q "CN = derpkey$key" || fail "meta cert subject: $(echo "$meta" | head -1)"
+    echo "$meta" | grep -q '^serial=02$' || fail "meta cert serial"
+    [ "$(echo "$meta" | grep -c 'X509v3 ')" = 2 ] || fail "meta cert: not exactly one extension"
+    echo "$meta" | grep -q 'CA:FALSE' || fail "meta cert: basicConstraints"
+fi
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp") || true
 [ "$code" = 426 ] || fail "GET /derp without Upgrade answered $code, want 426"
 resp=$(curl -s "${curl_tls[@]}" -D - -o /dev/null -H 'X-Tailscale-Challenge: ts_abc' "$url/generate_204")
