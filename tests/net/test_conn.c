@@ -44,6 +44,7 @@ static struct {
     bool half_close;
     bool migrate;                 /* move each server connection to the other shard mid-stream */
     uint32_t msg_size;            /* echo only whole messages of this size (0: any bytes) */
+    uint32_t conns_max;           /* listener's per-shard cap (0: default) */
     _Atomic unsigned migrated;    /* connections that arrived on their new shard */
     _Atomic unsigned moved_wrong; /* arrived on the shard they left */
 } g;
@@ -142,8 +143,8 @@ static void listen_here(struct hd_shard *s)
     char text[32];
     snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
     HDT_CHECK(net_addr_parse(text, &a) == 0);
-    HDT_CHECK(net_listener_start(s, &a, NULL, echo_accept, NULL, &g.listeners[hd_shard_id(s)]) ==
-              0);
+    struct net_listener_options lo = {.reuseport = true, .conns_max = g.conns_max};
+    HDT_CHECK(net_listener_start(s, &a, &lo, echo_accept, NULL, &g.listeners[hd_shard_id(s)]) == 0);
 }
 
 /* ---------------------------------------------------------------- bulk clients */
@@ -358,9 +359,11 @@ static void server_body(struct hd_shard *s, void *arg)
     atomic_store(&raw_rt, hd_shard_runtime(s));
 }
 
-static void run_raw(void (*fn)(void), uint32_t idle_ms, bool half_close, unsigned closes)
+static void run_raw_cfg(void (*fn)(void), uint32_t idle_ms, bool half_close, unsigned closes,
+                        uint32_t conns_max)
 {
     memset(&g, 0, sizeof(g));
+    g.conns_max = conns_max;
     g.port = free_port();
     g.idle_ms = idle_ms;
     g.half_close = half_close;
@@ -376,6 +379,16 @@ static void run_raw(void (*fn)(void), uint32_t idle_ms, bool half_close, unsigne
     cr_assert_eq(hdt_run(&o, server_body, NULL, NULL), 0);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
+}
+
+static void run_raw(void (*fn)(void), uint32_t idle_ms, bool half_close, unsigned closes)
+{
+    run_raw_cfg(fn, idle_ms, half_close, closes, 0);
+}
+
+static void run_raw_keep(void (*fn)(void), uint32_t conns_max)
+{
+    run_raw_cfg(fn, 0, false, 2, conns_max);
 }
 
 static _Atomic int raw_result;
@@ -482,6 +495,98 @@ Test(test_net_conn, connect_refused, .timeout = 30)
     cr_assert_eq(hdt_run(&o, refused_body, NULL, NULL), 0);
     cr_assert_eq(atomic_load(&refused_res), -ECONNREFUSED);
     cr_assert_eq(atomic_load(&refused_closed), -ECONNREFUSED);
+}
+
+/* Cap: with conns_max 2 the third connection is closed at once (EOF for the peer) and counted;
+ * the first two keep working. */
+static _Atomic uint64_t cap_refused;
+
+static void raw_cap(void)
+{
+    int a = raw_connect(), b = raw_connect();
+    char x[4];
+    HDT_CHECK(write(a, "ping", 4) == 4 && read(a, x, 4) == 4);
+    HDT_CHECK(write(b, "ping", 4) == 4 && read(b, x, 4) == 4); /* both are accepted */
+    int c = raw_connect();
+    ssize_t n = read(c, x, 4); /* the refused one: closed without a byte */
+    HDT_CHECK(n == 0 || (n < 0 && errno == ECONNRESET));
+    HDT_CHECK(write(a, "pong", 4) == 4 && read(a, x, 4) == 4); /* the others are unharmed */
+    struct net_listener *l = g.listeners[0];
+    atomic_store(&cap_refused, net_listener_stats(l)->refused_cap);
+    close(a);
+    close(b);
+    close(c);
+}
+
+Test(test_net_conn, connection_cap_refuses_clearly, .timeout = 30)
+{
+    memset(&g, 0, sizeof(g));
+    g.conns_max = 2;
+    raw_fn = raw_cap;
+    run_raw_keep(raw_cap, 2);
+    cr_assert_eq(atomic_load(&cap_refused), 1);
+}
+
+/* ---------------------------------------------------------------- connect timeout */
+
+/* A listener that never accepts, with its queue full: the kernel drops further SYNs, so a
+ * connect to it neither succeeds nor fails until our timeout closes it (-ETIMEDOUT). */
+static _Atomic int tmo_res, tmo_closed;
+
+static void tmo_connected(struct net_conn *c, int res)
+{
+    (void)c;
+    atomic_store(&tmo_res, res);
+}
+
+static void tmo_close(struct net_conn *c, int reason)
+{
+    atomic_store(&tmo_closed, reason);
+    hd_runtime_stop(hd_shard_runtime(net_conn_shard(c)));
+}
+
+static const struct net_conn_handler tmo_handler = {
+    .on_data = refused_data, .on_connected = tmo_connected, .on_close = tmo_close};
+
+static uint64_t tmo_start, tmo_end;
+
+static void tmo_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    struct net_addr a;
+    char text[32];
+    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
+    HDT_CHECK(net_addr_parse(text, &a) == 0);
+    struct net_conn *c;
+    tmo_start = hd_clock_ns();
+    HDT_CHECK(net_conn_connect(s, &a, 300, &tmo_handler, NULL, NULL, &c) == 0);
+}
+
+Test(test_net_conn, connect_timeout, .timeout = 30)
+{
+    memset(&g, 0, sizeof(g));
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    cr_assert_eq(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+    cr_assert_eq(listen(l, 0), 0); /* backlog 0: one connection fills the queue */
+    cr_assert_eq(getsockname(l, (struct sockaddr *)&a, &alen), 0);
+    g.port = ntohs(a.sin_port);
+    int fill[4];
+    for (int i = 0; i < 4; i++) { /* fill the accept queue; extra SYNs are dropped */
+        fill[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        connect(fill[i], (struct sockaddr *)&a, sizeof(a));
+    }
+    usleep(50000);
+    struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
+    cr_assert_eq(hdt_run(&o, tmo_body, NULL, NULL), 0);
+    tmo_end = hd_clock_ns();
+    cr_assert_eq(atomic_load(&tmo_closed), -ETIMEDOUT, "closed with %d", atomic_load(&tmo_closed));
+    cr_assert_eq(atomic_load(&tmo_res), 0, "on_connected must not run for a timed-out connect");
+    cr_assert_geq(tmo_end - tmo_start, 300u * 1000 * 1000, "closed before the timeout");
+    for (int i = 0; i < 4; i++)
+        close(fill[i]);
+    close(l);
 }
 
 /* ---------------------------------------------------------------- addresses */
