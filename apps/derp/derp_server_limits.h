@@ -9,8 +9,11 @@
 /* derper: up to 3 attempts to make room by dropping the queue head, then drop the new one. */
 #define DERP_QUEUE_TRIES 3
 
-/* A routed packet frame: the destination key, then the RecvPacket frame as it goes out. */
-#define DERP_ROUTE_OFF 32
+/* A routed packet frame: the destination key, the key of the connection that sent it (NotHere
+ * goes there: the sender, or the mesh peer that forwarded it), then the RecvPacket frame as it
+ * goes out. */
+#define DERP_ROUTE_REPLY_OFF 32
+#define DERP_ROUTE_OFF       64
 /* The frame pool's big class must hold the largest routed frame. */
 #define DERP_ROUTE_FRAME_MAX (DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX)
 

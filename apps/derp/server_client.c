@@ -326,6 +326,7 @@ static void on_send_packet(struct derp_client *cl, const uint8_t *payload, uint3
         return;
     }
     memcpy(f->data, dst, DERP_KEY_LEN);
+    memcpy(f->data + DERP_ROUTE_REPLY_OFF, cl->key.bytes, DERP_KEY_LEN);
     derp_frame_recv_packet_prefix_encode(f->data + DERP_ROUTE_OFF,
                                          DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, src, pkt_len);
     memcpy(f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);

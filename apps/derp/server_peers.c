@@ -296,8 +296,10 @@ static void deliver(struct derp_shard *ds, struct hd_frame *f, enum derp_kind ki
                                                     : DERP_DROP_UNKNOWN_DEST;
     ds->ctr.packets_dropped[why][kind]++;
     ds->ctr.bytes_dropped[why][kind] += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    if (kind == DERP_KIND_DISCO && why != DERP_DROP_DUP_CLIENT && !forwarded)
-        derp_not_here(ds, f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN, f->data);
+    /* §6.2/§7: NotHere to the connection the packet came on: the sender, or the mesh peer that
+     * forwarded it (so that it forgets the route). */
+    if (kind == DERP_KIND_DISCO && why != DERP_DROP_DUP_CLIENT)
+        derp_not_here(ds, f->data + DERP_ROUTE_REPLY_OFF, f->data);
     hd_frame_unref(ds->s, f);
 }
 

@@ -1,0 +1,647 @@
+/* conf_support.c - a real hderp-server for the conformance tests (spawn on free loopback ports,
+ * wait for /derp/probe, SIGTERM by PID, varz) and a blocking raw DERP client. Runs on the test
+ * thread only; owns the child process and the raw clients' sockets and buffers. */
+#define _GNU_SOURCE
+#include "conf_support.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sodium.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Polling step while waiting for the server to come up or go away. */
+#define CONF_POLL_MS 20
+/* argv: the fixed flags (about 20 entries) plus the caller's extras. */
+#define CONF_ARGV_MAX 48
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A port nobody uses right now: bind port 0, read it back, close. */
+static int free_port(int type, uint16_t *out)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, type, 0);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+        rc = -errno;
+    close(fd);
+    *out = ntohs(a.sin_port);
+    return rc;
+}
+
+static int tcp_connect(uint16_t port)
+{
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    struct timeval tv = {CONF_IO_TIMEOUT_MS / 1000, 0};
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    return fd;
+}
+
+static int write_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno == EAGAIN ? -ETIMEDOUT : -errno;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Waits until fd is readable or deadline (ms, monotonic) passes. */
+static int wait_readable(int fd, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0)
+            return -ETIMEDOUT;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 0;
+        if (n < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+/* ---------------------------------------------------------------- HTTP */
+
+ssize_t conf_http(const struct conf_server *srv, const char *req, char *resp, size_t size)
+{
+    int fd = tcp_connect(srv->port);
+    if (fd < 0)
+        return fd;
+    int rc = write_all(fd, req, strlen(req));
+    size_t got = 0;
+    int64_t deadline = now_ms() + CONF_IO_TIMEOUT_MS;
+    while (rc == 0 && got + 1 < size) {
+        rc = wait_readable(fd, deadline);
+        if (rc < 0)
+            break;
+        ssize_t n = recv(fd, resp + got, size - 1 - got, 0);
+        if (n == 0)
+            break;
+        if (n < 0) {
+            rc = errno == EINTR ? 0 : -errno;
+            continue;
+        }
+        got += (size_t)n;
+    }
+    resp[got] = '\0';
+    close(fd);
+    return rc < 0 ? rc : (ssize_t)got;
+}
+
+int conf_varz(const struct conf_server *srv, const char *name, bool sum_labels, int64_t *out)
+{
+    char *resp = malloc(CONF_HTTP_RESP_MAX);
+    if (!resp)
+        return -ENOMEM;
+    ssize_t n = conf_http(srv, "GET /debug/varz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                          resp, CONF_HTTP_RESP_MAX);
+    int rc = n < 0 ? (int)n : -ENOENT;
+    if (n > 0 && strncmp(resp, "HTTP/1.1 200", 12) != 0)
+        rc = -EACCES;
+    size_t nlen = strlen(name);
+    int64_t sum = 0;
+    for (char *line = n > 0 && rc == -ENOENT ? strchr(resp, '\n') : NULL; line;
+         line = strchr(line, '\n')) {
+        line++;
+        if (strncmp(line, name, nlen) != 0)
+            continue;
+        char next = line[nlen];
+        if (next == ' ' || (sum_labels && next == '{')) {
+            char *sp = strchr(line + nlen, ' ');
+            if (!sp)
+                continue;
+            sum += strtoll(sp + 1, NULL, 10);
+            rc = 0;
+        }
+    }
+    free(resp);
+    if (rc == 0)
+        *out = sum;
+    return rc;
+}
+
+int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want, int timeout_ms,
+                   int64_t *last)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    int rc;
+    do {
+        rc = conf_varz(srv, name, false, last);
+        if (rc == 0 && *last == want)
+            return 0;
+        sleep_ms(CONF_POLL_MS);
+    } while (now_ms() < deadline);
+    return rc < 0 ? rc : -ETIMEDOUT;
+}
+
+/* ---------------------------------------------------------------- the process */
+
+void conf_server_dump_log(const struct conf_server *srv)
+{
+    char path[300], line[512];
+    snprintf(path, sizeof(path), "%s/server.log", srv->dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    fprintf(stderr, "---- %s\n", path);
+    while (fgets(line, sizeof(line), f))
+        fputs(line, stderr);
+    fclose(f);
+}
+
+bool conf_server_alive(const struct conf_server *srv)
+{
+    siginfo_t si = {0};
+    return srv->pid > 0 && waitid(P_PID, (id_t)srv->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+           si.si_pid == 0;
+}
+
+/* A test that crashes (abort in a shard thread) must not leave its server running. */
+static pid_t crash_pid;
+
+static void on_crash(int sig)
+{
+    if (crash_pid > 0)
+        kill(crash_pid, SIGKILL);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
+{
+    char addr[32], stun[16], shards[16], key[300], log[300], mesh[300];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", srv->port);
+    snprintf(stun, sizeof(stun), "%u", srv->stun_port);
+    snprintf(shards, sizeof(shards), "%u", o->shards ? o->shards : 2);
+    snprintf(key, sizeof(key), "%s/derper.key", srv->dir);
+    snprintf(log, sizeof(log), "%s/server.log", srv->dir);
+    const char *argv[CONF_ARGV_MAX];
+    size_t n = 0;
+    argv[n++] = CONF_BIN_DIR "/hderp-server";
+    const char *fixed[] = {"-a", addr, "-stun-port", stun, "--shards", shards, "-c", key};
+    for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
+        argv[n++] = fixed[i];
+    if (o->mesh_key_hex) {
+        snprintf(mesh, sizeof(mesh), "%s/mesh.key", srv->dir);
+        FILE *f = fopen(mesh, "w");
+        if (!f || fprintf(f, "%s\n", o->mesh_key_hex) < 0 || fclose(f) != 0)
+            return -EIO;
+        if (derp_mesh_key_parse(o->mesh_key_hex, strlen(o->mesh_key_hex), &srv->mesh_key) != 0)
+            return -EINVAL;
+        argv[n++] = "-mesh-psk-file";
+        argv[n++] = mesh;
+    }
+    if (o->keepalive) {
+        argv[n++] = "--keepalive-interval";
+        argv[n++] = o->keepalive;
+    }
+    if (o->write_timeout) {
+        argv[n++] = "-tcp-write-timeout";
+        argv[n++] = o->write_timeout;
+    }
+    for (size_t i = 0; o->extra && o->extra[i] && n + 1 < CONF_ARGV_MAX; i++)
+        argv[n++] = o->extra[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    int rc = posix_spawn(&srv->pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc == 0) {
+        crash_pid = srv->pid;
+        signal(SIGABRT, on_crash);
+        signal(SIGSEGV, on_crash);
+    }
+    return -rc;
+}
+
+static int wait_probe(struct conf_server *srv)
+{
+    char resp[1024];
+    int64_t deadline = now_ms() + CONF_START_TIMEOUT_MS;
+    while (now_ms() < deadline) {
+        if (!conf_server_alive(srv))
+            return -ECHILD;
+        ssize_t n =
+            conf_http(srv, "GET /derp/probe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", resp,
+                      sizeof(resp));
+        if (n > 0 && strncmp(resp, "HTTP/1.1 200", 12) == 0)
+            return 0;
+        sleep_ms(CONF_POLL_MS);
+    }
+    return -ETIMEDOUT;
+}
+
+int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o)
+{
+    static const struct conf_server_opts none;
+    memset(srv, 0, sizeof(*srv));
+    if (!o)
+        o = &none;
+    if (derp_crypto_init() != 0)
+        return -EIO;
+    mkdir(CONF_WORK_DIR, 0755);
+    snprintf(srv->dir, sizeof(srv->dir), "%s/srv-XXXXXX", CONF_WORK_DIR);
+    if (!mkdtemp(srv->dir))
+        return -errno;
+    int rc = free_port(SOCK_STREAM, &srv->port);
+    if (rc == 0)
+        rc = free_port(SOCK_DGRAM, &srv->stun_port);
+    if (rc == 0)
+        rc = spawn(srv, o);
+    if (rc == 0)
+        rc = wait_probe(srv);
+    char key[300], err[128];
+    struct derp_privkey priv;
+    snprintf(key, sizeof(key), "%s/derper.key", srv->dir);
+    if (rc == 0 && (derp_key_file_load(key, &priv, err, sizeof(err)) != 0 ||
+                    derp_pubkey_from_privkey(&srv->key, &priv) != 0))
+        rc = -EIO;
+    if (rc != 0) {
+        fprintf(stderr, "conf_server_start: %s\n", strerror(-rc));
+        conf_server_dump_log(srv);
+        if (srv->pid > 0) {
+            kill(srv->pid, SIGKILL);
+            waitpid(srv->pid, NULL, 0);
+            srv->pid = 0;
+        }
+    }
+    return rc;
+}
+
+int conf_server_stop(struct conf_server *srv)
+{
+    if (srv->pid <= 0)
+        return -ECHILD;
+    kill(srv->pid, SIGTERM);
+    int64_t deadline = now_ms() + CONF_STOP_TIMEOUT_MS;
+    int status = 0;
+    pid_t p;
+    while ((p = waitpid(srv->pid, &status, WNOHANG)) == 0 && now_ms() < deadline)
+        sleep_ms(CONF_POLL_MS);
+    int rc;
+    if (p == 0) {
+        kill(srv->pid, SIGKILL);
+        waitpid(srv->pid, NULL, 0);
+        rc = -ETIMEDOUT;
+    } else if (p < 0) {
+        rc = -errno;
+    } else {
+        rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    srv->pid = 0;
+    crash_pid = 0;
+    if (rc != 0) {
+        fprintf(stderr, "conf_server_stop: status %d\n", rc);
+        conf_server_dump_log(srv);
+        return rc;
+    }
+    static const char *files[] = {"derper.key", "mesh.key", "server.log"};
+    char path[300];
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", srv->dir, files[i]);
+        unlink(path);
+    }
+    rmdir(srv->dir); /* a clean run leaves nothing behind */
+    return 0;
+}
+
+/* ---------------------------------------------------------------- raw client */
+
+int conf_raw_open(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp)
+{
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
+    if (kp)
+        r->kp = *kp;
+    else if (derp_keypair_generate(&r->kp) != 0)
+        return -EIO;
+    r->buf = malloc(CONF_RAW_BUF_SIZE);
+    if (!r->buf)
+        return -ENOMEM;
+    r->fd = tcp_connect(srv->port);
+    return r->fd < 0 ? r->fd : 0;
+}
+
+void conf_raw_close(struct conf_raw *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+    free(r->buf);
+    r->buf = NULL;
+}
+
+void conf_raw_abort(struct conf_raw *r)
+{
+    struct linger l = {.l_onoff = 1, .l_linger = 0};
+    if (r->fd >= 0)
+        setsockopt(r->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    conf_raw_close(r);
+}
+
+int conf_raw_write(struct conf_raw *r, const void *data, size_t len)
+{
+    return write_all(r->fd, data, len);
+}
+
+int conf_raw_send_frame(struct conf_raw *r, uint8_t type, const void *payload, size_t len)
+{
+    uint8_t h[DERP_FRAME_HEADER_LEN] = {type, (uint8_t)(len >> 24), (uint8_t)(len >> 16),
+                                        (uint8_t)(len >> 8), (uint8_t)len};
+    int rc = write_all(r->fd, h, sizeof(h));
+    return rc == 0 && len > 0 ? write_all(r->fd, payload, len) : rc;
+}
+
+/* Reads more bytes into the buffer (compacting first). */
+static int fill(struct conf_raw *r, int64_t deadline)
+{
+    if (r->off > 0) {
+        memmove(r->buf, r->buf + r->off, r->len);
+        r->off = 0;
+    }
+    if (r->len == CONF_RAW_BUF_SIZE)
+        return -EMSGSIZE;
+    int rc = wait_readable(r->fd, deadline);
+    if (rc < 0)
+        return rc;
+    ssize_t n = recv(r->fd, r->buf + r->len, CONF_RAW_BUF_SIZE - r->len, MSG_DONTWAIT);
+    if (n == 0)
+        return -ESHUTDOWN;
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN ? 0 : -errno;
+    r->len += (size_t)n;
+    return 0;
+}
+
+int conf_raw_upgrade(struct conf_raw *r, const char *extra_headers)
+{
+    char req[1024];
+    int n = snprintf(req, sizeof(req),
+                     "GET /derp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
+                     "Upgrade: DERP\r\n%s\r\n",
+                     extra_headers ? extra_headers : "");
+    int rc = write_all(r->fd, req, (size_t)n);
+    int64_t deadline = now_ms() + CONF_IO_TIMEOUT_MS;
+    while (rc == 0) {
+        uint8_t *end = memmem(r->buf + r->off, r->len, "\r\n\r\n", 4);
+        if (end) {
+            size_t hl = (size_t)(end + 4 - (r->buf + r->off));
+            if (hl >= sizeof(r->head))
+                return -EMSGSIZE;
+            memcpy(r->head, r->buf + r->off, hl);
+            r->head[hl] = '\0';
+            r->off += hl;
+            r->len -= hl;
+            r->http_status = (unsigned)strtoul(r->head + 9, NULL, 10);
+            return 0;
+        }
+        rc = fill(r, deadline);
+    }
+    return rc;
+}
+
+int conf_raw_read(struct conf_raw *r, int timeout_ms, struct conf_frame *f)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        if (r->len >= DERP_FRAME_HEADER_LEN) {
+            const uint8_t *h = r->buf + r->off;
+            uint32_t len = (uint32_t)h[1] << 24 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 8 | h[4];
+            if (len > CONF_RAW_BUF_SIZE - DERP_FRAME_HEADER_LEN)
+                return -EMSGSIZE;
+            if (r->len >= DERP_FRAME_HEADER_LEN + (size_t)len) {
+                f->type = h[0];
+                f->len = len;
+                f->p = h + DERP_FRAME_HEADER_LEN;
+                r->off += DERP_FRAME_HEADER_LEN + len;
+                r->len -= DERP_FRAME_HEADER_LEN + len;
+                return 0;
+            }
+        }
+        int rc = fill(r, deadline);
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int conf_raw_read_nka(struct conf_raw *r, int timeout_ms, struct conf_frame *f)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        int rc = conf_raw_read(r, left > 0 ? (int)left : 0, f);
+        if (rc < 0 || f->type != DERP_FRAME_KEEP_ALIVE)
+            return rc;
+    }
+}
+
+int conf_raw_read_server_key(struct conf_raw *r)
+{
+    struct conf_frame f;
+    int rc = conf_raw_read(r, CONF_IO_TIMEOUT_MS, &f);
+    if (rc < 0)
+        return rc;
+    if (f.type != DERP_FRAME_SERVER_KEY)
+        return -EPROTO;
+    return derp_server_key_decode(f.p, f.len, &r->server_key);
+}
+
+ssize_t conf_raw_client_info(const struct conf_raw *r, const char *json, uint8_t *buf, size_t size)
+{
+    if (!json)
+        json = "{\"version\":2,\"CanAckPings\":false}";
+    size_t jl = strlen(json);
+    size_t payload = DERP_KEY_LEN + DERP_NONCE_LEN + crypto_box_MACBYTES + jl;
+    if (size < DERP_FRAME_HEADER_LEN + payload)
+        return -ENOSPC;
+    uint8_t *p = buf + DERP_FRAME_HEADER_LEN;
+    derp_frame_header_encode(buf, size, DERP_FRAME_CLIENT_INFO, (uint32_t)payload);
+    memcpy(p, r->kp.pub.bytes, DERP_KEY_LEN);
+    randombytes_buf(p + DERP_KEY_LEN, DERP_NONCE_LEN);
+    if (crypto_box_easy(p + DERP_KEY_LEN + DERP_NONCE_LEN, (const uint8_t *)json, jl,
+                        p + DERP_KEY_LEN, r->server_key.bytes, r->kp.priv.bytes) != 0)
+        return -EIO;
+    return (ssize_t)(DERP_FRAME_HEADER_LEN + payload);
+}
+
+int conf_raw_read_server_info(struct conf_raw *r, int64_t *version)
+{
+    struct conf_frame f;
+    int rc = conf_raw_read(r, CONF_IO_TIMEOUT_MS, &f);
+    if (rc < 0)
+        return rc;
+    if (f.type != DERP_FRAME_SERVER_INFO)
+        return -EPROTO;
+    struct derp_server_info info;
+    uint8_t scratch[1024];
+    rc = derp_server_info_open(f.p, f.len, &r->kp, &r->server_key, &info, scratch, sizeof(scratch));
+    if (rc == 0 && version)
+        *version = info.version;
+    return rc;
+}
+
+int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
+                   const char *json)
+{
+    uint8_t ci[2048];
+    int rc = conf_raw_open(r, srv, kp);
+    if (rc == 0)
+        rc = conf_raw_upgrade(r, NULL);
+    if (rc == 0 && r->http_status != 101)
+        rc = -ENOPROTOOPT;
+    if (rc == 0)
+        rc = conf_raw_read_server_key(r);
+    ssize_t n = rc == 0 ? conf_raw_client_info(r, json, ci, sizeof(ci)) : rc;
+    rc = n < 0 ? (int)n : conf_raw_write(r, ci, (size_t)n);
+    return rc == 0 ? conf_raw_read_server_info(r, NULL) : rc;
+}
+
+int conf_raw_wait_closed(struct conf_raw *r, int timeout_ms)
+{
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        r->off = 0;
+        r->len = 0; /* discard */
+        int rc = fill(r, deadline);
+        if (rc == -ESHUTDOWN || rc == -ECONNRESET)
+            return 0;
+        if (rc < 0)
+            return rc;
+    }
+}
+
+int conf_raw_expect_silence(struct conf_raw *r, int ms, struct conf_frame *f)
+{
+    int rc = conf_raw_read_nka(r, ms, f);
+    if (rc == -ETIMEDOUT)
+        return 0;
+    return rc == 0 ? -EEXIST : rc;
+}
+
+int conf_raw_send_packet(struct conf_raw *r, const struct derp_pubkey *dst, const void *data,
+                         size_t len)
+{
+    uint8_t h[DERP_FRAME_HEADER_LEN + DERP_KEY_LEN];
+    derp_frame_header_encode(h, sizeof(h), DERP_FRAME_SEND_PACKET, (uint32_t)(DERP_KEY_LEN + len));
+    memcpy(h + DERP_FRAME_HEADER_LEN, dst->bytes, DERP_KEY_LEN);
+    int rc = write_all(r->fd, h, sizeof(h));
+    return rc == 0 && len > 0 ? write_all(r->fd, data, len) : rc;
+}
+
+int conf_raw_read_packet(struct conf_raw *r, int timeout_ms, struct derp_pubkey *src,
+                         const uint8_t **data, size_t *len)
+{
+    struct conf_frame f;
+    int64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        int rc = conf_raw_read(r, left > 0 ? (int)left : 0, &f);
+        if (rc < 0)
+            return rc;
+        if (f.type != DERP_FRAME_RECV_PACKET)
+            continue;
+        if (f.len < DERP_KEY_LEN)
+            return -EPROTO;
+        memcpy(src->bytes, f.p, DERP_KEY_LEN);
+        *data = f.p + DERP_KEY_LEN;
+        *len = f.len - DERP_KEY_LEN;
+        return 0;
+    }
+}
+
+int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms)
+{
+    uint8_t d[DERP_PING_LEN];
+    memcpy(d, &value, sizeof(d));
+    int rc = conf_raw_send_frame(r, DERP_FRAME_PING, d, sizeof(d));
+    int64_t deadline = now_ms() + timeout_ms;
+    while (rc == 0) {
+        struct conf_frame f;
+        int64_t left = deadline - now_ms();
+        rc = conf_raw_read(r, left > 0 ? (int)left : 0, &f);
+        if (rc == 0 && f.type == DERP_FRAME_PONG && f.len == DERP_PING_LEN &&
+            memcmp(f.p, d, DERP_PING_LEN) == 0)
+            return 0;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- keys, payloads */
+
+unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards)
+{
+    uint64_t h = 0;
+    for (int i = 7; i >= 0; i--)
+        h = h << 8 | k->bytes[i];
+    return (unsigned)(h % shards);
+}
+
+int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards)
+{
+    for (int i = 0; i < 1000; i++) {
+        if (derp_keypair_generate(kp) != 0)
+            return -EIO;
+        if (conf_key_shard(&kp->pub, shards) == shard)
+            return 0;
+    }
+    return -EAGAIN;
+}
+
+void conf_disco_payload(uint8_t out[CONF_DISCO_LEN])
+{
+    static const uint8_t magic[] = {0x54, 0x53, 0xf0, 0x9f, 0x92, 0xac};
+    memset(out, 0x5a, CONF_DISCO_LEN);
+    memcpy(out, magic, sizeof(magic));
+}

@@ -1,0 +1,139 @@
+/* conf_support.h - conformance-test support (prefix conf_): a real hderp-server process on free
+ * loopback ports (spawned from the build's bin/, stopped by PID with SIGTERM, exit 0 required),
+ * plain HTTP requests to it (probe, varz), and a blocking raw DERP client for the test thread
+ * that speaks the protocol byte by byte, so negative cases (bad frames, bad ClientInfo, stalled
+ * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared. */
+#ifndef CONF_SUPPORT_H
+#define CONF_SUPPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "derp_proto.h"
+
+/* ---- Limits ---------------------------------------------------------------------------------- */
+
+/* Start-up of an ASan build on a loaded 2-core machine: generous, only a failure waits it out. */
+#define CONF_START_TIMEOUT_MS 15000
+/* SIGTERM to exit: the server flushes and closes every connection (write timeouts 2 s). */
+#define CONF_STOP_TIMEOUT_MS 15000
+/* One frame or one HTTP answer from a healthy local server. */
+#define CONF_IO_TIMEOUT_MS 5000
+/* The raw client's receive buffer: the largest frame a server sends us (RecvPacket of 64 KiB)
+ * plus slack for what follows it in one read. */
+#define CONF_RAW_BUF_SIZE (256 << 10)
+/* Replies from /debug/varz (a few hundred series) and other small pages. */
+#define CONF_HTTP_RESP_MAX (256 << 10)
+
+_Static_assert(CONF_RAW_BUF_SIZE >= 2 * (DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX),
+               "a whole RecvPacket plus the next one fit the raw buffer");
+
+/* ---- The server process ---------------------------------------------------------------------- */
+
+struct conf_server_opts {
+    unsigned shards;           /* 0: 2 */
+    const char *mesh_key_hex;  /* NULL: no mesh key */
+    const char *keepalive;     /* --keepalive-interval, NULL: server default */
+    const char *write_timeout; /* -tcp-write-timeout, NULL: server default */
+    const char *const *extra;  /* more argv entries, NULL-terminated, or NULL */
+};
+
+struct conf_server {
+    pid_t pid;
+    uint16_t port, stun_port;
+    char dir[256];                 /* work dir: key file, server.log */
+    struct derp_pubkey key;        /* read back from the key file */
+    struct derp_mesh_key mesh_key; /* what opts gave, zero if none */
+};
+
+/* Spawns and waits for /derp/probe to answer 200. Returns 0 or -errno (-ETIMEDOUT: never
+ * answered; -ECHILD: exited early). The log is dumped to stderr on failure. */
+int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o);
+/* SIGTERM, wait (bounded), return the exit status (0 = clean) or -ETIMEDOUT (then SIGKILL). A
+ * signal death returns 128 + signo. Dumps the log when the status is not 0. */
+int conf_server_stop(struct conf_server *srv);
+/* The server's log to stderr (a failing test's context). */
+void conf_server_dump_log(const struct conf_server *srv);
+/* Is the process still running? */
+bool conf_server_alive(const struct conf_server *srv);
+
+/* One HTTP/1.1 exchange ("Connection: close" is the caller's business): writes req, reads until
+ * EOF into resp (NUL-terminated). Returns the bytes read or -errno. */
+ssize_t conf_http(const struct conf_server *srv, const char *req, char *resp, size_t size);
+/* GET /debug/varz and the value of the series named exactly name (with labels if any, e.g.
+ * "derp_packets_dropped{reason=\"queue_head\",kind=\"other\"}"); sum of all series starting
+ * with name + "{" when sum_labels. Returns 0 with *out, -ENOENT (no such series), or -errno. */
+int conf_varz(const struct conf_server *srv, const char *name, bool sum_labels, int64_t *out);
+/* Polls conf_varz until the value equals want (bounded by timeout_ms); returns 0 or the last
+ * value's mismatch as -ETIMEDOUT with *last set. */
+int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want, int timeout_ms,
+                   int64_t *last);
+
+/* ---- Raw blocking DERP client ---------------------------------------------------------------- */
+
+struct conf_raw {
+    int fd;
+    struct derp_keypair kp;
+    struct derp_pubkey server_key; /* from the ServerKey frame */
+    unsigned http_status;
+    char head[2048]; /* the upgrade response head, NUL-terminated */
+    uint8_t *buf;    /* CONF_RAW_BUF_SIZE */
+    size_t off, len; /* unread bytes are buf[off, off + len) */
+};
+
+struct conf_frame {
+    uint8_t type;
+    uint32_t len;
+    const uint8_t *p; /* valid until the next read */
+};
+
+/* Fresh key pair (or kp), TCP connect. Returns 0 or -errno. */
+int conf_raw_open(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp);
+void conf_raw_close(struct conf_raw *r);
+/* Hard close (RST): SO_LINGER 0. */
+void conf_raw_abort(struct conf_raw *r);
+int conf_raw_write(struct conf_raw *r, const void *data, size_t len);
+int conf_raw_send_frame(struct conf_raw *r, uint8_t type, const void *payload, size_t len);
+/* Writes "GET /derp" with Upgrade: DERP plus extra header lines ("Name: v\r\n"..., or NULL) and
+ * reads the response head (status in http_status; bytes after it stay buffered). */
+int conf_raw_upgrade(struct conf_raw *r, const char *extra_headers);
+/* Reads the next frame within timeout_ms: 0, -ETIMEDOUT, -ESHUTDOWN (EOF), -ECONNRESET, -EMSGSIZE
+ * (larger than the buffer). */
+int conf_raw_read(struct conf_raw *r, int timeout_ms, struct conf_frame *f);
+/* Like conf_raw_read but skips KeepAlive frames. */
+int conf_raw_read_nka(struct conf_raw *r, int timeout_ms, struct conf_frame *f);
+/* Reads the ServerKey frame (must be first) into server_key. */
+int conf_raw_read_server_key(struct conf_raw *r);
+/* ClientInfo frame sealing json (NULL: {"version":2,"CanAckPings":false}) to server_key. */
+ssize_t conf_raw_client_info(const struct conf_raw *r, const char *json, uint8_t *buf, size_t size);
+/* Reads ServerInfo (must be next, KeepAlives not allowed), opens it; version into *version. */
+int conf_raw_read_server_info(struct conf_raw *r, int64_t *version);
+/* open (kp NULL: fresh keys) + upgrade + ServerKey + ClientInfo(json) + ServerInfo. r must be
+ * closed (conf_raw_close) even when this fails. */
+int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
+                   const char *json);
+/* Waits for the server to close: frames are read and discarded. 0 when closed (EOF or RST),
+ * -ETIMEDOUT if still open after timeout_ms. */
+int conf_raw_wait_closed(struct conf_raw *r, int timeout_ms);
+/* No frame but KeepAlives arrives within ms (the connection stays open): 0, or -EEXIST with *f
+ * the unexpected frame, or the read error. */
+int conf_raw_expect_silence(struct conf_raw *r, int ms, struct conf_frame *f);
+/* SendPacket(dst, data). */
+int conf_raw_send_packet(struct conf_raw *r, const struct derp_pubkey *dst, const void *data,
+                         size_t len);
+/* Reads frames (skipping KeepAlives) until a RecvPacket; checks nothing. */
+int conf_raw_read_packet(struct conf_raw *r, int timeout_ms, struct derp_pubkey *src,
+                         const uint8_t **data, size_t *len);
+/* Ping(8 bytes) and wait for the matching Pong (skipping other frames). */
+int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms);
+
+/* Key pairs whose owner shard (hash(key) % shards: the low 64 bits, little endian) is shard. */
+int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards);
+unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards);
+/* A disco-looking payload (TS💬 prefix, >= 62 bytes). */
+#define CONF_DISCO_LEN 64
+void conf_disco_payload(uint8_t out[CONF_DISCO_LEN]);
+
+#endif /* CONF_SUPPORT_H */

@@ -1,0 +1,461 @@
+/* test_conformance_load.c - many DERP clients (hd_derp_client on 2 real test shards) against a
+ * real hderp-server with 2 shards: 100 clients x 1,000 packets, every packet delivered exactly
+ * once to the right key with the right source, none to anyone else. Sending goes in rounds (a
+ * 1 ms timer per shard) so no receiver ever has more than LOAD_BATCH packets in flight: the
+ * relay's 32-deep queues never drop, and any loss is a relay bug. Results are recorded in
+ * atomics and asserted on the test thread after the runtime stopped. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "conf_support.h"
+#include "derp_client.h"
+#include "harness.h"
+
+#define LOAD_CLIENTS 100
+#define LOAD_PACKETS 1000 /* per client */
+/* Packets each client sends per round; each receiver gets exactly this many per round, well
+ * under the relay's per-client queue depth (32). */
+#define LOAD_BATCH  10
+#define LOAD_ROUNDS (LOAD_PACKETS / LOAD_BATCH)
+#define LOAD_TOTAL  (LOAD_CLIENTS * LOAD_PACKETS)
+#define TEST_SHARDS 2
+/* The whole exchange on a healthy relay takes about a second; ASan several. */
+#define LOAD_DEADLINE_MS 90000
+
+_Static_assert(LOAD_PACKETS % LOAD_BATCH == 0, "whole rounds");
+_Static_assert(LOAD_BATCH < 32, "a round never fills a relay queue");
+
+struct payload {
+    uint32_t sender, seq, dst;
+};
+
+static struct conf_server srv;
+
+static struct {
+    struct derp_keypair kp[LOAD_CLIENTS];
+    struct derp_client *k[LOAD_CLIENTS]; /* owned by the shard i % TEST_SHARDS */
+    uint8_t seen[LOAD_CLIENTS][LOAD_PACKETS];
+    atomic_uint ready, closed, round, bad, dups, connect_errors, send_errors, early_close;
+    atomic_uint delivered;
+    atomic_bool timed_out;
+    struct shard_state {
+        struct hd_shard *s;
+        struct hd_timer tick;
+        unsigned my_round;
+        uint64_t start_ms;
+        bool closing;
+    } sh[TEST_SHARDS];
+} g;
+
+static uint32_t dst_of(uint32_t i, uint32_t seq)
+{
+    return (i + 1 + seq) % LOAD_CLIENTS; /* per (round, j) a permutation of the clients */
+}
+
+static void on_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)k;
+    (void)info;
+    atomic_fetch_add(&g.ready, 1);
+}
+
+static void on_packet(struct derp_client *k, const struct derp_pubkey *src, const uint8_t *data,
+                      size_t len)
+{
+    uint32_t me = (uint32_t)(uintptr_t)derp_client_user(k);
+    struct payload p;
+    if (len != sizeof(p)) {
+        atomic_fetch_add(&g.bad, 1);
+        return;
+    }
+    memcpy(&p, data, sizeof(p));
+    if (p.sender >= LOAD_CLIENTS || p.seq >= LOAD_PACKETS || p.dst != me ||
+        dst_of(p.sender, p.seq) != me || !derp_pubkey_equal(src, &g.kp[p.sender].pub)) {
+        atomic_fetch_add(&g.bad, 1);
+        return;
+    }
+    /* (sender, seq) has one destination: only this shard touches this byte. */
+    if (g.seen[p.sender][p.seq]++) {
+        atomic_fetch_add(&g.dups, 1);
+        return;
+    }
+    unsigned d = atomic_fetch_add(&g.delivered, 1) + 1;
+    unsigned r = atomic_load(&g.round);
+    if (d == (r + 1) * LOAD_CLIENTS * LOAD_BATCH)
+        atomic_compare_exchange_strong(&g.round, &r, r + 1);
+}
+
+static void on_close(struct derp_client *k, int reason)
+{
+    uint32_t me = (uint32_t)(uintptr_t)derp_client_user(k);
+    g.k[me] = NULL;
+    struct shard_state *st = &g.sh[me % TEST_SHARDS];
+    if (!st->closing || reason != 0)
+        atomic_fetch_add(&g.early_close, 1);
+    if (atomic_fetch_add(&g.closed, 1) + 1 == LOAD_CLIENTS)
+        hd_runtime_stop(hd_shard_runtime(derp_client_shard(k)));
+}
+
+static const struct derp_client_callbacks cb = {
+    .on_ready = on_ready,
+    .on_packet = on_packet,
+    .on_close = on_close,
+};
+
+static void send_round(struct shard_state *st, unsigned id, unsigned round)
+{
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS)
+        for (uint32_t j = 0; j < LOAD_BATCH; j++) {
+            uint32_t seq = round * LOAD_BATCH + j;
+            struct payload p = {i, seq, dst_of(i, seq)};
+            if (!g.k[i] || derp_client_send(g.k[i], &g.kp[p.dst].pub, &p, sizeof(p)) != 0)
+                atomic_fetch_add(&g.send_errors, 1);
+        }
+    (void)st;
+}
+
+static void close_mine(struct shard_state *st, unsigned id)
+{
+    st->closing = true;
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS)
+        if (g.k[i])
+            derp_client_close(g.k[i]);
+}
+
+static void tick(struct hd_timer *t)
+{
+    struct shard_state *st = hd_container_of(t, struct shard_state, tick);
+    unsigned id = hd_shard_id(st->s);
+    if (st->closing)
+        return;
+    if (hd_now_ms(st->s) - st->start_ms > LOAD_DEADLINE_MS) {
+        atomic_store(&g.timed_out, true);
+        close_mine(st, id);
+        return;
+    }
+    if (atomic_load(&g.delivered) == LOAD_TOTAL) {
+        close_mine(st, id);
+        return;
+    }
+    if (atomic_load(&g.ready) == LOAD_CLIENTS && st->my_round < LOAD_ROUNDS &&
+        st->my_round <= atomic_load(&g.round))
+        send_round(st, id, st->my_round++);
+    hd_timer_start(st->s, &st->tick, 1);
+}
+
+static void body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    unsigned id = hd_shard_id(s);
+    struct shard_state *st = &g.sh[id];
+    st->s = s;
+    st->start_ms = hd_now_ms(s);
+    struct derp_client_config cfg = {.read_timeout_ms = DERP_CLIENT_TIMEOUT_OFF};
+    HDT_CHECK(net_addr_parse("127.0.0.1:0", &cfg.addr) == 0);
+    cfg.addr.in4.sin_port = htons(srv.port);
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS) {
+        cfg.keypair = &g.kp[i];
+        if (derp_client_connect(s, &cfg, &cb, (void *)(uintptr_t)i, &g.k[i]) != 0) {
+            atomic_fetch_add(&g.connect_errors, 1);
+            atomic_fetch_add(&g.closed, 1);
+        }
+    }
+    hd_timer_init(&st->tick, tick);
+    hd_timer_start(s, &st->tick, 1);
+}
+
+static int shard_init(struct hd_shard *s)
+{
+    return net_shard_init(s, &(struct net_shard_options){0});
+}
+
+static void shard_stop(struct hd_shard *s)
+{
+    unsigned id = hd_shard_id(s);
+    hd_timer_stop(s, &g.sh[id].tick);
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS)
+        if (g.k[i])
+            derp_client_abort(g.k[i], -ECANCELED);
+}
+
+static void shard_fini(struct hd_shard *s)
+{
+    net_shard_fini(s);
+}
+
+static void down(void)
+{
+    if (srv.pid > 0)
+        conf_server_stop(&srv);
+}
+
+Test(test_conformance_load, clients_100_x_packets_1000, .fini = down, .timeout = 240)
+{
+    memset(&g, 0, sizeof(g));
+    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = 2}), 0);
+    unsigned on_shard[2] = {0};
+    for (unsigned i = 0; i < LOAD_CLIENTS; i++) {
+        cr_assert_eq(derp_keypair_generate(&g.kp[i]), 0);
+        on_shard[conf_key_shard(&g.kp[i].pub, 2)]++;
+    }
+    cr_assert(on_shard[0] > 0 && on_shard[1] > 0, "both relay shards own some keys");
+    struct hdt_options o = {.shards = TEST_SHARDS,
+                            .shard_init = shard_init,
+                            .shard_stop = shard_stop,
+                            .shard_fini = shard_fini};
+    cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
+    cr_assert(!atomic_load(&g.timed_out), "not done in time: %u of %u delivered, round %u",
+              atomic_load(&g.delivered), LOAD_TOTAL, atomic_load(&g.round));
+    cr_assert_eq(atomic_load(&g.connect_errors), 0);
+    cr_assert_eq(atomic_load(&g.send_errors), 0);
+    cr_assert_eq(atomic_load(&g.early_close), 0, "a client closed before the end");
+    cr_assert_eq(atomic_load(&g.bad), 0, "packets with a wrong src, dst or payload");
+    cr_assert_eq(atomic_load(&g.dups), 0, "packets delivered twice");
+    cr_assert_eq(atomic_load(&g.delivered), LOAD_TOTAL);
+    for (unsigned i = 0; i < LOAD_CLIENTS; i++)
+        for (unsigned s = 0; s < LOAD_PACKETS; s++)
+            cr_assert_eq(g.seen[i][s], 1, "packet %u of %u", s, i);
+    int64_t v = -1;
+    cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
+    cr_assert_eq(v, LOAD_TOTAL, "derp_packets_sent");
+    cr_assert_eq(conf_varz(&srv, "derp_packets_dropped", true, &v), 0);
+    cr_assert_eq(v, 0, "derp_packets_dropped");
+    cr_assert_eq(conf_varz_wait(&srv, "derp_current_connections", 0, CONF_IO_TIMEOUT_MS, &v), 0);
+    cr_assert_eq(conf_server_stop(&srv), 0);
+}
+
+/* ---------------------------------------------------------------- overload, then calm */
+
+/* Flooders send at unlimited rate (until their own send queue is full) to one paused receiver
+ * and to each other; then the receiver resumes, the backlog drains, and calm traffic on the same
+ * connections and on a new one must arrive complete. */
+#define OV_FLOODERS    4
+#define OV_SENDERS     (OV_FLOODERS + 1) /* + the late client */
+#define OV_FLOOD_MS    800               /* under the relay's write timeout (5 s here) */
+#define OV_QUIET_MS    300               /* nothing received for this long: drained */
+#define OV_CALM        100               /* calm packets per sender per target */
+#define OV_CALM_TOTAL  (OV_SENDERS * OV_CALM * 2)
+#define OV_PKT_LEN     1024
+#define OV_DEADLINE_MS 60000
+
+enum ov_phase { OV_LOGIN, OV_FLOOD, OV_DRAIN, OV_LATE, OV_CALM_PHASE, OV_DONE };
+
+/* Client slots: 0..3 flooders, 4 the late client, 5 the slow receiver. */
+#define OV_RECEIVER 5
+#define OV_ALL      6
+
+static struct {
+    struct derp_keypair kp[OV_ALL];
+    struct derp_client *k[OV_ALL];
+    struct hd_shard *s;
+    struct hd_timer tick;
+    enum ov_phase phase;
+    uint64_t start_ms, phase_ms, last_rx_ms;
+    unsigned ready, closed, calm_sent, calm_got, bad, dups, early_close, send_errors;
+    uint64_t flood_sent, flood_got;
+    uint8_t seen[OV_SENDERS][2][OV_CALM];
+    bool timed_out;
+} ov;
+
+static unsigned ov_peer(unsigned i)
+{
+    return (i + 1) % OV_SENDERS;
+}
+
+static void ov_on_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)k;
+    (void)info;
+    ov.ready++;
+}
+
+static void ov_on_packet(struct derp_client *k, const struct derp_pubkey *src, const uint8_t *data,
+                         size_t len)
+{
+    unsigned me = (unsigned)(uintptr_t)derp_client_user(k);
+    ov.last_rx_ms = hd_now_ms(ov.s);
+    if (len == OV_PKT_LEN) {
+        ov.flood_got++;
+        return;
+    }
+    struct payload p;
+    if (len != sizeof(p)) {
+        ov.bad++;
+        return;
+    }
+    memcpy(&p, data, sizeof(p));
+    unsigned which = me == OV_RECEIVER ? 0 : 1;
+    if (p.sender >= OV_SENDERS || p.seq >= OV_CALM || p.dst != me ||
+        (which == 1 && ov_peer(p.sender) != me) || !derp_pubkey_equal(src, &ov.kp[p.sender].pub)) {
+        ov.bad++;
+        return;
+    }
+    if (ov.seen[p.sender][which][p.seq]++) {
+        ov.dups++;
+        return;
+    }
+    ov.calm_got++;
+}
+
+static void ov_on_close(struct derp_client *k, int reason)
+{
+    unsigned me = (unsigned)(uintptr_t)derp_client_user(k);
+    ov.k[me] = NULL;
+    if (ov.phase != OV_DONE || reason != 0)
+        ov.early_close++;
+    if (++ov.closed == OV_ALL)
+        hd_runtime_stop(hd_shard_runtime(ov.s));
+}
+
+static const struct derp_client_callbacks ov_cb = {
+    .on_ready = ov_on_ready,
+    .on_packet = ov_on_packet,
+    .on_close = ov_on_close,
+};
+
+static void ov_connect(unsigned i)
+{
+    struct derp_client_config cfg = {.read_timeout_ms = DERP_CLIENT_TIMEOUT_OFF,
+                                     .send_max_bytes = 256 << 10};
+    HDT_CHECK(net_addr_parse("127.0.0.1:0", &cfg.addr) == 0);
+    cfg.addr.in4.sin_port = htons(srv.port);
+    cfg.keypair = &ov.kp[i];
+    HDT_CHECK(derp_client_connect(ov.s, &cfg, &ov_cb, (void *)(uintptr_t)i, &ov.k[i]) == 0);
+}
+
+static void ov_flood(void)
+{
+    static uint8_t junk[OV_PKT_LEN];
+    for (unsigned i = 0; i < OV_FLOODERS; i++) {
+        unsigned targets[2] = {OV_RECEIVER, (i + 1) % OV_FLOODERS};
+        for (unsigned n = 0;; n++) {
+            int rc = derp_client_send(ov.k[i], &ov.kp[targets[n % 2]].pub, junk, sizeof(junk));
+            if (rc == -ENOBUFS)
+                break;
+            if (rc != 0) {
+                ov.send_errors++;
+                break;
+            }
+            ov.flood_sent++;
+        }
+    }
+}
+
+static void ov_calm(void)
+{
+    unsigned seq = ov.calm_sent++;
+    for (unsigned i = 0; i < OV_SENDERS; i++) {
+        unsigned targets[2] = {OV_RECEIVER, ov_peer(i)};
+        for (unsigned t = 0; t < 2; t++) {
+            struct payload p = {i, seq, targets[t]};
+            if (derp_client_send(ov.k[i], &ov.kp[p.dst].pub, &p, sizeof(p)) != 0)
+                ov.send_errors++;
+        }
+    }
+}
+
+static void ov_next(enum ov_phase p, uint64_t now)
+{
+    ov.phase = p;
+    ov.phase_ms = now;
+}
+
+static void ov_tick(struct hd_timer *t)
+{
+    (void)t;
+    uint64_t now = hd_now_ms(ov.s);
+    if (now - ov.start_ms > OV_DEADLINE_MS)
+        ov.timed_out = true;
+    if (ov.timed_out || ov.phase == OV_DONE) {
+        ov.phase = OV_DONE;
+        for (unsigned i = 0; i < OV_ALL; i++)
+            if (ov.k[i])
+                derp_client_close(ov.k[i]);
+        return;
+    }
+    switch (ov.phase) {
+    case OV_LOGIN:
+        if (ov.ready == OV_ALL - 1) {
+            derp_client_pause_recv(ov.k[OV_RECEIVER], true);
+            ov_next(OV_FLOOD, now);
+        }
+        break;
+    case OV_FLOOD:
+        ov_flood();
+        if (now - ov.phase_ms >= OV_FLOOD_MS) {
+            derp_client_pause_recv(ov.k[OV_RECEIVER], false);
+            ov.last_rx_ms = now;
+            ov_next(OV_DRAIN, now);
+        }
+        break;
+    case OV_DRAIN:
+        if (now - ov.last_rx_ms >= OV_QUIET_MS) {
+            ov_connect(OV_FLOODERS); /* the late client */
+            ov_next(OV_LATE, now);
+        }
+        break;
+    case OV_LATE:
+        if (ov.ready == OV_ALL)
+            ov_next(OV_CALM_PHASE, now);
+        break;
+    case OV_CALM_PHASE:
+        if (ov.calm_sent < OV_CALM)
+            ov_calm();
+        else if (ov.calm_got == OV_CALM_TOTAL)
+            ov_next(OV_DONE, now);
+        break;
+    case OV_DONE:
+        break;
+    }
+    hd_timer_start(ov.s, &ov.tick, 1);
+}
+
+static void ov_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    ov.s = s;
+    ov.start_ms = hd_now_ms(s);
+    for (unsigned i = 0; i < OV_ALL; i++)
+        if (i != OV_FLOODERS)
+            ov_connect(i);
+    hd_timer_init(&ov.tick, ov_tick);
+    hd_timer_start(s, &ov.tick, 1);
+}
+
+static void ov_shard_stop(struct hd_shard *s)
+{
+    hd_timer_stop(s, &ov.tick);
+    for (unsigned i = 0; i < OV_ALL; i++)
+        if (ov.k[i])
+            derp_client_abort(ov.k[i], -ECANCELED);
+}
+
+Test(test_conformance_load, overload_never_wedges, .fini = down, .timeout = 240)
+{
+    memset(&ov, 0, sizeof(ov));
+    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.write_timeout = "5s"}), 0);
+    for (unsigned i = 0; i < OV_ALL; i++)
+        cr_assert_eq(derp_keypair_generate(&ov.kp[i]), 0);
+    struct hdt_options o = {.shards = 1,
+                            .shard_init = shard_init,
+                            .shard_stop = ov_shard_stop,
+                            .shard_fini = shard_fini};
+    cr_assert_eq(hdt_run(&o, ov_body, NULL, NULL), 0);
+    cr_assert(!ov.timed_out, "stuck in phase %d: calm %u of %u", ov.phase, ov.calm_got,
+              OV_CALM_TOTAL);
+    cr_assert_eq(ov.early_close, 0, "a client closed before the end");
+    cr_assert_eq(ov.send_errors, 0);
+    cr_assert_eq(ov.bad, 0);
+    cr_assert_eq(ov.dups, 0);
+    cr_assert_eq(ov.calm_got, OV_CALM_TOTAL, "calm traffic after the flood: zero loss");
+    cr_assert_gt(ov.flood_sent, ov.flood_got, "the flood overflowed somewhere");
+    int64_t drops = -1, sent = -1;
+    cr_assert_eq(conf_varz(&srv, "derp_packets_dropped", true, &drops), 0);
+    cr_assert_gt(drops, 0, "relay queues overflowed and counted drops");
+    cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &sent), 0);
+    cr_assert_geq(sent, (int64_t)(ov.flood_got + OV_CALM_TOTAL));
+    cr_assert_eq(conf_server_stop(&srv), 0);
+}

@@ -1,0 +1,253 @@
+/* test_conformance_peers.c - DERP-SPEC §14 rows 11, 17, 18, 21 and 40 against a real
+ * hderp-server with 2 shards, raw blocking clients on the test thread whose keys are chosen so
+ * both shards own some (derp_owner = low 64 bits of the key % shards): packets across shards
+ * with the right source key, PeerGone(Disconnected) and NotHere with its rate limit, duplicate
+ * connections for one key, and gauges returning to zero after everyone left. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "conf_support.h"
+
+#define SHARDS 2
+/* Silence long enough for a wrongly sent frame to arrive from a local server. */
+#define QUIET_MS 300
+
+static struct conf_server srv;
+
+static void up(void)
+{
+    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS}), 0);
+}
+
+static void down(void)
+{
+    if (srv.pid > 0)
+        conf_server_stop(&srv);
+}
+
+static void stop_clean(void)
+{
+    cr_assert_eq(conf_server_stop(&srv), 0, "hderp-server exits 0 on SIGTERM");
+}
+
+#define OK(expr)                                                                                   \
+    do {                                                                                           \
+        int rc_ = (int)(expr);                                                                     \
+        cr_assert_eq(rc_, 0, "%s: %d (%s)", #expr, rc_, strerror(rc_ < 0 ? -rc_ : 0));             \
+    } while (0)
+
+TestSuite(test_conformance_peers, .init = up, .fini = down, .timeout = 120);
+
+static void login_on_shard(struct conf_raw *r, unsigned shard)
+{
+    struct derp_keypair kp;
+    OK(conf_keypair_on_shard(&kp, shard, SHARDS));
+    OK(conf_raw_login(r, &srv, &kp, NULL));
+}
+
+static void expect_packet(struct conf_raw *r, const struct derp_pubkey *src, const char *text)
+{
+    struct derp_pubkey got;
+    const uint8_t *data;
+    size_t len;
+    OK(conf_raw_read_packet(r, CONF_IO_TIMEOUT_MS, &got, &data, &len));
+    cr_assert(derp_pubkey_equal(&got, src), "wrong source key for %s", text);
+    cr_assert_eq(len, strlen(text));
+    cr_assert_eq(memcmp(data, text, len), 0, "payload %.*s, want %s", (int)len, data, text);
+}
+
+static void expect_silence(struct conf_raw *r, const char *who)
+{
+    struct conf_frame f = {0};
+    int rc = conf_raw_expect_silence(r, QUIET_MS, &f);
+    cr_assert_eq(rc, 0, "%s: rc %d, unexpected frame type %u", who, rc, f.type);
+}
+
+/* Row 11: every client sends to every other; 4 keys owned by each shard. */
+#define MESH_N 8
+Test(test_conformance_peers, send_recv_across_shards)
+{
+    static struct conf_raw c[MESH_N];
+    for (unsigned i = 0; i < MESH_N; i++)
+        login_on_shard(&c[i], i % SHARDS);
+    char text[32];
+    for (unsigned i = 0; i < MESH_N; i++)
+        for (unsigned j = 0; j < MESH_N; j++) {
+            snprintf(text, sizeof(text), "from %u to %u", i, j);
+            OK(conf_raw_send_packet(&c[i], &c[j].kp.pub, text, strlen(text)));
+        }
+    /* Each receiver sees each sender's packet exactly once (order across senders is free). */
+    for (unsigned j = 0; j < MESH_N; j++) {
+        bool seen[MESH_N] = {0};
+        for (unsigned n = 0; n < MESH_N; n++) {
+            struct derp_pubkey src;
+            const uint8_t *data;
+            size_t len;
+            OK(conf_raw_read_packet(&c[j], CONF_IO_TIMEOUT_MS, &src, &data, &len));
+            unsigned i = MESH_N;
+            for (unsigned k = 0; k < MESH_N; k++)
+                if (derp_pubkey_equal(&src, &c[k].kp.pub))
+                    i = k;
+            cr_assert_lt(i, MESH_N, "unknown source key at receiver %u", j);
+            cr_assert(!seen[i], "duplicate from %u at %u", i, j);
+            seen[i] = true;
+            snprintf(text, sizeof(text), "from %u to %u", i, j);
+            cr_assert_eq(len, strlen(text));
+            cr_assert_eq(memcmp(data, text, len), 0, "src key and payload disagree at %u", j);
+        }
+        expect_silence(&c[j], "after all packets");
+    }
+    int64_t v = -1;
+    OK(conf_varz_wait(&srv, "derp_packets_sent", MESH_N * MESH_N, CONF_IO_TIMEOUT_MS, &v));
+    for (unsigned i = 0; i < MESH_N; i++)
+        conf_raw_close(&c[i]);
+    stop_clean();
+}
+
+static void expect_gone(struct conf_raw *r, const struct derp_pubkey *peer, uint8_t reason)
+{
+    struct conf_frame f;
+    OK(conf_raw_read_nka(r, CONF_IO_TIMEOUT_MS, &f));
+    cr_assert_eq(f.type, DERP_FRAME_PEER_GONE, "got frame type %u", f.type);
+    cr_assert_eq(f.len, DERP_PEER_GONE_LEN);
+    cr_assert_eq(memcmp(f.p, peer->bytes, DERP_KEY_LEN), 0, "PeerGone names the peer");
+    cr_assert_eq(f.p[DERP_KEY_LEN], reason);
+}
+
+/* Row 17 (TestSendRecv): A->B, B->C; A leaves: B gets PeerGone(A), C nothing; B leaves: C gets
+ * PeerGone(B); C leaves: nobody. A and C on one shard, B on the other. */
+Test(test_conformance_peers, peer_gone_disconnected)
+{
+    struct conf_raw a, b, c, d;
+    login_on_shard(&a, 0);
+    login_on_shard(&b, 1);
+    login_on_shard(&c, 0);
+    login_on_shard(&d, 1); /* a bystander */
+    OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
+    expect_packet(&b, &a.kp.pub, "a2b");
+    OK(conf_raw_send_packet(&b, &c.kp.pub, "b2c", 3));
+    expect_packet(&c, &b.kp.pub, "b2c");
+    conf_raw_close(&a);
+    expect_gone(&b, &a.kp.pub, DERP_PEER_GONE_DISCONNECTED);
+    expect_silence(&c, "C after A left");
+    expect_silence(&d, "bystander after A left");
+    conf_raw_close(&b);
+    expect_gone(&c, &b.kp.pub, DERP_PEER_GONE_DISCONNECTED);
+    conf_raw_close(&c);
+    expect_silence(&d, "bystander after B, C left");
+    int64_t v = -1;
+    OK(conf_varz_wait(&srv, "derp_peer_gone_disconnected_frames", 2, CONF_IO_TIMEOUT_MS, &v));
+    conf_raw_close(&d);
+    stop_clean();
+}
+
+/* Row 18: disco to an unknown key -> PeerGone(NotHere); non-disco -> nothing; 6 rapid disco
+ * sends -> 3 NotHere (burst 3, refill 1/s: the 6 go out well within a second). */
+Test(test_conformance_peers, peer_gone_not_here_limited)
+{
+    struct conf_raw a, b;
+    struct derp_keypair nobody;
+    OK(derp_keypair_generate(&nobody));
+    uint8_t disco[CONF_DISCO_LEN], plain[CONF_DISCO_LEN];
+    conf_disco_payload(disco);
+    memset(plain, 0x42, sizeof(plain));
+
+    login_on_shard(&a, 0);
+    OK(conf_raw_send_packet(&a, &nobody.pub, plain, sizeof(plain)));
+    expect_silence(&a, "non-disco to nobody");
+    OK(conf_raw_send_packet(&a, &nobody.pub, disco, sizeof(disco)));
+    expect_gone(&a, &nobody.pub, DERP_PEER_GONE_NOT_HERE);
+    conf_raw_close(&a);
+
+    login_on_shard(&b, 1);
+    for (int i = 0; i < 6; i++)
+        OK(conf_raw_send_packet(&b, &nobody.pub, disco, sizeof(disco)));
+    for (int i = 0; i < 3; i++)
+        expect_gone(&b, &nobody.pub, DERP_PEER_GONE_NOT_HERE);
+    OK(conf_raw_ping_pong(&b, 7, CONF_IO_TIMEOUT_MS)); /* all 6 were handled: Pong after them */
+    expect_silence(&b, "no 4th NotHere");
+    int64_t v = -1;
+    OK(conf_varz_wait(&srv, "derp_peer_gone_not_here_frames", 4, CONF_IO_TIMEOUT_MS, &v));
+    conf_raw_close(&b);
+    stop_clean();
+}
+
+/* Row 21 (TestServerDupClients): newest receives; the old one sends any frame -> it receives;
+ * closing the newest -> the old one receives. The sender is on the other shard. */
+Test(test_conformance_peers, dup_connections)
+{
+    struct derp_keypair k;
+    OK(conf_keypair_on_shard(&k, 1, SHARDS));
+    struct conf_raw s, old, nw;
+    login_on_shard(&s, 0);
+    OK(conf_raw_login(&old, &srv, &k, NULL));
+    OK(conf_raw_login(&nw, &srv, &k, NULL));
+    int64_t v = -1;
+    OK(conf_varz_wait(&srv, "derp_current_dup_client_keys", 1, CONF_IO_TIMEOUT_MS, &v));
+    OK(conf_varz_wait(&srv, "derp_current_dup_client_conns", 2, CONF_IO_TIMEOUT_MS, &v));
+
+    OK(conf_raw_send_packet(&s, &k.pub, "one", 3));
+    expect_packet(&nw, &s.kp.pub, "one");
+    expect_silence(&old, "old while the newest is active");
+
+    OK(conf_raw_ping_pong(&old, 1, CONF_IO_TIMEOUT_MS)); /* any frame makes it active */
+    OK(conf_raw_send_packet(&s, &k.pub, "two", 3));
+    expect_packet(&old, &s.kp.pub, "two");
+    expect_silence(&nw, "newest after old spoke");
+
+    OK(conf_raw_ping_pong(&nw, 2, CONF_IO_TIMEOUT_MS)); /* newest active again, then leaves */
+    conf_raw_close(&nw);
+    OK(conf_varz_wait(&srv, "derp_current_dup_client_keys", 0, CONF_IO_TIMEOUT_MS, &v));
+    OK(conf_raw_send_packet(&s, &k.pub, "three", 5));
+    expect_packet(&old, &s.kp.pub, "three");
+    expect_silence(&s, "no PeerGone: the key still has a connection");
+    OK(conf_varz(&srv, "derp_total_dup_client_conns", false, &v));
+    cr_assert_eq(v, 1, "total_dup_client_conns %lld", (long long)v);
+    /* K received from S, not the other way round: S is not told when K goes (§6.7). */
+    conf_raw_close(&old);
+    OK(conf_varz_wait(&srv, "derp_current_connections", 1, CONF_IO_TIMEOUT_MS, &v));
+    expect_silence(&s, "the sender after K left");
+    conf_raw_close(&s);
+    stop_clean();
+}
+
+/* Row 40: after everyone disconnects, the gauges return to 0 and what was still queued for a
+ * connection that went away is counted as gone_disconnected. */
+Test(test_conformance_peers, gauges_return_to_zero)
+{
+    static const char *gauges[] = {
+        "derp_current_connections",
+        "derp_current_home_connections",
+        "derp_clients_local",
+        "derp_clients_total",
+        "derp_current_dup_client_keys",
+        "derp_current_dup_client_conns",
+        "derp_current_notideal_connections",
+        "derp_watchers",
+    };
+    struct derp_keypair k;
+    OK(derp_keypair_generate(&k));
+    struct conf_raw c[6];
+    for (unsigned i = 0; i < 4; i++)
+        login_on_shard(&c[i], i % SHARDS);
+    OK(conf_raw_login(&c[4], &srv, &k, NULL));
+    OK(conf_raw_login(&c[5], &srv, &k, NULL));
+    for (unsigned i = 0; i < 6; i++)
+        OK(conf_raw_send_frame(&c[i], DERP_FRAME_NOTE_PREFERRED, "\x01", 1));
+    int64_t v = -1;
+    OK(conf_varz_wait(&srv, "derp_current_connections", 6, CONF_IO_TIMEOUT_MS, &v));
+    OK(conf_varz_wait(&srv, "derp_current_home_connections", 6, CONF_IO_TIMEOUT_MS, &v));
+    OK(conf_varz_wait(&srv, "derp_clients_local", 5, CONF_IO_TIMEOUT_MS, &v));
+    for (unsigned i = 0; i < 6; i++)
+        if (i % 2)
+            conf_raw_abort(&c[i]);
+        else
+            conf_raw_close(&c[i]);
+    for (size_t g = 0; g < sizeof(gauges) / sizeof(gauges[0]); g++) {
+        int rc = conf_varz_wait(&srv, gauges[g], 0, CONF_IO_TIMEOUT_MS, &v);
+        cr_assert_eq(rc, 0, "%s stays at %lld (rc %d)", gauges[g], (long long)v, rc);
+    }
+    stop_clean();
+}
