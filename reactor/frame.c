@@ -7,7 +7,7 @@
 #include "hd_impl.h"
 
 static const struct hd_frame_class default_classes[] = {
-    {.size = 2048, .cap_count = 65536},      /* MTU-sized packets: 128 MiB at most per shard */
+    {.size = 2048, .cap_count = 65536},       /* MTU-sized packets: 128 MiB at most per shard */
     {.size = 65536 + 128, .cap_count = 1024}, /* derper: MaxPacketSize = 64 << 10, + headers/keys */
 };
 
@@ -83,6 +83,7 @@ void hd_frame_unref(struct hd_shard *s, struct hd_frame *f)
     }
     f->next = s->frames_back[f->owner];
     s->frames_back[f->owner] = f;
+    s->frames_back_dirty |= UINT64_C(1) << f->owner;
     s->stats.frames_returned++;
 }
 
@@ -100,13 +101,16 @@ static void frames_return_msg(struct hd_shard *dst, const struct hd_msg *m)
 
 void hd_frames_flush_back(struct hd_shard *s)
 {
-    for (unsigned o = 0; o < s->count; o++) {
-        if (s->frames_back[o] == NULL)
-            continue;
+    uint64_t dirty = s->frames_back_dirty;
+    while (dirty) {
+        unsigned o = (unsigned)__builtin_ctzll(dirty);
+        dirty &= dirty - 1;
         struct hd_msg m = {.fn = frames_return_msg, .ptr = s->frames_back[o]};
         /* Full bus: keep the list and try next tick; the frames are never lost. */
-        if (hd_bus_send_internal(s, o, &m) == 0)
+        if (hd_bus_send_internal(s, o, &m) == 0) {
             s->frames_back[o] = NULL;
+            s->frames_back_dirty &= ~(UINT64_C(1) << o);
+        }
     }
 }
 

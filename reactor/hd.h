@@ -220,7 +220,8 @@ struct hd_shard_stats {
     uint64_t wakes_sent;     /* wake-ups this shard sent to sleeping shards */
     uint64_t wakes_received;
     uint64_t frames_returned; /* frames freed here that belonged to another shard */
-    struct hd_hist tick_ns;   /* time spent working per tick (excludes sleeping) */
+    /* Sampled one tick in HD_TICK_SAMPLE: */
+    struct hd_hist tick_ns; /* time spent working in a tick (excludes sleeping) */
     struct hd_hist cqes_per_tick;
 };
 const struct hd_shard_stats *hd_shard_stats(const struct hd_shard *s);

@@ -79,6 +79,7 @@ struct hd_shard {
     uint64_t bus_dirty;               /* bitmap of destinations (shards < 64) */
     struct hd_bus_overflow *overflow; /* [count] */
     struct hd_frame **frames_back;    /* [count]: frames to return to their owner shard */
+    uint64_t frames_back_dirty;       /* bitmap: owners with frames in frames_back */
 
     struct hd_frame_pool frame_pools[HD_FRAME_CLASSES_MAX];
     unsigned frame_classes_count;
@@ -107,7 +108,7 @@ struct hd_runtime {
 };
 
 /* Internal steps of the tick, one file each. */
-void hd_ops_dispatch(struct hd_shard *s, unsigned budget);
+unsigned hd_ops_dispatch(struct hd_shard *s, unsigned budget);
 int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable);
 void hd_wheel_init(struct hd_wheel *w, uint64_t now_ms);
 void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms);

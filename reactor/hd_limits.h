@@ -41,6 +41,10 @@ _Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the ov
 #define HD_WHEEL_LEVELS 4
 _Static_assert(HD_WHEEL_SLOTS == 64, "a level's occupancy is one uint64_t bitmap");
 
+/* One tick in this many records the loop histograms (tick work time, CQEs per tick). */
+#define HD_TICK_SAMPLE 16
+_Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
+
 /* Busy-poll before sleeping (microseconds). 0 = off; capped so a misconfiguration cannot burn a
  * core for long without checking timers. */
 #define HD_BUSY_POLL_US_MAX 1000

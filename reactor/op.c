@@ -79,7 +79,7 @@ static void dispatch_one(struct hd_shard *s, const struct io_uring_cqe *cqe)
     op->fn(op, cqe->res, cqe->flags);
 }
 
-void hd_ops_dispatch(struct hd_shard *s, unsigned budget)
+unsigned hd_ops_dispatch(struct hd_shard *s, unsigned budget)
 {
     struct io_uring_cqe *cqes[HD_CQE_BATCH];
     unsigned total = 0;
@@ -95,9 +95,11 @@ void hd_ops_dispatch(struct hd_shard *s, unsigned budget)
         }
         io_uring_cq_advance(&s->ring, n);
         total += n;
+        if (n < want)
+            break; /* the CQ is empty: no need to look again */
     }
     s->stats.cqes += total;
-    hd_hist_record(&s->stats.cqes_per_tick, total);
+    return total;
 }
 
 int hd_op_cancel(struct hd_shard *s, struct hd_op *op)
