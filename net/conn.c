@@ -503,7 +503,10 @@ void net_conn_pause_recv(struct net_conn *c, bool paused)
             hd_op_cancel(c->shard, &c->recv_op);
         return;
     }
-    if (!(c->flags & NET_F_RECV_PAUSED))
+    /* A move keeps recv paused until the new shard resumes it: resuming here (an app answering
+     * on_send_pressure(false) from a send that completed during the wait) would hand bytes to
+     * the app on the shard being left and re-arm a recv the move then waits on. */
+    if (!(c->flags & NET_F_RECV_PAUSED) || (c->flags & NET_F_MIGRATING))
         return;
     c->flags &= ~NET_F_RECV_PAUSED;
     /* Bytes the app left when it paused come first, then buffers that arrived meanwhile. */

@@ -26,6 +26,7 @@ struct net_migration {
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_conn_options opt;
+    bool send_paused; /* the app was told to pause (on_send_pressure) and waits for the resume */
     struct net_sendq_entry *plain, *wire;
     uint32_t plain_count, wire_count;
     struct hd_frame **chunks; /* raw bytes that were held in ring buffers, in order */
@@ -136,6 +137,7 @@ void net_migrate_step(struct net_conn *c)
     m->raw_tail = c->raw_tail;
     m->peer = c->peer;
     m->stats = c->stats;
+    m->send_paused = (c->flags & NET_F_SEND_PAUSED) != 0;
     m->opt = (struct net_conn_options){.idle_timeout_ms = c->idle_timeout_ms,
                                        .write_timeout_ms = c->write_timeout_ms,
                                        .send_high_bytes = c->send_high,
@@ -204,6 +206,8 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     }
     c->peer = m->peer;
     c->stats = m->stats;
+    if (m->send_paused) /* on_send_pressure(false) comes only from a queue marked paused */
+        c->flags |= NET_F_SEND_PAUSED;
     c->codec = m->codec;
     c->codec_state = m->codec_state;
     if (c->codec && c->codec->move_in) {
