@@ -1,6 +1,7 @@
 /* conf_support.c - a real hderp-server for the conformance tests (spawn on free loopback ports,
- * wait for /derp/probe, SIGTERM by PID, varz) and a blocking raw DERP client. Runs on the test
- * thread only; owns the child process and the raw clients' sockets and buffers. */
+ * plain or TLS with a fresh certificate, wait for the probe, SIGTERM by PID, varz) and a
+ * blocking raw DERP client. Runs on the test thread only; owns the child process, its work dir
+ * and the raw clients' sockets and buffers. */
 #define _GNU_SOURCE
 #include "conf_support.h"
 
@@ -27,6 +28,8 @@ extern char **environ;
 
 /* Polling step while waiting for the server to come up or go away. */
 #define CONF_POLL_MS 20
+/* Picks of a second free TCP port until it differs from the first (a repeat is rare). */
+#define CONF_PORT_TRIES 8
 /* argv: the fixed flags (about 20 entries) plus the caller's extras. */
 #define CONF_ARGV_MAX 48
 
@@ -114,7 +117,7 @@ static int wait_readable(int fd, int64_t deadline)
 
 ssize_t conf_http(const struct conf_server *srv, const char *req, char *resp, size_t size)
 {
-    int fd = tcp_connect(srv->port);
+    int fd = tcp_connect(srv->http_port);
     if (fd < 0)
         return fd;
     int rc = write_all(fd, req, strlen(req));
@@ -217,9 +220,55 @@ static void on_crash(int sig)
     raise(sig);
 }
 
+/* Runs argv (a PATH lookup) with stdout and stderr appended to log, waits (bounded). */
+static int run_tool(const char *const *argv, const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return -rc;
+    int64_t deadline = now_ms() + CONF_START_TIMEOUT_MS;
+    int status = 0;
+    pid_t p;
+    while ((p = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() < deadline)
+        sleep_ms(CONF_POLL_MS);
+    if (p == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -ETIMEDOUT;
+    }
+    return p < 0 ? -errno : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+}
+
+/* TLS mode: <dir>/CONF_TLS_HOSTNAME.crt and .key, an ECDSA P-256 self-signed certificate whose
+ * SAN is the host name (what -certmode manual loads, and what clients verify against). */
+static int make_cert(struct conf_server *srv)
+{
+    char key[300], log[300];
+    snprintf(srv->cert_file, sizeof(srv->cert_file), "%s/%s.crt", srv->dir, CONF_TLS_HOSTNAME);
+    snprintf(key, sizeof(key), "%s/%s.key", srv->dir, CONF_TLS_HOSTNAME);
+    snprintf(log, sizeof(log), "%s/openssl.log", srv->dir);
+    /* clang-format off */
+    const char *argv[] = {"openssl", "req", "-x509", "-newkey", "ec",
+                          "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                          "-keyout", key, "-out", srv->cert_file,
+                          "-subj", "/CN=" CONF_TLS_HOSTNAME,
+                          "-addext", "subjectAltName=DNS:" CONF_TLS_HOSTNAME, NULL};
+    /* clang-format on */
+    int rc = run_tool(argv, log);
+    if (rc < 0)
+        fprintf(stderr, "conf_server_start: openssl req failed (%s), see %s\n", strerror(-rc), log);
+    return rc;
+}
+
 static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
 {
-    char addr[32], stun[16], shards[16], key[300], log[300], mesh[300];
+    char addr[32], stun[16], shards[16], key[300], log[300], mesh[300], http[16];
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", srv->port);
     snprintf(stun, sizeof(stun), "%u", srv->stun_port);
     snprintf(shards, sizeof(shards), "%u", o->shards ? o->shards : 2);
@@ -249,6 +298,13 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
         argv[n++] = "-tcp-write-timeout";
         argv[n++] = o->write_timeout;
     }
+    if (o->tls) {
+        snprintf(http, sizeof(http), "%u", srv->http_port);
+        const char *tls[] = {"-certmode", "manual",          "-certdir",   srv->dir,
+                             "-hostname", CONF_TLS_HOSTNAME, "-http-port", http};
+        for (size_t i = 0; i < sizeof(tls) / sizeof(tls[0]); i++)
+            argv[n++] = tls[i];
+    }
     for (size_t i = 0; o->extra && o->extra[i] && n + 1 < CONF_ARGV_MAX; i++)
         argv[n++] = o->extra[i];
     argv[n] = NULL;
@@ -266,17 +322,21 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
     return -rc;
 }
 
+/* The TLS port cannot be probed in plain text, and the HTTP port redirects /derp/probe to https;
+ * a shard starts its TLS listener before its HTTP one, so the HTTP port answering is enough. */
 static int wait_probe(struct conf_server *srv)
 {
     char resp[1024];
+    const char *req = srv->tls
+                          ? "GET /generate_204 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                          : "GET /derp/probe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    const char *want = srv->tls ? "HTTP/1.1 204" : "HTTP/1.1 200";
     int64_t deadline = now_ms() + CONF_START_TIMEOUT_MS;
     while (now_ms() < deadline) {
         if (!conf_server_alive(srv))
             return -ECHILD;
-        ssize_t n =
-            conf_http(srv, "GET /derp/probe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", resp,
-                      sizeof(resp));
-        if (n > 0 && strncmp(resp, "HTTP/1.1 200", 12) == 0)
+        ssize_t n = conf_http(srv, req, resp, sizeof(resp));
+        if (n > 0 && strncmp(resp, want, 12) == 0)
             return 0;
         sleep_ms(CONF_POLL_MS);
     }
@@ -295,9 +355,17 @@ int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o)
     snprintf(srv->dir, sizeof(srv->dir), "%s/srv-XXXXXX", CONF_WORK_DIR);
     if (!mkdtemp(srv->dir))
         return -errno;
+    srv->tls = o->tls;
     int rc = free_port(SOCK_STREAM, &srv->port);
+    srv->http_port = srv->port;
     if (rc == 0)
         rc = free_port(SOCK_DGRAM, &srv->stun_port);
+    for (int i = 0; rc == 0 && o->tls && srv->http_port == srv->port && i < CONF_PORT_TRIES; i++)
+        rc = free_port(SOCK_STREAM, &srv->http_port); /* nothing holds port: it may come back */
+    if (rc == 0 && o->tls && srv->http_port == srv->port)
+        rc = -EADDRINUSE;
+    if (rc == 0 && o->tls)
+        rc = make_cert(srv);
     if (rc == 0)
         rc = spawn(srv, o);
     if (rc == 0)
@@ -347,7 +415,12 @@ int conf_server_stop(struct conf_server *srv)
         conf_server_dump_log(srv);
         return rc;
     }
-    static const char *files[] = {"derper.key", "mesh.key", "server.log"};
+    static const char *files[] = {"derper.key",
+                                  "mesh.key",
+                                  "server.log",
+                                  "openssl.log",
+                                  CONF_TLS_HOSTNAME ".crt",
+                                  CONF_TLS_HOSTNAME ".key"};
     char path[300];
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", srv->dir, files[i]);

@@ -26,6 +26,8 @@
 #define CONF_RAW_BUF_SIZE (256 << 10)
 /* Replies from /debug/varz (a few hundred series) and other small pages. */
 #define CONF_HTTP_RESP_MAX (256 << 10)
+/* TLS mode's -hostname: a DNS name, so the server requires it as SNI (spec §1.2). */
+#define CONF_TLS_HOSTNAME "localhost"
 
 _Static_assert(CONF_RAW_BUF_SIZE >= 2 * (DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX),
                "a whole RecvPacket plus the next one fit the raw buffer");
@@ -38,18 +40,25 @@ struct conf_server_opts {
     const char *keepalive;     /* --keepalive-interval, NULL: server default */
     const char *write_timeout; /* -tcp-write-timeout, NULL: server default */
     const char *const *extra;  /* more argv entries, NULL-terminated, or NULL */
+    /* TLS on the main port: a fresh self-signed certificate for CONF_TLS_HOSTNAME (openssl
+     * CLI) in the work dir, -certmode manual, and -http-port for plain HTTP (probe, varz). */
+    bool tls;
 };
 
 struct conf_server {
     pid_t pid;
     uint16_t port, stun_port;
+    uint16_t http_port;            /* plain HTTP (conf_http): port, or -http-port in TLS mode */
+    bool tls;                      /* port speaks TLS: the raw client cannot use it */
+    char cert_file[300];           /* TLS: the certificate, also the clients' CA file */
     char dir[256];                 /* work dir: key file, server.log */
     struct derp_pubkey key;        /* read back from the key file */
     struct derp_mesh_key mesh_key; /* what opts gave, zero if none */
 };
 
-/* Spawns and waits for /derp/probe to answer 200. Returns 0 or -errno (-ETIMEDOUT: never
- * answered; -ECHILD: exited early). The log is dumped to stderr on failure. */
+/* Spawns and waits for /derp/probe to answer 200 (TLS: /generate_204 on the HTTP port). Returns 0
+ * or -errno (-ETIMEDOUT: never answered; -ECHILD: exited early). The log is dumped to stderr on
+ * failure. */
 int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o);
 /* SIGTERM, wait (bounded), return the exit status (0 = clean) or -ETIMEDOUT (then SIGKILL). A
  * signal death returns 128 + signo. Dumps the log when the status is not 0. */
@@ -59,8 +68,8 @@ void conf_server_dump_log(const struct conf_server *srv);
 /* Is the process still running? */
 bool conf_server_alive(const struct conf_server *srv);
 
-/* One HTTP/1.1 exchange ("Connection: close" is the caller's business): writes req, reads until
- * EOF into resp (NUL-terminated). Returns the bytes read or -errno. */
+/* One HTTP/1.1 exchange on http_port ("Connection: close" is the caller's business): writes req,
+ * reads until EOF into resp (NUL-terminated). Returns the bytes read or -errno. */
 ssize_t conf_http(const struct conf_server *srv, const char *req, char *resp, size_t size);
 /* GET /debug/varz and the value of the series named exactly name (with labels if any, e.g.
  * "derp_packets_dropped{reason=\"queue_head\",kind=\"other\"}"); sum of all series starting
@@ -89,7 +98,7 @@ struct conf_frame {
     const uint8_t *p; /* valid until the next read */
 };
 
-/* Fresh key pair (or kp), TCP connect. Returns 0 or -errno. */
+/* Fresh key pair (or kp), TCP connect (plain servers only). Returns 0 or -errno. */
 int conf_raw_open(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp);
 void conf_raw_close(struct conf_raw *r);
 /* Hard close (RST): SO_LINGER 0. */

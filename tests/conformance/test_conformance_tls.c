@@ -1,0 +1,616 @@
+/* test_conformance_tls.c - a real hderp-server in TLS mode (-certmode manual with a fresh
+ * certificate for "localhost", 2 shards) against DERP clients over TLS (hd_derp_client with
+ * tls_shard_init on real test shards): 100 clients x 1,000 packets paced as in
+ * test_conformance_load.c (exactly once, right key, right source, no drops), fast start over TLS
+ * with a packet round trip, and SNI enforcement (a wrong or missing SNI is refused before login
+ * while logged-in clients carry on and new ones still log in). Clients verify the server against
+ * the generated certificate as CA; only the refused ones skip verification (else they would fail
+ * on their own side). Shard-side results go to plain or atomic fields, asserted on the test
+ * thread after the runtime stopped. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf_support.h"
+#include "derp_client.h"
+#include "harness.h"
+#include "tls.h"
+
+#define TEST_SHARDS 2
+/* A few logins and packets on one shard: far beyond any local round trip, even under ASan. */
+#define SMALL_DEADLINE_MS 30000
+
+static struct conf_server srv;
+static struct tls_ctx *ca_ctx;       /* verifies srv's certificate for CONF_TLS_HOSTNAME */
+static struct tls_ctx *insecure_ctx; /* the wrong-SNI clients: any certificate */
+static char host[64];                /* "localhost:PORT": Host header, SNI without the port */
+/* Summed over the test shards in shard_fini. */
+static atomic_uint tls_done, tls_failed;
+
+static void up(void)
+{
+    tls_done = tls_failed = 0;
+    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = 2, .tls = true}), 0);
+    struct tls_client_options co = {.ca_file = srv.cert_file};
+    cr_assert_eq(tls_client_ctx_create(&co, &ca_ctx), 0);
+    cr_assert_eq(
+        tls_client_ctx_create(&(struct tls_client_options){.insecure = true}, &insecure_ctx), 0);
+    snprintf(host, sizeof(host), "%s:%u", CONF_TLS_HOSTNAME, srv.port);
+}
+
+static void down(void)
+{
+    if (srv.pid > 0)
+        conf_server_stop(&srv);
+    if (ca_ctx)
+        tls_ctx_destroy(ca_ctx);
+    if (insecure_ctx)
+        tls_ctx_destroy(insecure_ctx);
+    ca_ctx = insecure_ctx = NULL;
+}
+
+TestSuite(test_conformance_tls, .init = up, .fini = down, .timeout = 240);
+
+static int shard_init(struct hd_shard *s)
+{
+    int rc = net_shard_init(s, &(struct net_shard_options){0});
+    return rc < 0 ? rc : tls_shard_init(s, NULL);
+}
+
+static void shard_fini(struct hd_shard *s)
+{
+    const struct tls_shard_stats *st = tls_shard_stats(s);
+    atomic_fetch_add(&tls_done, (unsigned)st->handshakes_done);
+    atomic_fetch_add(&tls_failed, (unsigned)st->handshakes_failed);
+    tls_shard_fini(s);
+    net_shard_fini(s);
+}
+
+/* A verifying client for srv: SNI "localhost" from the Host header. */
+static void tls_config(struct derp_client_config *cfg)
+{
+    *cfg = (struct derp_client_config){
+        .read_timeout_ms = DERP_CLIENT_TIMEOUT_OFF, .tls = true, .tls_ctx = ca_ctx, .host = host};
+    HDT_CHECK(net_addr_parse("127.0.0.1:0", &cfg->addr) == 0);
+    cfg->addr.in4.sin_port = htons(srv.port);
+}
+
+static void stop_clean(void)
+{
+    int64_t v = -1;
+    cr_assert_eq(conf_varz_wait(&srv, "derp_current_connections", 0, CONF_IO_TIMEOUT_MS, &v), 0,
+                 "derp_current_connections %lld", (long long)v);
+    cr_assert_eq(conf_server_stop(&srv), 0, "hderp-server exits 0 on SIGTERM");
+}
+
+/* ---------------------------------------------------------------- 100 clients x 1,000 packets */
+
+#define LOAD_CLIENTS 100
+#define LOAD_PACKETS 1000 /* per client */
+/* Packets each client sends per round; each receiver gets exactly this many per round, well
+ * under the relay's per-client queue depth (32). */
+#define LOAD_BATCH  10
+#define LOAD_ROUNDS (LOAD_PACKETS / LOAD_BATCH)
+#define LOAD_TOTAL  (LOAD_CLIENTS * LOAD_PACKETS)
+/* About a second on a healthy relay in plain TCP; TLS under ASan several times that. */
+#define LOAD_DEADLINE_MS 120000
+
+_Static_assert(LOAD_PACKETS % LOAD_BATCH == 0, "whole rounds");
+_Static_assert(LOAD_BATCH < 32, "a round never fills a relay queue");
+
+struct payload {
+    uint32_t sender, seq, dst;
+};
+
+static struct {
+    struct derp_keypair kp[LOAD_CLIENTS];
+    struct derp_client *k[LOAD_CLIENTS]; /* owned by the shard i % TEST_SHARDS */
+    uint8_t seen[LOAD_CLIENTS][LOAD_PACKETS];
+    atomic_uint ready, closed, round, bad, dups, connect_errors, send_errors, early_close;
+    atomic_uint delivered, http_not_101;
+    atomic_bool timed_out;
+    struct shard_state {
+        struct hd_shard *s;
+        struct hd_timer tick;
+        unsigned my_round;
+        uint64_t start_ms;
+        bool closing;
+    } sh[TEST_SHARDS];
+} g;
+
+static uint32_t dst_of(uint32_t i, uint32_t seq)
+{
+    return (i + 1 + seq) % LOAD_CLIENTS; /* per (round, j) a permutation of the clients */
+}
+
+static void on_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)info;
+    if (derp_client_http_status(k) != 101)
+        atomic_fetch_add(&g.http_not_101, 1);
+    atomic_fetch_add(&g.ready, 1);
+}
+
+static void on_packet(struct derp_client *k, const struct derp_pubkey *src, const uint8_t *data,
+                      size_t len)
+{
+    uint32_t me = (uint32_t)(uintptr_t)derp_client_user(k);
+    struct payload p;
+    if (len != sizeof(p)) {
+        atomic_fetch_add(&g.bad, 1);
+        return;
+    }
+    memcpy(&p, data, sizeof(p));
+    if (p.sender >= LOAD_CLIENTS || p.seq >= LOAD_PACKETS || p.dst != me ||
+        dst_of(p.sender, p.seq) != me || !derp_pubkey_equal(src, &g.kp[p.sender].pub)) {
+        atomic_fetch_add(&g.bad, 1);
+        return;
+    }
+    /* (sender, seq) has one destination: only this shard touches this byte. */
+    if (g.seen[p.sender][p.seq]++) {
+        atomic_fetch_add(&g.dups, 1);
+        return;
+    }
+    unsigned d = atomic_fetch_add(&g.delivered, 1) + 1;
+    unsigned r = atomic_load(&g.round);
+    if (d == (r + 1) * LOAD_CLIENTS * LOAD_BATCH)
+        atomic_compare_exchange_strong(&g.round, &r, r + 1);
+}
+
+static void on_close(struct derp_client *k, int reason)
+{
+    uint32_t me = (uint32_t)(uintptr_t)derp_client_user(k);
+    g.k[me] = NULL;
+    if (!g.sh[me % TEST_SHARDS].closing || reason != 0)
+        atomic_fetch_add(&g.early_close, 1);
+    if (atomic_fetch_add(&g.closed, 1) + 1 == LOAD_CLIENTS)
+        hd_runtime_stop(hd_shard_runtime(derp_client_shard(k)));
+}
+
+static const struct derp_client_callbacks cb = {
+    .on_ready = on_ready,
+    .on_packet = on_packet,
+    .on_close = on_close,
+};
+
+static void send_round(unsigned id, unsigned round)
+{
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS)
+        for (uint32_t j = 0; j < LOAD_BATCH; j++) {
+            uint32_t seq = round * LOAD_BATCH + j;
+            struct payload p = {i, seq, dst_of(i, seq)};
+            if (!g.k[i] || derp_client_send(g.k[i], &g.kp[p.dst].pub, &p, sizeof(p)) != 0)
+                atomic_fetch_add(&g.send_errors, 1);
+        }
+}
+
+static void close_mine(struct shard_state *st, unsigned id)
+{
+    st->closing = true;
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS)
+        if (g.k[i])
+            derp_client_close(g.k[i]);
+}
+
+static void tick(struct hd_timer *t)
+{
+    struct shard_state *st = hd_container_of(t, struct shard_state, tick);
+    unsigned id = hd_shard_id(st->s);
+    if (st->closing)
+        return;
+    if (hd_now_ms(st->s) - st->start_ms > LOAD_DEADLINE_MS) {
+        atomic_store(&g.timed_out, true);
+        close_mine(st, id);
+        return;
+    }
+    if (atomic_load(&g.delivered) == LOAD_TOTAL) {
+        close_mine(st, id);
+        return;
+    }
+    if (atomic_load(&g.ready) == LOAD_CLIENTS && st->my_round < LOAD_ROUNDS &&
+        st->my_round <= atomic_load(&g.round))
+        send_round(id, st->my_round++);
+    hd_timer_start(st->s, &st->tick, 1);
+}
+
+static void load_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    unsigned id = hd_shard_id(s);
+    struct shard_state *st = &g.sh[id];
+    st->s = s;
+    st->start_ms = hd_now_ms(s);
+    struct derp_client_config cfg;
+    tls_config(&cfg);
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS) {
+        cfg.keypair = &g.kp[i];
+        if (derp_client_connect(s, &cfg, &cb, (void *)(uintptr_t)i, &g.k[i]) != 0) {
+            atomic_fetch_add(&g.connect_errors, 1);
+            atomic_fetch_add(&g.closed, 1);
+        }
+    }
+    hd_timer_init(&st->tick, tick);
+    hd_timer_start(s, &st->tick, 1);
+}
+
+static void shard_stop(struct hd_shard *s)
+{
+    unsigned id = hd_shard_id(s);
+    hd_timer_stop(s, &g.sh[id].tick);
+    for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS)
+        if (g.k[i])
+            derp_client_abort(g.k[i], -ECANCELED);
+}
+
+Test(test_conformance_tls, clients_100_x_packets_1000)
+{
+    memset(&g, 0, sizeof(g));
+    unsigned on_shard[2] = {0};
+    for (unsigned i = 0; i < LOAD_CLIENTS; i++) {
+        cr_assert_eq(derp_keypair_generate(&g.kp[i]), 0);
+        on_shard[conf_key_shard(&g.kp[i].pub, 2)]++;
+    }
+    cr_assert(on_shard[0] > 0 && on_shard[1] > 0, "both relay shards own some keys");
+    struct hdt_options o = {.shards = TEST_SHARDS,
+                            .shard_init = shard_init,
+                            .shard_stop = shard_stop,
+                            .shard_fini = shard_fini};
+    cr_assert_eq(hdt_run(&o, load_body, NULL, NULL), 0);
+    cr_assert(!atomic_load(&g.timed_out), "not done in time: %u of %u delivered, round %u",
+              atomic_load(&g.delivered), LOAD_TOTAL, atomic_load(&g.round));
+    cr_assert_eq(atomic_load(&g.connect_errors), 0);
+    cr_assert_eq(atomic_load(&tls_done), LOAD_CLIENTS, "every client handshook TLS");
+    cr_assert_eq(atomic_load(&tls_failed), 0);
+    cr_assert_eq(atomic_load(&g.http_not_101), 0, "the upgrade over TLS answers 101");
+    cr_assert_eq(atomic_load(&g.send_errors), 0);
+    cr_assert_eq(atomic_load(&g.early_close), 0, "a client closed before the end");
+    cr_assert_eq(atomic_load(&g.bad), 0, "packets with a wrong src, dst or payload");
+    cr_assert_eq(atomic_load(&g.dups), 0, "packets delivered twice");
+    cr_assert_eq(atomic_load(&g.delivered), LOAD_TOTAL);
+    for (unsigned i = 0; i < LOAD_CLIENTS; i++)
+        for (unsigned s = 0; s < LOAD_PACKETS; s++)
+            cr_assert_eq(g.seen[i][s], 1, "packet %u of %u", s, i);
+    int64_t v = -1;
+    cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
+    cr_assert_eq(v, LOAD_TOTAL, "derp_packets_sent");
+    cr_assert_eq(conf_varz(&srv, "derp_packets_dropped", true, &v), 0);
+    cr_assert_eq(v, 0, "derp_packets_dropped");
+    stop_clean();
+}
+
+/* ---------------------------------------------------------------- small exchanges (one shard) */
+
+/* Clients of the small tests, by role. */
+enum {
+    C_A,    /* logged in first, stays to the end */
+    C_B,    /* ditto */
+    C_BAD,  /* wrong SNI (sni test) */
+    C_NONE, /* no SNI at all: the Host is an IP literal (sni test) */
+    C_LATE, /* logs in after the refusals (sni test) */
+    C_COUNT
+};
+
+static struct {
+    struct hd_shard *s;
+    struct hd_timer tick;
+    struct derp_client *k[C_COUNT];
+    struct derp_pubkey pub[C_COUNT];
+    uint64_t start_ms;
+    int phase;
+    unsigned opened, closed, ready_mask, got_mask, bad, early_close;
+    int reason[C_COUNT];           /* on_close's */
+    unsigned http_status[C_COUNT]; /* at on_ready, or when a refused client closed */
+    bool server_key_ok[C_COUNT];   /* derp_client_server_key == srv.key at on_ready */
+    bool upgrade_key[C_COUNT];     /* a Derp-Public-Key header was seen */
+    unsigned refused_progress;     /* ServerKey, HTTP responses or ServerInfo for C_BAD/C_NONE */
+    bool timed_out, done;
+} sm;
+
+static bool sm_is_refused(unsigned i)
+{
+    return i == C_BAD || i == C_NONE;
+}
+
+static void sm_on_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)info;
+    unsigned me = (unsigned)(uintptr_t)derp_client_user(k);
+    if (sm_is_refused(me)) {
+        sm.refused_progress++;
+        return;
+    }
+    sm.ready_mask |= 1u << me;
+    sm.http_status[me] = derp_client_http_status(k);
+    const struct derp_pubkey *sk = derp_client_server_key(k);
+    sm.server_key_ok[me] = sk && derp_pubkey_equal(sk, &srv.key);
+    struct derp_pubkey hk;
+    sm.upgrade_key[me] = derp_client_upgrade_key(k, &hk);
+}
+
+static void sm_on_server_key(struct derp_client *k, const struct derp_pubkey *key)
+{
+    (void)key;
+    if (sm_is_refused((unsigned)(uintptr_t)derp_client_user(k)))
+        sm.refused_progress++;
+}
+
+static void sm_on_http(struct derp_client *k, const struct net_http_resp *resp)
+{
+    (void)resp;
+    if (sm_is_refused((unsigned)(uintptr_t)derp_client_user(k)))
+        sm.refused_progress++;
+}
+
+/* Payloads are "<phase> <from> <to>"; each (phase, to) is expected once: got_mask bit to. */
+static void sm_send(unsigned from, unsigned to)
+{
+    char text[32];
+    int n = snprintf(text, sizeof(text), "%d %u %u", sm.phase, from, to);
+    if (!sm.k[from] || derp_client_send(sm.k[from], &sm.pub[to], text, (size_t)n) != 0)
+        sm.bad++;
+}
+
+static void sm_on_packet(struct derp_client *k, const struct derp_pubkey *src, const uint8_t *data,
+                         size_t len)
+{
+    unsigned me = (unsigned)(uintptr_t)derp_client_user(k);
+    char want[32];
+    unsigned from = C_COUNT;
+    for (unsigned i = 0; i < C_COUNT; i++)
+        if (sm.k[i] && derp_pubkey_equal(src, &sm.pub[i]))
+            from = i;
+    int n = snprintf(want, sizeof(want), "%d %u %u", sm.phase, from, me);
+    if (from == C_COUNT || len != (size_t)n || memcmp(data, want, len) != 0 ||
+        (sm.got_mask & 1u << me)) {
+        sm.bad++;
+        return;
+    }
+    sm.got_mask |= 1u << me;
+}
+
+static void sm_on_close(struct derp_client *k, int reason)
+{
+    unsigned me = (unsigned)(uintptr_t)derp_client_user(k);
+    sm.k[me] = NULL;
+    sm.reason[me] = reason;
+    if (sm_is_refused(me))
+        sm.http_status[me] = derp_client_http_status(k);
+    else if (!sm.done || reason != 0)
+        sm.early_close++;
+    if (++sm.closed == sm.opened && sm.done)
+        hd_runtime_stop(hd_shard_runtime(sm.s));
+}
+
+static const struct derp_client_callbacks sm_cb = {
+    .on_http_response = sm_on_http,
+    .on_server_key = sm_on_server_key,
+    .on_ready = sm_on_ready,
+    .on_packet = sm_on_packet,
+    .on_close = sm_on_close,
+};
+
+static void sm_connect(unsigned i, const struct derp_client_config *cfg)
+{
+    HDT_CHECK(derp_client_connect(sm.s, cfg, &sm_cb, (void *)(uintptr_t)i, &sm.k[i]) == 0);
+    sm.pub[i] = *derp_client_public_key(sm.k[i]);
+    sm.opened++;
+}
+
+static void sm_next(int phase)
+{
+    sm.phase = phase;
+    sm.got_mask = 0;
+}
+
+/* The test's step: called every millisecond until it returns true (done). */
+typedef bool sm_step_fn(void);
+static sm_step_fn *sm_step;
+
+static void sm_tick(struct hd_timer *t)
+{
+    (void)t;
+    if (!sm.done && hd_now_ms(sm.s) - sm.start_ms > SMALL_DEADLINE_MS)
+        sm.timed_out = true;
+    if (!sm.done && (sm.timed_out || sm_step())) {
+        sm.done = true;
+        for (unsigned i = 0; i < C_COUNT; i++)
+            if (sm.k[i])
+                derp_client_close(sm.k[i]);
+        if (sm.closed == sm.opened)
+            hd_runtime_stop(hd_shard_runtime(sm.s));
+        return;
+    }
+    hd_timer_start(sm.s, &sm.tick, 1);
+}
+
+static void sm_shard_stop(struct hd_shard *s)
+{
+    hd_timer_stop(s, &sm.tick);
+    for (unsigned i = 0; i < C_COUNT; i++)
+        if (sm.k[i])
+            derp_client_abort(sm.k[i], -ECANCELED);
+}
+
+static void sm_run(hdt_body_fn *body)
+{
+    memset(&sm, 0, sizeof(sm));
+    struct hdt_options o = {.shards = 1,
+                            .shard_init = shard_init,
+                            .shard_stop = sm_shard_stop,
+                            .shard_fini = shard_fini};
+    cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
+    cr_assert(!sm.timed_out, "stuck in phase %d (ready %#x, got %#x)", sm.phase, sm.ready_mask,
+              sm.got_mask);
+    cr_assert_eq(sm.bad, 0, "wrong, duplicate or unsendable packets");
+    cr_assert_eq(sm.early_close, 0, "a client closed before the end");
+    cr_assert_eq(sm.closed, sm.opened);
+}
+
+static void sm_start(struct hd_shard *s, sm_step_fn *step)
+{
+    sm.s = s;
+    sm.start_ms = hd_now_ms(s);
+    sm_step = step;
+    hd_timer_init(&sm.tick, sm_tick);
+    hd_timer_start(s, &sm.tick, 1);
+}
+
+/* ---------------------------------------------------------------- fast start over TLS */
+
+/* Phases: 0 logging in, 1 A -> B, 2 B -> A. */
+static bool fs_step(void)
+{
+    switch (sm.phase) {
+    case 0:
+        if (sm.ready_mask == (1u << C_A | 1u << C_B)) {
+            sm_next(1);
+            sm_send(C_A, C_B);
+        }
+        return false;
+    case 1:
+        if (sm.got_mask == 1u << C_B) {
+            sm_next(2);
+            sm_send(C_B, C_A);
+        }
+        return false;
+    default:
+        return sm.got_mask == 1u << C_A;
+    }
+}
+
+static void fs_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    struct derp_client_config cfg;
+    tls_config(&cfg);
+    cfg.host = NULL; /* Host "127.0.0.1:PORT"; the name for SNI given on its own */
+    cfg.tls_server_name = CONF_TLS_HOSTNAME;
+    cfg.fast_start = true;
+    sm.s = s;
+    sm_connect(C_A, &cfg); /* learns the key from the ServerKey frame, then sends ClientInfo */
+    cfg.has_server_key = true;
+    cfg.server_key = srv.key; /* ClientInfo goes with the request, queued behind the handshake */
+    sm_connect(C_B, &cfg);
+    sm_start(s, fs_step);
+}
+
+Test(test_conformance_tls, fast_start_round_trip)
+{
+    sm_run(fs_body);
+    cr_assert_eq(sm.got_mask, 1u << C_A, "B's answer reached A");
+    for (unsigned i = C_A; i <= C_B; i++) {
+        cr_assert_eq(sm.http_status[i], 0, "fast start: no HTTP response (client %u)", i);
+        cr_assert(!sm.upgrade_key[i], "no 101 head, so no Derp-Public-Key (client %u)", i);
+        cr_assert(sm.server_key_ok[i], "the ServerKey frame carried the server's key (%u)", i);
+    }
+    cr_assert_eq(atomic_load(&tls_done), 2);
+    cr_assert_eq(atomic_load(&tls_failed), 0);
+    int64_t v = -1;
+    cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
+    cr_assert_eq(v, 2, "derp_packets_sent");
+    stop_clean();
+}
+
+/* ---------------------------------------------------------------- SNI must be the hostname */
+
+/* Phases: 0 A, B log in; 1 A -> B; 2 the refused clients connect; 3 A <-> B again; 4 a late
+ * client logs in; 5 late -> A. */
+static bool sni_connect_refused(void)
+{
+    struct derp_client_config cfg;
+    tls_config(&cfg);
+    cfg.tls_ctx = insecure_ctx; /* a verifying client would refuse the certificate itself */
+    cfg.tls_server_name = "wrong.example";
+    sm_connect(C_BAD, &cfg);
+    cfg.tls_server_name = NULL;
+    cfg.host = NULL; /* "127.0.0.1:PORT": an IP literal is never sent as SNI */
+    sm_connect(C_NONE, &cfg);
+    return false;
+}
+
+static bool sni_step(void)
+{
+    struct derp_client_config cfg;
+    switch (sm.phase) {
+    case 0:
+        if (sm.ready_mask == (1u << C_A | 1u << C_B)) {
+            sm_next(1);
+            sm_send(C_A, C_B);
+        }
+        return false;
+    case 1:
+        if (sm.got_mask != 1u << C_B)
+            return false;
+        sm_next(2);
+        return sni_connect_refused();
+    case 2:
+        if (sm.k[C_BAD] || sm.k[C_NONE])
+            return false; /* both must be closed by the server */
+        sm_next(3);
+        sm_send(C_A, C_B);
+        sm_send(C_B, C_A);
+        return false;
+    case 3:
+        if (sm.got_mask != (1u << C_A | 1u << C_B))
+            return false;
+        sm_next(4);
+        tls_config(&cfg);
+        sm_connect(C_LATE, &cfg);
+        return false;
+    case 4:
+        if (sm.ready_mask & 1u << C_LATE) {
+            sm_next(5);
+            sm_send(C_LATE, C_A);
+        }
+        return false;
+    default:
+        return sm.got_mask == 1u << C_A;
+    }
+}
+
+static void sni_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    struct derp_client_config cfg;
+    tls_config(&cfg);
+    sm.s = s;
+    sm_connect(C_A, &cfg);
+    sm_connect(C_B, &cfg);
+    sm_start(s, sni_step);
+}
+
+/* Whether the server's log has line (the refusal's reason: SNI, not a TLS failure). */
+static bool log_has(const char *text)
+{
+    char path[300], line[512];
+    snprintf(path, sizeof(path), "%s/server.log", srv.dir);
+    FILE *f = fopen(path, "r");
+    bool found = false;
+    while (f && !found && fgets(line, sizeof(line), f))
+        found = strstr(line, text) != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+Test(test_conformance_tls, wrong_sni_refused_others_continue)
+{
+    sm_run(sni_body);
+    cr_assert_eq(sm.phase, 5, "every phase ran");
+    cr_assert_eq(sm.refused_progress, 0, "a refused client got an HTTP answer, ServerKey or more");
+    for (unsigned i = C_BAD; i <= C_NONE; i++) {
+        cr_assert_lt(sm.reason[i], 0, "refused client %u closed by the server", i);
+        cr_assert_neq(sm.reason[i], -ETIMEDOUT, "client %u: the server never closed it", i);
+        cr_assert_eq(sm.http_status[i], 0, "client %u saw an HTTP response", i);
+    }
+    cr_assert(sm.ready_mask == (1u << C_A | 1u << C_B | 1u << C_LATE));
+    cr_assert(log_has("SNI \"wrong.example\" is not " CONF_TLS_HOSTNAME), "the refusal's reason");
+    int64_t v = -1;
+    cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
+    cr_assert_eq(v, 4, "derp_packets_sent");
+    stop_clean();
+}
