@@ -84,6 +84,18 @@ Test(test_conformance_stall, stalled_receiver_no_hol_blocking)
     OK(conf_raw_wait_closed(&b, 15000)); /* what was buffered, then EOF or RST */
     OK(conf_varz(&srv, "derp_packets_dropped", true, &v));
     cr_assert_gt(v, 0, "packets for the stalled receiver were dropped");
+    /* §6.3: a full queue drops its oldest packet first (queue_head); what is still queued when
+     * the receiver is closed goes as gone_disconnected. A single-threaded enqueue always finds
+     * room after one head drop, so queue_tail stays 0 (derper needs it for its racing writer). */
+    int64_t head = -1, gone = -1, tail = -1;
+    OK(conf_varz(&srv, "derp_packets_dropped{reason=\"queue_head\",kind=\"other\"}", false, &head));
+    OK(conf_varz(&srv, "derp_packets_dropped{reason=\"gone_disconnected\",kind=\"other\"}", false,
+                 &gone));
+    OK(conf_varz(&srv, "derp_packets_dropped{reason=\"queue_tail\",kind=\"other\"}", false, &tail));
+    cr_assert_gt(head, 0, "no queue_head drops (%lld)", (long long)head);
+    cr_assert_gt(gone, 0, "no gone_disconnected drops (%lld)", (long long)gone);
+    cr_assert_eq(tail, 0, "queue_tail drops: %lld", (long long)tail);
+    cr_assert_eq(head + gone + tail, v, "every drop has a reason");
     OK(conf_raw_ping_pong(&a, 1, CONF_IO_TIMEOUT_MS));
     OK(conf_raw_ping_pong(&c, 2, CONF_IO_TIMEOUT_MS));
     conf_raw_close(&a);
