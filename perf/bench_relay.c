@@ -1,0 +1,389 @@
+/* bench_relay.c - hderp-bench-relay: a first relay benchmark. K sender->receiver pairs of DERP
+ * clients (two connections per pair) push packets through a relay at an offered rate (a token
+ * bucket per sender, topped up each 1 ms tick of the generator's shard; 0 = unpaced: each sender
+ * keeps its send queue at the high watermark), and count per pair what was sent, received, lost,
+ * reordered, duplicated and misrouted over the measured window, the delivered Mbit/s, the
+ * one-way latency, and the generator's own CPU (getrusage) so a run says whether the client was
+ * the bottleneck. With --relay-pid it samples the relay's utime+stime and VmRSS at the window
+ * edges and reports CPU-seconds per GB delivered.
+ *
+ * Output: one "name value unit" line per figure, then a human summary ("#" lines); --json
+ * prints one JSON object instead. Plain TCP only: the DERP client has no TLS yet
+ * (derp_client_config.tls is -EOPNOTSUPP), so https:// URLs are refused.
+ *
+ * Threads: main parses and reports; the load runs on the generator's shards (bench_relay_gen.c).
+ * Exit: 0 figures printed, 1 the run failed (a client could not log in or closed), 2 usage. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench_relay_impl.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: hderp-bench-relay --server http://IP:PORT/derp [--pairs K] [--size BYTES]\n"
+            "         [--rate-mbps R] [--duration S] [--warmup S] [--shards N] [--relay-pid PID]\n"
+            "         [--relay-cpu N] [--json]\n"
+            "  --pairs K       sender->receiver pairs, 1..%d (default 4)\n"
+            "  --size BYTES    payload per packet, %d..%d (default 1400)\n"
+            "  --rate-mbps R   offered payload Mbit/s over all senders; 0 = unpaced (default 0)\n"
+            "  --duration S    measured window in seconds (default 5)\n"
+            "  --warmup S      seconds of load before the window (default 1)\n"
+            "  --shards N      the generator's own shards, 1..%d (default 1; pinned to the first\n"
+            "                  N CPUs this process may use: run it under taskset)\n"
+            "  --relay-pid PID sample the relay's CPU time and RSS at the window edges\n"
+            "  --relay-cpu N   also sample CPU N's busy time (the relay pinned alone there;\n"
+            "                  includes softirq work the process is not charged for)\n"
+            "  --json          one JSON object instead of figure lines and a summary\n"
+            "Plain TCP only (the DERP client has no TLS yet).\n",
+            BENCH_PAIRS_MAX, BENCH_SIZE_MIN, BENCH_SIZE_MAX, BENCH_SHARDS_MAX);
+}
+
+static int parse_num(const char *name, const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "hderp-bench-relay: --%s %s: expected %g..%g\n", name, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int apply(struct bench_config *c, const char *name, const char *v)
+{
+    double x;
+    if (strcmp(name, "server") == 0) {
+        if (derp_client_url_parse(v, &c->url) < 0) {
+            fprintf(stderr, "hderp-bench-relay: --server %s: expected http://IP:PORT/path\n", v);
+            return -1;
+        }
+        if (c->url.tls) {
+            fprintf(stderr, "hderp-bench-relay: https is not supported: the DERP client has "
+                            "no TLS yet; benchmark a plain port\n");
+            return -1;
+        }
+        return 0;
+    }
+    struct {
+        const char *name;
+        double lo, hi;
+    } const nums[] = {{"pairs", 1, BENCH_PAIRS_MAX}, {"size", BENCH_SIZE_MIN, BENCH_SIZE_MAX},
+                      {"rate-mbps", 0, 1e6},         {"duration", 0.1, 3600},
+                      {"warmup", 0, 3600},           {"shards", 1, BENCH_SHARDS_MAX},
+                      {"relay-pid", 1, 1 << 30},     {"relay-cpu", 0, 4095}};
+    size_t i = 0;
+    while (i < HD_ARRAY_SIZE(nums) && strcmp(name, nums[i].name) != 0)
+        i++;
+    if (i == HD_ARRAY_SIZE(nums)) {
+        fprintf(stderr, "hderp-bench-relay: unknown option --%s (see --help)\n", name);
+        return -1;
+    }
+    if (parse_num(name, v, nums[i].lo, nums[i].hi, &x) < 0)
+        return -1;
+    switch (i) {
+    case 0:
+        c->pairs_count = (unsigned)x;
+        break;
+    case 1:
+        c->size = (unsigned)x;
+        break;
+    case 2:
+        c->rate_mbps = x;
+        break;
+    case 3:
+        c->duration_s = x;
+        break;
+    case 4:
+        c->warmup_s = x;
+        break;
+    case 5:
+        c->shards = (unsigned)x;
+        break;
+    case 6:
+        c->relay_pid = (pid_t)x;
+        break;
+    default:
+        c->relay_cpu = (int)x;
+        break;
+    }
+    return 0;
+}
+
+/* Returns 0, 1 (--help printed) or -1 (usage error). */
+static int parse_args(int argc, char **argv, struct bench_config *c)
+{
+    *c = (struct bench_config){.pairs_count = 4,
+                               .size = 1400,
+                               .duration_s = 5,
+                               .warmup_s = 1,
+                               .shards = 1,
+                               .relay_cpu = -1};
+    bool have_server = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "hderp-bench-relay: unexpected argument %s\n", a);
+            return -1;
+        }
+        char name[32];
+        const char *eq = strchr(a + 2, '='), *v = NULL;
+        snprintf(name, sizeof(name), "%.*s", eq ? (int)(eq - a - 2) : (int)strlen(a + 2), a + 2);
+        if (strcmp(name, "help") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (strcmp(name, "json") == 0) {
+            c->json = true;
+            continue;
+        }
+        if (eq) {
+            v = eq + 1;
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            fprintf(stderr, "hderp-bench-relay: --%s needs a value\n", name);
+            return -1;
+        }
+        if (apply(c, name, v) < 0)
+            return -1;
+        have_server |= strcmp(name, "server") == 0;
+    }
+    if (!have_server) {
+        fprintf(stderr, "hderp-bench-relay: --server is required\n");
+        usage(stderr);
+        return -1;
+    }
+    if (c->shards > c->pairs_count)
+        c->shards = c->pairs_count; /* a shard without a pair would only idle */
+    return 0;
+}
+
+/* ---- Report ---------------------------------------------------------------------------------- */
+
+struct bench_totals {
+    uint64_t sent, sent_bytes, received, lost, reordered, duplicated, misrouted, corrupt;
+    uint64_t window_bytes, window_packets, forfeited_bytes, full;
+    struct hd_hist latency, tick_gap;
+    double window_s, sent_mbps, delivered_mbps, loss_pct, gen_cpu_s, relay_cpu_s, core_s;
+    bool behind, gen_bound, relay_ok, core_ok;
+};
+
+static uint64_t pair_lost(const struct bench_pair *p)
+{
+    return p->tx.sent > p->rx.received ? p->tx.sent - p->rx.received : 0;
+}
+
+static void totals_compute(const struct bench_run *r, struct bench_totals *t)
+{
+    memset(t, 0, sizeof(*t));
+    hd_hist_init(&t->latency);
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        t->sent += p->tx.sent;
+        t->sent_bytes += p->tx.sent_bytes;
+        t->forfeited_bytes += p->tx.forfeited_bytes;
+        t->full += p->tx.full;
+        t->received += p->rx.received;
+        t->lost += pair_lost(p);
+        t->reordered += p->rx.reordered;
+        t->duplicated += p->rx.duplicated;
+        t->misrouted += p->rx.misrouted;
+        t->corrupt += p->rx.corrupt;
+        t->window_bytes += p->rx.window_bytes;
+        t->window_packets += p->rx.window_packets;
+        hd_hist_merge(&t->latency, &p->rx.latency_ns);
+    }
+    hd_hist_init(&t->tick_gap);
+    for (unsigned i = 0; i < r->cfg.shards; i++)
+        hd_hist_merge(&t->tick_gap, &r->tick_gap_ns[i]);
+    t->window_s = (double)(r->window_end_ns - r->window_start_ns) / 1e9;
+    t->sent_mbps = (double)t->sent_bytes * 8 / t->window_s / 1e6;
+    t->delivered_mbps = (double)t->window_bytes * 8 / t->window_s / 1e6;
+    t->loss_pct = t->sent ? 100.0 * (double)t->lost / (double)t->sent : 0;
+    t->gen_cpu_s = r->gen_end.cpu_s - r->gen_start.cpu_s;
+    t->behind = r->cfg.rate_mbps > 0 && t->sent_mbps < BENCH_BEHIND_RATIO * r->cfg.rate_mbps;
+    /* One shard is one thread: near a full core each (or each CPU it may use), the generator is
+     * what limits the run. */
+    unsigned cpus = hd_cpus_available();
+    unsigned threads = r->cfg.shards < cpus ? r->cfg.shards : cpus;
+    t->gen_bound = t->gen_cpu_s / t->window_s > 0.9 * threads;
+    t->relay_ok = r->relay_start.ok && r->relay_end.ok;
+    t->relay_cpu_s = r->relay_end.cpu_s - r->relay_start.cpu_s;
+    t->core_ok = r->cfg.relay_cpu >= 0 && r->relay_core_start_s >= 0 && r->relay_core_end_s >= 0;
+    t->core_s = r->relay_core_end_s - r->relay_core_start_s;
+}
+
+static double per_gb(double cpu_s, uint64_t bytes)
+{
+    return bytes ? cpu_s / ((double)bytes / 1e9) : 0;
+}
+
+static void line(const char *name, double v, const char *unit)
+{
+    printf("%s %.*f %s\n", name, v == (double)(uint64_t)v ? 0 : 3, v, unit);
+}
+
+static void print_figures(const struct bench_run *r, const struct bench_totals *t)
+{
+    line("offered_mbps", r->cfg.rate_mbps, "Mbit/s");
+    line("sent_mbps", t->sent_mbps, "Mbit/s");
+    line("delivered_mbps", t->delivered_mbps, "Mbit/s");
+    line("delivered_pps", (double)t->window_packets / t->window_s, "packets/s");
+    line("sent_packets", (double)t->sent, "packets");
+    line("received_packets", (double)t->received, "packets");
+    line("lost_packets", (double)t->lost, "packets");
+    line("loss_pct", t->loss_pct, "%");
+    line("reordered_packets", (double)t->reordered, "packets");
+    line("duplicated_packets", (double)t->duplicated, "packets");
+    line("misrouted_packets", (double)t->misrouted, "packets");
+    line("corrupt_packets", (double)t->corrupt, "packets");
+    line("latency_p50_us", (double)hd_hist_quantile(&t->latency, 0.5) / 1e3, "us");
+    line("latency_p99_us", (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, "us");
+    line("latency_max_us", (double)t->latency.max / 1e3, "us");
+    line("window_s", t->window_s, "s");
+    line("gen_tick_gap_p99_us", (double)hd_hist_quantile(&t->tick_gap, 0.99) / 1e3, "us");
+    line("gen_tick_gap_max_us", (double)t->tick_gap.max / 1e3, "us");
+    line("gen_cpu_s", t->gen_cpu_s, "s");
+    line("gen_cpu_cores", t->gen_cpu_s / t->window_s, "cores");
+    line("gen_cpu_s_per_gb", per_gb(t->gen_cpu_s, t->window_bytes), "CPU-s/GB");
+    line("gen_rss_kib", (double)r->gen_end.rss_kib, "KiB");
+    line("gen_fell_behind", t->behind, "bool");
+    line("gen_cpu_bound", t->gen_bound, "bool");
+    if (t->relay_ok) {
+        line("relay_cpu_s", t->relay_cpu_s, "s");
+        line("relay_cpu_cores", t->relay_cpu_s / t->window_s, "cores");
+        line("relay_cpu_s_per_gb", per_gb(t->relay_cpu_s, t->window_bytes), "CPU-s/GB");
+        line("relay_rss_start_kib", (double)r->relay_start.rss_kib, "KiB");
+        line("relay_rss_end_kib", (double)r->relay_end.rss_kib, "KiB");
+    }
+    if (t->core_ok) {
+        line("relay_core_busy_cores", t->core_s / t->window_s, "cores");
+        line("relay_core_s_per_gb", per_gb(t->core_s, t->window_bytes), "CPU-s/GB");
+    }
+}
+
+static void print_summary(const struct bench_run *r, const struct bench_totals *t)
+{
+    const struct bench_config *c = &r->cfg;
+    char rate[64];
+    if (c->rate_mbps > 0)
+        snprintf(rate, sizeof(rate), "offered %.0f Mbit/s (paced per %d ms tick)", c->rate_mbps,
+                 BENCH_TICK_MS);
+    else
+        snprintf(rate, sizeof(rate), "unpaced");
+    printf("# hderp-bench-relay: %u pairs x %u B over plain TCP (the DERP client has no TLS "
+           "yet) to %s%s, %s\n",
+           c->pairs_count, c->size, c->url.host, c->url.path, rate);
+    printf("#   window %.2f s after %.2f s warm-up; generator %u shard(s)\n", t->window_s,
+           c->warmup_s, c->shards);
+    printf("#   delivered %.1f Mbit/s (%.1f kpkt/s); loss %.3f %% (%llu of %llu); latency "
+           "p50 %.0f us, p99 %.0f us, max %.0f us\n",
+           t->delivered_mbps, (double)t->window_packets / t->window_s / 1e3, t->loss_pct,
+           (unsigned long long)t->lost, (unsigned long long)t->sent,
+           (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
+           (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3);
+    printf("#   generator: sent %.1f Mbit/s, CPU %.2f cores (%.2f CPU-s/GB), pacing tick gap "
+           "p99 %.0f us max %.0f us%s\n",
+           t->sent_mbps, t->gen_cpu_s / t->window_s, per_gb(t->gen_cpu_s, t->window_bytes),
+           (double)hd_hist_quantile(&t->tick_gap, 0.99) / 1e3, (double)t->tick_gap.max / 1e3,
+           t->gen_bound ? ": CPU-BOUND, the generator may be the bottleneck" : "");
+    if (t->behind)
+        printf("#   GENERATOR FELL BEHIND its offered rate: sent %.1f%% of it (%.1f MB of "
+               "tokens forfeited, %llu sends refused by a full queue)\n",
+               100 * t->sent_mbps / c->rate_mbps, (double)t->forfeited_bytes / 1e6,
+               (unsigned long long)t->full);
+    if (t->relay_ok)
+        printf("#   relay pid %d: %.2f CPU-s in the window = %.2f cores, %.2f CPU-s/GB "
+               "delivered; RSS %llu -> %llu KiB\n",
+               (int)c->relay_pid, t->relay_cpu_s, t->relay_cpu_s / t->window_s,
+               per_gb(t->relay_cpu_s, t->window_bytes), (unsigned long long)r->relay_start.rss_kib,
+               (unsigned long long)r->relay_end.rss_kib);
+    else if (c->relay_pid > 0)
+        printf("#   relay pid %d: could not read /proc/%d/stat\n", (int)c->relay_pid,
+               (int)c->relay_pid);
+    if (t->core_ok)
+        printf("#   relay CPU %d: busy %.2f cores (%.2f CPU-s/GB, softirq included)\n",
+               c->relay_cpu, t->core_s / t->window_s, per_gb(t->core_s, t->window_bytes));
+    if (t->reordered || t->duplicated || t->misrouted || t->corrupt)
+        printf("#   WARNING: a relay over TCP must not reorder, duplicate, misroute or corrupt\n");
+    printf("#   pair       sent   received       lost  reordered duplicated  misrouted\n");
+    for (unsigned i = 0; i < c->pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        printf("#   %4u %10llu %10llu %10llu %10llu %10llu %10llu\n", i,
+               (unsigned long long)p->tx.sent, (unsigned long long)p->rx.received,
+               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
+               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted);
+    }
+}
+
+static void print_json(const struct bench_run *r, const struct bench_totals *t)
+{
+    const struct bench_config *c = &r->cfg;
+    printf("{\"server\":\"http://%s%s\",\"tls\":false,\"pairs\":%u,\"size\":%u,"
+           "\"offered_mbps\":%.3f,\"window_s\":%.4f,\"warmup_s\":%.3f,\"shards\":%u,"
+           "\"sent_mbps\":%.3f,\"delivered_mbps\":%.3f,\"loss_pct\":%.5f,"
+           "\"latency_us\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
+           "\"gen_cpu_s\":%.3f,\"gen_fell_behind\":%s,\"gen_cpu_bound\":%s,",
+           c->url.host, c->url.path, c->pairs_count, c->size, c->rate_mbps, t->window_s,
+           c->warmup_s, c->shards, t->sent_mbps, t->delivered_mbps, t->loss_pct,
+           (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
+           (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3,
+           t->gen_cpu_s, t->behind ? "true" : "false", t->gen_bound ? "true" : "false");
+    if (t->relay_ok)
+        printf("\"relay\":{\"pid\":%d,\"cpu_s\":%.3f,\"cpu_s_per_gb\":%.3f,\"rss_start_kib\":%llu,"
+               "\"rss_end_kib\":%llu},",
+               (int)c->relay_pid, t->relay_cpu_s, per_gb(t->relay_cpu_s, t->window_bytes),
+               (unsigned long long)r->relay_start.rss_kib,
+               (unsigned long long)r->relay_end.rss_kib);
+    if (t->core_ok)
+        printf("\"relay_core\":{\"cpu\":%d,\"busy_s\":%.3f,\"s_per_gb\":%.3f},", c->relay_cpu,
+               t->core_s, per_gb(t->core_s, t->window_bytes));
+    printf("\"per_pair\":[");
+    for (unsigned i = 0; i < c->pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        printf("%s{\"sent\":%llu,\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,"
+               "\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
+               i ? "," : "", (unsigned long long)p->tx.sent, (unsigned long long)p->rx.received,
+               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
+               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
+               (unsigned long long)p->rx.corrupt);
+    }
+    printf("]}\n");
+}
+
+int main(int argc, char **argv)
+{
+    static struct bench_run run;
+    int rc = parse_args(argc, argv, &run.cfg);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    rc = bench_run_init(&run);
+    if (rc == 0)
+        rc = bench_run_execute(&run);
+    if (rc < 0) {
+        fprintf(stderr, "hderp-bench-relay: the run failed (pair %u): %s\n",
+                atomic_load(&run.failed_pair), strerror(-rc));
+        bench_run_deinit(&run);
+        return 1;
+    }
+    if (run.window_end_ns <= run.window_start_ns) {
+        fprintf(stderr, "hderp-bench-relay: the measured window never closed\n");
+        bench_run_deinit(&run);
+        return 1;
+    }
+    static struct bench_totals t;
+    totals_compute(&run, &t);
+    if (run.cfg.json) {
+        print_json(&run, &t);
+    } else {
+        print_figures(&run, &t);
+        print_summary(&run, &t);
+    }
+    bench_run_deinit(&run);
+    return 0;
+}

@@ -1,0 +1,595 @@
+/* bench_relay_gen.c - hderp-bench-relay's load generator: K pairs of DERP clients (a sender
+ * and a receiver, two connections) on the generator's shards, a token bucket per sender topped
+ * up on every 1 ms tick of its shard, and per-pair accounting of what arrived (sequence window
+ * for duplicates and reordering, a checksum over the whole payload, routing by pair id and
+ * source key, one-way latency).
+ *
+ * Threads: bench_run_init/execute/deinit on the main thread; everything else on the shard that
+ * owns the pair (pair i lives on shard i % shards). Cross-shard state is four atomics in
+ * struct bench_run (who is ready, when the warm-up started, who drained, the first failure).
+ * Shard 0 also samples getrusage and /proc at the window edges (a blocking procfs read of a
+ * few microseconds, twice per run: acceptable for a benchmark, not for the relay).
+ * Owns: the pairs' buffers and bitmaps (heap, allocated before the runtime starts). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "bench_relay_impl.h"
+
+/* "HDBR": tells a benchmark payload from anything else a relay might deliver. */
+#define BENCH_MAGIC 0x52424448u
+/* FNV-1a's 64-bit parameters, applied to 64-bit words (a fast, order-sensitive checksum). */
+#define BENCH_FNV_OFFSET 0xcbf29ce484222325ull
+#define BENCH_FNV_PRIME  0x100000001b3ull
+
+enum bench_phase { BENCH_CONNECT, BENCH_WARMUP, BENCH_MEASURE, BENCH_DRAIN, BENCH_DONE };
+
+struct bench_gen_shard {
+    struct bench_run *r;
+    struct hd_shard *s;
+    struct hd_timer tick;
+    enum bench_phase phase;
+    bool measuring, stopping;
+    uint64_t start_ns, drain_start_ns, last_tick_ns;
+    double bytes_per_ns; /* per sender */
+    double bucket_bytes;
+};
+
+/* ---- Payload --------------------------------------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+uint64_t bench_hash_bytes(uint64_t h, const uint8_t *p, size_t len)
+{
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8)
+        h = (h ^ get64(p + i)) * BENCH_FNV_PRIME;
+    for (; i < len; i++)
+        h = (h ^ p[i]) * BENCH_FNV_PRIME;
+    return h;
+}
+
+/* Header layout: [0] magic u32, [4] pair u32, [8] seq u64, [16] send time u64 (ns,
+ * CLOCK_MONOTONIC), [24] flags u32, [28] checksum u32. The checksum covers the filler first and
+ * the header last, so a sender hashes the filler once per run and four words per packet. */
+uint64_t bench_hash_header(uint64_t h, const uint8_t *hdr)
+{
+    h = bench_hash_bytes(h, hdr, 24);
+    return (h ^ get32(hdr + 24)) * BENCH_FNV_PRIME;
+}
+
+static uint32_t hash_fold(uint64_t h)
+{
+    return (uint32_t)(h ^ (h >> 32));
+}
+
+_Static_assert(BENCH_HDR_LEN == 32, "header layout above");
+
+/* ---- Set-up (main thread) -------------------------------------------------------------------- */
+
+static int pair_init(struct bench_run *r, struct bench_pair *p, unsigned id)
+{
+    p->id = id;
+    p->shard = id % r->cfg.shards;
+    p->tx.pair = p;
+    p->rx.pair = p;
+    if (derp_keypair_generate(&p->sender_kp) < 0 || derp_keypair_generate(&p->receiver_kp) < 0)
+        return -EIO;
+    p->tx.buf = malloc(r->cfg.size);
+    p->rx.seen = calloc(BENCH_SEQ_WINDOW / 64, sizeof(uint64_t));
+    if (p->tx.buf == NULL || p->rx.seen == NULL)
+        return -ENOMEM;
+    /* Filler: xorshift64 seeded by the pair, so pairs' payloads differ. */
+    uint64_t x = 0x9e3779b97f4a7c15ull * (id + 1);
+    for (unsigned i = BENCH_HDR_LEN; i < r->cfg.size; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        p->tx.buf[i] = (uint8_t)x;
+    }
+    memset(p->tx.buf, 0, BENCH_HDR_LEN);
+    p->tx.body_hash =
+        bench_hash_bytes(BENCH_FNV_OFFSET, p->tx.buf + BENCH_HDR_LEN, r->cfg.size - BENCH_HDR_LEN);
+    hd_hist_init(&p->rx.latency_ns);
+    return 0;
+}
+
+int bench_run_init(struct bench_run *r)
+{
+    if (derp_crypto_init() < 0)
+        return -EIO;
+    r->pairs = calloc(r->cfg.pairs_count, sizeof(*r->pairs));
+    if (r->pairs == NULL)
+        return -ENOMEM;
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        int rc = pair_init(r, &r->pairs[i], i);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+void bench_run_deinit(struct bench_run *r)
+{
+    for (unsigned i = 0; r->pairs && i < r->cfg.pairs_count; i++) {
+        free(r->pairs[i].tx.buf);
+        free(r->pairs[i].rx.seen);
+    }
+    free(r->pairs);
+    r->pairs = NULL;
+}
+
+/* ---- Failure and sampling -------------------------------------------------------------------- */
+
+static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
+{
+    int none = 0;
+    if (atomic_compare_exchange_strong(&sh->r->failure, &none, reason < 0 ? reason : -EPIPE))
+        atomic_store(&sh->r->failed_pair, pair);
+    hd_runtime_stop(hd_shard_runtime(sh->s));
+}
+
+/* utime + stime and VmRSS of a process; pid 0: this one. */
+static struct bench_proc_sample proc_sample(pid_t pid)
+{
+    struct bench_proc_sample out = {0};
+    char path[64], buf[1024];
+    if (pid == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        out.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+        out.ok = true;
+    } else {
+        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        buf[n] = '\0';
+        const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+        unsigned long ut, st;
+        /* After ")": state (3) then fields 4..13, utime (14), stime (15). */
+        if (p &&
+            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
+            out.cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+            out.ok = true;
+        }
+    }
+    if (pid == 0)
+        snprintf(path, sizeof(path), "/proc/self/status");
+    else
+        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    unsigned long rss;
+    while (f && fgets(buf, sizeof(buf), f))
+        if (sscanf(buf, "VmRSS: %lu", &rss) == 1) {
+            out.rss_kib = rss;
+            break;
+        }
+    if (f)
+        fclose(f);
+    return out;
+}
+
+/* Busy seconds of one CPU (everything but idle and iowait: user, nice, system, irq, softirq,
+ * steal), which counts the softirq work a pinned relay's sends cause; -1 when unreadable. */
+static double cpu_busy_s(int cpu)
+{
+    char want[16], buf[512];
+    snprintf(want, sizeof(want), "cpu%d ", cpu);
+    FILE *f = fopen("/proc/stat", "r");
+    double out = -1;
+    unsigned long long v[8];
+    while (f && fgets(buf, sizeof(buf), f))
+        if (strncmp(buf, want, strlen(want)) == 0 &&
+            sscanf(buf + strlen(want), "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+            out = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return out;
+}
+
+static void relay_sample(struct bench_run *r, struct bench_proc_sample *p, double *core_s)
+{
+    if (r->cfg.relay_pid > 0)
+        *p = proc_sample(r->cfg.relay_pid);
+    *core_s = r->cfg.relay_cpu >= 0 ? cpu_busy_s(r->cfg.relay_cpu) : -1;
+}
+
+/* ---- Sending --------------------------------------------------------------------------------- */
+
+static int send_one(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
+{
+    const unsigned size = sh->r->cfg.size;
+    uint8_t *b = tx->buf;
+    put32(b, BENCH_MAGIC);
+    put32(b + 4, tx->pair->id);
+    put64(b + 8, tx->seq);
+    put64(b + 16, now);
+    put32(b + 24, sh->measuring ? BENCH_F_MEASURED : 0);
+    put32(b + 28, hash_fold(bench_hash_header(tx->body_hash, b)));
+    int rc = derp_client_send(tx->k, &tx->pair->receiver_kp.pub, b, size);
+    if (rc < 0) {
+        tx->full += sh->measuring;
+        return rc;
+    }
+    tx->seq++;
+    tx->sent_total++;
+    if (sh->measuring) {
+        tx->sent++;
+        tx->sent_bytes += size;
+    }
+    return 0;
+}
+
+/* One tick's worth: paced senders spend the tokens earned since the last tick; unpaced ones
+ * fill their queue to the high watermark (the callback resumes them below it). */
+static void pump(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
+{
+    if (tx->k == NULL || derp_client_state(tx->k) != DERP_CLIENT_READY)
+        return;
+    const double size = sh->r->cfg.size;
+    if (sh->bytes_per_ns == 0) {
+        for (unsigned i = 0; i < BENCH_FILL_MAX && !tx->paused; i++)
+            if (send_one(sh, tx, now) < 0)
+                break;
+        return;
+    }
+    tx->tokens += (double)(now - tx->last_ns) * sh->bytes_per_ns;
+    tx->last_ns = now;
+    double cap = sh->bucket_bytes > size ? sh->bucket_bytes : size;
+    if (tx->tokens > cap) {
+        if (sh->measuring)
+            tx->forfeited_bytes += (uint64_t)(tx->tokens - cap);
+        tx->tokens = cap;
+    }
+    while (tx->tokens >= size && send_one(sh, tx, now) == 0)
+        tx->tokens -= size;
+}
+
+/* ---- Receiving ------------------------------------------------------------------------------- */
+
+static bool test_and_set(uint64_t *bits, uint64_t seq)
+{
+    uint64_t i = seq & (BENCH_SEQ_WINDOW - 1), m = 1ull << (i & 63);
+    bool was = bits[i >> 6] & m;
+    bits[i >> 6] |= m;
+    return was;
+}
+
+/* Track seq in the window; returns false for a duplicate. *late: arrived after a higher one. */
+static bool seq_note(struct bench_receiver *rx, uint64_t seq, bool *late)
+{
+    *late = false;
+    if (!rx->any || seq > rx->seq_max) {
+        uint64_t gap = rx->any ? seq - rx->seq_max : BENCH_SEQ_WINDOW;
+        if (gap >= BENCH_SEQ_WINDOW)
+            memset(rx->seen, 0, BENCH_SEQ_WINDOW / 8);
+        else
+            for (uint64_t x = rx->seq_max + 1; x < seq; x++) /* lost so far: clear their bits */
+                rx->seen[(x & (BENCH_SEQ_WINDOW - 1)) >> 6] &= ~(1ull << (x & 63));
+        rx->seen[(seq & (BENCH_SEQ_WINDOW - 1)) >> 6] &= ~(1ull << (seq & 63));
+        rx->any = true;
+        rx->seq_max = seq;
+        test_and_set(rx->seen, seq);
+        return true;
+    }
+    *late = true;
+    if (rx->seq_max - seq >= BENCH_SEQ_WINDOW)
+        return true; /* too old to tell: counted as reordered, not as a duplicate */
+    return !test_and_set(rx->seen, seq);
+}
+
+static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, const uint8_t *data,
+                      size_t len)
+{
+    struct bench_receiver *rx = derp_client_user(k);
+    struct bench_pair *p = rx->pair;
+    struct bench_gen_shard *sh = p->home;
+    uint64_t now = hd_clock_ns();
+    rx->last_rx_ns = now;
+    if (len != sh->r->cfg.size || get32(data) != BENCH_MAGIC ||
+        hash_fold(bench_hash_header(
+            bench_hash_bytes(BENCH_FNV_OFFSET, data + BENCH_HDR_LEN, len - BENCH_HDR_LEN), data)) !=
+            get32(data + 28)) {
+        rx->corrupt++;
+        return;
+    }
+    bool measured = get32(data + 24) & BENCH_F_MEASURED;
+    if (get32(data + 4) != p->id || !derp_pubkey_equal(src, &p->sender_kp.pub)) {
+        rx->misrouted += measured;
+        return;
+    }
+    bool late;
+    bool fresh = seq_note(rx, get64(data + 8), &late);
+    if (measured) {
+        rx->duplicated += !fresh;
+        rx->reordered += fresh && late;
+    }
+    if (!fresh)
+        return;
+    rx->received_total++;
+    if (measured) {
+        rx->received++;
+        rx->received_bytes += len;
+        hd_hist_record(&rx->latency_ns, now - get64(data + 16));
+    }
+    if (sh->measuring) {
+        rx->window_bytes += len;
+        rx->window_packets++;
+    }
+}
+
+/* ---- Client callbacks ------------------------------------------------------------------------ */
+
+static void tx_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)info;
+    struct bench_sender *tx = derp_client_user(k);
+    atomic_fetch_add(&tx->pair->home->r->ready_count, 1);
+}
+
+static void rx_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)info;
+    struct bench_receiver *rx = derp_client_user(k);
+    atomic_fetch_add(&rx->pair->home->r->ready_count, 1);
+}
+
+static void tx_pressure(struct derp_client *k, bool paused)
+{
+    struct bench_sender *tx = derp_client_user(k);
+    struct bench_gen_shard *sh = tx->pair->home;
+    tx->paused = paused;
+    if (!paused && sh->bytes_per_ns == 0 &&
+        (sh->phase == BENCH_WARMUP || sh->phase == BENCH_MEASURE))
+        pump(sh, tx, hd_clock_ns());
+}
+
+static void closed(struct bench_pair *p, int reason)
+{
+    if (!p->home->stopping)
+        fail(p->home, p->id, reason);
+}
+
+static void tx_close(struct derp_client *k, int reason)
+{
+    struct bench_sender *tx = derp_client_user(k);
+    tx->k = NULL;
+    closed(tx->pair, reason);
+}
+
+static void rx_close(struct derp_client *k, int reason)
+{
+    struct bench_receiver *rx = derp_client_user(k);
+    rx->k = NULL;
+    closed(rx->pair, reason);
+}
+
+static const struct derp_client_callbacks tx_cb = {
+    .on_ready = tx_ready, .on_send_pressure = tx_pressure, .on_close = tx_close};
+static const struct derp_client_callbacks rx_cb = {
+    .on_ready = rx_ready, .on_packet = rx_packet, .on_close = rx_close};
+
+/* ---- The tick -------------------------------------------------------------------------------- */
+
+static enum bench_phase phase_at(const struct bench_run *r, uint64_t now)
+{
+    uint64_t t0 = atomic_load(&r->t0_ns);
+    uint64_t warm = (uint64_t)(r->cfg.warmup_s * 1e9), dur = (uint64_t)(r->cfg.duration_s * 1e9);
+    if (t0 == 0)
+        return BENCH_CONNECT;
+    if (now < t0 + warm)
+        return BENCH_WARMUP;
+    return now < t0 + warm + dur ? BENCH_MEASURE : BENCH_DRAIN;
+}
+
+static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t now)
+{
+    struct bench_run *r = sh->r;
+    bool sampler = hd_shard_id(sh->s) == 0;
+    sh->phase = p;
+    if (p == BENCH_WARMUP) {
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            r->pairs[i].tx.last_ns = now;
+    } else if (p == BENCH_MEASURE) {
+        sh->measuring = true;
+        if (sampler) {
+            r->gen_start = proc_sample(0);
+            relay_sample(r, &r->relay_start, &r->relay_core_start_s);
+            r->window_start_ns = hd_clock_ns();
+        }
+    } else if (p == BENCH_DRAIN) {
+        sh->measuring = false;
+        sh->drain_start_ns = now;
+        if (sampler) {
+            r->window_end_ns = hd_clock_ns();
+            r->gen_end = proc_sample(0);
+            relay_sample(r, &r->relay_end, &r->relay_core_end_s);
+        }
+    }
+}
+
+/* Drained: nothing arrived on this shard for the quiet period, or the drain bound passed. */
+static bool drained(struct bench_gen_shard *sh, uint64_t now)
+{
+    uint64_t last = sh->drain_start_ns;
+    for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &sh->r->pairs[i];
+        if (p->home == sh && p->rx.last_rx_ns > last)
+            last = p->rx.last_rx_ns;
+    }
+    return now - last > BENCH_DRAIN_QUIET_MS * 1000000ull ||
+           now - sh->drain_start_ns > BENCH_DRAIN_MAX_MS * 1000000ull;
+}
+
+static void tick_fired(struct hd_timer *t)
+{
+    struct bench_gen_shard *sh = hd_container_of(t, struct bench_gen_shard, tick);
+    struct bench_run *r = sh->r;
+    uint64_t now = hd_clock_ns();
+    if (sh->stopping || atomic_load(&r->failure) < 0)
+        return;
+    if (sh->phase == BENCH_CONNECT) {
+        uint64_t zero = 0;
+        if (atomic_load(&r->ready_count) == 2 * r->cfg.pairs_count)
+            atomic_compare_exchange_strong(&r->t0_ns, &zero, now);
+        else if (now - sh->start_ns > BENCH_LOGIN_WAIT_MS * 1000000ull) {
+            fail(sh, 0, -ETIMEDOUT);
+            return;
+        }
+    }
+    for (enum bench_phase p = phase_at(r, now); sh->phase < p;)
+        enter_phase(sh, (enum bench_phase)(sh->phase + 1), now);
+    if (sh->measuring && sh->last_tick_ns)
+        hd_hist_record(&r->tick_gap_ns[hd_shard_id(sh->s)], now - sh->last_tick_ns);
+    sh->last_tick_ns = now;
+    if (sh->phase == BENCH_WARMUP || sh->phase == BENCH_MEASURE) {
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh)
+                pump(sh, &r->pairs[i].tx, now);
+    } else if (sh->phase == BENCH_DRAIN && drained(sh, now)) {
+        sh->phase = BENCH_DONE;
+        if (atomic_fetch_add(&r->shards_done, 1) + 1 == r->cfg.shards)
+            hd_runtime_stop(hd_shard_runtime(sh->s));
+        return;
+    }
+    hd_timer_start(sh->s, &sh->tick, BENCH_TICK_MS);
+}
+
+/* ---- The module ------------------------------------------------------------------------------ */
+
+static int connect_one(struct bench_gen_shard *sh, const struct derp_keypair *kp,
+                       const struct derp_client_callbacks *cb, void *user, struct derp_client **out)
+{
+    struct derp_client_config c = {0};
+    derp_client_config_set_url(&c, &sh->r->cfg.url);
+    c.keypair = kp;
+    c.app_name = "hderp-bench-relay";
+    c.can_ack_pings = true;
+    return derp_client_connect(sh->s, &c, cb, user, out);
+}
+
+static void gen_start(void *arg)
+{
+    struct bench_gen_shard *sh = arg;
+    struct bench_run *r = sh->r;
+    sh->start_ns = hd_clock_ns();
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        struct bench_pair *p = &r->pairs[i];
+        if (p->shard != hd_shard_id(sh->s))
+            continue;
+        int rc = connect_one(sh, &p->receiver_kp, &rx_cb, &p->rx, &p->rx.k);
+        if (rc == 0)
+            rc = connect_one(sh, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
+        if (rc < 0) {
+            fail(sh, i, rc);
+            return;
+        }
+    }
+    hd_timer_start(sh->s, &sh->tick, BENCH_TICK_MS);
+}
+
+static int gen_shard_init(struct hd_shard *s, void *arg, void **state)
+{
+    struct bench_run *r = arg;
+    struct bench_gen_shard *sh = calloc(1, sizeof(*sh));
+    if (sh == NULL)
+        return -ENOMEM;
+    sh->r = r;
+    sh->s = s;
+    /* Offered rate in payload bits/s split evenly over the senders, in bytes per ns. */
+    sh->bytes_per_ns = r->cfg.rate_mbps * 1e6 / 8 / 1e9 / r->cfg.pairs_count;
+    sh->bucket_bytes = sh->bytes_per_ns * BENCH_BUCKET_MS * 1e6;
+    hd_timer_init(&sh->tick, tick_fired);
+    hd_hist_init(&r->tick_gap_ns[hd_shard_id(s)]);
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+        if (r->pairs[i].shard == hd_shard_id(s))
+            r->pairs[i].home = sh;
+    int rc = net_shard_init(s, NULL);
+    if (rc == 0)
+        rc = hd_defer(s, gen_start, sh);
+    if (rc < 0) {
+        free(sh);
+        return rc;
+    }
+    *state = sh;
+    return 0;
+}
+
+static void gen_shard_stop(struct hd_shard *s, void *state)
+{
+    struct bench_gen_shard *sh = state;
+    sh->stopping = true;
+    hd_timer_stop(s, &sh->tick);
+    for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
+        struct bench_pair *p = &sh->r->pairs[i];
+        if (p->home != sh)
+            continue;
+        if (p->tx.k)
+            derp_client_abort(p->tx.k, -ECANCELED);
+        if (p->rx.k)
+            derp_client_abort(p->rx.k, -ECANCELED);
+    }
+}
+
+static void gen_shard_fini(struct hd_shard *s, void *state)
+{
+    net_shard_fini(s);
+    free(state);
+}
+
+static const struct hd_module bench_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "bench-relay",
+    .shard_init = gen_shard_init,
+    .shard_stop = gen_shard_stop,
+    .shard_fini = gen_shard_fini,
+};
+
+int bench_run_execute(struct bench_run *r)
+{
+    static const struct hd_module *const mods[] = {&bench_module};
+    void *const args[] = {r};
+    struct hd_runtime_config cfg = {.shards_count = r->cfg.shards,
+                                    .pin = true,
+                                    .modules = mods,
+                                    .modules_args = args,
+                                    .modules_count = 1};
+    struct hd_runtime *rt;
+    int rc = hd_runtime_create(&cfg, &rt);
+    if (rc < 0)
+        return rc;
+    rc = hd_runtime_run(rt);
+    hd_runtime_destroy(rt);
+    int f = atomic_load(&r->failure);
+    return f < 0 ? f : rc;
+}

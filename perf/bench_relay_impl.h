@@ -1,0 +1,156 @@
+/* bench_relay_impl.h - hderp-bench-relay's private types: the run configuration, the per-pair
+ * sender and receiver state, the run-wide results that shard 0 samples at the window edges,
+ * and the two halves of the program (bench_relay.c: command line and report; bench_relay_gen.c:
+ * the load generator on the shards). */
+#ifndef BENCH_RELAY_IMPL_H
+#define BENCH_RELAY_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "derp_client.h"
+#include "hd.h"
+
+/* ---- Limits ---------------------------------------------------------------------------------- */
+
+/* Pairs: 2 connections each; one loopback generator saturates long before 256 pairs, and the
+ * later load generator (pair files, sweeps) is where thousands of peers belong. */
+#define BENCH_PAIRS_MAX 256
+/* Payload header: magic, pair, sequence, send time, flags, checksum (see bench_hdr). */
+#define BENCH_HDR_LEN 32
+/* Smallest payload that carries the header; largest a DERP packet may be. */
+#define BENCH_SIZE_MIN BENCH_HDR_LEN
+#define BENCH_SIZE_MAX DERP_PACKET_LEN_MAX
+/* The generator's pacing tick: the shortest timer the reactor's wheel has. */
+#define BENCH_TICK_MS 1
+/* Token bucket depth: tokens beyond this much of a sender's rate are forfeited (and counted as
+ * the generator falling behind), so a stalled tick does not turn into a burst later. */
+#define BENCH_BUCKET_MS 4
+/* Unpaced senders fill their send queue up to the client's high watermark each tick; this
+ * bounds one fill (256 KiB watermark / 1437-byte frames = 182 packets). */
+#define BENCH_FILL_MAX 1024
+/* Duplicate detection: a receiver remembers this many sequence numbers behind the highest;
+ * TCP through one relay never reorders, so anything older is counted as reordered. */
+#define BENCH_SEQ_WINDOW 65536u
+/* After the window: senders stop; a shard is done when nothing arrived for QUIET ms (or after
+ * MAX ms whatever happens), then the runtime stops. */
+#define BENCH_DRAIN_QUIET_MS 300
+#define BENCH_DRAIN_MAX_MS   3000
+/* Every client must be logged in by then (a relay slower than this is broken, not slow). */
+#define BENCH_LOGIN_WAIT_MS 10000
+/* The generator fell behind when it sent less than this share of its offered rate. */
+#define BENCH_BEHIND_RATIO 0.97
+/* Generator shards: one per core is the model; the machine has two. */
+#define BENCH_SHARDS_MAX 16
+
+_Static_assert(HD_IS_POW2(BENCH_SEQ_WINDOW), "the window is indexed by a mask");
+_Static_assert(BENCH_SIZE_MAX <= DERP_PACKET_LEN_MAX, "a payload is one DERP packet");
+_Static_assert(BENCH_DRAIN_QUIET_MS < BENCH_DRAIN_MAX_MS, "quiet period inside the drain bound");
+_Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many shards");
+
+/* Payload flags. */
+#define BENCH_F_MEASURED 1u /* sent inside the measured window */
+
+/* ---- Configuration --------------------------------------------------------------------------- */
+
+struct bench_config {
+    struct derp_client_url url;
+    unsigned pairs_count;
+    unsigned size;     /* payload bytes per packet */
+    double rate_mbps;  /* offered payload rate over all senders; 0 = unpaced */
+    double duration_s; /* measured window */
+    double warmup_s;   /* before it */
+    unsigned shards;   /* generator shards */
+    pid_t relay_pid;   /* > 0: sample its CPU time and RSS at the window edges */
+    int relay_cpu;     /* >= 0: also sample that CPU's busy time (/proc/stat) */
+    bool json;
+};
+
+/* ---- Per pair -------------------------------------------------------------------------------- */
+
+struct bench_pair;
+
+struct bench_sender {
+    struct bench_pair *pair;
+    struct derp_client *k;
+    uint8_t *buf;       /* the payload: filler fixed per pair, header rewritten per packet */
+    uint64_t body_hash; /* checksum state after the filler (the header is hashed last) */
+    uint64_t seq;
+    double tokens; /* bytes the bucket allows now */
+    uint64_t last_ns;
+    bool paused; /* send queue over its high watermark */
+    /* measured window */
+    uint64_t sent, sent_bytes;
+    uint64_t forfeited_bytes; /* tokens the generator could not use */
+    uint64_t full;            /* sends refused: queue at its cap or pool empty */
+    uint64_t sent_total;      /* every packet, warm-up included */
+};
+
+struct bench_receiver {
+    struct bench_pair *pair;
+    struct derp_client *k;
+    uint64_t *seen; /* BENCH_SEQ_WINDOW bits around seq_max */
+    uint64_t seq_max;
+    bool any;
+    uint64_t last_rx_ns;
+    /* packets that were sent in the measured window (flag), unique */
+    uint64_t received, received_bytes;
+    /* payload bytes that arrived while this shard was in the window (throughput) */
+    uint64_t window_bytes, window_packets;
+    uint64_t reordered, duplicated, misrouted, corrupt; /* any time */
+    uint64_t received_total;
+    struct hd_hist latency_ns; /* measured packets: receive time - send time */
+};
+
+struct bench_gen_shard;
+
+struct bench_pair {
+    unsigned id;
+    unsigned shard;               /* both clients of a pair live on this generator shard */
+    struct bench_gen_shard *home; /* that shard's state (set by it at start) */
+    struct derp_keypair sender_kp, receiver_kp;
+    struct bench_sender tx;
+    struct bench_receiver rx;
+};
+
+/* ---- The run --------------------------------------------------------------------------------- */
+
+struct bench_proc_sample {
+    double cpu_s;     /* utime + stime */
+    uint64_t rss_kib; /* VmRSS */
+    bool ok;
+};
+
+struct bench_run {
+    struct bench_config cfg;
+    struct bench_pair *pairs;
+    /* cross-shard: set by any shard, read by all */
+    _Atomic unsigned ready_count; /* clients logged in */
+    _Atomic uint64_t t0_ns;       /* start of the warm-up; 0 until every client is ready */
+    _Atomic unsigned shards_done; /* drained */
+    _Atomic int failure;          /* first unexpected close reason or start error (< 0) */
+    _Atomic unsigned failed_pair;
+    /* written by shard 0 only, read after the runtime stopped */
+    uint64_t window_start_ns, window_end_ns;
+    struct bench_proc_sample gen_start, gen_end, relay_start, relay_end;
+    double relay_core_start_s, relay_core_end_s; /* busy seconds of cfg.relay_cpu; < 0: none */
+    /* per generator shard, during the window: time between pacing ticks (burstiness) */
+    struct hd_hist tick_gap_ns[BENCH_SHARDS_MAX];
+};
+
+/* bench_relay_gen.c */
+/* Allocate the pairs (keys, payload buffers, bitmaps); main thread, before the runtime.
+ * Returns 0, -ENOMEM, -EIO (key generation). */
+int bench_run_init(struct bench_run *r);
+void bench_run_deinit(struct bench_run *r);
+/* Run the generator until it drained; main thread. Returns 0 or -errno (a client failed to
+ * connect or closed early: r->failure says why). */
+int bench_run_execute(struct bench_run *r);
+
+/* Payload helpers (also used by the report's self-check). */
+uint64_t bench_hash_bytes(uint64_t h, const uint8_t *p, size_t len);
+uint64_t bench_hash_header(uint64_t h, const uint8_t *hdr);
+
+#endif /* BENCH_RELAY_IMPL_H */
