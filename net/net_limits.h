@@ -19,7 +19,7 @@ _Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two
 
 /* Send queue: entries live in chunks from a shard pool, so an idle connection holds none. */
 #define NET_SENDQ_CHUNK_ENTRIES 15
-#define NET_IOV_MAX             64 /* iovecs per sendmsg (kernel UIO_MAXIOV is 1024) */
+#define NET_IOV_MAX             256 /* iovecs per sendmsg (kernel UIO_MAXIOV is 1024) */
 #define NET_SENDQ_CHUNKS_MAX    (NET_CONNS_MAX * 2u)
 #define NET_SEND_CTX_MAX        NET_CONNS_MAX /* one in flight per connection at most */
 

@@ -30,12 +30,15 @@
 #define DERP_NOT_HERE_BURST     3
 #define DERP_NOT_HERE_REFILL_MS 1000
 
-/* Net send queue of a client: pause the writer at 64 KiB queued, resume at 16 KiB, so the
- * derper-sized packet queues above are where drops happen. Mesh peers (watch streams are
- * unbounded in derper) may queue up to 64 MiB. */
-#define DERP_NET_HIGH_BYTES     (64u * 1024u)
-#define DERP_NET_LOW_BYTES      (16u * 1024u)
-#define DERP_NET_MAX_BYTES      (1u * 1024u * 1024u)
+/* Net send queue of a client: it plays the part of derper's kernel socket buffer (a writer
+ * goroutine drains derper's 32-packet queues into it concurrently; ours fills within a tick and
+ * is handed to the kernel at the tick's end). Pause the writer at 1 MiB queued, resume at
+ * 256 KiB, refuse past 4 MiB; the derper-sized packet queues above are where drops happen.
+ * At 64 KiB, one 5 ms stall at 1 Gbit/s already overflowed them (perf/RESULTS.md). Mesh peers
+ * (watch streams are unbounded in derper) may queue up to 64 MiB. */
+#define DERP_NET_HIGH_BYTES     (1024u * 1024u)
+#define DERP_NET_LOW_BYTES      (256u * 1024u)
+#define DERP_NET_MAX_BYTES      (4u * 1024u * 1024u)
 #define DERP_MESH_NET_MAX_BYTES (64u * 1024u * 1024u)
 
 /* PeerGone bookkeeping: most distinct sources one connection remembers. */
