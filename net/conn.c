@@ -1,15 +1,21 @@
 /* conn.c - a connection's life: adopt or connect, receive (multishot recv into the shard's
- * buffer ring, or one recv at a time into a pool frame without it), hand bytes to the codec and
- * the app with only a partial tail copied, timeouts, and close — which frees the connection
- * only after the kernel returned every op. Runs on the connection's shard. Sending is in
- * conn_send.c. */
+ * buffer ring, or one recv at a time into a pool frame without it; record-typed recvmsg for
+ * codecs with a record hook), hand bytes to the codec and the app with only a partial tail
+ * copied, quiet points for layers that rekey the socket, timeouts, and close — which frees the
+ * connection only after the kernel returned every op. Runs on the connection's shard. Sending
+ * is in conn_send.c. */
 #include <errno.h>
+#include <linux/tls.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "net_impl.h"
+
+#ifndef SOL_TLS
+#define SOL_TLS 282 /* include/linux/socket.h; older libc headers lack it */
+#endif
 
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags);
 static void nobufs_wait(struct net_conn *c);
@@ -29,10 +35,13 @@ static void write_fired(struct hd_timer *t)
 static void conn_flush_cb(struct hd_flush *f)
 {
     struct net_conn *c = hd_container_of(f, struct net_conn, flush);
-    if (c->state == NET_CONN_CLOSING)
+    if (c->state == NET_CONN_CLOSING) {
         net_conn_maybe_finish(c);
-    else
-        net_conn_flush_now(c);
+        return;
+    }
+    net_conn_flush_now(c);
+    if (c->flags & NET_F_QUIET_WAIT) /* nothing in flight may complete to run the check */
+        net_conn_maybe_finish(c);
 }
 
 struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
@@ -161,10 +170,43 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
 
 /* ---------------------------------------------------------------- receive */
 
+/* Record-typed receive: one recvmsg with room for the record type cmsg. Single-shot on
+ * purpose: a multishot recvmsg would let the kernel go on reading (and decrypting) past a
+ * record the codec has not seen yet, such as a KeyUpdate the kernel cannot follow, which on
+ * Linux 6.1 fails the socket (EBADMSG) before the codec could answer with a close_notify. */
+static void record_arm(struct net_conn *c, struct io_uring_sqe *sqe)
+{
+    struct net_recv_msg *m = &c->rmsg;
+    memset(m, 0, sizeof(*m));
+    m->msg.msg_control = m->control.buf;
+    m->msg.msg_controllen = sizeof(m->control.buf);
+    m->msg.msg_iov = &m->iov;
+    m->msg.msg_iovlen = 1; /* with a buffer ring only iov_len counts: the buffer's size */
+    m->iov.iov_base = c->ns->buf_ring ? NULL : c->recv_frame->data;
+    m->iov.iov_len = c->ns->buf_ring ? NET_BUF_SIZE : NET_RECV_FALLBACK_SIZE;
+    io_uring_prep_recvmsg(sqe, c->fd, &m->msg, 0);
+    if (c->ns->buf_ring) {
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = NET_BUF_GROUP;
+    }
+    c->recv_op.user = 1; /* this read carries a record type */
+}
+
+/* The record type of the recvmsg that just completed (kTLS puts it in a cmsg). */
+static uint8_t record_type(const struct net_conn *c)
+{
+    const struct msghdr *m = &c->rmsg.msg;
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(m); h != NULL; h = CMSG_NXTHDR((struct msghdr *)m, h))
+        if (h->cmsg_level == SOL_TLS && h->cmsg_type == TLS_GET_RECORD_TYPE &&
+            h->cmsg_len >= CMSG_LEN(sizeof(uint8_t)))
+            return *CMSG_DATA(h);
+    return NET_RECORD_DATA; /* kTLS always names the type; bytes without one are data */
+}
+
 void net_conn_recv_arm(struct net_conn *c)
 {
-    if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_RECV_PAUSED | NET_F_NOBUFS)) ||
-        hd_op_busy(&c->recv_op))
+    if (c->state != NET_CONN_OPEN ||
+        (c->flags & (NET_F_RECV_PAUSED | NET_F_NOBUFS | NET_F_QUIET)) || hd_op_busy(&c->recv_op))
         return;
     if (!c->ns->buf_ring && c->recv_frame == NULL) {
         c->recv_frame = hd_frame_get(c->shard, NET_RECV_FALLBACK_SIZE);
@@ -178,6 +220,11 @@ void net_conn_recv_arm(struct net_conn *c)
         net_conn_close(c, -EBUSY, false);
         return;
     }
+    if (c->codec && c->codec->record) {
+        record_arm(c, sqe);
+        return;
+    }
+    c->recv_op.user = 0; /* untyped bytes */
     if (c->ns->buf_ring) {
         io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
         sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -305,6 +352,18 @@ int net_conn_input(struct net_conn *c, uint8_t *data, size_t len)
     return (size_t)n == len ? 0 : tail_keep(c, &c->raw_tail, data + n, len - (size_t)n);
 }
 
+/* A read of a known record type: data to the codec's decode (or the app), others to the
+ * codec's record hook. type 0: an untyped read. */
+static int input_typed(struct net_conn *c, uint8_t type, uint8_t *data, size_t len)
+{
+    if (type == 0 || type == NET_RECORD_DATA)
+        return net_conn_input(c, data, len);
+    c->stats.bytes_in += len;
+    if (c->codec == NULL || c->codec->record == NULL)
+        return -EPROTO; /* kept across a codec change that dropped the hook: undecodable */
+    return c->codec->record(c, c->codec_state, type, data, len);
+}
+
 static void nobufs_retry(struct hd_timer *t)
 {
     struct net_conn *c = hd_container_of(t, struct net_conn, idle_timer);
@@ -317,11 +376,12 @@ static void nobufs_retry(struct hd_timer *t)
 
 /* Buffers that arrived after a pause (the multishot recv is cancelled asynchronously) wait on
  * the connection, not copied: the shard's held_next chains them. */
-static void held_push(struct net_conn *c, uint16_t bid, uint32_t len)
+static void held_push(struct net_conn *c, uint16_t bid, uint32_t len, uint8_t type)
 {
     struct net_shard *ns = c->ns;
     ns->held_next[bid] = NET_BID_NONE;
     ns->held_len[bid] = len;
+    ns->held_type[bid] = type;
     if (c->held_tail == NET_BID_NONE)
         c->held_head = bid;
     else
@@ -335,14 +395,14 @@ static int held_drain(struct net_conn *c, bool deliver)
     struct net_shard *ns = c->ns;
     int rc = 0;
     while (c->held_head != NET_BID_NONE) {
-        if (deliver && (c->flags & NET_F_RECV_PAUSED))
+        if (deliver && (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
             return 0;
         uint16_t bid = c->held_head;
         c->held_head = ns->held_next[bid];
         if (c->held_head == NET_BID_NONE)
             c->held_tail = NET_BID_NONE;
         if (deliver && rc == 0 && c->state == NET_CONN_OPEN)
-            rc = net_conn_input(c, net_bufring_addr(ns, bid), ns->held_len[bid]);
+            rc = input_typed(c, ns->held_type[bid], net_bufring_addr(ns, bid), ns->held_len[bid]);
         net_bufring_recycle(ns, bid);
     }
     return rc;
@@ -384,6 +444,7 @@ int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *cou
         if (f) {
             memcpy(f->data, net_bufring_addr(ns, bid), ns->held_len[bid]);
             f->len = ns->held_len[bid];
+            f->app_flags = ns->held_type[bid]; /* pending frames carry their record type */
             v[i++] = f;
         } else if (rc == 0) {
             rc = -ENOBUFS;
@@ -410,14 +471,14 @@ static int pending_drain(struct net_conn *c, bool deliver)
 {
     int rc = 0;
     while (c->pending_head) {
-        if (deliver && (c->flags & NET_F_RECV_PAUSED))
+        if (deliver && (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
             return 0;
         struct hd_frame *f = c->pending_head;
         c->pending_head = f->next;
         if (c->pending_head == NULL)
             c->pending_tail = NULL;
         if (deliver && rc == 0 && c->state == NET_CONN_OPEN)
-            rc = net_conn_input(c, f->data, f->len);
+            rc = input_typed(c, f->app_flags, f->data, f->len);
         hd_frame_unref(c->shard, f);
     }
     return rc;
@@ -431,7 +492,7 @@ int net_conn_replay(struct net_conn *c)
     if (c->rx_tail && c->rx_tail->len > 0)
         rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
     if (rc == 0 && c->codec && c->raw_tail && c->raw_tail->len > 0 &&
-        !(c->flags & NET_F_RECV_PAUSED))
+        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
         rc = net_conn_input(c, NULL, 0);
     if (rc == 0)
         rc = pending_drain(c, true);
@@ -449,30 +510,59 @@ static void nobufs_wait(struct net_conn *c)
     hd_timer_start(c->shard, &c->idle_timer, NET_NOBUFS_RETRY_MS);
 }
 
+/* Bytes from a recv: to the codec and app, or kept (in order) while paused or quiet. */
+static int recv_bytes(struct net_conn *c, int32_t res, uint32_t flags)
+{
+    bool ring = (flags & IORING_CQE_F_BUFFER) != 0;
+    uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
+    uint8_t *data = ring ? net_bufring_addr(c->ns, bid) : c->recv_frame->data;
+    uint8_t type = c->recv_op.user ? record_type(c) : 0;
+    int rc = 0;
+    if (ring && c->state == NET_CONN_OPEN &&
+        ((c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) || c->held_head != NET_BID_NONE ||
+         c->pending_head != NULL)) {
+        held_push(c, bid, (uint32_t)res, type); /* keep it, in order, until resumed */
+        return 0;
+    }
+    if (c->state == NET_CONN_OPEN) {
+        if (c->idle_timeout_ms)
+            hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
+        rc = input_typed(c, type, data, (size_t)res);
+    }
+    if (ring)
+        net_bufring_recycle(c->ns, bid);
+    return rc;
+}
+
+/* A net_conn_quiet_read finished: its bytes are in the last pending frame. */
+static int quiet_read_done(struct net_conn *c, int32_t res)
+{
+    c->flags &= ~NET_F_QUIET_READ;
+    if (c->state != NET_CONN_OPEN)
+        return 0;
+    if (res > 0)
+        c->pending_tail->len = (uint32_t)res;
+    if (res > 0 || res == -ECANCELED) { /* cancelled by a pause: the codec asks again */
+        c->flags |= NET_F_QUIET_WAIT;
+        return 0;
+    }
+    return res == 0 ? -ECONNRESET : res; /* the peer left in the middle of a record */
+}
+
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     struct net_conn *c = hd_container_of(op, struct net_conn, recv_op);
     int rc = 0;
     c->depth++;
-    if (res > 0) {
-        uint8_t *data;
-        bool ring = (flags & IORING_CQE_F_BUFFER) != 0;
-        uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
-        data = ring ? net_bufring_addr(c->ns, bid) : c->recv_frame->data;
-        if (ring && c->state == NET_CONN_OPEN &&
-            ((c->flags & NET_F_RECV_PAUSED) || c->held_head != NET_BID_NONE ||
-             c->pending_head != NULL)) {
-            held_push(c, bid, (uint32_t)res); /* paused: keep it, in order, until resumed */
-            ring = false;
-        } else if (c->state == NET_CONN_OPEN) {
-            if (c->idle_timeout_ms)
-                hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
-            rc = net_conn_input(c, data, (size_t)res);
-        }
-        if (ring)
-            net_bufring_recycle(c->ns, bid);
+    /* Closing after a flush: the close reason is decided; an EOF or error of the read side no
+     * longer changes it (a peer's close_notify is often followed by its FIN at once). */
+    bool counts = c->state == NET_CONN_OPEN && !(c->flags & NET_F_FLUSH_CLOSE);
+    if (c->flags & NET_F_QUIET_READ) {
+        rc = quiet_read_done(c, res);
+    } else if (res > 0) {
+        rc = recv_bytes(c, res, flags);
     } else if (res == 0) {
-        if (c->state == NET_CONN_OPEN) {
+        if (counts) {
             if (c->h->on_eof)
                 c->h->on_eof(c);
             else
@@ -482,7 +572,7 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
             c->flags |= NET_F_RECV_PAUSED; /* no more bytes will come: stop re-arming */
     } else if (res == -ENOBUFS && c->state == NET_CONN_OPEN) {
         nobufs_wait(c);
-    } else if (res != -ECANCELED && c->state == NET_CONN_OPEN) {
+    } else if (res != -ECANCELED && counts) {
         rc = res;
     }
     if (rc < 0 && c->state == NET_CONN_OPEN)
@@ -520,6 +610,179 @@ void net_conn_pause_recv(struct net_conn *c, bool paused)
     net_conn_maybe_finish(c);
 }
 
+/* ---------------------------------------------------------------- quiet points */
+
+int net_conn_quiet_begin(struct net_conn *c)
+{
+    if (c->codec == NULL || c->codec->quiesced == NULL)
+        return -EINVAL;
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_MIGRATING))
+        return -EBUSY;
+    c->flags |= NET_F_QUIET | NET_F_QUIET_WAIT;
+    if (hd_op_busy(&c->recv_op) && !(c->flags & NET_F_QUIET_READ))
+        hd_op_cancel(c->shard, &c->recv_op); /* its last CQE (or the flush) runs the check */
+    hd_flush_request(c->shard, &c->flush);
+    return 0;
+}
+
+void net_conn_quiet_end(struct net_conn *c)
+{
+    c->flags &= ~(NET_F_QUIET | NET_F_QUIET_WAIT);
+    if (c->state != NET_CONN_OPEN)
+        return;
+    c->depth++;
+    int rc = net_conn_replay(c); /* the kept bytes, through the codec now installed */
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+    net_conn_recv_arm(c);
+    if (c->state == NET_CONN_OPEN && !net_conn_queues_empty(c))
+        hd_flush_request(c->shard, &c->flush);
+    c->depth--;
+    net_conn_maybe_finish(c);
+}
+
+/* Copy held ring buffers into pending frames (same order), so that bytes read into frames
+ * can follow them. Returns 0 or -ENOBUFS (frame pool exhausted; what was copied stays). */
+static int held_to_pending(struct net_conn *c)
+{
+    struct net_shard *ns = c->ns;
+    while (c->held_head != NET_BID_NONE) {
+        uint16_t bid = c->held_head;
+        struct hd_frame *f = hd_frame_get(c->shard, ns->held_len[bid]);
+        if (f == NULL)
+            return -ENOBUFS;
+        memcpy(f->data, net_bufring_addr(ns, bid), ns->held_len[bid]);
+        f->len = ns->held_len[bid];
+        f->app_flags = ns->held_type[bid];
+        net_conn_pending_add(c, f);
+        c->held_head = ns->held_next[bid];
+        if (c->held_head == NET_BID_NONE)
+            c->held_tail = NET_BID_NONE;
+        net_bufring_recycle(ns, bid);
+    }
+    return 0;
+}
+
+int net_conn_quiet_read(struct net_conn *c, size_t len)
+{
+    if (!(c->flags & NET_F_QUIET) || c->state != NET_CONN_OPEN || hd_op_busy(&c->recv_op))
+        return -EBUSY;
+    int rc = held_to_pending(c);
+    if (rc < 0)
+        return rc;
+    struct hd_frame *f = hd_frame_get(c->shard, len);
+    if (f == NULL)
+        return -ENOBUFS;
+    struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->recv_op);
+    if (sqe == NULL) {
+        hd_frame_unref(c->shard, f);
+        return -EBUSY;
+    }
+    net_conn_pending_add(c, f); /* len 0 until the read completes */
+    io_uring_prep_recv(sqe, c->fd, f->data, len, 0);
+    c->recv_op.user = 0;
+    c->flags |= NET_F_QUIET_READ;
+    return 0;
+}
+
+static void quiet_send_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
+    struct net_send_ctx *x = c->send_ctx;
+    uint64_t want = x->bytes;
+    c->send_ctx = NULL;
+    hd_slab_put(c->ns->send_ctxs, x);
+    if (res > 0)
+        c->stats.bytes_out += (uint64_t)res;
+    if (c->state == NET_CONN_OPEN && res >= 0 && (uint64_t)res == want)
+        c->flags |= NET_F_QUIET_WAIT;
+    else if (c->state == NET_CONN_OPEN)
+        net_conn_close(c, res < 0 ? (res == -EPIPE ? -ECONNRESET : res) : -EIO, false);
+    net_conn_maybe_finish(c);
+}
+
+int net_conn_quiet_sendmsg(struct net_conn *c, int level, int type, const void *cdata, size_t clen,
+                           const void *data, size_t len)
+{
+    if (!(c->flags & NET_F_QUIET) || c->state != NET_CONN_OPEN || c->send_ctx != NULL ||
+        hd_op_busy(&c->ctl_op))
+        return -EBUSY;
+    if (len == 0 || len > NET_QUIET_MSG_MAX || clen > NET_QUIET_CONTROL_MAX)
+        return -EMSGSIZE;
+    struct net_send_ctx *x = hd_slab_get(c->ns->send_ctxs);
+    if (x == NULL)
+        return -ENOMEM;
+    memset(&x->msg, 0, sizeof(x->msg));
+    memset(&x->control, 0, sizeof(x->control));
+    memcpy(x->payload, data, len);
+    x->iov[0].iov_base = x->payload;
+    x->iov[0].iov_len = len;
+    x->msg.msg_iov = x->iov;
+    x->msg.msg_iovlen = 1;
+    x->msg.msg_control = x->control.buf;
+    x->msg.msg_controllen = CMSG_SPACE(clen);
+    struct cmsghdr *h = CMSG_FIRSTHDR(&x->msg);
+    h->cmsg_level = level;
+    h->cmsg_type = type;
+    h->cmsg_len = CMSG_LEN(clen);
+    memcpy(CMSG_DATA(h), cdata, clen);
+    x->entries = 0;
+    x->bytes = len;
+    c->ctl_op.fn = quiet_send_done;
+    struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->ctl_op);
+    if (sqe == NULL) {
+        hd_slab_put(c->ns->send_ctxs, x);
+        return -EBUSY;
+    }
+    io_uring_prep_sendmsg(sqe, c->fd, &x->msg, MSG_NOSIGNAL);
+    c->send_ctx = x; /* a send is in flight: flushes wait for it */
+    c->stats.sends++;
+    return 0;
+}
+
+/* The kept bytes, visited in arrival order (codec tail, pending frames, held ring buffers):
+ * counted in seen, and bytes [off, off + len) copied to out when out is set. */
+struct kept_walk {
+    size_t off, len, seen, copied;
+    uint8_t *out;
+};
+
+static void kept_piece(struct kept_walk *k, const uint8_t *p, size_t n)
+{
+    if (k->out && k->seen + n > k->off && k->copied < k->len) {
+        size_t from = k->off > k->seen ? k->off - k->seen : 0;
+        size_t take = n - from < k->len - k->copied ? n - from : k->len - k->copied;
+        memcpy(k->out + k->copied, p + from, take);
+        k->copied += take;
+    }
+    k->seen += n;
+}
+
+static void kept_walk(const struct net_conn *c, struct kept_walk *k)
+{
+    if (c->raw_tail)
+        kept_piece(k, c->raw_tail->data, c->raw_tail->len);
+    for (const struct hd_frame *f = c->pending_head; f; f = f->next)
+        kept_piece(k, f->data, f->len);
+    for (uint16_t b = c->held_head; b != NET_BID_NONE; b = c->ns->held_next[b])
+        kept_piece(k, net_bufring_addr(c->ns, b), c->ns->held_len[b]);
+}
+
+size_t net_conn_kept_bytes(const struct net_conn *c)
+{
+    struct kept_walk k = {0};
+    kept_walk(c, &k);
+    return k.seen;
+}
+
+size_t net_conn_kept_peek(const struct net_conn *c, size_t off, void *buf, size_t len)
+{
+    struct kept_walk k = {.off = off, .len = len, .out = buf};
+    kept_walk(c, &k);
+    return k.copied;
+}
+
 /* ---------------------------------------------------------------- close */
 
 static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
@@ -533,11 +796,25 @@ static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
 /* Once no op is in flight: close the fd through the ring, then free everything. */
 void net_conn_maybe_finish(struct net_conn *c)
 {
-    if ((c->flags & NET_F_MIGRATING) && c->state == NET_CONN_OPEN) {
+    /* A move waits for the end of a quiet state: the codec may be in the middle of rekeying. */
+    if ((c->flags & NET_F_MIGRATING) && c->state == NET_CONN_OPEN && !(c->flags & NET_F_QUIET)) {
         if (c->depth == 0 && !hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) &&
             !hd_op_busy(&c->ctl_op))
             net_migrate_step(c);
         return;
+    }
+    if ((c->flags & NET_F_QUIET_WAIT) && c->state == NET_CONN_OPEN) {
+        if (c->depth > 0 || hd_op_busy(&c->recv_op) || hd_op_busy(&c->send_op) ||
+            hd_op_busy(&c->ctl_op) || c->wire.count > 0)
+            return;
+        c->flags &= ~NET_F_QUIET_WAIT;
+        c->depth++;
+        if (c->codec && c->codec->quiesced)
+            c->codec->quiesced(c, c->codec_state);
+        else
+            net_conn_quiet_end(c); /* the codec that asked is gone */
+        c->depth--;
+        /* On: the hook may have closed the connection. */
     }
     if (c->state != NET_CONN_CLOSING || c->depth > 0 || hd_op_busy(&c->recv_op) ||
         hd_op_busy(&c->send_op) || hd_op_busy(&c->ctl_op))

@@ -86,7 +86,20 @@ struct net_codec {
      * connection closes. Without them the state pointer itself moves. */
     void *(*move_out)(struct net_conn *c, void *state);
     void *(*move_in)(struct net_conn *c, void *moved);
+    /* Optional, for a socket whose kernel opens records itself (kTLS RX): its presence makes the
+     * connection receive with recvmsg and a control buffer, one read in flight at a time, so
+     * every read's record type (cmsg SOL_TLS / TLS_GET_RECORD_TYPE) is known and nothing is read
+     * past a record the codec has not seen yet. Application data (NET_RECORD_DATA) still goes to
+     * decode; a read of any other type (one record: an alert, post-handshake messages) comes here
+     * (data[0..len) valid during the call). Returns 0 or -errno (closes). */
+    int (*record)(struct net_conn *c, void *state, uint8_t type, uint8_t *data, size_t len);
+    /* Optional: the connection became quiet after net_conn_quiet_begin (see there). */
+    void (*quiesced)(struct net_conn *c, void *state);
 };
+
+/* The record type of application data (RFC 8446 §5.1 ContentType): reads of this type are
+ * decoded as bytes; 0 means an untyped read (no record-typed receive). */
+#define NET_RECORD_DATA 23u
 
 struct net_conn_options {
     uint32_t idle_timeout_ms;  /* no bytes received for this long: close (-ETIMEDOUT); 0 = off */
@@ -159,6 +172,45 @@ struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t
 /* For codecs: queue wire bytes (reference moves to the connection); they go out with this
  * tick's flush, also when queued from decode (handshake replies, alerts). */
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
+
+/* ---------------------------------------------------------------- quiet points */
+
+/* For layers that change how the kernel reads or writes the socket (kTLS keys): a point where
+ * nothing of the connection is in the kernel's hands. */
+
+/* The largest payload and control data of a net_conn_quiet_sendmsg (a KeyUpdate message is 5
+ * bytes, an alert 2; a TLS record type 1). */
+#define NET_QUIET_MSG_MAX     64u
+#define NET_QUIET_CONTROL_MAX 8u
+
+/* Stop receiving and wait until no recv, send or control op is in flight and the wire queue is
+ * empty, then run codec->quiesced (from a completion or the end of the tick, never inside this
+ * call). Bytes that still arrive are kept unread in arrival order (net_conn_kept_*); what the
+ * app queues stays in the plain queue unless the codec's encode takes it. While quiet, the
+ * codec may read more bytes (net_conn_quiet_read) or send one message with ancillary data
+ * (net_conn_quiet_sendmsg): quiesced runs again once that completed. It may also ask for another
+ * round (net_conn_quiet_begin again, also allowed inside quiesced), and ends the quiet state
+ * with net_conn_quiet_end. Returns 0, -EINVAL (the codec has no quiesced), -EBUSY (not open,
+ * or moving). */
+int net_conn_quiet_begin(struct net_conn *c);
+/* While quiet: read at most len more raw bytes (one recv) onto the kept bytes. A peer that
+ * closes meanwhile closes the connection (-ECONNRESET). Returns 0, -EBUSY (not quiet, or a read
+ * is in flight), -ENOBUFS (no frame of len bytes). */
+int net_conn_quiet_read(struct net_conn *c, size_t len);
+/* While quiet: one sendmsg of data[0..len) (copied) with one control message (level, type,
+ * cdata[0..clen), copied) in front of whatever the app queues later; a short or failed send
+ * closes the connection. Returns 0, -EBUSY (not quiet, or a send in flight), -EMSGSIZE (len 0
+ * or over NET_QUIET_MSG_MAX, clen over NET_QUIET_CONTROL_MAX), -ENOMEM (send contexts). */
+int net_conn_quiet_sendmsg(struct net_conn *c, int level, int type, const void *cdata, size_t clen,
+                           const void *data, size_t len);
+/* Leave the quiet state: the kept bytes go through the (possibly new) codec, receiving resumes
+ * (record-typed if the codec has a record hook) and queued sends are flushed. */
+void net_conn_quiet_end(struct net_conn *c);
+/* Raw bytes received but not yet taken by the codec (its tail, then bytes kept while paused or
+ * quiet, in arrival order): how many, and a copy of len of them from offset off (returns the
+ * bytes copied, fewer at the end). */
+size_t net_conn_kept_bytes(const struct net_conn *c);
+size_t net_conn_kept_peek(const struct net_conn *c, size_t off, void *buf, size_t len);
 
 /* ---------------------------------------------------------------- migration */
 

@@ -22,12 +22,37 @@ struct net_sendq {
     uint64_t bytes; /* bytes in entries */
 };
 
-/* One sendmsg in flight: its msghdr and iovecs must live until the CQE. */
+/* Control buffers, sized as literals (CMSG_SPACE is not an integer constant expression for
+ * every compiler): one cmsghdr (16 bytes on LP64) plus the data rounded up to 8. */
+#define NET_QUIET_CMSG_SPACE 32u /* NET_QUIET_CONTROL_MAX bytes of data */
+#define NET_RECV_CMSG_SPACE  24u /* one record type byte */
+_Static_assert(NET_QUIET_CMSG_SPACE >= CMSG_SPACE(NET_QUIET_CONTROL_MAX), "quiet cmsg fits");
+_Static_assert(NET_RECV_CMSG_SPACE >= CMSG_SPACE(sizeof(uint8_t)), "record type cmsg fits");
+
+/* One sendmsg in flight: its msghdr and iovecs must live until the CQE. A quiet sendmsg
+ * (net_conn_quiet_sendmsg) carries its own control message and payload here too. */
 struct net_send_ctx {
     struct msghdr msg;
     struct iovec iov[NET_IOV_MAX];
     uint32_t entries; /* entries of the wire queue covered by iov */
     uint64_t bytes;
+    union {
+        size_t align; /* a cmsghdr's alignment (struct cmsghdr has a flexible array) */
+        uint8_t buf[NET_QUIET_CMSG_SPACE];
+    } control;
+    uint8_t payload[NET_QUIET_MSG_MAX];
+};
+
+/* Record-typed receive (codec->record): one recvmsg at a time. The kernel writes the record
+ * type into control and msg_controllen / msg_flags back into msg at completion, so all of it
+ * lives (in the connection) until the CQE. */
+struct net_recv_msg {
+    struct msghdr msg;
+    struct iovec iov; /* without a buffer ring: the connection's recv frame */
+    union {
+        size_t align; /* a cmsghdr's alignment (struct cmsghdr has a flexible array) */
+        uint8_t buf[NET_RECV_CMSG_SPACE];
+    } control;
 };
 
 enum net_conn_flag {
@@ -38,8 +63,11 @@ enum net_conn_flag {
     NET_F_WR_SHUT = 1u << 4,     /* write side is shut */
     NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
     NET_F_FD_CLOSED = 1u << 6,
-    NET_F_MIGRATING = 1u << 7, /* moving to another shard once its ops are done */
-    NET_F_ENCODING = 1u << 8,  /* inside codec->encode (a flush is running) */
+    NET_F_MIGRATING = 1u << 7,   /* moving to another shard once its ops are done */
+    NET_F_ENCODING = 1u << 8,    /* inside codec->encode (a flush is running) */
+    NET_F_QUIET = 1u << 9,       /* a layer holds the socket still (net_conn_quiet_begin) */
+    NET_F_QUIET_WAIT = 1u << 10, /* ... and waits for codec->quiesced */
+    NET_F_QUIET_READ = 1u << 11, /* recv_op is a net_conn_quiet_read */
 };
 
 struct net_conn {
@@ -69,6 +97,7 @@ struct net_conn {
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
     struct net_addr peer;
     struct net_conn_stats stats;
+    struct net_recv_msg rmsg;               /* record-typed receive only */
     struct net_migration *migration;        /* while NET_F_MIGRATING */
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
 };
@@ -85,6 +114,7 @@ struct net_shard {
     /* Buffers a paused connection holds, chained per connection in arrival order. */
     uint16_t held_next[NET_BUF_RING_ENTRIES];
     uint32_t held_len[NET_BUF_RING_ENTRIES];
+    uint8_t held_type[NET_BUF_RING_ENTRIES]; /* record type (0: untyped bytes) */
     struct hd_flush br_flush;
 };
 

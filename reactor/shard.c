@@ -257,7 +257,10 @@ static void tick(struct hd_shard *s)
     if (!ready && wait > 0 && spin > 0 && busy_poll(s, spin))
         wait = 0;
     enter(s, ready ? 0 : wait);
-    uint64_t t2 = sample ? hd_clock_ns() : 0;
+    /* The clock again after the wait: timers armed by the completions below count from now,
+     * not from before a sleep (or a long tick) that may have lasted a while. */
+    uint64_t t2 = hd_clock_ns();
+    s->now_ms = t2 / 1000000u;
     unsigned cqes = hd_ops_dispatch(s, HD_CQE_BUDGET_MAX);
     if (sample) {
         hd_hist_record(&s->stats.tick_ns, (t1 - t0) + (hd_clock_ns() - t2));

@@ -5,6 +5,12 @@
  * (tls_record.h), and the SSL object is freed. The app keeps its net_conn handler: it sees only
  * plaintext in on_data, and queues plaintext with net_conn_send as on plain TCP.
  *
+ * kTLS: the switch happens at a quiet point (net_conn_quiet_begin) once the handshake's last
+ * flight is sent and receiving stopped: bytes that arrived before are whole records opened in
+ * userspace (a partial one is completed first), the kernel takes over at the next sequence
+ * number, on_handshake then reports the mode. A kTLS socket is read record-typed: close_notify,
+ * KeyUpdate and NewSessionTicket arrive as records, never as data.
+ *
  * TLS 1.3 only: userspace records and the key extraction are TLS 1.3's (RFC 8446 §7.3); a
  * TLS 1.2 connection could not leave BoringSSL, so 1.2 is refused at the handshake.
  *
@@ -110,6 +116,7 @@ struct tls_conn_options {
      * certificate (DNS name or IP). Borrowed for the call. Ignored by servers. */
     const char *server_name;
     tls_handshake_fn *on_handshake; /* optional */
+    bool ktls_disable;              /* this connection keeps userspace records */
 };
 
 /* Starts TLS on an adopted (server ctx) or connecting/connected (client ctx) connection: installs
@@ -120,6 +127,21 @@ struct tls_conn_options {
  * BoringSSL), -EINVAL (bad server_name); on error nothing is installed and the caller closes
  * the connection. */
 int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_conn_options *o);
+
+/* Ends a finished connection cleanly: the plaintext queued so far goes out, then close_notify,
+ * then the connection closes (on_close reason 0); the peer sees a clean end of stream. What
+ * the app queues afterwards is dropped. Returns 0 (also when already ending), -ENOTCONN (the
+ * handshake has not finished: the connection is closed at once, without close_notify), -EPIPE
+ * (closed or closing). */
+int tls_conn_close_notify(struct net_conn *c);
+
+/* KeyUpdate (RFC 8446 §4.6.3): rekeys our sending direction, and asks the peer to rekey its own
+ * if request_peer. Userspace records: done in place. kTLS: the record goes out after what is
+ * queued and the kernel is rekeyed if it can be (tls_ktls_rekey_available); otherwise the
+ * connection ends cleanly instead (close_notify, on_close reason -EOPNOTSUPP, a logged reason).
+ * Returns 0, -EOPNOTSUPP (kTLS without kernel rekey: closing), -ENOTCONN (handshake not done),
+ * -EPIPE (closing), -ENOBUFS (no frame for the record). */
+int tls_conn_key_update(struct net_conn *c, bool request_peer);
 
 /* ---------------------------------------------------------------- per shard */
 
@@ -144,7 +166,12 @@ struct tls_shard_stats {
     uint64_t key_updates_out;    /* KeyUpdates sent (answers and our own rekeys) */
     uint64_t record_errors;      /* records that closed a connection (bad MAC, size, type) */
     uint64_t early_bytes;        /* record bytes that came in one read with the handshake's
-                                  * last record (e.g. a first request): opened, not lost */
+                                  * last record (e.g. a first request), or before the kTLS keys
+                                  * went in: opened here, not lost */
+    uint64_t close_notify_in;    /* close_notify alerts received */
+    uint64_t close_notify_out;   /* close_notify alerts sent */
+    uint64_t ktls_rekey_closes;  /* kTLS connections ended because the kernel cannot rekey */
+    uint64_t ktls_failed;        /* kTLS wanted but the keys did not go in (stayed userspace) */
     uint32_t handshakes_now;     /* in progress */
 };
 const struct tls_shard_stats *tls_shard_stats(struct hd_shard *s);
@@ -152,6 +179,11 @@ const struct tls_shard_stats *tls_shard_stats(struct hd_shard *s);
 /* Whether the kernel offers the tls ULP (probed once per process: TCP_ULP "tls" on a fresh
  * socket answers ENOENT when the module is absent). Any thread. */
 bool tls_ktls_available(void);
+
+/* Whether the kernel can rekey a kTLS socket in place (TLS 1.3 KeyUpdate; Linux 6.14 and
+ * later): probed once per process on a throwaway loopback connection, since kernels before
+ * that refuse a second TLS_TX with EBUSY. Any thread. */
+bool tls_ktls_rekey_available(void);
 
 /* Bytes of tls state an idle userspace-TLS connection holds (not counting the net_conn). */
 size_t tls_conn_state_size(void);

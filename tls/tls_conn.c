@@ -1,16 +1,35 @@
-/* tls_conn.c - userspace TLS 1.3 records as a net codec, after the handshake: decode opens
+/* tls_conn.c - TLS 1.3 records after the handshake, as two net codecs. Userspace: decode opens
  * records in place and delivers their plaintext (application data), handles KeyUpdate (answering
  * update_requested with our own), ignores NewSessionTicket, turns close_notify into a clean
  * close (after our own close_notify) and any other alert or bad record into a logged close;
  * encode takes the connection's queued plaintext frames and seals them, coalesced, into 16 KiB
- * records in pool frames. Runs on the connection's shard; never allocates beyond pool frames.
- * Owns: the connection's struct tls_conn (keys) until the codec is released. */
+ * records in pool frames. kTLS: bytes pass through both ways; the records that arrived before
+ * the switch are opened here first; control records arrive typed (net's record hook) and go to
+ * the same KeyUpdate / alert handling, which on kTLS sends its records at quiet points (rekeying
+ * the kernel when it can, else closing cleanly). Also the public close_notify / KeyUpdate calls
+ * and the kernel rekey probe. Runs on the connection's shard; never allocates beyond pool
+ * frames. Owns: the connection's struct tls_conn (keys) until the codec is released. */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
+#include <unistd.h>
+
+#include <openssl/mem.h>
 
 #include "tls_impl.h"
+
+#ifndef SOL_TLS
+#define SOL_TLS 282 /* include/linux/socket.h */
+#endif
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
 
 /* Plaintext sealed per output frame: three full records (49,218 bytes on the wire) fit the
  * default 64 KiB frame class; more iovecs than this per batch end the batch early. */
@@ -54,7 +73,7 @@ int tls_wire_send(struct net_conn *c, struct hd_frame *f, uint32_t len)
     return rc < 0 ? rc : tls_kick(c);
 }
 
-static void rec_log(struct net_conn *c, const char *what, int reason)
+void tls_log_closing(struct net_conn *c, const char *what, int reason)
 {
     char peer[64];
     net_addr_format(net_conn_peer(c), peer, sizeof(peer));
@@ -66,12 +85,12 @@ static void rec_log(struct net_conn *c, const char *what, int reason)
 
 /* Seal a KeyUpdate, then move the write direction to the next key. kick: from a decode (a
  * flush must follow); encode's caller sends the wire queue anyway. Returns 0 or -errno. */
-static int send_key_update(struct net_conn *c, struct tls_conn *t, bool kick)
+static int send_key_update(struct net_conn *c, struct tls_conn *t, bool kick, bool requested)
 {
     struct hd_frame *f = hd_frame_get(net_conn_shard(c), TLS_CONTROL_RECORD_SIZE);
     if (f == NULL)
         return -ENOBUFS;
-    ssize_t n = tls_record_seal_key_update(&t->tx, false, f->data, f->size);
+    ssize_t n = tls_record_seal_key_update(&t->tx, requested, f->data, f->size);
     int rc = n < 0 ? (int)n : tls_record_state_update(&t->tx);
     if (rc < 0) {
         hd_frame_unref(net_conn_shard(c), f);
@@ -129,7 +148,7 @@ static int encode_batch(struct net_conn *c, struct tls_conn *t, bool *progress)
     *progress = n > 0 || done_count > 0;
     int rc = 0;
     if (total > 0 && tls_record_state_update_due(&t->tx))
-        rc = send_key_update(c, t, false); /* AES-GCM's per-key limit (RFC 8446 §5.5) */
+        rc = send_key_update(c, t, false, false); /* AES-GCM's limit (RFC 8446 §5.5) */
     if (rc == 0 && total > 0)
         rc = seal_into_frame(c, t, iov, n, total);
     for (size_t i = 0; i < done_count; i++)
@@ -145,47 +164,40 @@ static int rec_encode(struct net_conn *c, void *state)
     while (rc == 0 && progress) /* ends when the queue is empty: bounded by send_max_bytes */
         rc = encode_batch(c, t, &progress);
     if (rc < 0)
-        rec_log(c, "sealing records", rc);
+        tls_log_closing(c, "sealing records", rc);
     return rc;
 }
 
 /* ---------------------------------------------------------------- decode */
+
+static int ktls_key_update_in(struct net_conn *c, struct tls_conn *t, bool requested);
+static int close_notify_out(struct net_conn *c, struct tls_conn *t, int reason);
 
 static int on_post_handshake(struct net_conn *c, struct tls_conn *t, const struct tls_record_in *r)
 {
     struct tls_post_handshake ph;
     int rc = tls_post_handshake_parse(r->data, r->data_len, &ph);
     if (rc < 0) {
-        rec_log(c, "bad post-handshake message", rc);
+        tls_log_closing(c, "bad post-handshake message", rc);
         return rc;
     }
     if (!ph.key_update)
         return 0; /* NewSessionTicket: we never resume */
     t->ts->stats.key_updates_in++;
+    if (t->mode == TLS_MODE_KTLS)
+        return ktls_key_update_in(c, t, ph.update_requested);
     rc = tls_record_state_update(&t->rx);
     if (rc == 0 && ph.update_requested)
-        rc = send_key_update(c, t, true);
+        rc = send_key_update(c, t, true, false);
     return rc;
 }
 
-/* close_notify: seal what the app queued, answer with our own close_notify, close once sent. */
+/* The peer's close_notify: answer with ours after what the app queued, then close (0). */
 static int on_close_notify(struct net_conn *c, struct tls_conn *t)
 {
     t->closed_notify = true;
-    int rc = rec_encode(c, t);
-    struct hd_frame *f = rc == 0 ? hd_frame_get(net_conn_shard(c), TLS_CONTROL_RECORD_SIZE) : NULL;
-    if (f) {
-        ssize_t n = tls_record_seal_alert(&t->tx, TLS_ALERT_CLOSE_NOTIFY, f->data, f->size);
-        if (n > 0) {
-            f->len = (uint32_t)n;
-            net_conn_wire_queue(c, f, 0, f->len);
-        } else {
-            hd_frame_unref(net_conn_shard(c), f);
-        }
-    }
-    tls_kick(c);
-    net_conn_close(c, 0, true);
-    return 0;
+    t->ts->stats.close_notify_in++;
+    return close_notify_out(c, t, 0);
 }
 
 static int on_alert(struct net_conn *c, struct tls_conn *t, const struct tls_record_in *r)
@@ -230,28 +242,37 @@ static const char *open_error(int rc)
     }
 }
 
-static ssize_t rec_decode(struct net_conn *c, void *state, uint8_t *in, size_t len)
+/* Open records of in[0..len) and act on them; *budget (if set) bounds how many. Returns the
+ * bytes of the records taken, or -errno. */
+static ssize_t rec_open_all(struct net_conn *c, struct tls_conn *t, uint8_t *in, size_t len,
+                            uint32_t *budget)
 {
-    struct tls_conn *t = state;
     size_t off = 0;
-    while (off < len) {
-        if (t->closed_notify || net_conn_state(c) != NET_CONN_OPEN)
-            return (ssize_t)len; /* nothing after close_notify counts (RFC 8446 §6.1) */
+    while (off < len && (budget == NULL || *budget > 0)) {
+        if (t->closed_notify || (t->todo & TLS_TODO_CLOSE) || net_conn_state(c) != NET_CONN_OPEN)
+            return (ssize_t)len; /* nothing after a close_notify counts (RFC 8446 §6.1) */
         struct tls_record_in r;
         int rc = tls_record_open(&t->rx, in + off, len - off, &r);
         if (rc == -EAGAIN)
             break; /* net keeps the partial record and offers it again with more bytes */
         if (rc < 0) {
             t->ts->stats.record_errors++;
-            rec_log(c, open_error(rc), rc);
+            tls_log_closing(c, open_error(rc), rc);
             return rc;
         }
         off += r.record_len;
+        if (budget)
+            (*budget)--;
         rc = on_record(c, t, &r);
         if (rc < 0)
             return rc;
     }
     return (ssize_t)off;
+}
+
+static ssize_t rec_decode(struct net_conn *c, void *state, uint8_t *in, size_t len)
+{
+    return rec_open_all(c, state, in, len, NULL);
 }
 
 static void rec_release(struct net_conn *c, void *state)
@@ -267,7 +288,7 @@ struct tls_moved {
     struct tls_traffic_keys rx, tx;
     uint64_t rx_seq, tx_seq;
     struct hd_frame *pend;
-    uint32_t pend_off, pend_len, idle_timeout_ms, write_timeout_ms;
+    uint32_t pend_off, pend_len, idle_timeout_ms, write_timeout_ms, ktls_rx_left;
     tls_handshake_fn *on_handshake;
     uint8_t mode;
     bool server, closed_notify;
@@ -277,8 +298,8 @@ static void *rec_move_out(struct net_conn *c, void *state)
 {
     (void)c;
     struct tls_conn *t = state;
-    if (t->hs)
-        return NULL; /* only finished handshakes move */
+    if (t->hs || t->todo)
+        return NULL; /* only finished handshakes move, and none in the middle of a rekey */
     struct tls_moved *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
@@ -294,6 +315,7 @@ static void *rec_move_out(struct net_conn *c, void *state)
     m->pend_len = t->pend_len;
     m->idle_timeout_ms = t->idle_timeout_ms;
     m->write_timeout_ms = t->write_timeout_ms;
+    m->ktls_rx_left = t->ktls_rx_left;
     m->on_handshake = t->on_handshake;
     m->mode = t->mode;
     m->server = t->server;
@@ -323,6 +345,7 @@ static void *rec_move_in(struct net_conn *c, void *moved)
         t->pend_len = m->pend_len;
         t->idle_timeout_ms = m->idle_timeout_ms;
         t->write_timeout_ms = m->write_timeout_ms;
+        t->ktls_rx_left = m->ktls_rx_left;
         t->on_handshake = m->on_handshake;
         t->mode = m->mode;
         t->server = m->server;
@@ -343,4 +366,294 @@ const struct net_codec tls_record_codec = {
     .release = rec_release,
     .move_out = rec_move_out,
     .move_in = rec_move_in,
+    .quiesced = tls_quiesced,
 };
+
+/* ---------------------------------------------------------------- kTLS */
+
+/* The records that arrived before the switch are opened here (exactly ktls_rx_left of them:
+ * net replays them before the first kTLS read); the kernel's plaintext passes through. */
+static ssize_t ktls_decode(struct net_conn *c, void *state, uint8_t *in, size_t len)
+{
+    struct tls_conn *t = state;
+    if (t->ktls_rx_left > 0) {
+        ssize_t n = rec_open_all(c, t, in, len, &t->ktls_rx_left);
+        if (n >= 0 && t->ktls_rx_left == 0 && (size_t)n < len)
+            return -EPROTO; /* bytes past the counted records: cannot be (our invariant) */
+        return n;
+    }
+    if (t->closed_notify || (t->todo & TLS_TODO_CLOSE))
+        return (ssize_t)len; /* read before the quiet point took effect: does not count */
+    int rc = net_conn_deliver(c, in, len);
+    return rc < 0 ? rc : (ssize_t)len;
+}
+
+/* Queued plaintext goes to the wire unchanged (the kernel seals it), one sendmsg's worth per
+ * flush so the rest stays droppable (net_conn_drop_oldest), except while a quiet point is
+ * pending: a KeyUpdate or close_notify must go out first (after a close nothing goes). */
+static int ktls_move(struct net_conn *c, struct tls_conn *t, unsigned max)
+{
+    unsigned moved = 0;
+    if (t->pend) {
+        int rc = net_conn_wire_queue(c, t->pend, t->pend_off, t->pend_len);
+        t->pend = NULL;
+        if (rc < 0)
+            return rc;
+        moved++;
+    }
+    uint32_t off, len;
+    struct hd_frame *f;
+    while (moved < max && (f = net_conn_plain_take(c, &off, &len)) != NULL) {
+        if (len == 0) {
+            hd_frame_unref(net_conn_shard(c), f);
+            continue;
+        }
+        int rc = net_conn_wire_queue(c, f, off, len);
+        if (rc < 0)
+            return rc;
+        moved++;
+    }
+    return 0;
+}
+
+static int ktls_encode(struct net_conn *c, void *state)
+{
+    struct tls_conn *t = state;
+    return t->todo ? 0 : ktls_move(c, t, NET_IOV_MAX);
+}
+
+/* A control record the kernel opened (net's record hook): the same handling as in userspace. */
+static int ktls_record(struct net_conn *c, void *state, uint8_t type, uint8_t *data, size_t len)
+{
+    struct tls_conn *t = state;
+    if (t->closed_notify || (t->todo & TLS_TODO_CLOSE))
+        return 0;
+    struct tls_record_in r = {.type = type, .data = data, .data_len = len, .record_len = len};
+    return on_record(c, t, &r);
+}
+
+const struct net_codec tls_ktls_codec = {
+    .name = "tls-ktls",
+    .decode = ktls_decode,
+    .encode = ktls_encode,
+    .release = rec_release,
+    .move_out = rec_move_out,
+    .move_in = rec_move_in,
+    .record = ktls_record,
+    .quiesced = tls_quiesced,
+};
+
+/* Our close_notify: userspace seals it behind what is queued and closes after the flush; kTLS
+ * sends it as an alert record at a quiet point (after the queued plaintext). Returns 0. */
+static int close_notify_out(struct net_conn *c, struct tls_conn *t, int reason)
+{
+    if (t->mode == TLS_MODE_KTLS) {
+        if (t->todo & TLS_TODO_CLOSE)
+            return 0;
+        int rc = t->todo ? 0 : ktls_move(c, t, UINT32_MAX); /* what is queued goes first */
+        t->todo |= TLS_TODO_CLOSE;
+        t->close_reason = reason;
+        if (rc == 0)
+            rc = net_conn_quiet_begin(c);
+        if (rc < 0)
+            net_conn_close(c, rc, false);
+        return 0;
+    }
+    if (t->todo & TLS_TODO_CLOSE_SENT)
+        return 0;
+    t->todo |= TLS_TODO_CLOSE | TLS_TODO_CLOSE_SENT; /* once; and no KeyUpdate after it */
+    int rc = rec_encode(c, t);
+    struct hd_frame *f = rc == 0 ? hd_frame_get(net_conn_shard(c), TLS_CONTROL_RECORD_SIZE) : NULL;
+    if (f) {
+        ssize_t n = tls_record_seal_alert(&t->tx, TLS_ALERT_CLOSE_NOTIFY, f->data, f->size);
+        if (n > 0) {
+            f->len = (uint32_t)n;
+            if (net_conn_wire_queue(c, f, 0, f->len) == 0)
+                t->ts->stats.close_notify_out++;
+        } else {
+            hd_frame_unref(net_conn_shard(c), f);
+        }
+    }
+    tls_kick(c);
+    net_conn_close(c, reason, true);
+    return 0;
+}
+
+/* A KeyUpdate arrived on kTLS RX: rekey the kernel's RX if it can (and answer a request), else
+ * end cleanly; nothing is read past this record meanwhile (net reads one record at a time and
+ * the quiet point stops it). Returns 0 or -errno. */
+static int ktls_key_update_in(struct net_conn *c, struct tls_conn *t, bool requested)
+{
+    int rc = -EOPNOTSUPP;
+    if (tls_ktls_rekey_available()) {
+        /* The records still opened here (received before the switch) use the new key too:
+         * the kernel's first one comes after them. */
+        rc = tls_record_state_update(&t->rx);
+        if (rc == 0)
+            rc = tls_ktls_set(net_conn_fd(c), TLS_RX, &t->rx, t->ktls_rx_left);
+        if (rc == 0 && requested)
+            rc = tls_conn_key_update(c, false);
+        if (rc == 0)
+            return 0;
+    }
+    t->ts->stats.ktls_rekey_closes++;
+    tls_log_closing(c, "peer KeyUpdate cannot be followed: kTLS cannot rekey here", rc);
+    return close_notify_out(c, t, -EOPNOTSUPP);
+}
+
+/* kTLS: send the KeyUpdate record, then rekey the kernel's TX. */
+static void ktls_key_update_step(struct net_conn *c, struct tls_conn *t)
+{
+    int rc = 0;
+    if (!(t->todo & TLS_TODO_KU_SENT)) {
+        uint8_t type = TLS_CONTENT_HANDSHAKE;
+        uint8_t msg[TLS_HANDSHAKE_HEADER_LEN + 1] = {TLS_HANDSHAKE_KEY_UPDATE, 0, 0, 1,
+                                                     (t->todo & TLS_TODO_KU_REQUEST) ? 1 : 0};
+        rc = net_conn_quiet_sendmsg(c, SOL_TLS, TLS_SET_RECORD_TYPE, &type, 1, msg, sizeof(msg));
+        if (rc == 0) {
+            t->todo |= TLS_TODO_KU_SENT;
+            return; /* quiesced runs again once it is out */
+        }
+    } else {
+        rc = tls_record_state_update(&t->tx);
+        if (rc == 0)
+            rc = tls_ktls_set(net_conn_fd(c), TLS_TX, &t->tx, 0);
+    }
+    t->todo &= (uint8_t) ~(TLS_TODO_KEY_UPDATE | TLS_TODO_KU_REQUEST | TLS_TODO_KU_SENT);
+    if (rc < 0) { /* the peer expects the next key now: no clean end is possible */
+        tls_log_closing(c, "kTLS rekey of TX failed", rc);
+        net_conn_close(c, rc, false);
+        return;
+    }
+    t->ts->stats.key_updates_out++;
+    tls_quiet_next(c, t);
+}
+
+/* kTLS: send close_notify as an alert record, then close. */
+static void ktls_close_step(struct net_conn *c, struct tls_conn *t)
+{
+    if (!(t->todo & TLS_TODO_CLOSE_SENT)) {
+        static const uint8_t alert[2] = {1, TLS_ALERT_CLOSE_NOTIFY}; /* warning, close_notify */
+        uint8_t type = TLS_CONTENT_ALERT;
+        int rc =
+            net_conn_quiet_sendmsg(c, SOL_TLS, TLS_SET_RECORD_TYPE, &type, 1, alert, sizeof(alert));
+        if (rc == 0) {
+            t->todo |= TLS_TODO_CLOSE_SENT;
+            t->ts->stats.close_notify_out++;
+            return;
+        }
+        tls_log_closing(c, "cannot send close_notify", rc);
+    }
+    net_conn_close(c, t->close_reason, false);
+}
+
+void tls_quiet_next(struct net_conn *c, struct tls_conn *t)
+{
+    if (t->todo == 0)
+        net_conn_quiet_end(c);
+    else if (net_conn_quiet_begin(c) < 0)
+        net_conn_close(c, -EBUSY, false);
+}
+
+void tls_quiesced(struct net_conn *c, void *state)
+{
+    struct tls_conn *t = state;
+    if (t->todo & TLS_TODO_SWITCH)
+        tls_switch_step(c, t);
+    else if (t->todo & TLS_TODO_KEY_UPDATE)
+        ktls_key_update_step(c, t);
+    else if (t->todo & TLS_TODO_CLOSE)
+        ktls_close_step(c, t);
+    else
+        net_conn_quiet_end(c);
+}
+
+/* ---------------------------------------------------------------- public */
+
+/* The TLS state of a connection whose handshake is done, or NULL. */
+static struct tls_conn *tls_conn_of(struct net_conn *c)
+{
+    void *state;
+    const struct net_codec *k = net_conn_codec(c, &state);
+    return k == &tls_record_codec || k == &tls_ktls_codec ? state : NULL;
+}
+
+int tls_conn_close_notify(struct net_conn *c)
+{
+    if (net_conn_state(c) != NET_CONN_OPEN)
+        return -EPIPE;
+    struct tls_conn *t = tls_conn_of(c);
+    if (t == NULL) {
+        net_conn_close(c, 0, false);
+        return -ENOTCONN;
+    }
+    return close_notify_out(c, t, 0);
+}
+
+int tls_conn_key_update(struct net_conn *c, bool request_peer)
+{
+    if (net_conn_state(c) != NET_CONN_OPEN)
+        return -EPIPE;
+    struct tls_conn *t = tls_conn_of(c);
+    if (t == NULL)
+        return -ENOTCONN;
+    if (t->closed_notify || (t->todo & TLS_TODO_CLOSE))
+        return -EPIPE;
+    if (t->mode == TLS_MODE_USERSPACE)
+        return send_key_update(c, t, true, request_peer);
+    if (!tls_ktls_rekey_available()) {
+        t->ts->stats.ktls_rekey_closes++;
+        tls_log_closing(c, "KeyUpdate requested: kTLS cannot rekey here", -EOPNOTSUPP);
+        close_notify_out(c, t, -EOPNOTSUPP);
+        return -EOPNOTSUPP;
+    }
+    if (t->todo & TLS_TODO_KEY_UPDATE)
+        return 0; /* one is on its way */
+    t->todo |= TLS_TODO_KEY_UPDATE | (request_peer ? TLS_TODO_KU_REQUEST : 0);
+    return net_conn_quiet_begin(c);
+}
+
+/* ---------------------------------------------------------------- rekey probe */
+
+static pthread_once_t rekey_once = PTHREAD_ONCE_INIT;
+static bool rekey_present;
+
+/* A loopback connection with TX keys set twice: Linux before 6.14 answers the second
+ * setsockopt with EBUSY (crypto info set only once); later kernels take it as a TLS 1.3 rekey.
+ * The key is a dummy: nothing is ever sent. */
+static void rekey_probe(void)
+{
+#if defined(SOL_TLS) && defined(TLS_TX)
+    if (!tls_ktls_available())
+        return;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct tls12_crypto_info_aes_gcm_128 info = {
+        .info = {.version = TLS_1_3_VERSION, .cipher_type = TLS_CIPHER_AES_GCM_128}};
+    int err = 0;
+    if (l < 0 || fd < 0 || bind(l, (struct sockaddr *)&a, alen) < 0 || listen(l, 1) < 0 ||
+        getsockname(l, (struct sockaddr *)&a, &alen) < 0 ||
+        connect(fd, (struct sockaddr *)&a, alen) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) < 0 ||
+        setsockopt(fd, SOL_TLS, TLS_TX, &info, sizeof(info)) < 0)
+        err = errno;
+    else if (setsockopt(fd, SOL_TLS, TLS_TX, &info, sizeof(info)) == 0)
+        rekey_present = true;
+    else
+        err = errno;
+    if (l >= 0)
+        close(l);
+    if (fd >= 0)
+        close(fd);
+    hd_log(HD_LOG_INFO, "tls: kernel kTLS rekey %s (%s)", rekey_present ? "present" : "absent",
+           rekey_present ? "second TLS_TX accepted" : strerror(err));
+#endif
+}
+
+bool tls_ktls_rekey_available(void)
+{
+    pthread_once(&rekey_once, rekey_probe);
+    return rekey_present;
+}

@@ -3,9 +3,12 @@
  * record: whatever follows it, such as the client's first request, stays in our byte stream
  * for the record layer, nothing decrypted is stranded inside the SSL object), its output goes
  * to the connection's wire queue, a deadline timer bounds it. On completion the traffic
- * secrets (keylog callback) and sequence numbers key the record layer, or kTLS, and the SSL
- * object is freed. Also the per-shard pools, cap and counters. Runs on the connection's shard.
- * Owns: each connection's struct tls_handshake (and its SSL) until the switch. */
+ * secrets (keylog callback) and sequence numbers key the userspace record layer; for kTLS the
+ * connection is then quiesced (our last flight sent, receiving stopped), the bytes that came
+ * meanwhile are counted as records (a partial one completed), and the kernel gets both keys at
+ * the sequence numbers after them (tls_switch_step). Then the SSL object is freed. Also the
+ * per-shard pools, cap and counters. Runs on the connection's shard. Owns: each connection's
+ * struct tls_handshake (and its SSL) until the switch. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -57,7 +60,7 @@ int tls_shard_init(struct hd_shard *s, const struct tls_shard_options *o)
         return rc;
     }
     if (!ts->ktls_disable)
-        tls_ktls_available(); /* probe now, not on the first handshake */
+        tls_ktls_rekey_available(); /* probe now (both), not on the first handshake */
     hd_shard_slot_set(s, HD_SLOT_TLS, ts);
     return 0;
 }
@@ -149,45 +152,49 @@ static int hs_flush_out(struct net_conn *c, struct tls_handshake *hs)
 
 /* ---------------------------------------------------------------- completion */
 
-#if defined(SOL_TLS) && defined(TLS_TX)
-/* Hand both directions to the kernel. Returns 0; -errno before anything was installed (stay in
- * userspace); -EPROTO when TX went in but RX did not (the connection must close). */
-static int ktls_install(int fd, const struct tls_traffic_keys *rx, uint64_t rseq,
-                        const struct tls_traffic_keys *tx, uint64_t wseq)
+int tls_ktls_set(int fd, int dir, const struct tls_record_state *st, uint64_t seq)
 {
-    if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) < 0)
-        return -errno;
+#if defined(SOL_TLS) && defined(TLS_TX)
+    struct tls_traffic_keys k;
     union tls_ktls_info info;
-    int len = tls_ktls_info_fill(&info, tx, wseq);
-    int rc = len < 0 ? len : setsockopt(fd, SOL_TLS, TLS_TX, &info, (socklen_t)len);
+    int rc = tls_traffic_keys_init(&k, st->suite, st->secret, st->secret_len);
+    int len = rc < 0 ? rc : tls_ktls_info_fill(&info, &k, seq);
+    rc = len < 0 ? len : setsockopt(fd, SOL_TLS, dir, &info, (socklen_t)len);
     rc = rc < 0 && len >= 0 ? -errno : rc;
     OPENSSL_cleanse(&info, sizeof(info));
+    tls_traffic_keys_deinit(&k);
+    return rc;
+#else
+    (void)fd, (void)dir, (void)st, (void)seq;
+    return -ENOTSUP;
+#endif
+}
+
+/* Hand both directions to the kernel: TX at the next write sequence, RX at the sequence after
+ * the records opened in userspace. Returns 0; -errno before anything was installed (stay in
+ * userspace); -EPROTO when TX went in but RX did not (the connection must close). */
+static int ktls_install(int fd, struct tls_conn *t, uint32_t rx_records)
+{
+#if defined(SOL_TLS) && defined(TLS_TX)
+    if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) < 0)
+        return -errno;
+    int rc = tls_ktls_set(fd, TLS_TX, &t->tx, t->tx.seq);
     if (rc < 0)
         return rc; /* a tls ULP without keys passes bytes through unchanged */
-    len = tls_ktls_info_fill(&info, rx, rseq);
-    rc = len < 0 ? len : setsockopt(fd, SOL_TLS, TLS_RX, &info, (socklen_t)len);
-    OPENSSL_cleanse(&info, sizeof(info));
+    rc = tls_ktls_set(fd, TLS_RX, &t->rx, t->rx.seq + rx_records);
     return rc < 0 ? -EPROTO : 0;
-}
-#endif
-
-/* kTLS only when nothing is in flight on either side of the switch: no record bytes we already
- * received (they would need userspace decryption first) and nothing queued to send. */
-static bool ktls_try(struct net_conn *c, struct tls_conn *t, const struct tls_traffic_keys *rx,
-                     uint64_t rseq, const struct tls_traffic_keys *tx, uint64_t wseq,
-                     size_t leftover, int *err)
-{
-    *err = 0;
-    if (t->ts->ktls_disable || leftover > 0 || net_conn_queued_bytes(c) > 0 || t->pend ||
-        !tls_ktls_available())
-        return false;
-#if defined(SOL_TLS) && defined(TLS_TX)
-    int rc = ktls_install(net_conn_fd(c), rx, rseq, tx, wseq);
-    if (rc == -EPROTO)
-        *err = rc;
-    return rc == 0;
 #else
-    (void)rx, (void)rseq, (void)tx, (void)wseq;
+    (void)fd, (void)t, (void)rx_records;
+    return -ENOTSUP;
+#endif
+}
+
+static bool ktls_wanted(const struct tls_conn *t)
+{
+#if defined(SOL_TLS) && defined(TLS_TX)
+    return !t->ts->ktls_disable && !t->ktls_disable && tls_ktls_available();
+#else
+    (void)t;
     return false;
 #endif
 }
@@ -208,11 +215,11 @@ static int hs_keys(struct tls_conn *t, SSL *ssl, struct tls_traffic_keys *rx,
     return rc;
 }
 
-static void hs_info(SSL *ssl, struct tls_conn_info *info, uint16_t suite)
+static void hs_info(SSL *ssl, struct tls_conn_info *info)
 {
     memset(info, 0, sizeof(*info));
     info->version = (uint16_t)SSL_version(ssl);
-    info->suite = suite;
+    info->suite = SSL_CIPHER_get_protocol_id(SSL_get_current_cipher(ssl));
     const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
     if (sni)
         snprintf(info->server_name, sizeof(info->server_name), "%s", sni);
@@ -223,39 +230,13 @@ static void hs_info(SSL *ssl, struct tls_conn_info *info, uint16_t suite)
         memcpy(info->alpn, alpn, alpn_len);
 }
 
-/* Queued plaintext goes to the wire unchanged from now on (the kernel seals it). */
-static void ktls_adopt_plain(struct net_conn *c)
-{
-    uint32_t off, len;
-    struct hd_frame *f;
-    while ((f = net_conn_plain_take(c, &off, &len)) != NULL) {
-        if (len == 0 || net_conn_wire_queue(c, f, off, len) < 0)
-            hd_frame_unref(net_conn_shard(c), f);
-    }
-}
-
-/* The handshake is done: switch the connection to records. Returns 0 or -errno. */
-static int hs_finish(struct net_conn *c, struct tls_conn *t, size_t leftover)
+/* The handshake is over: free the SSL, install the records codec of the mode, tell the app.
+ * Returns 0 or -errno. */
+static int hs_done(struct net_conn *c, struct tls_conn *t, bool ktls)
 {
     struct tls_handshake *hs = t->hs;
-    struct tls_traffic_keys rx, tx;
     struct tls_conn_info info;
-    uint16_t suite = 0;
-    int rc = hs_keys(t, hs->ssl, &rx, &tx, &suite);
-    uint64_t rseq = SSL_get_read_sequence(hs->ssl), wseq = SSL_get_write_sequence(hs->ssl);
-    if (rc == 0)
-        rc = tls_record_state_init(&t->rx, &rx, rseq);
-    if (rc == 0)
-        rc = tls_record_state_init(&t->tx, &tx, wseq);
-    hs_info(hs->ssl, &info, suite);
-    int kerr = 0;
-    bool ktls = rc == 0 && ktls_try(c, t, &rx, rseq, &tx, wseq, leftover, &kerr);
-    tls_traffic_keys_deinit(&rx);
-    tls_traffic_keys_deinit(&tx);
-    if (rc == 0)
-        rc = kerr;
-    if (rc < 0)
-        return rc;
+    hs_info(hs->ssl, &info);
     struct tls_shard *ts = t->ts;
     tls_handshake_free(ts, hs);
     t->hs = NULL;
@@ -263,34 +244,122 @@ static int hs_finish(struct net_conn *c, struct tls_conn *t, size_t leftover)
     net_conn_set_timeouts(c, t->idle_timeout_ms, t->write_timeout_ms);
     info.mode = ktls ? TLS_MODE_KTLS : TLS_MODE_USERSPACE;
     t->mode = (uint8_t)info.mode;
-    tls_handshake_fn *cb = t->on_handshake;
+    int rc = 0;
     if (ktls) {
         ts->stats.conns_ktls++;
-        net_conn_set_codec(c, NULL, NULL);
-        ktls_adopt_plain(c);
-        tls_conn_free(t);
+        net_conn_set_codec(c, &tls_ktls_codec, t);
     } else {
         ts->stats.conns_userspace++;
         net_conn_set_codec(c, &tls_record_codec, t);
-        if (t->pend || net_conn_unsent_count(c) > 0)
-            rc = tls_kick(c); /* plaintext queued during the handshake */
     }
+    if (t->pend || net_conn_unsent_count(c) > 0)
+        rc = tls_kick(c); /* plaintext queued during the handshake */
     char peer[64];
     net_addr_format(net_conn_peer(c), peer, sizeof(peer));
     hd_log_rl(HD_LOG_INFO, "tls: s%u %s: TLSv1.3 0x%04x sni=%s alpn=%s mode=%s",
-              hd_shard_id(net_conn_shard(c)), peer, suite,
+              hd_shard_id(net_conn_shard(c)), peer, info.suite,
               info.server_name[0] ? info.server_name : "-", info.alpn[0] ? info.alpn : "-",
               tls_mode_name(info.mode));
-    if (cb && rc == 0)
-        cb(c, &info);
+    if (t->on_handshake && rc == 0)
+        t->on_handshake(c, &info);
     return rc;
+}
+
+/* The handshake's last message is processed: key the userspace record states, then either
+ * finish in userspace now or quiesce the connection for kTLS (tls_switch_step), keeping the SSL
+ * (and the handshake deadline) until then. Returns 0 or -errno. */
+static int hs_finish(struct net_conn *c, struct tls_conn *t)
+{
+    struct tls_handshake *hs = t->hs;
+    struct tls_traffic_keys rx, tx;
+    uint16_t suite = 0;
+    int rc = hs_keys(t, hs->ssl, &rx, &tx, &suite);
+    uint64_t rseq = SSL_get_read_sequence(hs->ssl), wseq = SSL_get_write_sequence(hs->ssl);
+    if (rc == 0)
+        rc = tls_record_state_init(&t->rx, &rx, rseq);
+    if (rc == 0)
+        rc = tls_record_state_init(&t->tx, &tx, wseq);
+    tls_traffic_keys_deinit(&rx);
+    tls_traffic_keys_deinit(&tx);
+    if (rc < 0)
+        return rc;
+    if (ktls_wanted(t) && net_conn_quiet_begin(c) == 0) {
+        t->todo |= TLS_TODO_SWITCH;
+        return 0;
+    }
+    return hs_done(c, t, false);
+}
+
+/* The kept bytes (received after the handshake's last record, not opened yet) as records: how
+ * many start there, and how many bytes the last one still misses. Returns 0 or -EMSGSIZE (not
+ * records: the userspace record layer reports it). */
+static int kept_records(struct net_conn *c, uint32_t *records, size_t *missing)
+{
+    size_t total = net_conn_kept_bytes(c), off = 0;
+    *records = 0;
+    *missing = 0;
+    while (off < total) {
+        uint8_t h[TLS_RECORD_HEADER_LEN];
+        size_t got = net_conn_kept_peek(c, off, h, sizeof(h));
+        (*records)++;
+        if (got < sizeof(h)) {
+            *missing = sizeof(h) - got;
+            return 0;
+        }
+        size_t rec = TLS_RECORD_HEADER_LEN + ((size_t)h[3] << 8 | h[4]);
+        if (rec > TLS_RECORD_WIRE_MAX)
+            return -EMSGSIZE;
+        if (rec > total - off) {
+            *missing = rec - (total - off);
+            return 0;
+        }
+        off += rec;
+    }
+    return 0;
+}
+
+void tls_switch_step(struct net_conn *c, struct tls_conn *t)
+{
+    uint32_t records;
+    size_t missing;
+    int rc = kept_records(c, &records, &missing);
+    if (rc == 0 && missing > 0) {
+        rc = net_conn_quiet_read(c, missing); /* the kernel must start at a record boundary */
+        if (rc == 0)
+            return; /* quiesced runs again with the bytes */
+    }
+    if (rc == 0)
+        rc = ktls_install(net_conn_fd(c), t, records);
+    t->todo &= (uint8_t)~TLS_TODO_SWITCH;
+    if (rc == -EPROTO) { /* the kernel seals our records now: nothing queued can follow */
+        t->ts->stats.handshakes_failed++;
+        hs_log_fail(c, "kTLS RX keys", rc);
+        net_conn_close(c, rc, false);
+        return;
+    }
+    if (rc < 0) {
+        char peer[64];
+        t->ts->stats.ktls_failed++;
+        hd_log_rl(HD_LOG_WARN, "tls: s%u %s: kTLS keys not installed (%s): userspace records",
+                  hd_shard_id(net_conn_shard(c)),
+                  net_addr_format(net_conn_peer(c), peer, sizeof(peer)), strerror(-rc));
+    }
+    t->ktls_rx_left = rc == 0 ? records : 0;
+    t->ts->stats.early_bytes += net_conn_kept_bytes(c);
+    rc = hs_done(c, t, rc == 0);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return;
+    }
+    if (net_conn_state(c) == NET_CONN_OPEN)
+        tls_quiet_next(c, t); /* what on_handshake asked for, or the end of the quiet */
 }
 
 /* ---------------------------------------------------------------- the codec */
 
 /* One SSL_do_handshake step after new input. Returns 1 when the handshake finished (and the
  * connection switched), 0 to wait for more bytes, or -errno (the connection is closing). */
-static int hs_step(struct net_conn *c, struct tls_conn *t, size_t leftover)
+static int hs_step(struct net_conn *c, struct tls_conn *t)
 {
     struct tls_handshake *hs = t->hs;
     int r = SSL_do_handshake(hs->ssl);
@@ -300,7 +369,7 @@ static int hs_step(struct net_conn *c, struct tls_conn *t, size_t leftover)
         return rc;
     }
     if (r == 1) {
-        rc = hs_finish(c, t, leftover);
+        rc = hs_finish(c, t);
         if (rc < 0) {
             hs_fail(c, t, "key switch", rc);
             return rc;
@@ -318,7 +387,7 @@ static ssize_t hs_decode(struct net_conn *c, void *state, uint8_t *in, size_t le
 {
     struct tls_conn *t = state;
     size_t off = 0;
-    while (t->hs) {
+    while (t->hs && !(t->todo & TLS_TODO_SWITCH)) {
         if (len - off < TLS_RECORD_HEADER_LEN)
             return (ssize_t)off;
         size_t rec = TLS_RECORD_HEADER_LEN + ((size_t)in[off + 3] << 8 | in[off + 4]);
@@ -333,16 +402,16 @@ static ssize_t hs_decode(struct net_conn *c, void *state, uint8_t *in, size_t le
             return (ssize_t)len;
         }
         off += rec;
-        int rc = hs_step(c, t, len - off);
+        int rc = hs_step(c, t);
         if (rc < 0 || net_conn_state(c) != NET_CONN_OPEN)
             return (ssize_t)len;
         if (rc == 1)
             break;
     }
-    /* Switched: what follows the handshake's last record is the record layer's. kTLS is only
-     * chosen when nothing followed (off == len), and then t is already freed: test off first. */
+    /* Switched: what follows the handshake's last record is the record layer's; while switching
+     * to kTLS it stays unread (kept) until tls_switch_step counted it. */
     if (off == len || t->mode != TLS_MODE_USERSPACE)
-        return (ssize_t)len;
+        return (ssize_t)off;
     t->ts->stats.early_bytes += len - off;
     ssize_t n = tls_record_codec.decode(c, t, in + off, len - off);
     return n < 0 ? n : (ssize_t)off + n;
@@ -380,6 +449,7 @@ const struct net_codec tls_handshake_codec = {
     .decode = hs_decode,
     .encode = hs_encode,
     .release = hs_release,
+    .quiesced = tls_quiesced,
 };
 
 /* ---------------------------------------------------------------- start */
@@ -449,6 +519,7 @@ int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_con
     t->idle_timeout_ms = o ? o->idle_timeout_ms : 0;
     t->write_timeout_ms = o ? o->write_timeout_ms : 0;
     t->on_handshake = o ? o->on_handshake : NULL;
+    t->ktls_disable = o && o->ktls_disable;
     hs->t = t;
     hs->c = c;
     hd_timer_init(&hs->timer, hs_timeout_fired);

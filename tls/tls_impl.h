@@ -27,8 +27,20 @@ struct tls_handshake {
     struct tls_keylog_entry client_secret, server_secret;
 };
 
-/* A connection's TLS state, the codec's state: from the shard's pool; an idle userspace-TLS
- * connection holds exactly this (hs is NULL then). */
+/* What a connection's next quiet point does (tls_conn.todo bits), in this order. */
+enum tls_todo {
+    TLS_TODO_SWITCH = 1u << 0,     /* install kTLS keys after the handshake */
+    TLS_TODO_KEY_UPDATE = 1u << 1, /* kTLS: send a KeyUpdate, then rekey TX */
+    TLS_TODO_KU_REQUEST = 1u << 2, /* ... with update_requested */
+    TLS_TODO_KU_SENT = 1u << 3,    /* ... the KeyUpdate record is out */
+    TLS_TODO_CLOSE = 1u << 4,      /* kTLS: send close_notify, then close */
+    TLS_TODO_CLOSE_SENT = 1u << 5, /* ... the close_notify is out */
+};
+
+/* A connection's TLS state, the codec's state: from the shard's pool; an idle TLS connection
+ * holds exactly this (hs is NULL then). In kTLS mode the record states are kept for their
+ * traffic secrets (a kernel rekey derives the next ones) and rx opens the records that arrived
+ * before the keys went into the kernel. */
 struct tls_conn {
     struct tls_record_state rx, tx;
     struct tls_handshake *hs;
@@ -36,10 +48,14 @@ struct tls_conn {
     struct hd_frame *pend; /* plaintext taken from the conn but not sealed yet */
     uint32_t pend_off, pend_len;
     uint32_t idle_timeout_ms, write_timeout_ms;
+    uint32_t ktls_rx_left; /* kTLS: records still opened here (received before the switch) */
+    int close_reason;      /* kTLS: on_close's reason once our close_notify is out */
     tls_handshake_fn *on_handshake;
     uint8_t mode; /* enum tls_mode */
+    uint8_t todo; /* enum tls_todo bits */
     bool server;
     bool closed_notify; /* the peer's close_notify arrived */
+    bool ktls_disable;  /* tls_conn_options.ktls_disable */
 };
 
 struct tls_shard {
@@ -52,8 +68,16 @@ struct tls_shard {
 
 struct tls_shard *tls_shard_of(struct hd_shard *s);
 
-/* tls_conn.c: the records codec (after the handshake). */
+/* tls_conn.c: the records codecs (after the handshake): userspace records, and kTLS (bytes
+ * pass through; control records arrive typed). */
 extern const struct net_codec tls_record_codec;
+extern const struct net_codec tls_ktls_codec;
+/* codec->quiesced of all three codecs: runs the next step of t->todo, or ends the quiet. */
+void tls_quiesced(struct net_conn *c, void *state);
+/* After a step: another quiet round if t->todo has more, else end the quiet state. */
+void tls_quiet_next(struct net_conn *c, struct tls_conn *t);
+/* Log a rate-limited "closing" line for c. */
+void tls_log_closing(struct net_conn *c, const char *what, int reason);
 /* Queue the frame's bytes [0, len) as wire bytes and make sure a send follows this tick, from
  * a decode (net sends wire bytes only when a flush runs). Takes the frame's reference always.
  * Returns 0 or -errno. */
@@ -67,6 +91,11 @@ void tls_conn_free(struct tls_conn *t);
 /* tls_handshake.c */
 extern const struct net_codec tls_handshake_codec;
 void tls_handshake_free(struct tls_shard *ts, struct tls_handshake *hs);
+/* The quiet point after the handshake: read up to a record boundary, install the kTLS keys (or
+ * stay in userspace), finish the handshake (on_handshake). */
+void tls_switch_step(struct net_conn *c, struct tls_conn *t);
+/* setsockopt(SOL_TLS, dir) with the keys of st's traffic secret at sequence seq. 0 or -errno. */
+int tls_ktls_set(int fd, int dir, const struct tls_record_state *st, uint64_t seq);
 
 /* tls_ctx.c */
 /* The keylog callback every context installs (the secrets for the record layer). */

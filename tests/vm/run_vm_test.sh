@@ -8,11 +8,12 @@
 #
 # Usage: run_vm_test.sh --cache DIR --work DIR [--module NAME]... [--optional-module NAME]...
 #            [--file SRC[:DEST]]... [--append KERNEL_ARGS] [--timeout S] [--memory MB]
-#            -- BINARY [ARGS...]
+#            [--smp N] -- BINARY [ARGS...]
 #   --cache   kernel package cache, kept across runs (CMake passes <build>/vm-cache)
 #   --work    scratch: initramfs tree, initrd, serial.log (rebuilt on every run)
 #   --module  a module that must load (default: tls); --optional-module: loaded when present
 #   --file    extra file copied into the VM, by default to /test/<name>; the binary runs in /test
+#   --smp     virtual CPUs (default 1; a multi-shard test wants one per shard)
 # Exit: 0 when the binary exited 0 in the VM; 1 on any failure (the serial log is printed);
 # 77 (skip) only outside CI (CI unset or not "true") and only when apt cannot fetch the kernel.
 set -euo pipefail
@@ -22,7 +23,7 @@ readonly META_PKG=linux-image-cloud-amd64
 # They are optional here: a missing one shows up as a failed or skipped check in the test binary.
 DEFAULT_OPTIONAL_MODULES=(gcm ctr ghash-generic ghash-clmulni-intel aesni-intel chacha20poly1305
     chacha_generic chacha-x86_64 poly1305_generic poly1305-x86_64)
-cache="" work="" timeout_s=240 memory_mb=512 append=""
+cache="" work="" timeout_s=240 memory_mb=512 append="" smp=1
 required_modules=(tls)
 optional_modules=("${DEFAULT_OPTIONAL_MODULES[@]}")
 extra_files=()
@@ -33,7 +34,7 @@ die() {
 }
 
 usage() {
-    sed -n '9,17p' "$0" >&2
+    sed -n '9,18p' "$0" >&2
     exit 1
 }
 
@@ -47,11 +48,13 @@ while [[ $# -gt 0 ]]; do
     --append) append=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --memory) memory_mb=$2; shift 2 ;;
+    --smp) smp=$2; shift 2 ;;
     --) shift; break ;;
     *) usage ;;
     esac
 done
 [[ -n $cache && -n $work && $# -ge 1 ]] || usage
+[[ $smp =~ ^[1-9][0-9]*$ ]] || die "--smp wants a positive number, not '$smp'"
 binary=$1
 shift
 binary_args=("$@")
@@ -287,7 +290,7 @@ echo "run_vm_test: initrd $(du -h "$initrd" | cut -f1), modules: ${mod_order[*]%
 log=$work/serial.log
 rm -f "$log"
 qemu_rc=0
-timeout -k 10 "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -m "$memory_mb" \
+timeout -k 10 "$timeout_s" qemu-system-x86_64 -accel tcg -cpu max -m "$memory_mb" -smp "$smp" \
     -nodefaults -no-user-config -display none -monitor none -serial "file:$log" -no-reboot \
     -kernel "$vmlinuz" -initrd "$initrd" \
     -append "console=ttyS0 quiet panic=-1 $append" </dev/null >"$work/qemu.out" 2>&1 ||
