@@ -1,0 +1,84 @@
+/* conn_access.c - a connection's accessors and settings. Runs on the connection's shard. */
+#include "net_impl.h"
+
+/* ---------------------------------------------------------------- accessors */
+
+void *net_conn_app(const struct net_conn *c)
+{
+    return c->app;
+}
+
+const struct net_conn_handler *net_conn_app_handler(const struct net_conn *c)
+{
+    return c->h;
+}
+
+void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void *app)
+{
+    c->h = h;
+    c->app = app;
+}
+
+int net_conn_fd(const struct net_conn *c)
+{
+    return c->fd;
+}
+
+struct hd_shard *net_conn_shard(const struct net_conn *c)
+{
+    return c->shard;
+}
+
+enum net_conn_state net_conn_state(const struct net_conn *c)
+{
+    return c->state;
+}
+
+const struct net_addr *net_conn_peer(const struct net_conn *c)
+{
+    return &c->peer;
+}
+
+const struct net_conn_stats *net_conn_stats(const struct net_conn *c)
+{
+    return &c->stats;
+}
+
+void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms)
+{
+    c->idle_timeout_ms = idle_timeout_ms;
+    c->write_timeout_ms = write_timeout_ms;
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_NOBUFS))
+        return;
+    if (idle_timeout_ms)
+        hd_timer_start(c->shard, &c->idle_timer, idle_timeout_ms);
+    else
+        hd_timer_stop(c->shard, &c->idle_timer);
+}
+
+void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max)
+{
+    c->send_high = high;
+    c->send_low = low;
+    c->send_max = max;
+}
+
+void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
+                       uint32_t *write_timeout_ms)
+{
+    *idle_timeout_ms = c->idle_timeout_ms;
+    *write_timeout_ms = c->write_timeout_ms;
+}
+
+const struct net_codec *net_conn_codec(const struct net_conn *c, void **state)
+{
+    if (state)
+        *state = c->codec_state;
+    return c->codec;
+}
+
+void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)
+{
+    c->codec = codec;
+    c->codec_state = state;
+}
