@@ -9,7 +9,7 @@
  *
  * Output: one "name value unit" line per figure, then a human summary ("#" lines); --json
  * prints one JSON object instead. Plain TCP only: the DERP client has no TLS yet
- * (derp_client_config.tls is -EOPNOTSUPP), so https:// URLs are refused.
+ * (https needs --ca FILE or --insecure; userspace TLS records, or kTLS where the kernel has it).
  *
  * Threads: main parses and reports; the load runs on the generator's shards (bench_relay_gen.c).
  * Exit: 0 figures printed, 1 the run failed (a client could not log in or closed), 2 usage. */
@@ -23,9 +23,9 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hderp-bench-relay --server http://IP:PORT/derp [--pairs K] [--size BYTES]\n"
+            "usage: hderp-bench-relay --server http[s]://IP:PORT/derp [--pairs K] [--size BYTES]\n"
             "         [--rate-mbps R] [--duration S] [--warmup S] [--shards N] [--relay-pid PID]\n"
-            "         [--relay-cpu N] [--json]\n"
+            "         [--relay-cpu N] [--json] [--insecure | --ca FILE] [--tls-name NAME]\n"
             "  --pairs K       sender->receiver pairs, 1..%d (default 4)\n"
             "  --size BYTES    payload per packet, %d..%d (default 1400)\n"
             "  --rate-mbps R   offered payload Mbit/s over all senders; 0 = unpaced (default 0)\n"
@@ -37,7 +37,8 @@ static void usage(FILE *out)
             "  --relay-cpu N   also sample CPU N's busy time (the relay pinned alone there;\n"
             "                  includes softirq work the process is not charged for)\n"
             "  --json          one JSON object instead of figure lines and a summary\n"
-            "Plain TCP only (the DERP client has no TLS yet).\n",
+            "  --insecure      https: no certificate checks;  --ca FILE: verify against FILE\n"
+            "  --tls-name NAME https: the SNI to send and the name to verify (default: the host)\n",
             BENCH_PAIRS_MAX, BENCH_SIZE_MIN, BENCH_SIZE_MAX, BENCH_SHARDS_MAX);
 }
 
@@ -62,11 +63,14 @@ static int apply(struct bench_config *c, const char *name, const char *v)
             fprintf(stderr, "hderp-bench-relay: --server %s: expected http://IP:PORT/path\n", v);
             return -1;
         }
-        if (c->url.tls) {
-            fprintf(stderr, "hderp-bench-relay: https is not supported: the DERP client has "
-                            "no TLS yet; benchmark a plain port\n");
-            return -1;
-        }
+        return 0;
+    }
+    if (strcmp(name, "ca") == 0) {
+        c->ca_file = v;
+        return 0;
+    }
+    if (strcmp(name, "tls-name") == 0) {
+        c->tls_name = v;
         return 0;
     }
     struct {
@@ -137,8 +141,8 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
             usage(stdout);
             return 1;
         }
-        if (strcmp(name, "json") == 0) {
-            c->json = true;
+        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0) {
+            *(name[0] == 'j' ? &c->json : &c->insecure) = true;
             continue;
         }
         if (eq) {
@@ -157,6 +161,18 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
         fprintf(stderr, "hderp-bench-relay: --server is required\n");
         usage(stderr);
         return -1;
+    }
+    if (c->url.tls) {
+        if (!c->insecure && c->ca_file == NULL) {
+            fprintf(stderr, "hderp-bench-relay: https needs --ca FILE or --insecure\n");
+            return -1;
+        }
+        struct tls_client_options to = {.ca_file = c->ca_file, .insecure = c->insecure};
+        int rc = tls_client_ctx_create(&to, &c->tls);
+        if (rc < 0) {
+            fprintf(stderr, "hderp-bench-relay: TLS set-up failed: %s\n", strerror(-rc));
+            return -1;
+        }
     }
     if (c->shards > c->pairs_count)
         c->shards = c->pairs_count; /* a shard without a pair would only idle */
@@ -324,14 +340,14 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
 static void print_json(const struct bench_run *r, const struct bench_totals *t)
 {
     const struct bench_config *c = &r->cfg;
-    printf("{\"server\":\"http://%s%s\",\"tls\":false,\"pairs\":%u,\"size\":%u,"
+    printf("{\"server\":\"%s://%s%s\",\"tls\":%s,\"pairs\":%u,\"size\":%u,"
            "\"offered_mbps\":%.3f,\"window_s\":%.4f,\"warmup_s\":%.3f,\"shards\":%u,"
            "\"sent_mbps\":%.3f,\"delivered_mbps\":%.3f,\"loss_pct\":%.5f,"
            "\"latency_us\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
            "\"gen_cpu_s\":%.3f,\"gen_fell_behind\":%s,\"gen_cpu_bound\":%s,",
-           c->url.host, c->url.path, c->pairs_count, c->size, c->rate_mbps, t->window_s,
-           c->warmup_s, c->shards, t->sent_mbps, t->delivered_mbps, t->loss_pct,
-           (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
+           c->url.tls ? "https" : "http", c->url.host, c->url.path, c->url.tls ? "true" : "false",
+           c->pairs_count, c->size, c->rate_mbps, t->window_s, c->warmup_s, c->shards, t->sent_mbps,
+           t->delivered_mbps, t->loss_pct, (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
            (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3,
            t->gen_cpu_s, t->behind ? "true" : "false", t->gen_bound ? "true" : "false");
     if (t->relay_ok)

@@ -493,6 +493,8 @@ static int connect_one(struct bench_gen_shard *sh, const struct derp_keypair *kp
     struct derp_client_config c = {0};
     derp_client_config_set_url(&c, &sh->r->cfg.url);
     c.keypair = kp;
+    c.tls_ctx = sh->r->cfg.tls;
+    c.tls_server_name = sh->r->cfg.tls_name;
     c.app_name = "hderp-bench-relay";
     c.can_ack_pings = true;
     return derp_client_connect(sh->s, &c, cb, user, out);
@@ -535,6 +537,8 @@ static int gen_shard_init(struct hd_shard *s, void *arg, void **state)
         if (r->pairs[i].shard == hd_shard_id(s))
             r->pairs[i].home = sh;
     int rc = net_shard_init(s, NULL);
+    if (rc == 0 && r->cfg.tls)
+        rc = tls_shard_init(s, NULL);
     if (rc == 0)
         rc = hd_defer(s, gen_start, sh);
     if (rc < 0) {
@@ -563,6 +567,9 @@ static void gen_shard_stop(struct hd_shard *s, void *state)
 
 static void gen_shard_fini(struct hd_shard *s, void *state)
 {
+    struct bench_gen_shard *sh = state;
+    if (sh->r->cfg.tls)
+        tls_shard_fini(s);
     net_shard_fini(s);
     free(state);
 }

@@ -66,6 +66,10 @@ struct bench_config {
     pid_t relay_pid;   /* > 0: sample its CPU time and RSS at the window edges */
     int relay_cpu;     /* >= 0: also sample that CPU's busy time (/proc/stat) */
     bool json;
+    bool insecure;        /* https without certificate checks */
+    const char *ca_file;  /* https: CA to verify the relay against */
+    const char *tls_name; /* https: SNI / name to verify (default: the URL's host) */
+    struct tls_ctx *tls;  /* made by main for https URLs */
 };
 
 /* ---- Per pair -------------------------------------------------------------------------------- */

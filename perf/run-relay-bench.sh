@@ -12,7 +12,7 @@
 # directory under /tmp: logs, raw outputs, perf.data). Every child has a hard timeout; the whole
 # script stays under ~3 minutes with the defaults; the server is stopped by PID.
 #
-# Plain TCP only: the DERP client has no TLS yet. Tailscale's derper is not on this machine, so
+# TLS=1 measures the relay in TLS mode. Tailscale's derper is not on this machine, so
 # there is no side-by-side baseline: compare with the derper figures in /work/shared/DESIGN.md
 # (about 19.5 CPU-s/GB over TLS), which are not plain-TCP figures.
 set -euo pipefail
@@ -39,8 +39,19 @@ fi
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])')
+# TLS=1: the relay in TLS mode (-certmode manual, a throwaway certificate for 127.0.0.1), the
+# generator verifying it; userspace records on a kernel without the tls ULP.
+tls_server=() tls_bench=() scheme=http
+if [ "${TLS:-0}" = 1 ]; then
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+        -keyout "$out/127.0.0.1.key" -out "$out/127.0.0.1.crt" -subj /CN=127.0.0.1 \
+        -addext subjectAltName=IP:127.0.0.1 2>/dev/null
+    tls_server=(-certmode manual -certdir "$out" -hostname 127.0.0.1 -http-port -1)
+    tls_bench=(--ca "$out/127.0.0.1.crt")
+    scheme=https
+fi
 taskset -c 0 "$bin/hderp-server" -a "127.0.0.1:$port" -dev -stun=false --shards 1 \
-    >"$out/server.log" 2>&1 &
+    "${tls_server[@]}" >"$out/server.log" 2>&1 &
 pid=$!
 (
     sleep "$budget_s" &
@@ -63,29 +74,29 @@ cleanup() {
 }
 trap cleanup EXIT
 
-url=http://127.0.0.1:$port
+url=$scheme://127.0.0.1:$port
 for _ in $(seq 50); do
-    curl -s --max-time 1 -o /dev/null "$url/derp/probe" && break
+    curl -sk --max-time 1 -o /dev/null "$url/derp/probe" && break
     sleep 0.1
 done
-curl -s --max-time 1 -o /dev/null "$url/derp/probe" || {
+curl -sk --max-time 1 -o /dev/null "$url/derp/probe" || {
     echo "run-relay-bench: the server did not come up" >&2
     cat "$out/server.log" >&2
     exit 1
 }
 
 drops() {
-    curl -s --max-time 2 "$url/debug/varz" |
+    curl -sk --max-time 2 "$url/debug/varz" |
         awk '/^derp_packets_dropped\{/ {n += $2} END {print n + 0}'
 }
 fig() { awk -v n="$1" '$1 == n {print $2}' "$2"; }
 bench() { # rate outfile
     timeout $((duration + warmup + 30)) taskset -c 1 "$bin/hderp-bench-relay" \
-        --server "$url/derp" --pairs "$pairs" --size "$size" --rate-mbps "$1" \
+        --server "$url/derp" "${tls_bench[@]}" --pairs "$pairs" --size "$size" --rate-mbps "$1" \
         --duration "$duration" --warmup "$warmup" --relay-pid "$pid" --relay-cpu 0 >"$2"
 }
 
-echo "# hderp-server pid $pid on CPU 0 (1 shard, plain HTTP); generator on CPU 1; $pairs pairs x" \
+echo "# hderp-server pid $pid on CPU 0 (1 shard, $scheme); generator on CPU 1; $pairs pairs x" \
     "$size B; window ${duration} s after ${warmup} s warm-up; raw output in $out"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg) (other work on CPU 0 shows as" \
     "cpu0 busy above the relay's own cores)"
