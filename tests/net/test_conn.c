@@ -45,6 +45,7 @@ static struct {
     bool migrate;                 /* move each server connection to the other shard mid-stream */
     uint32_t msg_size;            /* echo only whole messages of this size (0: any bytes) */
     uint32_t conns_max;           /* listener's per-shard cap (0: default) */
+    bool v6;                      /* the bulk test over [::1] */
     _Atomic unsigned migrated;    /* connections that arrived on their new shard */
     _Atomic unsigned moved_wrong; /* arrived on the shard they left */
 } g;
@@ -141,7 +142,7 @@ static void listen_here(struct hd_shard *s)
 {
     struct net_addr a;
     char text[32];
-    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
+    snprintf(text, sizeof(text), g.v6 ? "[::1]:%u" : "127.0.0.1:%u", g.port);
     HDT_CHECK(net_addr_parse(text, &a) == 0);
     struct net_listener_options lo = {.reuseport = true, .conns_max = g.conns_max};
     HDT_CHECK(net_listener_start(s, &a, &lo, echo_accept, NULL, &g.listeners[hd_shard_id(s)]) == 0);
@@ -231,7 +232,7 @@ static void bulk_body(struct hd_shard *s, void *arg)
     listen_here(s);
     struct net_addr a;
     char text[32];
-    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
+    snprintf(text, sizeof(text), g.v6 ? "[::1]:%u" : "127.0.0.1:%u", g.port);
     HDT_CHECK(net_addr_parse(text, &a) == 0);
     for (unsigned i = 0; i < CLIENTS_PER_SHARD; i++) {
         struct client *k = &clients[hd_shard_id(s) * CLIENTS_PER_SHARD + i];
@@ -242,10 +243,13 @@ static void bulk_body(struct hd_shard *s, void *arg)
     }
 }
 
+static bool bulk_v6;
+
 static void run_bulk_msgs(bool no_buf_ring, uint64_t bytes_per_client, bool migrate,
                           uint32_t msg_size)
 {
     memset(&g, 0, sizeof(g));
+    g.v6 = bulk_v6;
     g.migrate = migrate;
     g.msg_size = msg_size;
     memset(clients, 0, sizeof(clients));
@@ -292,6 +296,14 @@ Test(test_net_conn, bulk_echo_64mib_buf_ring, .timeout = 120)
 Test(test_net_conn, bulk_echo_plain_recv_fallback, .timeout = 120)
 {
     run_bulk(true, 4u << 20, false);
+}
+
+/* The same over IPv6 loopback: listeners and connects on [::1]. */
+Test(test_net_conn, bulk_echo_ipv6, .timeout = 120)
+{
+    bulk_v6 = true;
+    run_bulk(false, 4u << 20, false);
+    bulk_v6 = false;
 }
 
 /* Every server connection moves to the other shard after 1 MiB while the client keeps sending:
