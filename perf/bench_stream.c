@@ -64,19 +64,22 @@ struct bench_mode {
     uint32_t frame_len;
     bool per_send; /* one frame per sendmsg (watermark of one byte) */
     const char *what;
+    bool record_per_frame; /* TLS: tls_conn_options.record_per_frame */
 };
 
 static const struct bench_mode bench_modes[] = {
-    {"tcp_1400", BENCH_TCP, BENCH_FRAME_SMALL, false, "plain TCP, 1400 B frames"},
+    {"tcp_1400", BENCH_TCP, BENCH_FRAME_SMALL, false, "plain TCP, 1400 B frames", false},
     {"tls_1400_coalesced", BENCH_TLS, BENCH_FRAME_SMALL, false,
-     "userspace TLS, 1400 B frames coalesced into records <= 16 KiB"},
+     "userspace TLS, 1400 B frames coalesced into records <= 16 KiB", false},
     {"tcp_1400_per_send", BENCH_TCP, BENCH_FRAME_SMALL, true,
-     "plain TCP, one 1400 B frame per sendmsg"},
+     "plain TCP, one 1400 B frame per sendmsg", false},
     {"tls_1400_record_per_send", BENCH_TLS, BENCH_FRAME_SMALL, true,
-     "userspace TLS, one 1400 B record per sendmsg"},
-    {"tcp_16k", BENCH_TCP, BENCH_FRAME_LARGE, false, "plain TCP, 16 KiB frames"},
-    {"tls_16k", BENCH_TLS, BENCH_FRAME_LARGE, false,
-     "userspace TLS, 16 KiB frames (1 record each)"},
+     "userspace TLS, one 1400 B record per sendmsg", false},
+    {"tls_1400_record_per_frame", BENCH_TLS, BENCH_FRAME_SMALL, false,
+     "userspace TLS, 1400 B frames each its own record, sends batched as usual", true},
+    {"tcp_16k", BENCH_TCP, BENCH_FRAME_LARGE, false, "plain TCP, 16 KiB frames", false},
+    {"tls_16k", BENCH_TLS, BENCH_FRAME_LARGE, false, "userspace TLS, 16 KiB frames (1 record each)",
+     false},
 };
 #define BENCH_MODES_COUNT HD_ARRAY_SIZE(bench_modes)
 
@@ -198,7 +201,7 @@ static void srv_accept(struct net_listener *l, int fd, const struct net_addr *pe
     }
     run.srv_conns[slot] = c;
     if (run.mode->kind == BENCH_TLS) {
-        struct tls_conn_options o = {0};
+        struct tls_conn_options o = {.record_per_frame = run.mode->record_per_frame};
         int rc = tls_conn_start(c, srv_ctx, &o);
         if (rc < 0) {
             run.srv_error = rc;
@@ -381,7 +384,9 @@ static void cli_start_msg(struct hd_shard *s, const struct hd_msg *m)
         struct bench_client *k = &run.cli[i];
         rc = net_conn_connect(s, &a, BENCH_SETUP_MS_MAX, &cli_handler, k, NULL, &k->c);
         if (rc == 0 && run.mode->kind == BENCH_TLS) {
-            struct tls_conn_options o = {.server_name = "localhost", .on_handshake = cli_handshake};
+            struct tls_conn_options o = {.server_name = "localhost",
+                                         .on_handshake = cli_handshake,
+                                         .record_per_frame = run.mode->record_per_frame};
             rc = tls_conn_start(k->c, cli_ctx, &o);
             if (rc < 0)
                 net_conn_close(k->c, rc, false);
@@ -650,8 +655,11 @@ static void summary(const struct bench_result *r, const bool *done, double small
     if (done[2] && done[3])
         summary_delta("tls_1400_record_per_send vs tcp_1400_per_send", &r[3], &r[2],
                       small_ns * 1024.0 / BENCH_FRAME_SMALL);
-    if (done[4] && done[5])
-        summary_delta("tls_16k vs tcp_16k", &r[5], &r[4], large_ns * 1024.0 / BENCH_FRAME_LARGE);
+    if (done[0] && done[4])
+        summary_delta("tls_1400_record_per_frame vs tcp_1400", &r[4], &r[0],
+                      small_ns * 1024.0 / BENCH_FRAME_SMALL);
+    if (done[5] && done[6])
+        summary_delta("tls_16k vs tcp_16k", &r[6], &r[5], large_ns * 1024.0 / BENCH_FRAME_LARGE);
 }
 
 static void usage(FILE *f)

@@ -117,6 +117,9 @@ struct tls_conn_options {
     const char *server_name;
     tls_handshake_fn *on_handshake; /* optional */
     bool ktls_disable;              /* this connection keeps userspace records */
+    /* Userspace records: seal each queued frame as its own record instead of coalescing
+     * frames into records of up to 16 KiB (benchmarks; costs a header and tag per frame). */
+    bool record_per_frame;
 };
 
 /* Starts TLS on an adopted (server ctx) or connecting/connected (client ctx) connection: installs

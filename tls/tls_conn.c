@@ -41,6 +41,8 @@
 #define TLS_CONTROL_RECORD_SIZE 64u
 
 _Static_assert(TLS_SEAL_FRAME_SIZE <= 65536u, "fits the default large frame class");
+_Static_assert(TLS_SEAL_IOV_MAX *TLS_RECORD_OVERHEAD < TLS_SEAL_BATCH,
+               "one record per frame still leaves room for plaintext in a batch");
 _Static_assert(TLS_RECORD_HEADER_LEN + TLS_HANDSHAKE_HEADER_LEN + 1 + 1 + TLS_AEAD_TAG_LEN <=
                    TLS_CONTROL_RECORD_SIZE,
                "a KeyUpdate record fits a control frame");
@@ -109,7 +111,18 @@ static int seal_into_frame(struct net_conn *c, struct tls_conn *t, const struct 
     if (f == NULL)
         return -ENOBUFS; /* frame pool exhausted: this connection cannot progress */
     size_t consumed = 0;
-    ssize_t w = tls_record_seal_iov(&t->tx, iov, n, &consumed, f->data, f->size);
+    ssize_t w = 0;
+    if (t->record_per_frame) { /* one record per iovec (a frame, or a piece of one) */
+        for (size_t i = 0; i < n && w >= 0; i++) {
+            size_t one = 0;
+            ssize_t r =
+                tls_record_seal_iov(&t->tx, &iov[i], 1, &one, f->data + w, f->size - (size_t)w);
+            w = r < 0 ? r : w + r;
+            consumed += one;
+        }
+    } else {
+        w = tls_record_seal_iov(&t->tx, iov, n, &consumed, f->data, f->size);
+    }
     if (w < 0 || consumed != total) {
         hd_frame_unref(net_conn_shard(c), f);
         return w < 0 ? (int)w : -EIO;
@@ -125,13 +138,17 @@ static int encode_batch(struct net_conn *c, struct tls_conn *t, bool *progress)
     struct iovec iov[TLS_SEAL_IOV_MAX];
     struct hd_frame *done[TLS_SEAL_IOV_MAX];
     size_t n = 0, done_count = 0, total = 0;
-    while (n < TLS_SEAL_IOV_MAX && done_count < TLS_SEAL_IOV_MAX && total < TLS_SEAL_BATCH) {
+    /* One record per frame adds a header and tag per iovec: leave room for all of them. */
+    const size_t batch = t->record_per_frame
+                             ? TLS_SEAL_BATCH - TLS_SEAL_IOV_MAX * TLS_RECORD_OVERHEAD
+                             : TLS_SEAL_BATCH;
+    while (n < TLS_SEAL_IOV_MAX && done_count < TLS_SEAL_IOV_MAX && total < batch) {
         if (t->pend == NULL) {
             t->pend = net_conn_plain_take(c, &t->pend_off, &t->pend_len);
             if (t->pend == NULL)
                 break;
         }
-        size_t take = t->pend_len < TLS_SEAL_BATCH - total ? t->pend_len : TLS_SEAL_BATCH - total;
+        size_t take = t->pend_len < batch - total ? t->pend_len : batch - total;
         if (take > 0) {
             iov[n].iov_base = t->pend->data + t->pend_off;
             iov[n++].iov_len = take;
@@ -291,7 +308,7 @@ struct tls_moved {
     uint32_t pend_off, pend_len, idle_timeout_ms, write_timeout_ms, ktls_rx_left;
     tls_handshake_fn *on_handshake;
     uint8_t mode;
-    bool server, closed_notify;
+    bool server, closed_notify, ktls_disable, record_per_frame;
 };
 
 static void *rec_move_out(struct net_conn *c, void *state)
@@ -320,6 +337,8 @@ static void *rec_move_out(struct net_conn *c, void *state)
     m->mode = t->mode;
     m->server = t->server;
     m->closed_notify = t->closed_notify;
+    m->ktls_disable = t->ktls_disable;
+    m->record_per_frame = t->record_per_frame;
     t->pend = NULL; /* the frame reference moved */
     tls_conn_free(t);
     return m;
@@ -350,6 +369,8 @@ static void *rec_move_in(struct net_conn *c, void *moved)
         t->mode = m->mode;
         t->server = m->server;
         t->closed_notify = m->closed_notify;
+        t->ktls_disable = m->ktls_disable;
+        t->record_per_frame = m->record_per_frame;
     } else if (m->pend) {
         hd_frame_unref(net_conn_shard(c), m->pend);
     }

@@ -520,6 +520,7 @@ int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_con
     t->write_timeout_ms = o ? o->write_timeout_ms : 0;
     t->on_handshake = o ? o->on_handshake : NULL;
     t->ktls_disable = o && o->ktls_disable;
+    t->record_per_frame = o && o->record_per_frame;
     hs->t = t;
     hs->c = c;
     hd_timer_init(&hs->timer, hs_timeout_fired);

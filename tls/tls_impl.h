@@ -54,8 +54,9 @@ struct tls_conn {
     uint8_t mode; /* enum tls_mode */
     uint8_t todo; /* enum tls_todo bits */
     bool server;
-    bool closed_notify; /* the peer's close_notify arrived */
-    bool ktls_disable;  /* tls_conn_options.ktls_disable */
+    bool closed_notify;    /* the peer's close_notify arrived */
+    bool ktls_disable;     /* tls_conn_options.ktls_disable */
+    bool record_per_frame; /* tls_conn_options.record_per_frame */
 };
 
 struct tls_shard {
