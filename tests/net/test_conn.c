@@ -7,7 +7,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -537,6 +540,99 @@ Test(test_net_conn, connection_cap_refuses_clearly, .timeout = 30)
     raw_fn = raw_cap;
     run_raw_keep(raw_cap, 2);
     cr_assert_eq(atomic_load(&cap_refused), 1);
+}
+
+/* EMFILE: with the process out of file descriptors, accepts fail; the listener backs off (no
+ * spin) and accepts what waited in the backlog once descriptors are free again. io_uring's
+ * accept takes RLIMIT_NOFILE when it is armed, so the test lowers the limit before the runtime
+ * starts and then fills the descriptor table. The clients live in a child process (its own
+ * descriptor table). */
+#define EMFILE_LIMIT   256
+#define EMFILE_CLIENTS 6
+static _Atomic int emfile_result;
+static int emfile_to_child[2], emfile_from_child[2];
+static int emfile_fillers[EMFILE_LIMIT], emfile_fillers_count;
+
+static void emfile_child(uint16_t port)
+{
+    char cmd;
+    int fds[EMFILE_CLIENTS];
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (read(emfile_to_child[0], &cmd, 1) != 1) /* 'c': connect */
+        _exit(2);
+    for (int i = 0; i < EMFILE_CLIENTS; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0)
+            _exit(3);
+    }
+    if (write(emfile_from_child[1], "c", 1) != 1 || read(emfile_to_child[0], &cmd, 1) != 1)
+        _exit(4); /* 'e': the server has descriptors again: every connection must echo */
+    for (int i = 0; i < EMFILE_CLIENTS; i++) {
+        char b[4];
+        struct timeval tv = {.tv_sec = 5};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (write(fds[i], "ping", 4) != 4 || read(fds[i], b, 4) != 4 || memcmp(b, "ping", 4))
+            _exit(10 + i);
+    }
+    _exit(0);
+}
+
+static void raw_emfile(void)
+{
+    char c;
+    while (atomic_load(&raw_rt) == NULL) /* the listener is up (and armed) once the body ran */
+        usleep(1000);
+    int fd;
+    while (emfile_fillers_count < EMFILE_LIMIT && (fd = open("/dev/null", O_RDONLY)) >= 0)
+        emfile_fillers[emfile_fillers_count++] = fd; /* until EMFILE */
+    for (int i = 0; i < 2 && emfile_fillers_count > 0; i++)
+        close(emfile_fillers[--emfile_fillers_count]); /* room for two accepts */
+    int status = -1;
+    uint64_t errors = 0;
+    if (write(emfile_to_child[1], "c", 1) == 1 && read(emfile_from_child[0], &c, 1) == 1) {
+        usleep(300 * 1000); /* accepts fail with EMFILE; the listener waits and retries */
+        errors = net_listener_stats(g.listeners[0])->accept_errors;
+    }
+    while (emfile_fillers_count > 0)
+        close(emfile_fillers[--emfile_fillers_count]);
+    if (write(emfile_to_child[1], "e", 1) == 1)
+        waitpid(-1, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 99;
+    atomic_store(&emfile_result, errors == 0 ? -1 : code == 0 ? 1 : -100 - code);
+}
+
+Test(test_net_conn, emfile_backs_off_and_recovers, .timeout = 60)
+{
+    struct rlimit saved, low;
+    getrlimit(RLIMIT_NOFILE, &saved);
+    low = (struct rlimit){.rlim_cur = EMFILE_LIMIT, .rlim_max = saved.rlim_max};
+    cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
+    cr_assert_eq(pipe(emfile_to_child), 0);
+    cr_assert_eq(pipe(emfile_from_child), 0);
+    uint16_t port = free_port();
+    pid_t child = fork();
+    cr_assert_geq(child, 0);
+    if (child == 0)
+        emfile_child(port);
+    memset(&g, 0, sizeof(g));
+    g.port = port;
+    raw_fn = raw_emfile;
+    raw_expect_closes = 0;
+    atomic_store(&raw_done, 0);
+    atomic_store(&raw_rt, NULL);
+    struct hdt_options o = {
+        .shards = 1, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, raw_thread, NULL);
+    pthread_create(&t2, NULL, stopper, NULL);
+    cr_assert_eq(hdt_run(&o, server_body, NULL, NULL), 0);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    setrlimit(RLIMIT_NOFILE, &saved);
+    cr_assert_eq(atomic_load(&emfile_result), 1,
+                 "result %d (-1: no EMFILE seen; -100-N: the clients' check N failed)",
+                 atomic_load(&emfile_result));
 }
 
 /* ---------------------------------------------------------------- connect timeout */
