@@ -12,60 +12,30 @@
  * a driver thread starts phases through an atomic the shards poll, talks to the openssl peers
  * over pipes and stops the runtime; main checks the results after the runtime is joined. stderr
  * is teed through a pipe thread (to find the logged close reasons). Prints `ok <name>` /
- * `FAIL <name>: why`; exits 1 if a check failed. */
+ * `FAIL <name>: why`; exits 1 if a check failed.
+ * Files: this one (the rows, the checks, main), ktls_layer_ends.c (the runtime side),
+ * ktls_layer_peers.c (the driver thread and the openssl peers), ktls_layer_impl.h (shared). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "tls.h"
+#include "ktls_layer_impl.h"
 #include "tls_keys.h"
 
-#define LT_SHARDS          2
-#define LT_BULK_BYTES      (16ull << 20) /* x 4 connections = 64 MiB each way */
-#define LT_EARLY_BYTES     (1ull << 20)  /* queued before the handshake: rides with Finished */
-#define LT_SMALL_BYTES     16ull         /* enough to know the other side is in kTLS mode */
-#define LT_PIPE_BYTES      (16ull << 10) /* s_client: well inside a pipe's 64 KiB, no deadlock */
-#define LT_EXTERNAL_WAIT_S 30            /* an openssl peer that hangs fails its check */
-#define LT_CHUNK           (60u * 1024u) /* fits the 64 KiB frame class */
-#define LT_PHASE_TIMEOUT_S 90            /* a stuck phase fails, well inside the VM's timeout */
-#define LT_POLL_MS         5
-#define LT_MAGIC           0x6b746c73u    /* "ktls" */
-#define LT_LOG_MAX         (256u * 1024u) /* ~60 lines are logged; the copy keeps the first */
-#define LT_SERVERS_MAX     16
-
-enum lt_phase { LT_IDLE, LT_BULK, LT_SUITES, LT_TICKETS, LT_EARLY, LT_KU_IN, LT_KU_OUT, LT_DONE };
-enum lt_action { LT_CLOSE_NOTIFY, LT_KEY_UPDATE };
-
-/* One client per row; the server learns the row from the header the client sends first. */
-struct lt_spec {
-    enum lt_phase phase;
-    unsigned shard;
-    bool ktls_disable; /* the client stays in userspace (the server still goes kTLS) */
-    uint64_t up, down; /* stream bytes client -> server, server -> client */
-    enum lt_action action;
-    const char *suite; /* set: the client is `openssl s_client -ciphersuites suite` instead */
-    bool s_server;     /* the server is `openssl s_server` (it sends NewSessionTickets) */
-};
 #define LT_ROW(ph, sh, user, bytes, act)                                                           \
     {                                                                                              \
         .phase = ph, .shard = sh, .ktls_disable = user, .up = bytes, .down = bytes, .action = act  \
     }
-static const struct lt_spec lt_specs[] = {
+const struct lt_spec lt_specs[] = {
     LT_ROW(LT_BULK, 0, false, LT_BULK_BYTES, LT_CLOSE_NOTIFY),
     LT_ROW(LT_BULK, 1, false, LT_BULK_BYTES, LT_CLOSE_NOTIFY),
     LT_ROW(LT_BULK, 0, false, LT_BULK_BYTES, LT_CLOSE_NOTIFY),
@@ -94,52 +64,9 @@ static const struct lt_spec lt_specs[] = {
     LT_ROW(LT_KU_IN, 1, true, LT_SMALL_BYTES, LT_KEY_UPDATE),
     LT_ROW(LT_KU_OUT, 0, false, LT_SMALL_BYTES, LT_KEY_UPDATE),
 };
-#define LT_CLIENTS HD_ARRAY_SIZE(lt_specs)
-_Static_assert(LT_CLIENTS <= LT_SERVERS_MAX, "one server end per client");
+_Static_assert(HD_ARRAY_SIZE(lt_specs) == LT_CLIENTS, "LT_CLIENTS counts the rows");
 
-struct lt_header {
-    uint32_t magic, id;
-    uint64_t up, down;
-};
-
-/* One end of a connection: what it sends and what it must receive. */
-struct lt_end {
-    struct hd_shard *s;
-    struct net_conn *c;
-    int id; /* client row (servers: -1 until the header arrived) */
-    uint64_t seed_out, seed_in, out_total, in_total, sent, got, fnv;
-    bool paused, bad, handshaken, acted;
-    int mode, reason, action_rc;
-    uint16_t suite;
-    uint8_t hdr[sizeof(struct lt_header)];
-    size_t hdr_got;
-    _Atomic bool closed;
-};
-
-static struct {
-    struct tls_ctx *server_ctx, *client_ctx;
-    uint16_t port, s_server_port;
-    struct hd_runtime *_Atomic rt;
-    _Atomic int phase;
-    _Atomic unsigned listening, closes, servers_used;
-    struct net_listener *listeners[LT_SHARDS];
-    struct lt_end clients[LT_CLIENTS];
-    struct lt_end servers[LT_SERVERS_MAX];
-    struct tls_shard_stats stats[LT_SHARDS];
-    int started[LT_SHARDS];
-    bool ring[LT_SHARDS];
-    struct hd_timer poll[LT_SHARDS];
-    int timed_out_phase;
-} g;
-
-/* The server end that named client id, or NULL. */
-static struct lt_end *server_of(unsigned id)
-{
-    for (unsigned i = 0; i < LT_SERVERS_MAX; i++)
-        if (g.servers[i].id == (int)id)
-            return &g.servers[i];
-    return NULL;
-}
+struct lt_global g;
 
 static int failures;
 
@@ -165,532 +92,6 @@ static void lt_fail(const char *name, const char *fmt, ...)
     va_end(ap);
     printf("FAIL %s: %s\n", name, why);
     failures++;
-}
-
-/* The byte at position i of stream seed (recomputed by the receiver). */
-static uint8_t lt_stream_byte(uint64_t seed, uint64_t i)
-{
-    uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull + seed;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (uint8_t)(x >> ((i & 7) * 8));
-}
-
-/* ---------------------------------------------------------------- both ends */
-
-static void end_fill(struct lt_end *e)
-{
-    while (!e->paused && e->sent < e->out_total) {
-        struct hd_frame *f = hd_frame_get(e->s, LT_CHUNK);
-        HDT_CHECK(f != NULL);
-        uint64_t left = e->out_total - e->sent;
-        uint32_t n = left < LT_CHUNK ? (uint32_t)left : LT_CHUNK;
-        for (uint32_t i = 0; i < n; i++)
-            f->data[i] = lt_stream_byte(e->seed_out, e->sent + i);
-        int rc = net_conn_send(e->c, f, 0, n);
-        hd_frame_unref(e->s, f);
-        if (rc < 0) { /* closing: the result checks will tell */
-            e->paused = true;
-            return;
-        }
-        e->sent += n;
-    }
-}
-
-static void end_take(struct lt_end *e, const uint8_t *data, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        if (e->got + i >= e->in_total || data[i] != lt_stream_byte(e->seed_in, e->got + i))
-            e->bad = true;
-        e->fnv = (e->fnv ^ data[i]) * 0x100000001b3ull;
-    }
-    e->got += len;
-}
-
-static void end_pressure(struct net_conn *c, bool paused)
-{
-    struct lt_end *e = net_conn_app(c);
-    e->paused = paused;
-    if (!paused)
-        end_fill(e);
-}
-
-static void end_closed(struct lt_end *e, int reason)
-{
-    e->reason = reason;
-    atomic_store_explicit(&e->closed, true, memory_order_release);
-    atomic_fetch_add(&g.closes, 1);
-}
-
-/* ---------------------------------------------------------------- clients */
-
-/* Sent everything and got everything: end the way the row says. */
-static void client_maybe_act(struct lt_end *k)
-{
-    if (k->acted || !k->handshaken || k->sent < k->out_total || k->got < k->in_total)
-        return;
-    k->acted = true;
-    if (lt_specs[k->id].action == LT_CLOSE_NOTIFY)
-        k->action_rc = tls_conn_close_notify(k->c);
-    else
-        k->action_rc = tls_conn_key_update(k->c, false);
-}
-
-static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    struct lt_end *k = net_conn_app(c);
-    end_take(k, data, len);
-    client_maybe_act(k);
-    return (ssize_t)len;
-}
-
-static void client_pressure(struct net_conn *c, bool paused)
-{
-    end_pressure(c, paused);
-    if (!paused)
-        client_maybe_act(net_conn_app(c));
-}
-
-static void client_close(struct net_conn *c, int reason)
-{
-    end_closed(net_conn_app(c), reason);
-}
-
-static void client_handshake(struct net_conn *c, const struct tls_conn_info *info)
-{
-    struct lt_end *k = net_conn_app(c);
-    k->handshaken = true;
-    k->mode = (int)info->mode;
-    k->suite = info->suite;
-    end_fill(k);
-    client_maybe_act(k);
-}
-
-static const struct net_conn_handler client_handler = {
-    .on_data = client_data,
-    .on_send_pressure = client_pressure,
-    .on_close = client_close,
-};
-
-static void client_start(struct hd_shard *s, unsigned id)
-{
-    const struct lt_spec *sp = &lt_specs[id];
-    struct lt_end *k = &g.clients[id];
-    memset(k, 0, sizeof(*k));
-    k->s = s;
-    k->id = (int)id;
-    k->seed_out = 2 * id + 1;
-    k->seed_in = 2 * id + 2;
-    k->out_total = sp->up;
-    k->in_total = sp->down;
-    k->fnv = 0xcbf29ce484222325ull;
-    struct net_addr a;
-    char text[32];
-    snprintf(text, sizeof(text), "127.0.0.1:%u", sp->s_server ? g.s_server_port : g.port);
-    HDT_CHECK(net_addr_parse(text, &a) == 0);
-    HDT_CHECK(net_conn_connect(s, &a, 5000, &client_handler, k, NULL, &k->c) == 0);
-    struct tls_conn_options o = {.on_handshake = client_handshake,
-                                 .ktls_disable = sp->ktls_disable};
-    HDT_CHECK(tls_conn_start(k->c, g.client_ctx, &o) == 0);
-    struct lt_header h = {.magic = LT_MAGIC, .id = id, .up = sp->up, .down = sp->down};
-    HDT_CHECK(net_conn_send_copy(k->c, &h, sizeof(h)) == 0);
-    if (sp->phase == LT_EARLY)
-        end_fill(k); /* queued before the handshake ends: leaves with the Finished */
-}
-
-/* ---------------------------------------------------------------- server */
-
-static ssize_t server_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    struct lt_end *e = net_conn_app(c);
-    size_t off = 0;
-    if (e->hdr_got < sizeof(e->hdr)) {
-        off = sizeof(e->hdr) - e->hdr_got < len ? sizeof(e->hdr) - e->hdr_got : len;
-        memcpy(e->hdr + e->hdr_got, data, off);
-        e->hdr_got += off;
-        if (e->hdr_got < sizeof(e->hdr))
-            return (ssize_t)len;
-        struct lt_header h;
-        memcpy(&h, e->hdr, sizeof(h));
-        if (h.magic != LT_MAGIC || h.id >= LT_CLIENTS)
-            return -EPROTO;
-        e->id = (int)h.id;
-        e->seed_in = 2 * h.id + 1;
-        e->seed_out = 2 * h.id + 2;
-        e->in_total = h.up;
-        e->out_total = h.down;
-        end_fill(e);
-    }
-    end_take(e, data + off, len - off);
-    return (ssize_t)len;
-}
-
-static void server_close(struct net_conn *c, int reason)
-{
-    end_closed(net_conn_app(c), reason);
-}
-
-static void server_handshake(struct net_conn *c, const struct tls_conn_info *info)
-{
-    struct lt_end *e = net_conn_app(c);
-    e->handshaken = true;
-    e->mode = (int)info->mode;
-    e->suite = info->suite;
-}
-
-static const struct net_conn_handler server_handler = {
-    .on_data = server_data,
-    .on_send_pressure = end_pressure,
-    .on_close = server_close,
-};
-
-static void server_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
-{
-    (void)peer, (void)arg;
-    unsigned i = atomic_fetch_add(&g.servers_used, 1);
-    HDT_CHECK(i < LT_SERVERS_MAX);
-    struct lt_end *e = &g.servers[i];
-    e->s = net_listener_shard(l);
-    e->id = -1;
-    e->fnv = 0xcbf29ce484222325ull;
-    HDT_CHECK(net_conn_adopt(e->s, fd, &server_handler, e, NULL, &e->c) == 0);
-    struct tls_conn_options o = {.on_handshake = server_handshake};
-    HDT_CHECK(tls_conn_start(e->c, g.server_ctx, &o) == 0);
-}
-
-/* ---------------------------------------------------------------- shards and driver */
-
-static void poll_fired(struct hd_timer *t)
-{
-    struct hd_shard *s = hd_shard_current();
-    unsigned id = hd_shard_id(s);
-    int phase = atomic_load(&g.phase);
-    if (phase != g.started[id]) {
-        g.started[id] = phase;
-        for (unsigned i = 0; i < LT_CLIENTS; i++)
-            if ((int)lt_specs[i].phase == phase && lt_specs[i].shard == id && !lt_specs[i].suite)
-                client_start(s, i);
-    }
-    if (phase != LT_DONE)
-        hd_timer_start(s, t, LT_POLL_MS);
-}
-
-static void body(struct hd_shard *s, void *arg)
-{
-    (void)arg;
-    unsigned id = hd_shard_id(s);
-    struct net_addr a;
-    char text[32];
-    snprintf(text, sizeof(text), "127.0.0.1:%u", g.port);
-    HDT_CHECK(net_addr_parse(text, &a) == 0);
-    HDT_CHECK(net_listener_start(s, &a, NULL, server_accept, NULL, &g.listeners[id]) == 0);
-    hd_timer_init(&g.poll[id], poll_fired);
-    hd_timer_start(s, &g.poll[id], LT_POLL_MS);
-    atomic_store(&g.rt, hd_shard_runtime(s));
-    atomic_fetch_add(&g.listening, 1);
-}
-
-/* Shard 1 receives without a buffer ring (one recv or recvmsg at a time into a pool frame), so
- * both of net's receive paths carry kTLS. */
-static int shard_init(struct hd_shard *s)
-{
-    struct net_shard_options no = {.no_buf_ring = hd_shard_id(s) == 1};
-    int rc = net_shard_init(s, &no);
-    if (rc == 0)
-        g.ring[hd_shard_id(s)] = net_shard_uses_buf_ring(s);
-    return rc < 0 ? rc : tls_shard_init(s, NULL);
-}
-
-static void shard_stop(struct hd_shard *s)
-{
-    unsigned id = hd_shard_id(s);
-    g.stats[id] = *tls_shard_stats(s);
-    hd_timer_stop(s, &g.poll[id]);
-    if (g.listeners[id])
-        net_listener_stop(g.listeners[id]);
-    g.listeners[id] = NULL;
-    net_shard_close_all(s, 0);
-}
-
-static void shard_fini(struct hd_shard *s)
-{
-    tls_shard_fini(s);
-    net_shard_fini(s);
-}
-
-/* Ends of this phase: its clients, and the servers that named one of them. */
-static unsigned phase_closed(int phase)
-{
-    unsigned n = 0;
-    for (unsigned i = 0; i < LT_CLIENTS; i++)
-        if ((int)lt_specs[i].phase == phase &&
-            atomic_load_explicit(&g.clients[i].closed, memory_order_acquire))
-            n++;
-    for (unsigned i = 0; i < LT_SERVERS_MAX; i++) {
-        struct lt_end *e = &g.servers[i];
-        if (atomic_load_explicit(&e->closed, memory_order_acquire) && e->id >= 0 &&
-            (int)lt_specs[e->id].phase == phase)
-            n++;
-    }
-    return n;
-}
-
-extern char **environ;
-
-static bool fd_write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w <= 0)
-            return false;
-        p += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-/* Waits at most LT_EXTERNAL_WAIT_S for pid; returns its exit status, or -1 (killed). */
-static int child_wait(pid_t pid)
-{
-    int st;
-    for (int i = 0; i < LT_EXTERNAL_WAIT_S * 100; i++) {
-        if (waitpid(pid, &st, WNOHANG) == pid)
-            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-        usleep(10000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
-    return -1;
-}
-
-/* Start argv[0] from PATH with stdin / stdout on pipes (in_w, out_r; NULL: none) and stderr
- * to /dev/null. Returns the PID, or -errno. */
-static pid_t spawn_piped(char *const argv[], int *in_w, int *out_r)
-{
-    int in[2] = {-1, -1}, out[2] = {-1, -1};
-    if ((in_w && pipe2(in, O_CLOEXEC) < 0) || (out_r && pipe2(out, O_CLOEXEC) < 0))
-        return -errno;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (in_w)
-        posix_spawn_file_actions_adddup2(&fa, in[0], STDIN_FILENO);
-    if (out_r)
-        posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    for (int i = 0; i < 2; i++) {
-        if (in_w && (i == 0 || rc != 0))
-            close(in[i]);
-        if (out_r && (i == 1 || rc != 0))
-            close(out[i]);
-    }
-    if (rc != 0)
-        return -rc;
-    if (in_w)
-        *in_w = in[1];
-    if (out_r)
-        *out_r = out[0];
-    return pid;
-}
-
-/* Read from fd into e (as its downstream) until e->in_total bytes or a quiet period. */
-static void pipe_take(int fd, struct lt_end *e, uint64_t skip)
-{
-    struct pollfd p = {.fd = fd, .events = POLLIN};
-    while (e->got < e->in_total && poll(&p, 1, LT_EXTERNAL_WAIT_S * 1000) == 1) {
-        uint8_t chunk[4096];
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n <= 0)
-            return;
-        size_t drop = skip < (uint64_t)n ? (size_t)skip : (size_t)n;
-        skip -= drop;
-        end_take(e, chunk + drop, (size_t)n - drop);
-    }
-}
-
-/* The bytes e sends: its stream, after a header when hdr is set. Returns the length. */
-static size_t stream_fill(uint8_t *buf, const struct lt_end *e, const struct lt_header *hdr)
-{
-    size_t off = 0;
-    if (hdr) {
-        memcpy(buf, hdr, sizeof(*hdr));
-        off = sizeof(*hdr);
-    }
-    for (uint64_t i = 0; i < e->out_total; i++)
-        buf[off + i] = lt_stream_byte(e->seed_out, i);
-    return off + e->out_total;
-}
-
-static uint8_t pipe_buf[sizeof(struct lt_header) + LT_PIPE_BYTES];
-
-static void end_external(struct lt_end *e, unsigned id, bool client)
-{
-    memset(e, 0, sizeof(*e));
-    e->id = (int)id;
-    e->seed_out = client ? 2 * id + 1 : 2 * id + 2;
-    e->seed_in = client ? 2 * id + 2 : 2 * id + 1;
-    e->out_total = client ? lt_specs[id].up : lt_specs[id].down;
-    e->in_total = client ? lt_specs[id].down : lt_specs[id].up;
-    e->fnv = 0xcbf29ce484222325ull;
-    e->reason = -1;
-    e->mode = TLS_MODE_USERSPACE; /* OpenSSL's own records */
-}
-
-static void external_done(struct lt_end *e, pid_t pid)
-{
-    e->reason = pid < 0 ? (int)pid : child_wait(pid); /* 0: it ended cleanly */
-    atomic_store_explicit(&e->closed, true, memory_order_release);
-    atomic_fetch_add(&g.closes, 1);
-}
-
-/* Driver thread: one row's client is openssl s_client. stdin carries the header and the
- * upstream, stdout the downstream; closing stdin makes it send close_notify and exit. */
-static void s_client_run(unsigned id)
-{
-    struct lt_end *k = &g.clients[id];
-    end_external(k, id, true);
-    char port[32];
-    snprintf(port, sizeof(port), "127.0.0.1:%u", g.port);
-    char *argv[] = {"openssl",
-                    "s_client",
-                    "-connect",
-                    port,
-                    "-tls1_3",
-                    "-ciphersuites",
-                    (char *)lt_specs[id].suite,
-                    "-quiet",
-                    "-no_ign_eof",
-                    "-nocommands",
-                    NULL};
-    int in_w, out_r;
-    pid_t pid = spawn_piped(argv, &in_w, &out_r);
-    if (pid > 0) {
-        struct lt_header h = {.magic = LT_MAGIC, .id = id, .up = k->out_total, .down = k->in_total};
-        k->handshaken = fd_write_all(in_w, pipe_buf, stream_fill(pipe_buf, k, &h));
-        k->sent = k->handshaken ? k->out_total : 0;
-        pipe_take(out_r, k, 0);
-        close(in_w); /* EOF: s_client sends close_notify and exits */
-        close(out_r);
-    }
-    external_done(k, pid);
-}
-
-#define LT_CERT "/tmp/ktls_layer_cert.pem"
-#define LT_KEY  "/tmp/ktls_layer_key.pem"
-
-/* A loopback port nobody uses now, or 0. */
-static uint16_t free_port(void)
-{
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    uint16_t port = 0;
-    if (l >= 0 && bind(l, (struct sockaddr *)&a, alen) == 0 &&
-        getsockname(l, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
-    if (l >= 0)
-        close(l);
-    return port;
-}
-
-/* Something listens on the port when we cannot bind it (no connection is made: s_server
- * -naccept 1 serves exactly one). */
-static bool port_taken(uint16_t port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {
-        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    bool taken = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EADDRINUSE;
-    if (fd >= 0)
-        close(fd);
-    return taken;
-}
-
-static struct {
-    pid_t pid;
-    int in_w, out_r;
-} ss;
-
-/* Driver thread, before the row's phase: a certificate, then openssl s_server listening. */
-static void s_server_start(unsigned id)
-{
-    unsigned slot = atomic_fetch_add(&g.servers_used, 1);
-    HDT_CHECK(slot < LT_SERVERS_MAX);
-    end_external(&g.servers[slot], id, false);
-    char *req[] = {
-        "openssl", "req",     "-x509", "-newkey", "ec",    "-pkeyopt", "ec_paramgen_curve:P-256",
-        "-nodes",  "-keyout", LT_KEY,  "-out",    LT_CERT, "-subj",    "/CN=127.0.0.1",
-        "-days",   "2",       NULL};
-    pid_t pid = spawn_piped(req, NULL, NULL);
-    ss.pid = -ENOENT;
-    g.s_server_port = free_port();
-    if (pid < 0 || child_wait(pid) != 0 || g.s_server_port == 0)
-        return;
-    char port[32];
-    snprintf(port, sizeof(port), "127.0.0.1:%u", g.s_server_port);
-    char *argv[] = {"openssl", "s_server", "-accept", port,       "-cert", LT_CERT, "-key",
-                    LT_KEY,    "-tls1_3",  "-quiet",  "-naccept", "1",     NULL};
-    ss.pid = spawn_piped(argv, &ss.in_w, &ss.out_r);
-    for (int i = 0; ss.pid > 0 && i < LT_EXTERNAL_WAIT_S * 100 && !port_taken(g.s_server_port); i++)
-        usleep(10000);
-}
-
-/* Driver thread, once our client is on its way: check its upstream, send the downstream, wait
- * for s_server to end (our client's close_notify ends it). */
-static void s_server_serve(unsigned id)
-{
-    struct lt_end *e = server_of(id);
-    if (ss.pid > 0) {
-        pipe_take(ss.out_r, e, sizeof(struct lt_header));
-        e->handshaken = fd_write_all(ss.in_w, pipe_buf, stream_fill(pipe_buf, e, NULL));
-        e->sent = e->handshaken ? e->out_total : 0;
-    }
-    external_done(e, ss.pid);
-    if (ss.pid > 0) {
-        close(ss.in_w);
-        close(ss.out_r);
-    }
-}
-
-static void *driver_main(void *arg)
-{
-    (void)arg;
-    for (int i = 0; i < 1000 && atomic_load(&g.listening) < LT_SHARDS; i++)
-        usleep(10000);
-    for (int phase = LT_BULK; phase < LT_DONE && atomic_load(&g.listening) == LT_SHARDS; phase++) {
-        unsigned want = 0;
-        for (unsigned i = 0; i < LT_CLIENTS; i++)
-            want += (int)lt_specs[i].phase == phase ? 2 : 0;
-        uint64_t t0 = hd_clock_ns();
-        for (unsigned i = 0; i < LT_CLIENTS; i++)
-            if ((int)lt_specs[i].phase == phase && lt_specs[i].s_server)
-                s_server_start(i);
-        atomic_store(&g.phase, phase);
-        for (unsigned i = 0; i < LT_CLIENTS; i++) {
-            if ((int)lt_specs[i].phase != phase)
-                continue;
-            if (lt_specs[i].suite)
-                s_client_run(i);
-            if (lt_specs[i].s_server)
-                s_server_serve(i);
-        }
-        while (phase_closed(phase) < want &&
-               hd_clock_ns() - t0 < (uint64_t)LT_PHASE_TIMEOUT_S * 1000000000ull)
-            usleep(10000);
-        printf("phase %d: %.2f s\n", phase, (double)(hd_clock_ns() - t0) / 1e9);
-        if (phase_closed(phase) < want) {
-            g.timed_out_phase = phase;
-            break;
-        }
-    }
-    atomic_store(&g.phase, LT_DONE);
-    while (atomic_load(&g.rt) == NULL)
-        usleep(1000);
-    hd_runtime_stop(atomic_load(&g.rt));
-    return NULL;
 }
 
 /* ---------------------------------------------------------------- checks */
@@ -745,7 +146,7 @@ static void check_modes(const struct tls_shard_stats *t)
     unsigned want_ktls = 0, want_user = 0;
     for (unsigned i = 0; i < LT_CLIENTS; i++) {
         const struct lt_spec *sp = &lt_specs[i];
-        const struct lt_end *k = &g.clients[i], *e = server_of(i);
+        const struct lt_end *k = &g.clients[i], *e = lt_server_of(i);
         /* Ours: the server (unless s_server) in kTLS, the client (unless s_client) as asked. */
         int want = sp->ktls_disable || sp->suite ? TLS_MODE_USERSPACE : TLS_MODE_KTLS;
         int want_server = sp->s_server ? TLS_MODE_USERSPACE : TLS_MODE_KTLS;
@@ -779,7 +180,7 @@ static void check_modes(const struct tls_shard_stats *t)
 /* Both directions of client id arrived whole and unchanged. */
 static bool streams_ok(unsigned id, const char *name)
 {
-    const struct lt_end *k = &g.clients[id], *e = server_of(id);
+    const struct lt_end *k = &g.clients[id], *e = lt_server_of(id);
     if (!e || k->got != k->in_total || k->bad || e->got != e->in_total || e->bad) {
         lt_fail(name, "client %u got %llu/%llu%s, server got %llu/%llu%s", id,
                 (unsigned long long)k->got, (unsigned long long)k->in_total,
@@ -792,7 +193,7 @@ static bool streams_ok(unsigned id, const char *name)
 
 static bool reasons_are(unsigned id, const char *name, int client_rc, int client, int server)
 {
-    const struct lt_end *k = &g.clients[id], *e = server_of(id);
+    const struct lt_end *k = &g.clients[id], *e = lt_server_of(id);
     if (k->action_rc != client_rc || k->reason != client || !e || e->reason != server) {
         lt_fail(name,
                 "client %u: call %d (want %d), closed %d (want %d), server closed %d (want %d)", id,
@@ -810,7 +211,7 @@ static void check_suites(void)
         const struct lt_spec *sp = &lt_specs[i];
         if (!sp->suite)
             continue;
-        const struct lt_end *e = server_of(i);
+        const struct lt_end *e = lt_server_of(i);
         uint16_t want = strstr(sp->suite, "CHACHA") ? 0x1303 : 0x1302;
         if (!streams_ok(i, "suites"))
             return;
@@ -847,7 +248,7 @@ static void check_bulk(void)
             return;
         up += g.clients[i].out_total;
         down += g.clients[i].in_total;
-        fnv_up ^= server_of(i)->fnv;
+        fnv_up ^= lt_server_of(i)->fnv;
         fnv_down ^= g.clients[i].fnv;
     }
     lt_ok("bulk_each_way", "(%llu MiB up, %llu MiB down, fnv1a xor %016llx / %016llx)",
@@ -1034,12 +435,12 @@ int main(void)
         lt_fail("tls_stat", "/proc/net/tls_stat: %s", strerror(errno));
     if (failures == 0 && setup()) {
         struct hdt_options o = {.shards = LT_SHARDS,
-                                .shard_init = shard_init,
-                                .shard_stop = shard_stop,
-                                .shard_fini = shard_fini};
+                                .shard_init = lt_shard_init,
+                                .shard_stop = lt_shard_stop,
+                                .shard_fini = lt_shard_fini};
         pthread_t driver;
-        HDT_CHECK(pthread_create(&driver, NULL, driver_main, NULL) == 0);
-        int rc = hdt_run(&o, body, NULL, NULL);
+        HDT_CHECK(pthread_create(&driver, NULL, lt_driver_main, NULL) == 0);
+        int rc = hdt_run(&o, lt_body, NULL, NULL);
         pthread_join(driver, NULL);
         if (rc < 0)
             lt_fail("runtime", "%s", strerror(-rc));
