@@ -145,4 +145,44 @@ unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards);
 #define CONF_DISCO_LEN 64
 void conf_disco_payload(uint8_t out[CONF_DISCO_LEN]);
 
+/* ---- Criterion fixtures (the caller includes <criterion/criterion.h>) ------------------------ */
+
+/* Asserts that expr returns 0, else fails with the expression, the value and its errno text. */
+#define CONF_OK(expr)                                                                              \
+    do {                                                                                           \
+        int rc_ = (int)(expr);                                                                     \
+        cr_assert_eq(rc_, 0, "%s: %d (%s)", #expr, rc_, strerror(rc_ < 0 ? -rc_ : 0));             \
+    } while (0)
+
+/* A suite's or test's fini: stops srv if it was started, whatever its exit status (a failing
+ * test already said why). */
+void conf_server_down(struct conf_server *srv);
+/* The end of a passing test: asserts hderp-server exits 0 on SIGTERM. */
+void conf_server_stop_clean(struct conf_server *srv);
+
+/* ---- 100 clients x 1,000 packets (conf_load.c) ----------------------------------------------- */
+
+#define CONF_LOAD_CLIENTS 100
+#define CONF_LOAD_PACKETS 1000 /* per client */
+/* Packets each client sends per round; each receiver gets exactly this many per round, well
+ * under the relay's per-client queue depth (32). */
+#define CONF_LOAD_BATCH 10
+
+struct tls_ctx;
+
+struct conf_load_opts {
+    const struct conf_server *srv; /* running, 2 shards; borrowed */
+    struct tls_ctx *tls_ctx;       /* NULL: plain TCP; else TLS verified with it (borrowed) */
+    const char *host;              /* with tls_ctx: the Host header, its name also the SNI */
+    uint64_t deadline_ms;          /* the whole exchange, from each test shard's start */
+};
+
+/* Runs CONF_LOAD_CLIENTS DERP clients on 2 test shards (the TLS ones with tls_shard_init), each
+ * sending CONF_LOAD_PACKETS in paced rounds, and asserts (criterion): no timeout, connect, send
+ * or early-close errors, every packet exactly once to the right key with the right source,
+ * varz derp_packets_sent == total and derp_packets_dropped == 0, and derp_current_connections
+ * back to 0; with TLS also one finished handshake per client, none failed, and 101 to every
+ * upgrade. Leaves srv running. Test thread only; one run at a time. */
+void conf_load_run(const struct conf_load_opts *o);
+
 #endif /* CONF_SUPPORT_H */

@@ -25,20 +25,8 @@ static void up(void)
 
 static void down(void)
 {
-    if (srv.pid > 0)
-        conf_server_stop(&srv);
+    conf_server_down(&srv);
 }
-
-static void stop_clean(void)
-{
-    cr_assert_eq(conf_server_stop(&srv), 0, "hderp-server exits 0 on SIGTERM");
-}
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (int)(expr);                                                                     \
-        cr_assert_eq(rc_, 0, "%s: %d (%s)", #expr, rc_, strerror(rc_ < 0 ? -rc_ : 0));             \
-    } while (0)
 
 TestSuite(test_conformance_mesh, .init = up, .fini = down, .timeout = 120);
 
@@ -62,7 +50,7 @@ static void expect_present(struct conf_raw *w, const struct conf_raw *peer, uint
                            uint8_t key_out[DERP_KEY_LEN])
 {
     struct conf_frame f;
-    OK(conf_raw_read_nka(w, CONF_IO_TIMEOUT_MS, &f));
+    CONF_OK(conf_raw_read_nka(w, CONF_IO_TIMEOUT_MS, &f));
     cr_assert_eq(f.type, DERP_FRAME_PEER_PRESENT, "got frame type %u", f.type);
     cr_assert_eq(f.len, DERP_PEER_PRESENT_LEN);
     static const uint8_t v4mapped[16] = {[10] = 0xff, [11] = 0xff, 127, 0, 0, 1};
@@ -82,7 +70,7 @@ static void expect_present(struct conf_raw *w, const struct conf_raw *peer, uint
 static void expect_gone(struct conf_raw *r, const struct derp_pubkey *peer, uint8_t reason)
 {
     struct conf_frame f;
-    OK(conf_raw_read_nka(r, CONF_IO_TIMEOUT_MS, &f));
+    CONF_OK(conf_raw_read_nka(r, CONF_IO_TIMEOUT_MS, &f));
     cr_assert_eq(f.type, DERP_FRAME_PEER_GONE, "got frame type %u", f.type);
     cr_assert_eq(f.len, DERP_PEER_GONE_LEN);
     cr_assert_eq(memcmp(f.p, peer->bytes, DERP_KEY_LEN), 0, "PeerGone names the peer");
@@ -91,7 +79,7 @@ static void expect_gone(struct conf_raw *r, const struct derp_pubkey *peer, uint
 
 static void mesh_login(struct conf_raw *r, const char *json)
 {
-    OK(conf_raw_login(r, &srv, NULL, json ? json : MESH_JSON));
+    CONF_OK(conf_raw_login(r, &srv, NULL, json ? json : MESH_JSON));
 }
 
 /* Row 22: mesh-only frames from a client without (or with a wrong) mesh key close it. */
@@ -105,17 +93,17 @@ Test(test_conformance_mesh, mesh_frames_need_the_key)
     uint8_t target[DERP_KEY_LEN] = {1};
     for (size_t j = 0; j < 2; j++) {
         struct conf_raw r;
-        OK(conf_raw_login(&r, &srv, NULL, jsons[j]));
-        OK(conf_raw_send_frame(&r, DERP_FRAME_WATCH_CONNS, NULL, 0));
-        OK(conf_raw_wait_closed(&r, CONF_IO_TIMEOUT_MS));
+        CONF_OK(conf_raw_login(&r, &srv, NULL, jsons[j]));
+        CONF_OK(conf_raw_send_frame(&r, DERP_FRAME_WATCH_CONNS, NULL, 0));
+        CONF_OK(conf_raw_wait_closed(&r, CONF_IO_TIMEOUT_MS));
         conf_raw_close(&r);
-        OK(conf_raw_login(&r, &srv, NULL, jsons[j]));
-        OK(conf_raw_send_frame(&r, DERP_FRAME_CLOSE_PEER, target, sizeof(target)));
-        OK(conf_raw_wait_closed(&r, CONF_IO_TIMEOUT_MS));
+        CONF_OK(conf_raw_login(&r, &srv, NULL, jsons[j]));
+        CONF_OK(conf_raw_send_frame(&r, DERP_FRAME_CLOSE_PEER, target, sizeof(target)));
+        CONF_OK(conf_raw_wait_closed(&r, CONF_IO_TIMEOUT_MS));
         conf_raw_close(&r);
-        OK(conf_raw_login(&r, &srv, NULL, jsons[j]));
-        OK(conf_raw_send_frame(&r, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
-        OK(conf_raw_wait_closed(&r, CONF_IO_TIMEOUT_MS));
+        CONF_OK(conf_raw_login(&r, &srv, NULL, jsons[j]));
+        CONF_OK(conf_raw_send_frame(&r, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
+        CONF_OK(conf_raw_wait_closed(&r, CONF_IO_TIMEOUT_MS));
         conf_raw_close(&r);
     }
     /* With the key (any letter case in the JSON names, row 8) WatchConns works. */
@@ -127,12 +115,12 @@ Test(test_conformance_mesh, mesh_frames_need_the_key)
     for (size_t j = 0; j < 3; j++) {
         struct conf_raw w;
         mesh_login(&w, good[j]);
-        OK(conf_raw_send_frame(&w, DERP_FRAME_WATCH_CONNS, NULL, 0));
+        CONF_OK(conf_raw_send_frame(&w, DERP_FRAME_WATCH_CONNS, NULL, 0));
         expect_present(&w, &w, DERP_PEER_PRESENT_IS_MESH_PEER, NULL);
-        OK(conf_raw_ping_pong(&w, 5, CONF_IO_TIMEOUT_MS));
+        CONF_OK(conf_raw_ping_pong(&w, 5, CONF_IO_TIMEOUT_MS));
         conf_raw_close(&w);
     }
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 23 (TestWatch) and the watcher half of row 21. */
@@ -140,26 +128,26 @@ Test(test_conformance_mesh, watch_snapshot_and_stream)
 {
     struct conf_raw w1, w2, c1, c2, c3, d1, d2;
     mesh_login(&w1, NULL);
-    OK(conf_raw_send_frame(&w1, DERP_FRAME_WATCH_CONNS, NULL, 0));
+    CONF_OK(conf_raw_send_frame(&w1, DERP_FRAME_WATCH_CONNS, NULL, 0));
     expect_present(&w1, &w1, DERP_PEER_PRESENT_IS_MESH_PEER, NULL);
 
-    OK(conf_raw_login(&c1, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&c1, &srv, NULL, NULL));
     expect_present(&w1, &c1, DERP_PEER_PRESENT_IS_REGULAR, NULL);
-    OK(conf_raw_login(&c2, &srv, NULL, "{\"version\":2,\"IsProber\":true}"));
+    CONF_OK(conf_raw_login(&c2, &srv, NULL, "{\"version\":2,\"IsProber\":true}"));
     expect_present(&w1, &c2, DERP_PEER_PRESENT_IS_PROBER, NULL);
     /* Ideal-Node marks the connection not ideal. */
-    OK(conf_raw_open(&c3, &srv, NULL));
-    OK(conf_raw_upgrade(&c3, "Ideal-Node: derp1\r\n"));
+    CONF_OK(conf_raw_open(&c3, &srv, NULL));
+    CONF_OK(conf_raw_upgrade(&c3, "Ideal-Node: derp1\r\n"));
     cr_assert_eq(c3.http_status, 101);
-    OK(conf_raw_read_server_key(&c3));
+    CONF_OK(conf_raw_read_server_key(&c3));
     uint8_t ci[512];
     ssize_t n = conf_raw_client_info(&c3, NULL, ci, sizeof(ci));
     cr_assert_gt(n, 0);
-    OK(conf_raw_write(&c3, ci, (size_t)n));
-    OK(conf_raw_read_server_info(&c3, NULL));
+    CONF_OK(conf_raw_write(&c3, ci, (size_t)n));
+    CONF_OK(conf_raw_read_server_info(&c3, NULL));
     expect_present(&w1, &c3, DERP_PEER_PRESENT_NOT_IDEAL, NULL);
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_current_notideal_connections", 1, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_notideal_connections", 1, CONF_IO_TIMEOUT_MS, &v));
 
     conf_raw_close(&c1);
     expect_gone(&w1, &c1.kp.pub, DERP_PEER_GONE_DISCONNECTED);
@@ -167,7 +155,7 @@ Test(test_conformance_mesh, watch_snapshot_and_stream)
     /* A later watcher's snapshot: w1, w2, c2, c3 in any order, then nothing. */
     mesh_login(&w2, NULL);
     expect_present(&w1, &w2, DERP_PEER_PRESENT_IS_MESH_PEER, NULL);
-    OK(conf_raw_send_frame(&w2, DERP_FRAME_WATCH_CONNS, NULL, 0));
+    CONF_OK(conf_raw_send_frame(&w2, DERP_FRAME_WATCH_CONNS, NULL, 0));
     const struct conf_raw *want[] = {&w1, &w2, &c2, &c3};
     bool seen[4] = {0};
     for (int i = 0; i < 4; i++) {
@@ -181,14 +169,14 @@ Test(test_conformance_mesh, watch_snapshot_and_stream)
         seen[hit] = true;
     }
     expect_silence(&w2, "after the snapshot");
-    OK(conf_varz_wait(&srv, "derp_watchers", 2, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_watchers", 2, CONF_IO_TIMEOUT_MS, &v));
 
     /* Dups: a PeerPresent per connection, one PeerGone when the last goes. */
     struct derp_keypair k;
-    OK(derp_keypair_generate(&k));
-    OK(conf_raw_login(&d1, &srv, &k, NULL));
+    CONF_OK(derp_keypair_generate(&k));
+    CONF_OK(conf_raw_login(&d1, &srv, &k, NULL));
     expect_present(&w1, &d1, DERP_PEER_PRESENT_IS_REGULAR, NULL);
-    OK(conf_raw_login(&d2, &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&d2, &srv, &k, NULL));
     expect_present(&w1, &d2, DERP_PEER_PRESENT_IS_REGULAR, NULL);
     conf_raw_close(&d1);
     expect_silence(&w1, "one dup of two left");
@@ -199,12 +187,12 @@ Test(test_conformance_mesh, watch_snapshot_and_stream)
     expect_gone(&w2, &k.pub, DERP_PEER_GONE_DISCONNECTED);
     conf_raw_close(&w2);
     expect_gone(&w1, &w2.kp.pub, DERP_PEER_GONE_DISCONNECTED);
-    OK(conf_varz_wait(&srv, "derp_watchers", 1, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_watchers", 1, CONF_IO_TIMEOUT_MS, &v));
     conf_raw_close(&c2);
     conf_raw_close(&c3);
     conf_raw_close(&w1);
-    OK(conf_varz_wait(&srv, "derp_watchers", 0, CONF_IO_TIMEOUT_MS, &v));
-    stop_clean();
+    CONF_OK(conf_varz_wait(&srv, "derp_watchers", 0, CONF_IO_TIMEOUT_MS, &v));
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 24: ClosePeer(K) from a mesh peer closes every connection of K; the mesh peer stays, and
@@ -212,53 +200,53 @@ Test(test_conformance_mesh, watch_snapshot_and_stream)
 Test(test_conformance_mesh, close_peer)
 {
     struct derp_keypair k;
-    OK(derp_keypair_generate(&k));
+    CONF_OK(derp_keypair_generate(&k));
     struct conf_raw m, a, b, other;
     mesh_login(&m, NULL);
-    OK(conf_raw_login(&a, &srv, &k, NULL));
-    OK(conf_raw_login(&b, &srv, &k, NULL));
-    OK(conf_raw_login(&other, &srv, NULL, NULL));
-    OK(conf_raw_send_frame(&m, DERP_FRAME_CLOSE_PEER, k.pub.bytes, DERP_KEY_LEN));
-    OK(conf_raw_wait_closed(&a, CONF_IO_TIMEOUT_MS));
-    OK(conf_raw_wait_closed(&b, CONF_IO_TIMEOUT_MS));
+    CONF_OK(conf_raw_login(&a, &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&other, &srv, NULL, NULL));
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_CLOSE_PEER, k.pub.bytes, DERP_KEY_LEN));
+    CONF_OK(conf_raw_wait_closed(&a, CONF_IO_TIMEOUT_MS));
+    CONF_OK(conf_raw_wait_closed(&b, CONF_IO_TIMEOUT_MS));
     uint8_t unknown[DERP_KEY_LEN] = {7, 7, 7};
-    OK(conf_raw_send_frame(&m, DERP_FRAME_CLOSE_PEER, unknown, DERP_KEY_LEN));
-    OK(conf_raw_ping_pong(&m, 9, CONF_IO_TIMEOUT_MS));
-    OK(conf_raw_ping_pong(&other, 10, CONF_IO_TIMEOUT_MS));
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_CLOSE_PEER, unknown, DERP_KEY_LEN));
+    CONF_OK(conf_raw_ping_pong(&m, 9, CONF_IO_TIMEOUT_MS));
+    CONF_OK(conf_raw_ping_pong(&other, 10, CONF_IO_TIMEOUT_MS));
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_current_connections", 2, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_connections", 2, CONF_IO_TIMEOUT_MS, &v));
     conf_raw_close(&a);
     conf_raw_close(&b);
     conf_raw_close(&other);
     conf_raw_close(&m);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 25: ForwardPacket(src X, dst B) from a mesh peer reaches B with src X. */
 Test(test_conformance_mesh, forward_packet)
 {
     struct derp_keypair x;
-    OK(derp_keypair_generate(&x));
+    CONF_OK(derp_keypair_generate(&x));
     struct conf_raw m, b;
     mesh_login(&m, NULL);
-    OK(conf_raw_login(&b, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
     uint8_t buf[2 * DERP_KEY_LEN + 9];
     memcpy(buf, x.pub.bytes, DERP_KEY_LEN);
     memcpy(buf + DERP_KEY_LEN, b.kp.pub.bytes, DERP_KEY_LEN);
     memcpy(buf + 2 * DERP_KEY_LEN, "forwarded", 9);
-    OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, buf, sizeof(buf)));
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, buf, sizeof(buf)));
     struct derp_pubkey src;
     const uint8_t *data;
     size_t len;
-    OK(conf_raw_read_packet(&b, CONF_IO_TIMEOUT_MS, &src, &data, &len));
+    CONF_OK(conf_raw_read_packet(&b, CONF_IO_TIMEOUT_MS, &src, &data, &len));
     cr_assert(derp_pubkey_equal(&src, &x.pub), "src is the forwarded source, not the mesh peer");
     cr_assert_eq(len, 9);
     cr_assert_eq(memcmp(data, "forwarded", 9), 0);
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_packets_forwarded_in", 1, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_packets_forwarded_in", 1, CONF_IO_TIMEOUT_MS, &v));
     conf_raw_close(&b);
     conf_raw_close(&m);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 25, §7: a disco ForwardPacket to a dst the server does not have earns the forwarding
@@ -266,19 +254,20 @@ Test(test_conformance_mesh, forward_packet)
 Test(test_conformance_mesh, forward_packet_not_here)
 {
     struct derp_keypair x, nobody;
-    OK(derp_keypair_generate(&x));
-    OK(derp_keypair_generate(&nobody));
+    CONF_OK(derp_keypair_generate(&x));
+    CONF_OK(derp_keypair_generate(&nobody));
     struct conf_raw m;
     mesh_login(&m, NULL);
     uint8_t buf[2 * DERP_KEY_LEN + CONF_DISCO_LEN];
     memcpy(buf, x.pub.bytes, DERP_KEY_LEN);
     memcpy(buf + DERP_KEY_LEN, nobody.pub.bytes, DERP_KEY_LEN);
     conf_disco_payload(buf + 2 * DERP_KEY_LEN);
-    OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, buf, sizeof(buf)));
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, buf, sizeof(buf)));
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_packets_dropped{reason=\"unknown_dest_on_fwd\",kind=\"disco\"}",
-                      1, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv,
+                           "derp_packets_dropped{reason=\"unknown_dest_on_fwd\",kind=\"disco\"}", 1,
+                           CONF_IO_TIMEOUT_MS, &v));
     expect_gone(&m, &nobody.pub, DERP_PEER_GONE_NOT_HERE);
     conf_raw_close(&m);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }

@@ -23,28 +23,16 @@ static void up(void)
 
 static void down(void)
 {
-    if (srv.pid > 0)
-        conf_server_stop(&srv);
+    conf_server_down(&srv);
 }
-
-static void stop_clean(void)
-{
-    cr_assert_eq(conf_server_stop(&srv), 0, "hderp-server exits 0 on SIGTERM");
-}
-
-#define OK(expr)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (int)(expr);                                                                     \
-        cr_assert_eq(rc_, 0, "%s: %d (%s)", #expr, rc_, strerror(rc_ < 0 ? -rc_ : 0));             \
-    } while (0)
 
 TestSuite(test_conformance_peers, .init = up, .fini = down, .timeout = 120);
 
 static void login_on_shard(struct conf_raw *r, unsigned shard)
 {
     struct derp_keypair kp;
-    OK(conf_keypair_on_shard(&kp, shard, SHARDS));
-    OK(conf_raw_login(r, &srv, &kp, NULL));
+    CONF_OK(conf_keypair_on_shard(&kp, shard, SHARDS));
+    CONF_OK(conf_raw_login(r, &srv, &kp, NULL));
 }
 
 static void expect_packet(struct conf_raw *r, const struct derp_pubkey *src, const char *text)
@@ -52,7 +40,7 @@ static void expect_packet(struct conf_raw *r, const struct derp_pubkey *src, con
     struct derp_pubkey got;
     const uint8_t *data;
     size_t len;
-    OK(conf_raw_read_packet(r, CONF_IO_TIMEOUT_MS, &got, &data, &len));
+    CONF_OK(conf_raw_read_packet(r, CONF_IO_TIMEOUT_MS, &got, &data, &len));
     cr_assert(derp_pubkey_equal(&got, src), "wrong source key for %s", text);
     cr_assert_eq(len, strlen(text));
     cr_assert_eq(memcmp(data, text, len), 0, "payload %.*s, want %s", (int)len, data, text);
@@ -76,7 +64,7 @@ Test(test_conformance_peers, send_recv_across_shards)
     for (unsigned i = 0; i < MESH_N; i++)
         for (unsigned j = 0; j < MESH_N; j++) {
             snprintf(text, sizeof(text), "from %u to %u", i, j);
-            OK(conf_raw_send_packet(&c[i], &c[j].kp.pub, text, strlen(text)));
+            CONF_OK(conf_raw_send_packet(&c[i], &c[j].kp.pub, text, strlen(text)));
         }
     /* Each receiver sees each sender's packet exactly once (order across senders is free). */
     for (unsigned j = 0; j < MESH_N; j++) {
@@ -85,7 +73,7 @@ Test(test_conformance_peers, send_recv_across_shards)
             struct derp_pubkey src;
             const uint8_t *data;
             size_t len;
-            OK(conf_raw_read_packet(&c[j], CONF_IO_TIMEOUT_MS, &src, &data, &len));
+            CONF_OK(conf_raw_read_packet(&c[j], CONF_IO_TIMEOUT_MS, &src, &data, &len));
             unsigned i = MESH_N;
             for (unsigned k = 0; k < MESH_N; k++)
                 if (derp_pubkey_equal(&src, &c[k].kp.pub))
@@ -100,16 +88,16 @@ Test(test_conformance_peers, send_recv_across_shards)
         expect_silence(&c[j], "after all packets");
     }
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_packets_sent", MESH_N * MESH_N, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_packets_sent", MESH_N * MESH_N, CONF_IO_TIMEOUT_MS, &v));
     for (unsigned i = 0; i < MESH_N; i++)
         conf_raw_close(&c[i]);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 static void expect_gone(struct conf_raw *r, const struct derp_pubkey *peer, uint8_t reason)
 {
     struct conf_frame f;
-    OK(conf_raw_read_nka(r, CONF_IO_TIMEOUT_MS, &f));
+    CONF_OK(conf_raw_read_nka(r, CONF_IO_TIMEOUT_MS, &f));
     cr_assert_eq(f.type, DERP_FRAME_PEER_GONE, "got frame type %u", f.type);
     cr_assert_eq(f.len, DERP_PEER_GONE_LEN);
     cr_assert_eq(memcmp(f.p, peer->bytes, DERP_KEY_LEN), 0, "PeerGone names the peer");
@@ -125,9 +113,9 @@ Test(test_conformance_peers, peer_gone_disconnected)
     login_on_shard(&b, 1);
     login_on_shard(&c, 0);
     login_on_shard(&d, 1); /* a bystander */
-    OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
+    CONF_OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
     expect_packet(&b, &a.kp.pub, "a2b");
-    OK(conf_raw_send_packet(&b, &c.kp.pub, "b2c", 3));
+    CONF_OK(conf_raw_send_packet(&b, &c.kp.pub, "b2c", 3));
     expect_packet(&c, &b.kp.pub, "b2c");
     conf_raw_close(&a);
     expect_gone(&b, &a.kp.pub, DERP_PEER_GONE_DISCONNECTED);
@@ -138,9 +126,9 @@ Test(test_conformance_peers, peer_gone_disconnected)
     conf_raw_close(&c);
     expect_silence(&d, "bystander after B, C left");
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_peer_gone_disconnected_frames", 2, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_peer_gone_disconnected_frames", 2, CONF_IO_TIMEOUT_MS, &v));
     conf_raw_close(&d);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 18: disco to an unknown key -> PeerGone(NotHere); non-disco -> nothing; 6 rapid disco
@@ -149,29 +137,30 @@ Test(test_conformance_peers, peer_gone_not_here_limited)
 {
     struct conf_raw a, b;
     struct derp_keypair nobody;
-    OK(derp_keypair_generate(&nobody));
+    CONF_OK(derp_keypair_generate(&nobody));
     uint8_t disco[CONF_DISCO_LEN], plain[CONF_DISCO_LEN];
     conf_disco_payload(disco);
     memset(plain, 0x42, sizeof(plain));
 
     login_on_shard(&a, 0);
-    OK(conf_raw_send_packet(&a, &nobody.pub, plain, sizeof(plain)));
+    CONF_OK(conf_raw_send_packet(&a, &nobody.pub, plain, sizeof(plain)));
     expect_silence(&a, "non-disco to nobody");
-    OK(conf_raw_send_packet(&a, &nobody.pub, disco, sizeof(disco)));
+    CONF_OK(conf_raw_send_packet(&a, &nobody.pub, disco, sizeof(disco)));
     expect_gone(&a, &nobody.pub, DERP_PEER_GONE_NOT_HERE);
     conf_raw_close(&a);
 
     login_on_shard(&b, 1);
     for (int i = 0; i < 6; i++)
-        OK(conf_raw_send_packet(&b, &nobody.pub, disco, sizeof(disco)));
+        CONF_OK(conf_raw_send_packet(&b, &nobody.pub, disco, sizeof(disco)));
     for (int i = 0; i < 3; i++)
         expect_gone(&b, &nobody.pub, DERP_PEER_GONE_NOT_HERE);
-    OK(conf_raw_ping_pong(&b, 7, CONF_IO_TIMEOUT_MS)); /* all 6 were handled: Pong after them */
+    CONF_OK(
+        conf_raw_ping_pong(&b, 7, CONF_IO_TIMEOUT_MS)); /* all 6 were handled: Pong after them */
     expect_silence(&b, "no 4th NotHere");
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_peer_gone_not_here_frames", 4, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_peer_gone_not_here_frames", 4, CONF_IO_TIMEOUT_MS, &v));
     conf_raw_close(&b);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 21 (TestServerDupClients): newest receives; the old one sends any frame -> it receives;
@@ -179,38 +168,38 @@ Test(test_conformance_peers, peer_gone_not_here_limited)
 Test(test_conformance_peers, dup_connections)
 {
     struct derp_keypair k;
-    OK(conf_keypair_on_shard(&k, 1, SHARDS));
+    CONF_OK(conf_keypair_on_shard(&k, 1, SHARDS));
     struct conf_raw s, old, nw;
     login_on_shard(&s, 0);
-    OK(conf_raw_login(&old, &srv, &k, NULL));
-    OK(conf_raw_login(&nw, &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&old, &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&nw, &srv, &k, NULL));
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_current_dup_client_keys", 1, CONF_IO_TIMEOUT_MS, &v));
-    OK(conf_varz_wait(&srv, "derp_current_dup_client_conns", 2, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_dup_client_keys", 1, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_dup_client_conns", 2, CONF_IO_TIMEOUT_MS, &v));
 
-    OK(conf_raw_send_packet(&s, &k.pub, "one", 3));
+    CONF_OK(conf_raw_send_packet(&s, &k.pub, "one", 3));
     expect_packet(&nw, &s.kp.pub, "one");
     expect_silence(&old, "old while the newest is active");
 
-    OK(conf_raw_ping_pong(&old, 1, CONF_IO_TIMEOUT_MS)); /* any frame makes it active */
-    OK(conf_raw_send_packet(&s, &k.pub, "two", 3));
+    CONF_OK(conf_raw_ping_pong(&old, 1, CONF_IO_TIMEOUT_MS)); /* any frame makes it active */
+    CONF_OK(conf_raw_send_packet(&s, &k.pub, "two", 3));
     expect_packet(&old, &s.kp.pub, "two");
     expect_silence(&nw, "newest after old spoke");
 
-    OK(conf_raw_ping_pong(&nw, 2, CONF_IO_TIMEOUT_MS)); /* newest active again, then leaves */
+    CONF_OK(conf_raw_ping_pong(&nw, 2, CONF_IO_TIMEOUT_MS)); /* newest active again, then leaves */
     conf_raw_close(&nw);
-    OK(conf_varz_wait(&srv, "derp_current_dup_client_keys", 0, CONF_IO_TIMEOUT_MS, &v));
-    OK(conf_raw_send_packet(&s, &k.pub, "three", 5));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_dup_client_keys", 0, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_raw_send_packet(&s, &k.pub, "three", 5));
     expect_packet(&old, &s.kp.pub, "three");
     expect_silence(&s, "no PeerGone: the key still has a connection");
-    OK(conf_varz(&srv, "derp_total_dup_client_conns", false, &v));
+    CONF_OK(conf_varz(&srv, "derp_total_dup_client_conns", false, &v));
     cr_assert_eq(v, 1, "total_dup_client_conns %lld", (long long)v);
     /* K received from S, not the other way round: S is not told when K goes (§6.7). */
     conf_raw_close(&old);
-    OK(conf_varz_wait(&srv, "derp_current_connections", 1, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_connections", 1, CONF_IO_TIMEOUT_MS, &v));
     expect_silence(&s, "the sender after K left");
     conf_raw_close(&s);
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
 
 /* Row 40: after everyone disconnects, the gauges return to 0 and what was still queued for a
@@ -228,18 +217,18 @@ Test(test_conformance_peers, gauges_return_to_zero)
         "derp_watchers",
     };
     struct derp_keypair k;
-    OK(derp_keypair_generate(&k));
+    CONF_OK(derp_keypair_generate(&k));
     struct conf_raw c[6];
     for (unsigned i = 0; i < 4; i++)
         login_on_shard(&c[i], i % SHARDS);
-    OK(conf_raw_login(&c[4], &srv, &k, NULL));
-    OK(conf_raw_login(&c[5], &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&c[4], &srv, &k, NULL));
+    CONF_OK(conf_raw_login(&c[5], &srv, &k, NULL));
     for (unsigned i = 0; i < 6; i++)
-        OK(conf_raw_send_frame(&c[i], DERP_FRAME_NOTE_PREFERRED, "\x01", 1));
+        CONF_OK(conf_raw_send_frame(&c[i], DERP_FRAME_NOTE_PREFERRED, "\x01", 1));
     int64_t v = -1;
-    OK(conf_varz_wait(&srv, "derp_current_connections", 6, CONF_IO_TIMEOUT_MS, &v));
-    OK(conf_varz_wait(&srv, "derp_current_home_connections", 6, CONF_IO_TIMEOUT_MS, &v));
-    OK(conf_varz_wait(&srv, "derp_clients_local", 5, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_connections", 6, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_current_home_connections", 6, CONF_IO_TIMEOUT_MS, &v));
+    CONF_OK(conf_varz_wait(&srv, "derp_clients_local", 5, CONF_IO_TIMEOUT_MS, &v));
     for (unsigned i = 0; i < 6; i++)
         if (i % 2)
             conf_raw_abort(&c[i]);
@@ -249,5 +238,5 @@ Test(test_conformance_peers, gauges_return_to_zero)
         int rc = conf_varz_wait(&srv, gauges[g], 0, CONF_IO_TIMEOUT_MS, &v);
         cr_assert_eq(rc, 0, "%s stays at %lld (rc %d)", gauges[g], (long long)v, rc);
     }
-    stop_clean();
+    conf_server_stop_clean(&srv);
 }
