@@ -104,8 +104,9 @@ static json_t *json_parse(const uint8_t *text, size_t len)
     return json_loadb((const char *)text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 }
 
-static int client_info_field(const char *name, const json_t *v, struct derp_client_info *ci)
+static int client_info_field(const char *name, const json_t *v, void *out)
 {
+    struct derp_client_info *ci = out;
     int rc = 1;
     if (strcasecmp(name, "version") == 0) {
         rc = json_get_int(v, &ci->version);
@@ -123,10 +124,12 @@ static int client_info_field(const char *name, const json_t *v, struct derp_clie
     return rc < 0 ? rc : 0;
 }
 
-int derp_client_info_parse_json(const uint8_t *text, size_t len, struct derp_client_info *info)
+/* Go's json.Unmarshal into a struct: an object whose fields field() takes one by one (unknown
+ * keys ignored by it), or a bare null (a no-op). Returns 0 or -EPROTO. */
+typedef int json_field_fn(const char *name, const json_t *v, void *out);
+
+static int parse_object(const uint8_t *text, size_t len, json_field_fn *field, void *out)
 {
-    struct derp_client_info ci;
-    memset(&ci, 0, sizeof(ci));
     json_t *root = json_parse(text, len);
     if (!root)
         return -EPROTO;
@@ -136,22 +139,31 @@ int derp_client_info_parse_json(const uint8_t *text, size_t len, struct derp_cli
         json_t *v;
         json_object_foreach(root, name, v)
         {
-            rc = client_info_field(name, v, &ci);
+            rc = field(name, v, out);
             if (rc < 0)
                 break;
         }
-    } else if (!json_is_null(root)) { /* json.Unmarshal("null", &info) is a no-op */
+    } else if (!json_is_null(root)) {
         rc = -EPROTO;
     }
     json_decref(root);
+    return rc;
+}
+
+int derp_client_info_parse_json(const uint8_t *text, size_t len, struct derp_client_info *info)
+{
+    struct derp_client_info ci;
+    memset(&ci, 0, sizeof(ci));
+    int rc = parse_object(text, len, client_info_field, &ci);
     if (rc == 0)
         *info = ci;
     sodium_memzero(&ci, sizeof(ci)); /* it held the mesh key */
     return rc;
 }
 
-static int server_info_field(const char *name, const json_t *v, struct derp_server_info *si)
+static int server_info_field(const char *name, const json_t *v, void *out)
 {
+    struct derp_server_info *si = out;
     int rc = 1;
     if (strcasecmp(name, "version") == 0)
         rc = json_get_int(v, &si->version);
@@ -165,23 +177,7 @@ static int server_info_field(const char *name, const json_t *v, struct derp_serv
 int derp_server_info_parse_json(const uint8_t *text, size_t len, struct derp_server_info *info)
 {
     struct derp_server_info si = {0};
-    json_t *root = json_parse(text, len);
-    if (!root)
-        return -EPROTO;
-    int rc = 0;
-    if (json_is_object(root)) {
-        const char *name;
-        json_t *v;
-        json_object_foreach(root, name, v)
-        {
-            rc = server_info_field(name, v, &si);
-            if (rc < 0)
-                break;
-        }
-    } else if (!json_is_null(root)) {
-        rc = -EPROTO;
-    }
-    json_decref(root);
+    int rc = parse_object(text, len, server_info_field, &si);
     if (rc == 0)
         *info = si;
     return rc;
