@@ -10,7 +10,7 @@
 
 bool net_conn_queues_empty(const struct net_conn *c)
 {
-    return c->plain.count == 0 && c->wire.count == 0;
+    return c->plain.count == 0 && c->wire.count == 0 && !(c->flags & NET_F_ENCODE_DUE);
 }
 
 size_t net_conn_queued_bytes(const struct net_conn *c)
@@ -77,6 +77,13 @@ int net_conn_send_copy(struct net_conn *c, const void *data, size_t len)
         len -= n;
     }
     return 0;
+}
+
+void net_conn_encode_request(struct net_conn *c)
+{
+    c->flags |= NET_F_ENCODE_DUE;
+    if (c->state == NET_CONN_OPEN) /* from inside encode: the flush runs again next tick */
+        hd_flush_request(c->shard, &c->flush);
 }
 
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
@@ -176,7 +183,8 @@ void net_conn_flush_now(struct net_conn *c)
 {
     if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
         return; /* one send in flight: its completion flushes again; a moving one waits */
-    if (c->codec && c->plain.count) {
+    if (c->codec && (c->plain.count || (c->flags & NET_F_ENCODE_DUE))) {
+        c->flags &= ~NET_F_ENCODE_DUE; /* encode asks again if it keeps plaintext back */
         c->flags |= NET_F_ENCODING;
         int rc = c->codec->encode(c, c->codec_state);
         c->flags &= ~NET_F_ENCODING;
@@ -186,7 +194,7 @@ void net_conn_flush_now(struct net_conn *c)
         }
     }
     if (c->wire.count == 0) {
-        if (c->plain.count == 0)
+        if (net_conn_queues_empty(c))
             queues_drained(c);
         return;
     }

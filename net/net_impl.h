@@ -68,6 +68,7 @@ enum net_conn_flag {
     NET_F_QUIET = 1u << 9,       /* a layer holds the socket still (net_conn_quiet_begin) */
     NET_F_QUIET_WAIT = 1u << 10, /* ... and waits for codec->quiesced */
     NET_F_QUIET_READ = 1u << 11, /* recv_op is a net_conn_quiet_read */
+    NET_F_ENCODE_DUE = 1u << 12, /* the codec holds plaintext of its own: encode at the flush */
 };
 
 struct net_conn {

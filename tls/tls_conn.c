@@ -61,12 +61,8 @@ void tls_conn_free(struct tls_conn *t)
 
 int tls_kick(struct net_conn *c)
 {
-    struct hd_frame *f = hd_frame_get(net_conn_shard(c), 1);
-    if (f == NULL)
-        return -ENOBUFS;
-    int rc = net_conn_send(c, f, 0, 0);
-    hd_frame_unref(net_conn_shard(c), f);
-    return rc == -EPIPE ? 0 : rc; /* closing with a flush: the bytes go out anyway */
+    net_conn_encode_request(c); /* sealed at this tick's flush (or by a flush-close) */
+    return 0;
 }
 
 int tls_wire_send(struct net_conn *c, struct hd_frame *f, uint32_t len)
