@@ -359,6 +359,16 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     if (t->core_ok)
         printf("\"relay_core\":{\"cpu\":%d,\"busy_s\":%.3f,\"s_per_gb\":%.3f},", c->relay_cpu,
                t->core_s, per_gb(t->core_s, t->window_bytes));
+    printf("\"servers\":[\"%s://%s%s\"],\"peers\":%u,\"duration_s\":%.3f,",
+           c->url.tls ? "https" : "http", c->url.host, c->url.path, 2 * c->pairs_count,
+           c->duration_s);
+    printf("\"total\":{\"sent\":%llu,\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,"
+           "\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu,\"delivered_mbps\":%.3f,"
+           "\"offered_mbps\":%.3f,\"sent_mbps\":%.3f},",
+           (unsigned long long)t->sent, (unsigned long long)t->received,
+           (unsigned long long)t->lost, (unsigned long long)t->reordered,
+           (unsigned long long)t->duplicated, (unsigned long long)t->misrouted,
+           (unsigned long long)t->corrupt, t->delivered_mbps, c->rate_mbps, t->sent_mbps);
     printf("\"per_pair\":[");
     for (unsigned i = 0; i < c->pairs_count; i++) {
         const struct bench_pair *p = &r->pairs[i];

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# run_bench_relay.sh BIN_DIR WORK_DIR - the perf/ load generator through a real plain
+# hderp-server (-dev style, loopback, free port): at a low offered rate (2 Mbit/s, 2 pairs,
+# 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
+# misrouted, and its JSON carries the documented keys. Bounded waits; the server is stopped by PID.
+set -euo pipefail
+bin=$1 work=$2
+bench=$bin/hderp-bench-relay
+mkdir -p "$work"
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+p=$(port)
+url=http://127.0.0.1:$p/derp
+pids=()
+cleanup() { for x in "${pids[@]}"; do kill "$x" 2>/dev/null || true; done; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
+"$bin/hderp-server" -a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2 \
+    >"$work/server.log" 2>&1 &
+pids+=($!)
+up=0
+for _ in $(seq 100); do
+    if curl -s -o /dev/null "${url%/derp}/derp/probe"; then up=1; break; fi
+    sleep 0.05
+done
+[ $up = 1 ] || fail "server did not come up on port $p"
+out=$(timeout 60 "$bench" --server "$url" --pairs 2 --rate-mbps 2 --duration 3 --warmup 1 \
+      --json 2>"$work/bench.log") || fail "bench failed"
+echo "$out"
+python3 - "$out" <<'PY' || fail "bench result"
+import json, sys
+r = json.loads(sys.argv[1])
+t = r["total"]
+keys = {"sent", "received", "lost", "reordered", "duplicated", "misrouted", "corrupt",
+        "delivered_mbps", "offered_mbps", "sent_mbps"}
+assert set(t) == keys, sorted(t)
+assert r["peers"] == 4 and r["duration_s"] == 3 and len(r["servers"]) == 1, r
+assert t["offered_mbps"] == 2, t
+assert 0.8 * 2 <= t["delivered_mbps"] <= 1.2 * 2, t
+assert t["sent"] > 0 and t["lost"] == 0 and t["misrouted"] == 0, t
+assert t["received"] == t["sent"] and t["corrupt"] == 0 and t["duplicated"] == 0, t
+assert len(r["per_pair"]) == 2 and sum(x["sent"] for x in r["per_pair"]) == t["sent"], r
+for k in ("server", "pairs", "delivered_mbps", "latency_us", "window_s"):
+    assert k in r, k
+PY
+# bad input gets a clear error and exit 2
+if "$bench" --server "$url" --pairs 0 >/dev/null 2>"$work/usage.log"; then fail "--pairs 0 ran"; fi
+grep -q -- '--pairs 0' "$work/usage.log" || fail "no clear error for --pairs 0"
+echo "ok: bench relay"
