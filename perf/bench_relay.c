@@ -23,10 +23,17 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hderp-bench-relay --server http[s]://IP:PORT/derp [--pairs K] [--size BYTES]\n"
-            "         [--rate-mbps R] [--duration S] [--warmup S] [--shards N] [--relay-pid PID]\n"
-            "         [--relay-cpu N] [--json] [--insecure | --ca FILE] [--tls-name NAME]\n"
+            "usage: hderp-bench-relay --server http[s]://IP:PORT/derp [--server URL]...\n"
+            "         [--pairs K] [--peers P] [--size BYTES] [--rate-mbps R] [--duration S]\n"
+            "         [--warmup S] [--start-at T] [--shards N] [--relay-pid PID] [--relay-cpu N]\n"
+            "         [--json] [--insecure | --ca FILE] [--tls-name NAME]\n"
+            "  --server URL    a relay; repeat it (up to %d) for a mesh: pair i's sender logs in\n"
+            "                  to server i %% n and its receiver to server (i+1) %% n, so with\n"
+            "                  n > 1 every packet crosses the mesh\n"
             "  --pairs K       sender->receiver pairs, 1..%d (default 4)\n"
+            "  --peers P       logged-in connections in total, 2K..%d (default 2K); the P - 2K\n"
+            "                  extra ones are idle peers (spread over the servers and shards)\n"
+            "                  that send nothing and must stay connected through the run\n"
             "  --size BYTES    payload per packet, %d..%d (default 1400)\n"
             "  --rate-mbps R   offered payload Mbit/s over all senders; 0 = unpaced (default 0)\n"
             "  --duration S    measured window in seconds (default 5)\n"
@@ -39,7 +46,8 @@ static void usage(FILE *out)
             "  --json          one JSON object instead of figure lines and a summary\n"
             "  --insecure      https: no certificate checks;  --ca FILE: verify against FILE\n"
             "  --tls-name NAME https: the SNI to send and the name to verify (default: the host)\n",
-            BENCH_PAIRS_MAX, BENCH_SIZE_MIN, BENCH_SIZE_MAX, BENCH_SHARDS_MAX);
+            BENCH_SERVERS_MAX, BENCH_PAIRS_MAX, BENCH_PEERS_MAX, BENCH_SIZE_MIN, BENCH_SIZE_MAX,
+            BENCH_SHARDS_MAX);
 }
 
 static int parse_num(const char *name, const char *v, double lo, double hi, double *out)
@@ -59,10 +67,16 @@ static int apply(struct bench_config *c, const char *name, const char *v)
 {
     double x;
     if (strcmp(name, "server") == 0) {
-        if (derp_client_url_parse(v, &c->url) < 0) {
+        if (c->servers_count == BENCH_SERVERS_MAX) {
+            fprintf(stderr, "hderp-bench-relay: --server %s: at most %d servers\n", v,
+                    BENCH_SERVERS_MAX);
+            return -1;
+        }
+        if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
             fprintf(stderr, "hderp-bench-relay: --server %s: expected http://IP:PORT/path\n", v);
             return -1;
         }
+        c->servers_count++;
         return 0;
     }
     if (strcmp(name, "ca") == 0) {
@@ -79,7 +93,8 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     } const nums[] = {{"pairs", 1, BENCH_PAIRS_MAX}, {"size", BENCH_SIZE_MIN, BENCH_SIZE_MAX},
                       {"rate-mbps", 0, 1e6},         {"duration", 0.1, 3600},
                       {"warmup", 0, 3600},           {"shards", 1, BENCH_SHARDS_MAX},
-                      {"relay-pid", 1, 1 << 30},     {"relay-cpu", 0, 4095}};
+                      {"relay-pid", 1, 1 << 30},     {"relay-cpu", 0, 4095},
+                      {"peers", 2, BENCH_PEERS_MAX}};
     size_t i = 0;
     while (i < HD_ARRAY_SIZE(nums) && strcmp(name, nums[i].name) != 0)
         i++;
@@ -111,8 +126,11 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     case 6:
         c->relay_pid = (pid_t)x;
         break;
-    default:
+    case 7:
         c->relay_cpu = (int)x;
+        break;
+    default:
+        c->peers_count = (unsigned)x;
         break;
     }
     return 0;
@@ -127,7 +145,6 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
                                .warmup_s = 1,
                                .shards = 1,
                                .relay_cpu = -1};
-    bool have_server = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
@@ -155,14 +172,23 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
         }
         if (apply(c, name, v) < 0)
             return -1;
-        have_server |= strcmp(name, "server") == 0;
     }
-    if (!have_server) {
+    if (c->servers_count == 0) {
         fprintf(stderr, "hderp-bench-relay: --server is required\n");
         usage(stderr);
         return -1;
     }
-    if (c->url.tls) {
+    bool tls = false;
+    for (unsigned i = 0; i < c->servers_count; i++)
+        tls |= c->urls[i].tls;
+    if (c->peers_count == 0)
+        c->peers_count = 2 * c->pairs_count;
+    if (c->peers_count < 2 * c->pairs_count) {
+        fprintf(stderr, "hderp-bench-relay: --peers %u: at least 2 per pair (%u)\n", c->peers_count,
+                2 * c->pairs_count);
+        return -1;
+    }
+    if (tls) {
         if (!c->insecure && c->ca_file == NULL) {
             fprintf(stderr, "hderp-bench-relay: https needs --ca FILE or --insecure\n");
             return -1;
@@ -292,9 +318,9 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
                  BENCH_TICK_MS);
     else
         snprintf(rate, sizeof(rate), "unpaced");
-    printf("# hderp-bench-relay: %u pairs x %u B over plain TCP (the DERP client has no TLS "
-           "yet) to %s%s, %s\n",
-           c->pairs_count, c->size, c->url.host, c->url.path, rate);
+    printf("# hderp-bench-relay: %u pairs x %u B (%u peers) to %s%s%s, %s\n", c->pairs_count,
+           c->size, c->peers_count, c->urls[0].host, c->urls[0].path,
+           c->servers_count > 1 ? " and more" : "", rate);
     printf("#   window %.2f s after %.2f s warm-up; generator %u shard(s)\n", t->window_s,
            c->warmup_s, c->shards);
     printf("#   delivered %.1f Mbit/s (%.1f kpkt/s); loss %.3f %% (%llu of %llu); latency "
@@ -340,12 +366,13 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
 static void print_json(const struct bench_run *r, const struct bench_totals *t)
 {
     const struct bench_config *c = &r->cfg;
+    const struct derp_client_url *u0 = &c->urls[0];
     printf("{\"server\":\"%s://%s%s\",\"tls\":%s,\"pairs\":%u,\"size\":%u,"
            "\"offered_mbps\":%.3f,\"window_s\":%.4f,\"warmup_s\":%.3f,\"shards\":%u,"
            "\"sent_mbps\":%.3f,\"delivered_mbps\":%.3f,\"loss_pct\":%.5f,"
            "\"latency_us\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
            "\"gen_cpu_s\":%.3f,\"gen_fell_behind\":%s,\"gen_cpu_bound\":%s,",
-           c->url.tls ? "https" : "http", c->url.host, c->url.path, c->url.tls ? "true" : "false",
+           u0->tls ? "https" : "http", u0->host, u0->path, u0->tls ? "true" : "false",
            c->pairs_count, c->size, c->rate_mbps, t->window_s, c->warmup_s, c->shards, t->sent_mbps,
            t->delivered_mbps, t->loss_pct, (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
            (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3,
@@ -359,9 +386,11 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     if (t->core_ok)
         printf("\"relay_core\":{\"cpu\":%d,\"busy_s\":%.3f,\"s_per_gb\":%.3f},", c->relay_cpu,
                t->core_s, per_gb(t->core_s, t->window_bytes));
-    printf("\"servers\":[\"%s://%s%s\"],\"peers\":%u,\"duration_s\":%.3f,",
-           c->url.tls ? "https" : "http", c->url.host, c->url.path, 2 * c->pairs_count,
-           c->duration_s);
+    printf("\"servers\":[");
+    for (unsigned i = 0; i < c->servers_count; i++)
+        printf("%s\"%s://%s%s\"", i ? "," : "", c->urls[i].tls ? "https" : "http", c->urls[i].host,
+               c->urls[i].path);
+    printf("],\"peers\":%u,\"duration_s\":%.3f,", c->peers_count, c->duration_s);
     printf("\"total\":{\"sent\":%llu,\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,"
            "\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu,\"delivered_mbps\":%.3f,"
            "\"offered_mbps\":%.3f,\"sent_mbps\":%.3f},",

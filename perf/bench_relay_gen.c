@@ -130,6 +130,16 @@ int bench_run_init(struct bench_run *r)
         if (rc < 0)
             return rc;
     }
+    r->idle_count = r->cfg.peers_count - 2 * r->cfg.pairs_count;
+    r->idle = r->idle_count ? calloc(r->idle_count, sizeof(*r->idle)) : NULL;
+    if (r->idle_count && r->idle == NULL)
+        return -ENOMEM;
+    for (unsigned i = 0; i < r->idle_count; i++) {
+        r->idle[i].id = i;
+        r->idle[i].shard = i % r->cfg.shards;
+        if (derp_keypair_generate(&r->idle[i].kp) < 0)
+            return -EIO;
+    }
     return 0;
 }
 
@@ -141,6 +151,8 @@ void bench_run_deinit(struct bench_run *r)
     }
     free(r->pairs);
     r->pairs = NULL;
+    free(r->idle);
+    r->idle = NULL;
 }
 
 /* ---- Failure and sampling -------------------------------------------------------------------- */
@@ -399,6 +411,25 @@ static const struct derp_client_callbacks tx_cb = {
 static const struct derp_client_callbacks rx_cb = {
     .on_ready = rx_ready, .on_packet = rx_packet, .on_close = rx_close};
 
+static void idle_ready(struct derp_client *k, const struct derp_server_info *info)
+{
+    (void)info;
+    struct bench_idle *d = derp_client_user(k);
+    atomic_fetch_add(&d->home->r->ready_count, 1);
+}
+
+/* An idle peer closing before the run ends is a failure like any other client's. */
+static void idle_close(struct derp_client *k, int reason)
+{
+    struct bench_idle *d = derp_client_user(k);
+    d->k = NULL;
+    if (!d->home->stopping)
+        fail(d->home, d->home->r->cfg.pairs_count + d->id, reason);
+}
+
+static const struct derp_client_callbacks idle_cb = {.on_ready = idle_ready,
+                                                     .on_close = idle_close};
+
 /* ---- The tick -------------------------------------------------------------------------------- */
 
 static enum bench_phase phase_at(const struct bench_run *r, uint64_t now)
@@ -460,7 +491,7 @@ static void tick_fired(struct hd_timer *t)
         return;
     if (sh->phase == BENCH_CONNECT) {
         uint64_t zero = 0;
-        if (atomic_load(&r->ready_count) == 2 * r->cfg.pairs_count)
+        if (atomic_load(&r->ready_count) == r->cfg.peers_count)
             atomic_compare_exchange_strong(&r->t0_ns, &zero, now);
         else if (now - sh->start_ns > BENCH_LOGIN_WAIT_MS * 1000000ull) {
             fail(sh, 0, -ETIMEDOUT);
@@ -487,11 +518,11 @@ static void tick_fired(struct hd_timer *t)
 
 /* ---- The module ------------------------------------------------------------------------------ */
 
-static int connect_one(struct bench_gen_shard *sh, const struct derp_keypair *kp,
+static int connect_one(struct bench_gen_shard *sh, unsigned server, const struct derp_keypair *kp,
                        const struct derp_client_callbacks *cb, void *user, struct derp_client **out)
 {
     struct derp_client_config c = {0};
-    derp_client_config_set_url(&c, &sh->r->cfg.url);
+    derp_client_config_set_url(&c, &sh->r->cfg.urls[server % sh->r->cfg.servers_count]);
     c.keypair = kp;
     c.tls_ctx = sh->r->cfg.tls;
     c.tls_server_name = sh->r->cfg.tls_name;
@@ -509,11 +540,22 @@ static void gen_start(void *arg)
         struct bench_pair *p = &r->pairs[i];
         if (p->shard != hd_shard_id(sh->s))
             continue;
-        int rc = connect_one(sh, &p->receiver_kp, &rx_cb, &p->rx, &p->rx.k);
+        unsigned n = r->cfg.servers_count;
+        int rc = connect_one(sh, n > 1 ? i + 1 : i, &p->receiver_kp, &rx_cb, &p->rx, &p->rx.k);
         if (rc == 0)
-            rc = connect_one(sh, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
+            rc = connect_one(sh, i, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
         if (rc < 0) {
             fail(sh, i, rc);
+            return;
+        }
+    }
+    for (unsigned i = 0; i < r->idle_count; i++) {
+        struct bench_idle *d = &r->idle[i];
+        if (d->home != sh)
+            continue;
+        int rc = connect_one(sh, i, &d->kp, &idle_cb, d, &d->k);
+        if (rc < 0) {
+            fail(sh, r->cfg.pairs_count + i, rc);
             return;
         }
     }
@@ -536,6 +578,9 @@ static int gen_shard_init(struct hd_shard *s, void *arg, void **state)
     for (unsigned i = 0; i < r->cfg.pairs_count; i++)
         if (r->pairs[i].shard == hd_shard_id(s))
             r->pairs[i].home = sh;
+    for (unsigned i = 0; i < r->idle_count; i++)
+        if (r->idle[i].shard == hd_shard_id(s))
+            r->idle[i].home = sh;
     int rc = net_shard_init(s, NULL);
     if (rc == 0 && r->cfg.tls)
         rc = tls_shard_init(s, NULL);
@@ -563,6 +608,9 @@ static void gen_shard_stop(struct hd_shard *s, void *state)
         if (p->rx.k)
             derp_client_abort(p->rx.k, -ECANCELED);
     }
+    for (unsigned i = 0; i < sh->r->idle_count; i++)
+        if (sh->r->idle[i].home == sh && sh->r->idle[i].k)
+            derp_client_abort(sh->r->idle[i].k, -ECANCELED);
 }
 
 static void gen_shard_fini(struct hd_shard *s, void *state)

@@ -42,12 +42,18 @@
 #define BENCH_LOGIN_WAIT_MS 10000
 /* The generator fell behind when it sent less than this share of its offered rate. */
 #define BENCH_BEHIND_RATIO 0.97
+/* Relays: --server may be repeated (a mesh of relays); a handful covers a regional mesh. */
+#define BENCH_SERVERS_MAX 16
+/* Logged-in connections in total (pairs + idle peers): each is one fd and one client with its
+ * buffers; 4096 stays under the usual 8192 open-file limit with room for the runtime. */
+#define BENCH_PEERS_MAX 4096
 /* Generator shards: one per core is the model; the machine has two. */
 #define BENCH_SHARDS_MAX 16
 
 _Static_assert(HD_IS_POW2(BENCH_SEQ_WINDOW), "the window is indexed by a mask");
 _Static_assert(BENCH_SIZE_MAX <= DERP_PACKET_LEN_MAX, "a payload is one DERP packet");
 _Static_assert(BENCH_DRAIN_QUIET_MS < BENCH_DRAIN_MAX_MS, "quiet period inside the drain bound");
+_Static_assert(BENCH_PEERS_MAX >= 2 * BENCH_PAIRS_MAX, "every pair fits in the peer count");
 _Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many shards");
 
 /* Payload flags. */
@@ -56,15 +62,18 @@ _Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many sh
 /* ---- Configuration --------------------------------------------------------------------------- */
 
 struct bench_config {
-    struct derp_client_url url;
+    struct derp_client_url urls[BENCH_SERVERS_MAX];
+    unsigned servers_count;
     unsigned pairs_count;
-    unsigned size;     /* payload bytes per packet */
-    double rate_mbps;  /* offered payload rate over all senders; 0 = unpaced */
-    double duration_s; /* measured window */
-    double warmup_s;   /* before it */
-    unsigned shards;   /* generator shards */
-    pid_t relay_pid;   /* > 0: sample its CPU time and RSS at the window edges */
-    int relay_cpu;     /* >= 0: also sample that CPU's busy time (/proc/stat) */
+    unsigned peers_count; /* logged-in connections in total: 2 per pair + idle ones */
+    double start_at;      /* > 0: unix time at which the warm-up starts (after login) */
+    unsigned size;        /* payload bytes per packet */
+    double rate_mbps;     /* offered payload rate over all senders; 0 = unpaced */
+    double duration_s;    /* measured window */
+    double warmup_s;      /* before it */
+    unsigned shards;      /* generator shards */
+    pid_t relay_pid;      /* > 0: sample its CPU time and RSS at the window edges */
+    int relay_cpu;        /* >= 0: also sample that CPU's busy time (/proc/stat) */
     bool json;
     bool insecure;        /* https without certificate checks */
     const char *ca_file;  /* https: CA to verify the relay against */
@@ -110,6 +119,15 @@ struct bench_receiver {
 
 struct bench_gen_shard;
 
+/* An idle peer: logged in, sends nothing, must stay connected through the run. */
+struct bench_idle {
+    unsigned id;
+    unsigned shard;
+    struct bench_gen_shard *home;
+    struct derp_keypair kp;
+    struct derp_client *k;
+};
+
 struct bench_pair {
     unsigned id;
     unsigned shard;               /* both clients of a pair live on this generator shard */
@@ -130,6 +148,8 @@ struct bench_proc_sample {
 struct bench_run {
     struct bench_config cfg;
     struct bench_pair *pairs;
+    struct bench_idle *idle; /* peers_count - 2 * pairs_count of them */
+    unsigned idle_count;
     /* cross-shard: set by any shard, read by all */
     _Atomic unsigned ready_count; /* clients logged in */
     _Atomic uint64_t t0_ns;       /* start of the warm-up; 0 until every client is ready */

@@ -42,7 +42,38 @@ assert len(r["per_pair"]) == 2 and sum(x["sent"] for x in r["per_pair"]) == t["s
 for k in ("server", "pairs", "delivered_mbps", "latency_us", "window_s"):
     assert k in r, k
 PY
+# --peers: 6 idle peers stay logged in beside the 2 pairs; delivery is unchanged
+out=$(timeout 60 "$bench" --server "$url" --pairs 2 --peers 10 --rate-mbps 2 --duration 1 \
+      --warmup 0.5 --json 2>"$work/peers.log") || fail "bench --peers 10 failed"
+python3 - "$out" <<'PY' || fail "bench --peers result"
+import json, sys
+r = json.loads(sys.argv[1]); t = r["total"]
+assert r["peers"] == 10 and t["sent"] > 0 and t["lost"] == 0 and t["misrouted"] == 0, r
+PY
+# two --server URLs: receivers log in to the other server; these two are not meshed, so
+# nothing may arrive (every packet crossed to a relay that does not know its receiver)
+q=$(port)
+"$bin/hderp-server" -a "127.0.0.1:$q" -c "$work/derper2.key" -stun=false >"$work/server2.log" 2>&1 &
+pids+=($!)
+up=0
+for _ in $(seq 100); do
+    if curl -s -o /dev/null "http://127.0.0.1:$q/derp/probe"; then up=1; break; fi
+    sleep 0.05
+done
+[ $up = 1 ] || fail "second server did not come up on port $q"
+out=$(timeout 60 "$bench" --server "$url" --server "http://127.0.0.1:$q/derp" --pairs 2 \
+      --rate-mbps 2 --duration 1 --warmup 0.5 --json 2>"$work/two.log") || fail "two servers"
+python3 - "$out" <<'PY' || fail "two-server result"
+import json, sys
+r = json.loads(sys.argv[1]); t = r["total"]
+assert len(r["servers"]) == 2 and r["servers"][0] != r["servers"][1], r
+assert t["sent"] > 0 and t["received"] == 0 and t["lost"] == t["sent"], t
+PY
 # bad input gets a clear error and exit 2
+if "$bench" --server "$url" --pairs 2 --peers 3 >/dev/null 2>"$work/usage.log"; then
+    fail "--peers 3 with 2 pairs ran"
+fi
+grep -q -- '--peers 3' "$work/usage.log" || fail "no clear error for --peers 3"
 if "$bench" --server "$url" --pairs 0 >/dev/null 2>"$work/usage.log"; then fail "--pairs 0 ran"; fi
 grep -q -- '--pairs 0' "$work/usage.log" || fail "no clear error for --pairs 0"
 echo "ok: bench relay"
