@@ -38,6 +38,10 @@ static void usage(FILE *out)
             "  --rate-mbps R   offered payload Mbit/s over all senders; 0 = unpaced (default 0)\n"
             "  --duration S    measured window in seconds (default 5)\n"
             "  --warmup S      seconds of load before the window (default 1)\n"
+            "  --start-at T    unix time (float seconds): connect and log in every peer first,\n"
+            "                  then start the warm-up at T (several generators in step); a T\n"
+            "                  more than 1 s in the past is refused; if logging in ends after\n"
+            "                  T, the warm-up starts at once\n"
             "  --shards N      the generator's own shards, 1..%d (default 1; pinned to the first\n"
             "                  N CPUs this process may use: run it under taskset)\n"
             "  --relay-pid PID sample the relay's CPU time and RSS at the window edges\n"
@@ -77,6 +81,27 @@ static int apply(struct bench_config *c, const char *name, const char *v)
             return -1;
         }
         c->servers_count++;
+        return 0;
+    }
+    if (strcmp(name, "start-at") == 0) {
+        char *end;
+        errno = 0;
+        double t = strtod(v, &end), now = bench_unix_now();
+        if (errno || end == v || *end || !(t > 0)) {
+            fprintf(stderr, "hderp-bench-relay: --start-at %s: expected unix seconds\n", v);
+            return -1;
+        }
+        if (t < now - 1) {
+            fprintf(stderr, "hderp-bench-relay: --start-at %s is %.3f s in the past (now %.3f)\n",
+                    v, now - t, now);
+            return -1;
+        }
+        if (t > now + BENCH_START_AHEAD_MAX_S) {
+            fprintf(stderr, "hderp-bench-relay: --start-at %s is more than %d s ahead\n", v,
+                    BENCH_START_AHEAD_MAX_S);
+            return -1;
+        }
+        c->start_at = t;
         return 0;
     }
     if (strcmp(name, "ca") == 0) {
@@ -390,7 +415,8 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     for (unsigned i = 0; i < c->servers_count; i++)
         printf("%s\"%s://%s%s\"", i ? "," : "", c->urls[i].tls ? "https" : "http", c->urls[i].host,
                c->urls[i].path);
-    printf("],\"peers\":%u,\"duration_s\":%.3f,", c->peers_count, c->duration_s);
+    printf("],\"peers\":%u,\"duration_s\":%.3f,\"window_start_unix\":%.3f,", c->peers_count,
+           c->duration_s, r->window_start_unix);
     printf("\"total\":{\"sent\":%llu,\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,"
            "\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu,\"delivered_mbps\":%.3f,"
            "\"offered_mbps\":%.3f,\"sent_mbps\":%.3f},",

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_relay_impl.h"
@@ -153,6 +154,23 @@ void bench_run_deinit(struct bench_run *r)
     r->pairs = NULL;
     free(r->idle);
     r->idle = NULL;
+}
+
+double bench_unix_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Monotonic time of the warm-up's start, once every peer is logged in at monotonic now: now,
+ * or --start-at T mapped onto the monotonic clock when T is still ahead. */
+static uint64_t start_ns(const struct bench_run *r, uint64_t now)
+{
+    if (r->cfg.start_at <= 0)
+        return now;
+    double ahead = r->cfg.start_at - bench_unix_now();
+    return ahead > 0 ? now + (uint64_t)(ahead * 1e9) : now;
 }
 
 /* ---- Failure and sampling -------------------------------------------------------------------- */
@@ -436,7 +454,7 @@ static enum bench_phase phase_at(const struct bench_run *r, uint64_t now)
 {
     uint64_t t0 = atomic_load(&r->t0_ns);
     uint64_t warm = (uint64_t)(r->cfg.warmup_s * 1e9), dur = (uint64_t)(r->cfg.duration_s * 1e9);
-    if (t0 == 0)
+    if (t0 == 0 || now < t0)
         return BENCH_CONNECT;
     if (now < t0 + warm)
         return BENCH_WARMUP;
@@ -457,6 +475,7 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
             r->gen_start = proc_sample(0);
             relay_sample(r, &r->relay_start, &r->relay_core_start_s);
             r->window_start_ns = hd_clock_ns();
+            r->window_start_unix = bench_unix_now();
         }
     } else if (p == BENCH_DRAIN) {
         sh->measuring = false;
@@ -492,7 +511,7 @@ static void tick_fired(struct hd_timer *t)
     if (sh->phase == BENCH_CONNECT) {
         uint64_t zero = 0;
         if (atomic_load(&r->ready_count) == r->cfg.peers_count)
-            atomic_compare_exchange_strong(&r->t0_ns, &zero, now);
+            atomic_compare_exchange_strong(&r->t0_ns, &zero, start_ns(r, now));
         else if (now - sh->start_ns > BENCH_LOGIN_WAIT_MS * 1000000ull) {
             fail(sh, 0, -ETIMEDOUT);
             return;

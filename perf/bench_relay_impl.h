@@ -47,6 +47,8 @@
 /* Logged-in connections in total (pairs + idle peers): each is one fd and one client with its
  * buffers; 4096 stays under the usual 8192 open-file limit with room for the runtime. */
 #define BENCH_PEERS_MAX 4096
+/* --start-at: a start further ahead than a day is a typo, not a plan. */
+#define BENCH_START_AHEAD_MAX_S 86400
 /* Generator shards: one per core is the model; the machine has two. */
 #define BENCH_SHARDS_MAX 16
 
@@ -158,6 +160,7 @@ struct bench_run {
     _Atomic unsigned failed_pair;
     /* written by shard 0 only, read after the runtime stopped */
     uint64_t window_start_ns, window_end_ns;
+    double window_start_unix; /* the same edge on CLOCK_REALTIME */
     struct bench_proc_sample gen_start, gen_end, relay_start, relay_end;
     double relay_core_start_s, relay_core_end_s; /* busy seconds of cfg.relay_cpu; < 0: none */
     /* per generator shard, during the window: time between pacing ticks (burstiness) */
@@ -172,6 +175,9 @@ void bench_run_deinit(struct bench_run *r);
 /* Run the generator until it drained; main thread. Returns 0 or -errno (a client failed to
  * connect or closed early: r->failure says why). */
 int bench_run_execute(struct bench_run *r);
+
+/* CLOCK_REALTIME in seconds (for --start-at). */
+double bench_unix_now(void);
 
 /* Payload helpers (also used by the report's self-check). */
 uint64_t bench_hash_bytes(uint64_t h, const uint8_t *p, size_t len);

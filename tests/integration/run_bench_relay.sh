@@ -2,7 +2,8 @@
 # run_bench_relay.sh BIN_DIR WORK_DIR - the perf/ load generator through a real plain
 # hderp-server (-dev style, loopback, free port): at a low offered rate (2 Mbit/s, 2 pairs,
 # 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
-# misrouted, and its JSON carries the documented keys. Bounded waits; the server is stopped by PID.
+# misrouted, and its JSON carries the documented keys; --peers, two --server URLs and
+# --start-at do what --help says. Bounded waits; the server is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
 bench=$bin/hderp-bench-relay
@@ -69,6 +70,21 @@ r = json.loads(sys.argv[1]); t = r["total"]
 assert len(r["servers"]) == 2 and r["servers"][0] != r["servers"][1], r
 assert t["sent"] > 0 and t["received"] == 0 and t["lost"] == t["sent"], t
 PY
+# --start-at T: log in first, start the warm-up at T (so the window opens at T + warm-up)
+t=$(python3 -c 'import time; print(f"{time.time() + 2:.3f}")')
+out=$(timeout 60 "$bench" --server "$url" --pairs 1 --rate-mbps 1 --duration 0.5 --warmup 0.5 \
+      --start-at "$t" --json 2>"$work/start.log") || fail "bench --start-at failed"
+python3 - "$out" "$t" <<'PY' || fail "bench --start-at result"
+import json, sys
+r = json.loads(sys.argv[1]); t = float(sys.argv[2])
+assert t + 0.5 - 0.05 <= r["window_start_unix"] <= t + 0.5 + 2, (r["window_start_unix"], t)
+assert r["total"]["sent"] > 0 and r["total"]["lost"] == 0, r
+PY
+past=$(python3 -c 'import time; print(f"{time.time() - 5:.3f}")')
+if "$bench" --server "$url" --start-at "$past" >/dev/null 2>"$work/past.log"; then
+    fail "--start-at in the past ran"
+fi
+grep -q 'in the past' "$work/past.log" || fail "no clear error for a past --start-at"
 # bad input gets a clear error and exit 2
 if "$bench" --server "$url" --pairs 2 --peers 3 >/dev/null 2>"$work/usage.log"; then
     fail "--peers 3 with 2 pairs ran"
