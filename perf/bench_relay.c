@@ -1,4 +1,4 @@
-/* bench_relay.c - hderp-bench-relay: a first relay benchmark. K sender->receiver pairs of DERP
+/* bench_relay.c - hderp-bench: a first relay benchmark. K sender->receiver pairs of DERP
  * clients (two connections per pair) push packets through a relay at an offered rate (a token
  * bucket per sender, topped up each 1 ms tick of the generator's shard; 0 = unpaced: each sender
  * keeps its send queue at the high watermark), and count per pair what was sent, received, lost,
@@ -23,7 +23,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hderp-bench-relay --server http[s]://IP:PORT/derp [--server URL]...\n"
+            "usage: hderp-bench --server http[s]://IP:PORT/derp [--server URL]...\n"
             "         [--pairs K] [--peers P] [--size BYTES] [--rate-mbps R] [--duration S]\n"
             "         [--warmup S] [--start-at T] [--shards N] [--relay-pid PID] [--relay-cpu N]\n"
             "         [--json] [--insecure | --ca FILE] [--tls-name NAME]\n"
@@ -60,7 +60,7 @@ static int parse_num(const char *name, const char *v, double lo, double hi, doub
     errno = 0;
     double x = strtod(v, &end);
     if (errno || end == v || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "hderp-bench-relay: --%s %s: expected %g..%g\n", name, v, lo, hi);
+        fprintf(stderr, "hderp-bench: --%s %s: expected %g..%g\n", name, v, lo, hi);
         return -1;
     }
     *out = x;
@@ -72,12 +72,11 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     double x;
     if (strcmp(name, "server") == 0) {
         if (c->servers_count == BENCH_SERVERS_MAX) {
-            fprintf(stderr, "hderp-bench-relay: --server %s: at most %d servers\n", v,
-                    BENCH_SERVERS_MAX);
+            fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
             return -1;
         }
         if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
-            fprintf(stderr, "hderp-bench-relay: --server %s: expected http://IP:PORT/path\n", v);
+            fprintf(stderr, "hderp-bench: --server %s: expected http://IP:PORT/path\n", v);
             return -1;
         }
         c->servers_count++;
@@ -88,16 +87,16 @@ static int apply(struct bench_config *c, const char *name, const char *v)
         errno = 0;
         double t = strtod(v, &end), now = bench_unix_now();
         if (errno || end == v || *end || !(t > 0)) {
-            fprintf(stderr, "hderp-bench-relay: --start-at %s: expected unix seconds\n", v);
+            fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
             return -1;
         }
         if (t < now - 1) {
-            fprintf(stderr, "hderp-bench-relay: --start-at %s is %.3f s in the past (now %.3f)\n",
-                    v, now - t, now);
+            fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v,
+                    now - t, now);
             return -1;
         }
         if (t > now + BENCH_START_AHEAD_MAX_S) {
-            fprintf(stderr, "hderp-bench-relay: --start-at %s is more than %d s ahead\n", v,
+            fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
                     BENCH_START_AHEAD_MAX_S);
             return -1;
         }
@@ -124,7 +123,7 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     while (i < HD_ARRAY_SIZE(nums) && strcmp(name, nums[i].name) != 0)
         i++;
     if (i == HD_ARRAY_SIZE(nums)) {
-        fprintf(stderr, "hderp-bench-relay: unknown option --%s (see --help)\n", name);
+        fprintf(stderr, "hderp-bench: unknown option --%s (see --help)\n", name);
         return -1;
     }
     if (parse_num(name, v, nums[i].lo, nums[i].hi, &x) < 0)
@@ -173,7 +172,7 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "hderp-bench-relay: unexpected argument %s\n", a);
+            fprintf(stderr, "hderp-bench: unexpected argument %s\n", a);
             return -1;
         }
         char name[32];
@@ -192,14 +191,14 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
         } else if (i + 1 < argc) {
             v = argv[++i];
         } else {
-            fprintf(stderr, "hderp-bench-relay: --%s needs a value\n", name);
+            fprintf(stderr, "hderp-bench: --%s needs a value\n", name);
             return -1;
         }
         if (apply(c, name, v) < 0)
             return -1;
     }
     if (c->servers_count == 0) {
-        fprintf(stderr, "hderp-bench-relay: --server is required\n");
+        fprintf(stderr, "hderp-bench: --server is required\n");
         usage(stderr);
         return -1;
     }
@@ -209,19 +208,19 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
     if (c->peers_count == 0)
         c->peers_count = 2 * c->pairs_count;
     if (c->peers_count < 2 * c->pairs_count) {
-        fprintf(stderr, "hderp-bench-relay: --peers %u: at least 2 per pair (%u)\n", c->peers_count,
+        fprintf(stderr, "hderp-bench: --peers %u: at least 2 per pair (%u)\n", c->peers_count,
                 2 * c->pairs_count);
         return -1;
     }
     if (tls) {
         if (!c->insecure && c->ca_file == NULL) {
-            fprintf(stderr, "hderp-bench-relay: https needs --ca FILE or --insecure\n");
+            fprintf(stderr, "hderp-bench: https needs --ca FILE or --insecure\n");
             return -1;
         }
         struct tls_client_options to = {.ca_file = c->ca_file, .insecure = c->insecure};
         int rc = tls_client_ctx_create(&to, &c->tls);
         if (rc < 0) {
-            fprintf(stderr, "hderp-bench-relay: TLS set-up failed: %s\n", strerror(-rc));
+            fprintf(stderr, "hderp-bench: TLS set-up failed: %s\n", strerror(-rc));
             return -1;
         }
     }
@@ -343,8 +342,8 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
                  BENCH_TICK_MS);
     else
         snprintf(rate, sizeof(rate), "unpaced");
-    printf("# hderp-bench-relay: %u pairs x %u B (%u peers) to %s%s%s, %s\n", c->pairs_count,
-           c->size, c->peers_count, c->urls[0].host, c->urls[0].path,
+    printf("# hderp-bench: %u pairs x %u B (%u peers) to %s%s%s, %s\n", c->pairs_count, c->size,
+           c->peers_count, c->urls[0].host, c->urls[0].path,
            c->servers_count > 1 ? " and more" : "", rate);
     printf("#   window %.2f s after %.2f s warm-up; generator %u shard(s)\n", t->window_s,
            c->warmup_s, c->shards);
@@ -447,13 +446,13 @@ int main(int argc, char **argv)
     if (rc == 0)
         rc = bench_run_execute(&run);
     if (rc < 0) {
-        fprintf(stderr, "hderp-bench-relay: the run failed (pair %u): %s\n",
+        fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n",
                 atomic_load(&run.failed_pair), strerror(-rc));
         bench_run_deinit(&run);
         return 1;
     }
     if (run.window_end_ns <= run.window_start_ns) {
-        fprintf(stderr, "hderp-bench-relay: the measured window never closed\n");
+        fprintf(stderr, "hderp-bench: the measured window never closed\n");
         bench_run_deinit(&run);
         return 1;
     }

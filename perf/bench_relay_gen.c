@@ -1,4 +1,4 @@
-/* bench_relay_gen.c - hderp-bench-relay's load generator: K pairs of DERP clients (a sender
+/* bench_relay_gen.c - hderp-bench's load generator: K pairs of DERP clients (a sender
  * and a receiver, two connections) on the generator's shards, a token bucket per sender topped
  * up on every 1 ms tick of its shard, and per-pair accounting of what arrived (sequence window
  * for duplicates and reordering, a checksum over the whole payload, routing by pair id and
@@ -545,7 +545,7 @@ static int connect_one(struct bench_gen_shard *sh, unsigned server, const struct
     c.keypair = kp;
     c.tls_ctx = sh->r->cfg.tls;
     c.tls_server_name = sh->r->cfg.tls_name;
-    c.app_name = "hderp-bench-relay";
+    c.app_name = "hderp-bench";
     c.can_ack_pings = true;
     return derp_client_connect(sh->s, &c, cb, user, out);
 }

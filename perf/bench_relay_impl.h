@@ -1,4 +1,4 @@
-/* bench_relay_impl.h - hderp-bench-relay's private types: the run configuration, the per-pair
+/* bench_relay_impl.h - hderp-bench's private types: the run configuration, the per-pair
  * sender and receiver state, the run-wide results that shard 0 samples at the window edges,
  * and the two halves of the program (bench_relay.c: command line and report; bench_relay_gen.c:
  * the load generator on the shards). */

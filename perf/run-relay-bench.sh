@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run-relay-bench.sh [BIN_DIR] - a first relay benchmark on this machine: hderp-server pinned to
-# CPU 0 (one shard, plain HTTP, -dev, no STUN), hderp-bench-relay pinned to CPU 1, 4 pairs of
+# CPU 0 (one shard, plain HTTP, -dev, no STUN), hderp-bench pinned to CPU 1, 4 pairs of
 # 1400-byte packets at 100, 224, 400, 1000 Mbit/s and unpaced. For each point: delivered Mbit/s,
 # loss %, the relay's CPU time (utime+stime of /proc/PID/stat, sampled by the bench at the
 # window edges) per GB delivered, its RSS (VmRSS), the generator's own CPU, and the relay's
@@ -27,7 +27,7 @@ budget_s=170 # the watchdog's bound on the server's life
 mkdir -p "$out"
 
 die() { echo "run-relay-bench: $*" >&2; exit 2; }
-for b in hderp-server hderp-bench-relay; do
+for b in hderp-server hderp-bench; do
     [ -x "$bin/$b" ] || die "$bin/$b missing (build it first)"
 done
 command -v taskset >/dev/null || die "taskset missing"
@@ -91,7 +91,7 @@ drops() {
 }
 fig() { awk -v n="$1" '$1 == n {print $2}' "$2"; }
 bench() { # rate outfile
-    timeout $((duration + warmup + 30)) taskset -c 1 "$bin/hderp-bench-relay" \
+    timeout $((duration + warmup + 30)) taskset -c 1 "$bin/hderp-bench" \
         --server "$url/derp" "${tls_bench[@]}" --pairs "$pairs" --size "$size" --rate-mbps "$1" \
         --duration "$duration" --warmup "$warmup" --relay-pid "$pid" --relay-cpu 0 >"$2"
 }

@@ -6,7 +6,7 @@
 # --start-at do what --help says. Bounded waits; the server is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
-bench=$bin/hderp-bench-relay
+bench=$bin/hderp-bench
 mkdir -p "$work"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 p=$(port)
