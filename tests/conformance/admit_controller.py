@@ -9,6 +9,7 @@ to RULES_FILE.log; the answer depends on the NodePublic's line "nodekey:<hex> MO
 import json
 import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -55,6 +56,13 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
+def orphan_watch(parent):
+    while os.getppid() == parent:  # the test crashed without stopping us: go too
+        time.sleep(0.5)
+    os._exit(0)
+
+
+threading.Thread(target=orphan_watch, args=(os.getppid(),), daemon=True).start()
 srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 tmp = PORT_FILE + ".tmp"
 with open(tmp, "w") as f:

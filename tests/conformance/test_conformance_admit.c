@@ -39,6 +39,7 @@ static int64_t now_ms(void)
 
 static void ctl_up(void)
 {
+    signal(SIGPIPE, SIG_IGN); /* the server closes refused clients while they write */
     mkdir(CONF_WORK_DIR, 0755);
     snprintf(dir, sizeof(dir), "%s/admit-XXXXXX", CONF_WORK_DIR);
     cr_assert_not_null(mkdtemp(dir));
@@ -46,7 +47,13 @@ static void ctl_up(void)
     snprintf(port_file, sizeof(port_file), "%s/port", dir);
     snprintf(rules, sizeof(rules), "%s/rules", dir);
     const char *argv[] = {"python3", ADMIT_CTL, port_file, rules, NULL};
-    cr_assert_eq(posix_spawnp(&ctl_pid, argv[0], NULL, NULL, (char *const *)argv, environ), 0);
+    posix_spawn_file_actions_t fa; /* not the test's stdout: ctest waits for its pipe */
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawnp(&ctl_pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0);
     int port = 0;
     for (int64_t end = now_ms() + CTL_START_MS; port == 0 && now_ms() < end;) {
         FILE *f = fopen(port_file, "r");
