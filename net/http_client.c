@@ -20,11 +20,11 @@ struct net_http_client {
     void *on_connect_arg;
     struct net_http_resp resp;
     size_t resp_max;
-    size_t head_len;  /* 0 until the head is parsed */
-    size_t body_len;  /* decoded body bytes in body[] */
-    char *req;        /* the request bytes, until connected */
+    size_t head_len; /* 0 until the head is parsed */
+    size_t body_len; /* decoded body bytes in body[] */
+    char *req;       /* the request bytes, until connected */
     size_t req_len;
-    uint8_t *body;    /* resp_max bytes */
+    uint8_t *body; /* resp_max bytes */
 };
 
 static void finish(struct net_http_client *h, int err)
@@ -229,9 +229,8 @@ int net_http_client_start(struct hd_shard *s, const struct net_addr *addr,
     net_http_resp_init(&h->resp, strcmp(rq->method, "HEAD") == 0);
     int rc = h->body ? build_request(h, rq) : -ENOMEM;
     if (rc == 0) {
-        struct net_conn_options opt = {.send_high_bytes = 1u << 20,
-                                       .send_low_bytes = 1u << 19,
-                                       .send_max_bytes = 4u << 20};
+        struct net_conn_options opt = {
+            .send_high_bytes = 1u << 20, .send_low_bytes = 1u << 19, .send_max_bytes = 4u << 20};
         rc = net_conn_connect(s, addr, rq->timeout_ms, &http_client_handler, h, &opt, &h->conn);
     }
     if (rc < 0) {

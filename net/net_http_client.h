@@ -34,8 +34,8 @@ struct net_http_request {
     size_t headers_count;
     const void *body; /* NULL: no body and no Content-Length */
     size_t body_len;
-    uint32_t timeout_ms; /* whole request: connect to last body byte; > 0 */
-    size_t resp_max;     /* decoded body bytes kept at most; > 0 */
+    uint32_t timeout_ms;             /* whole request: connect to last body byte; > 0 */
+    size_t resp_max;                 /* decoded body bytes kept at most; > 0 */
     net_http_connect_fn *on_connect; /* optional */
     void *on_connect_arg;
 };

@@ -47,7 +47,7 @@ struct derp_config {
     /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
     const char *verify_url;
     struct net_addr verify_addr;
-    char verify_host[256];   /* Host field: the URL's authority */
+    char verify_host[256];    /* Host field: the URL's authority */
     char verify_target[1024]; /* origin-form path and query */
     bool verify_fail_open;
 };
@@ -86,7 +86,7 @@ struct derp_counters {
     uint64_t http_requests;
     uint64_t admit_refused; /* closed by admission control (§5) */
     uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t bus_dropped; /* packets dropped because the bus to the owner was full */
+    uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* gauges (this shard's share) */
     int64_t current_connections;
