@@ -2,6 +2,7 @@
  * Pure functions, any thread. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,8 @@ const char *net_addr_format(const struct net_addr *a, char *buf, size_t size)
             inet_ntop(AF_INET6, &a->in6.sin6_addr, host, sizeof(host));
         bool v6 = !IN6_IS_ADDR_V4MAPPED(&a->in6.sin6_addr);
         snprintf(buf, size, v6 ? "[%s]:%u" : "%s:%u", host, ntohs(a->in6.sin6_port));
+    } else if (a->sa.sa_family == AF_UNIX) {
+        snprintf(buf, size, "unix:%s", a->un.sun_path);
     } else {
         snprintf(buf, size, "?");
     }
@@ -99,5 +102,19 @@ uint16_t net_addr_port(const struct net_addr *a)
         return ntohs(a->in4.sin_port);
     if (a->sa.sa_family == AF_INET6)
         return ntohs(a->in6.sin6_port);
+    return 0;
+}
+
+int net_addr_unix(const char *path, struct net_addr *out)
+{
+    memset(out, 0, sizeof(*out));
+    size_t n = strlen(path);
+    if (n == 0)
+        return -EINVAL;
+    if (n >= sizeof(out->un.sun_path))
+        return -ENAMETOOLONG;
+    out->un.sun_family = AF_UNIX;
+    memcpy(out->un.sun_path, path, n + 1);
+    out->len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + n + 1);
     return 0;
 }

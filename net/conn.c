@@ -141,11 +141,13 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
                      const struct net_conn_handler *h, void *app,
                      const struct net_conn_options *opt, struct net_conn **out)
 {
-    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+    bool unix_sock = addr->sa.sa_family == AF_UNIX;
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, unix_sock ? 0 : IPPROTO_TCP);
     if (fd < 0)
         return -errno;
     int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!unix_sock)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     struct net_conn *c = net_conn_new(s, fd, h, app, opt);
     if (c == NULL) {
         close(fd);

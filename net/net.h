@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 #include "hd.h"
 #include "net_limits.h"
@@ -26,6 +27,7 @@ struct net_addr {
         struct sockaddr sa;
         struct sockaddr_in in4;
         struct sockaddr_in6 in6;
+        struct sockaddr_un un; /* net_addr_unix: for net_conn_connect */
         struct sockaddr_storage ss;
     };
     socklen_t len;
@@ -36,6 +38,8 @@ int net_addr_parse(const char *text, struct net_addr *out);
 /* "1.2.3.4:5" / "[::1]:5" into buf; returns buf. */
 const char *net_addr_format(const struct net_addr *a, char *buf, size_t size);
 uint16_t net_addr_port(const struct net_addr *a);
+/* A unix stream socket path (AF_UNIX). Returns 0 or -ENAMETOOLONG / -EINVAL (empty). */
+int net_addr_unix(const char *path, struct net_addr *out);
 
 /* ---------------------------------------------------------------- connections */
 

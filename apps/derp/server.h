@@ -44,6 +44,12 @@ struct derp_config {
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
+    /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
+    const char *verify_url;
+    struct net_addr verify_addr;
+    char verify_host[256];    /* Host field: the URL's authority */
+    char verify_target[1024]; /* origin-form path and query */
+    bool verify_fail_open;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -78,7 +84,9 @@ struct derp_counters {
     uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
-    uint64_t bus_dropped; /* packets dropped because the bus to the owner was full */
+    uint64_t admit_refused; /* closed by admission control (§5) */
+    uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* gauges (this shard's share) */
     int64_t current_connections;
@@ -106,7 +114,15 @@ struct derp_keyset {
     uint32_t cap, count;
 };
 
-enum derp_client_phase { DERP_CLIENT_HANDSHAKE, DERP_CLIENT_MOVING, DERP_CLIENT_ACTIVE };
+/* ADMITTING: ClientInfo read, admission's answer pending (reading paused, §5). */
+enum derp_client_phase {
+    DERP_CLIENT_HANDSHAKE,
+    DERP_CLIENT_ADMITTING,
+    DERP_CLIENT_MOVING,
+    DERP_CLIENT_ACTIVE
+};
+
+struct net_http_client;
 
 struct derp_client {
     struct net_conn *conn;
@@ -119,6 +135,7 @@ struct derp_client {
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
     struct derp_splitter sp;
+    struct net_http_client *admit; /* pending admission request (§5) */
     struct derp_peer *peer;
     struct derp_client *peer_next; /* the key's other connections (dups) */
     uint64_t activity;             /* shard-wide sequence of its last frame */
@@ -182,6 +199,8 @@ int derp_client_enqueue(struct derp_client *cl, struct hd_frame *f, uint32_t off
                         enum derp_kind kind);
 void derp_client_send_ctl(struct derp_client *cl, const uint8_t *frame, size_t len);
 void derp_client_close(struct derp_client *cl, int reason);
+/* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
+int derp_client_admitted(struct derp_client *cl);
 bool derp_keyset_add(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
 bool derp_keyset_remove(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
 void derp_keyset_free(struct derp_keyset *ks);
@@ -208,6 +227,15 @@ struct derp_shard *derp_shard_here(void);
 /* server_stun.c */
 int derp_stun_start(struct derp_shard *ds);
 void derp_stun_stop(struct derp_shard *ds);
+
+/* server_admit.c: admission control (§5) */
+#define DERP_ADMIT_TIMEOUT_MS 5000 /* derper's -verify-client-url timeout */
+#define DERP_ADMIT_BODY_MAX   4096 /* derper reads at most 4 KiB of the answer */
+int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
+                         size_t err_size);
+bool derp_admit_needed(const struct derp_config *cfg);
+int derp_admit_start(struct derp_client *cl);
+void derp_admit_cancel(struct derp_client *cl);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

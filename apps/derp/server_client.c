@@ -288,13 +288,26 @@ static int on_client_info(struct derp_client *cl, const uint8_t *payload, uint32
     if (cl->mesh)
         net_conn_set_limits(cl->conn, DERP_NET_HIGH_BYTES, DERP_NET_LOW_BYTES,
                             DERP_MESH_NET_MAX_BYTES);
-    /* Admission (§5): mesh peers skip every check; no other check is configured yet. */
+    /* Admission (§5): mesh peers skip every check. */
+    if (!cl->mesh && derp_admit_needed(ds->cfg) && (rc = derp_admit_start(cl)) <= 0)
+        return rc;
+    return derp_client_admitted(cl);
+}
+
+int derp_client_admitted(struct derp_client *cl)
+{
+    struct derp_shard *ds = cl->ds;
+    bool waited = cl->phase == DERP_CLIENT_ADMITTING; /* reading paused: resume it */
     unsigned owner = derp_owner(ds, cl->key.bytes);
     if (owner == hd_shard_id(ds->s)) {
         client_activate(ds, cl);
+        if (waited && cl->phase == DERP_CLIENT_ACTIVE && net_conn_state(cl->conn) == NET_CONN_OPEN)
+            net_conn_pause_recv(cl->conn, false); /* replays kept bytes: cl may be gone */
         return 0;
     }
     cl->phase = DERP_CLIENT_MOVING;
+    if (waited)
+        net_conn_pause_recv(cl->conn, false); /* kept bytes travel with the move */
     return net_conn_migrate(cl->conn, owner, client_adopt, cl);
 }
 
@@ -391,7 +404,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct derp_client *cl = net_conn_app(c);
     size_t done = 0;
-    while (cl->phase != DERP_CLIENT_MOVING) {
+    while (cl->phase != DERP_CLIENT_MOVING && cl->phase != DERP_CLIENT_ADMITTING) {
         struct derp_split sp;
         int rc = derp_splitter_next(&cl->sp, data + done, len - done, &sp);
         if (rc < 0) {
@@ -447,6 +460,7 @@ static void client_closed(struct net_conn *c, int reason)
                 drop_frame(cl, f, DERP_DROP_GONE_DISCONNECTED);
         }
     }
+    derp_admit_cancel(cl);
     derp_keyset_free(&cl->sources);
     free(cl);
 }

@@ -14,8 +14,6 @@
 static const char *const unsupported[] = {
     "mesh-with",
     "verify-clients",
-    "verify-client-url",
-    "verify-client-url-fail-open",
     "socket",
     "accept-connection-limit",
     "accept-connection-burst",
@@ -62,13 +60,19 @@ static void usage(FILE *out)
         "  -tcp-user-timeout D     TCP_USER_TIMEOUT (default 15s)\n"
         "  -tcp-write-timeout D    per-frame write deadline (default 2s; 0 = none; mesh 30s)\n"
         "  -version                print the version and exit\n"
+        "  -verify-client-url URL  admission: POST {\"NodePublic\",\"Source\"} to URL for each\n"
+        "                          client (mesh peers exempt), admit on 200 {\"Allow\": true}\n"
+        "                          within 5s; http:// only, a host name is resolved once at\n"
+        "                          start-up\n"
+        "  -verify-client-url-fail-open  admit when the URL cannot be reached or times out\n"
+        "                          (default true; a non-200 answer always refuses)\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -mesh-with, -verify-clients,\n"
-        "-socket, -verify-client-url, -verify-client-url-fail-open, -accept-connection-limit,\n"
+        "-socket, -accept-connection-limit,\n"
         "-accept-connection-burst, -rate-config, -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
@@ -218,6 +222,13 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
             fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
             return -1;
         }
+    } else if (strcmp(name, "verify-client-url") == 0) {
+        f->verify_client_url = v;
+    } else if (strcmp(name, "verify-client-url-fail-open") == 0) {
+        if (parse_bool(v, &f->verify_client_url_fail_open) < 0) {
+            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
+            return -1;
+        }
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
                strcmp(name, "verbose") == 0 || strcmp(name, "version") == 0) {
         bool b;
@@ -252,7 +263,8 @@ int derp_flags_parse(int argc, char **argv, struct derp_flags *f)
                              .tcp_keepalive_ms = 10 * 60 * 1000,
                              .tcp_user_timeout_ms = 15000,
                              .tcp_write_timeout_ms = 2000,
-                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS};
+                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
+                             .verify_client_url_fail_open = true};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

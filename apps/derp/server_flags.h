@@ -21,6 +21,8 @@ struct derp_flags {
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
     bool verbose;
+    const char *verify_client_url;    /* -verify-client-url */
+    bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

@@ -241,6 +241,12 @@ static int configure(const struct derp_flags *f)
         }
         config.have_mesh_key = true;
     }
+    char aerr[256];
+    if (derp_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
+                             sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
+        return -EINVAL;
+    }
     int rc = load_key(f);
     if (rc < 0)
         return rc;

@@ -1,0 +1,166 @@
+/* server_admit.c - admission control (spec §5): -verify-client-url. After ClientInfo a regular
+ * client (mesh peers skip this) waits in DERP_CLIENT_ADMITTING, its reading paused, while the
+ * shard POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s); the answer
+ * continues the login (derp_client_admitted) or closes the connection with one log line. The
+ * URL is parsed and its host resolved once on the main thread (derp_admit_configure). Runs on
+ * the client's accepting shard; owns the pending request (cancelled if the client goes first). */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "net_http_client.h"
+#include "server.h"
+
+/* http://host[:port][/path]: host numeric (v4, [v6]) or a DNS name resolved here, once. */
+int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
+                         size_t err_size)
+{
+    cfg->verify_fail_open = fail_open;
+    if (url == NULL || url[0] == '\0')
+        return 0;
+    if (strncmp(url, "http://", 7) != 0) {
+        snprintf(err, err_size, "only http:// URLs are supported (https is not yet)");
+        return -EINVAL;
+    }
+    const char *auth = url + 7;
+    size_t auth_len = strcspn(auth, "/?#");
+    const char *path = auth + auth_len;
+    if (auth_len == 0 || auth_len >= sizeof(cfg->verify_host) || strchr(path, '#') ||
+        strlen(path) + 2 > sizeof(cfg->verify_target)) {
+        snprintf(err, err_size, "malformed URL (or too long)");
+        return -EINVAL;
+    }
+    snprintf(cfg->verify_host, sizeof(cfg->verify_host), "%.*s", (int)auth_len, auth);
+    snprintf(cfg->verify_target, sizeof(cfg->verify_target), "%s%s", path[0] == '/' ? "" : "/",
+             path);
+    char host[256], port[8] = "80";
+    const char *h = cfg->verify_host, *colon;
+    if (h[0] == '[') {
+        const char *rb = strchr(h, ']');
+        if (rb == NULL || (rb[1] != '\0' && rb[1] != ':')) {
+            snprintf(err, err_size, "malformed IPv6 host");
+            return -EINVAL;
+        }
+        snprintf(host, sizeof(host), "%.*s", (int)(rb - h - 1), h + 1);
+        colon = rb[1] == ':' ? rb + 1 : NULL;
+    } else {
+        colon = strchr(h, ':');
+        snprintf(host, sizeof(host), "%.*s", (int)(colon ? (size_t)(colon - h) : strlen(h)), h);
+    }
+    if (colon && (colon[1] == '\0' || strlen(colon + 1) >= sizeof(port) ||
+                  strspn(colon + 1, "0123456789") != strlen(colon + 1))) {
+        snprintf(err, err_size, "bad port");
+        return -EINVAL;
+    }
+    if (colon)
+        snprintf(port, sizeof(port), "%s", colon + 1);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0 || res == NULL || res->ai_addrlen > sizeof(cfg->verify_addr.ss)) {
+        snprintf(err, err_size, "cannot resolve %s: %s", host, rc ? gai_strerror(rc) : "none");
+        if (res)
+            freeaddrinfo(res);
+        return -EINVAL;
+    }
+    memcpy(&cfg->verify_addr.ss, res->ai_addr, res->ai_addrlen);
+    cfg->verify_addr.len = res->ai_addrlen;
+    freeaddrinfo(res);
+    cfg->verify_url = url;
+    return 0;
+}
+
+bool derp_admit_needed(const struct derp_config *cfg)
+{
+    return cfg->verify_url != NULL;
+}
+
+/* 200 with {"Allow": true}: admitted; anything else a reason for the log line. */
+static const char *judge(int err, const struct net_http_result *r, bool fail_open, bool *allow)
+{
+    *allow = false;
+    if (err < 0) {
+        *allow = fail_open;
+        return fail_open ? NULL : strerror(-err);
+    }
+    if (r->status != 200)
+        return "controller answered non-200";
+    json_error_t je;
+    json_t *o = json_loadb((const char *)r->body, r->body_len, 0, &je);
+    json_t *a = json_is_object(o) ? json_object_get(o, "Allow") : NULL;
+    *allow = json_is_true(a);
+    const char *why = *allow ? NULL : json_is_boolean(a) ? "controller said no" : "bad JSON";
+    json_decref(o);
+    return why;
+}
+
+static void note_refused(struct derp_client *cl, const char *why)
+{
+    char key[DERP_PUBKEY_TEXT_SIZE], ip[64];
+    derp_pubkey_format(&cl->key, key);
+    if (derp_addr_format_ip(&cl->remote, ip, sizeof(ip)) < 0)
+        ip[0] = '\0';
+    cl->ds->ctr.admit_refused++;
+    hd_log(HD_LOG_INFO, "admission: refused %s from %s: %s", key, ip, why);
+}
+
+static void answered(void *arg, int err, const struct net_http_result *r)
+{
+    struct derp_client *cl = arg;
+    cl->admit = NULL;
+    bool allow;
+    const char *why = judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
+    if (err < 0)
+        cl->ds->ctr.admit_errors++;
+    if (!allow) {
+        note_refused(cl, why);
+        derp_client_close(cl, -EACCES);
+        return;
+    }
+    int rc = derp_client_admitted(cl);
+    if (rc < 0)
+        derp_client_close(cl, rc);
+}
+
+/* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
+ * could not start and fail-open applies) or -EACCES (refused now). */
+int derp_admit_start(struct derp_client *cl)
+{
+    struct derp_shard *ds = cl->ds;
+    const struct derp_config *cfg = ds->cfg;
+    char key[DERP_PUBKEY_TEXT_SIZE], ip[64], body[256];
+    derp_pubkey_format(&cl->key, key);
+    if (derp_addr_format_ip(&cl->remote, ip, sizeof(ip)) < 0)
+        ip[0] = '\0';
+    int n = snprintf(body, sizeof(body), "{\"NodePublic\":\"%s\",\"Source\":\"%s\"}", key, ip);
+    HD_ASSERT(n > 0 && (size_t)n < sizeof(body));
+    struct net_http_request rq = {.method = "POST",
+                                  .target = net_http_cstr(cfg->verify_target),
+                                  .host = net_http_cstr(cfg->verify_host),
+                                  .body = body,
+                                  .body_len = (size_t)n,
+                                  .timeout_ms = DERP_ADMIT_TIMEOUT_MS,
+                                  .resp_max = DERP_ADMIT_BODY_MAX};
+    int rc = net_http_client_start(ds->s, &cfg->verify_addr, &rq, answered, cl, &cl->admit);
+    if (rc < 0) { /* nothing started: a transport error now */
+        cl->admit = NULL;
+        ds->ctr.admit_errors++;
+        if (cfg->verify_fail_open)
+            return 1;
+        note_refused(cl, strerror(-rc));
+        return -EACCES;
+    }
+    cl->phase = DERP_CLIENT_ADMITTING;
+    net_conn_pause_recv(cl->conn, true);
+    return 0;
+}
+
+/* The client went away while its answer was pending. */
+void derp_admit_cancel(struct derp_client *cl)
+{
+    if (cl->admit)
+        net_http_client_cancel(cl->admit);
+    cl->admit = NULL;
+}

@@ -1,0 +1,253 @@
+/* http_client.c - one HTTP/1.1 request on an outgoing connection (TCP or unix socket): writes the
+ * request, parses the response head with net_http_resp_parse, reads the body by Content-Length,
+ * chunked coding or until close, bounded by resp_max, all within timeout_ms. Runs on the shard
+ * that started it; owns its heap state (control path only, never the data path) until done. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net.h"
+#include "net_http.h"
+#include "net_http_client.h"
+
+struct net_http_client {
+    struct hd_shard *s;
+    struct net_conn *conn;
+    struct hd_timer timer;
+    net_http_done_fn *done; /* NULL once answered or cancelled */
+    void *arg;
+    net_http_connect_fn *on_connect;
+    void *on_connect_arg;
+    struct net_http_resp resp;
+    size_t resp_max;
+    size_t head_len; /* 0 until the head is parsed */
+    size_t body_len; /* decoded body bytes in body[] */
+    char *req;       /* the request bytes, until connected */
+    size_t req_len;
+    uint8_t *body; /* resp_max bytes */
+};
+
+static void finish(struct net_http_client *h, int err)
+{
+    net_http_done_fn *done = h->done;
+    h->done = NULL;
+    if (done == NULL)
+        return;
+    struct net_http_result r = {.status = h->resp.status, .body = h->body, .body_len = h->body_len};
+    done(h->arg, err, err == 0 ? &r : NULL);
+}
+
+/* Chunked body (RFC 9112 section 7.1): returns bytes consumed, 1 more in *complete at the end. */
+static ssize_t dechunk(struct net_http_client *h, const uint8_t *d, size_t len, bool *complete)
+{
+    size_t off = 0;
+    for (;;) {
+        const uint8_t *lf = memchr(d + off, '\n', len - off);
+        if (lf == NULL)
+            return len - off > 64 ? -EPROTO : (ssize_t)off;
+        uint64_t size = 0;
+        size_t i = off, digits = 0;
+        for (; d[i] != ';' && d[i] != '\r' && d[i] != '\n'; i++, digits++) {
+            int v = d[i] >= '0' && d[i] <= '9'   ? d[i] - '0'
+                    : d[i] >= 'a' && d[i] <= 'f' ? d[i] - 'a' + 10
+                    : d[i] >= 'A' && d[i] <= 'F' ? d[i] - 'A' + 10
+                                                 : -1;
+            if (v < 0 || digits >= 16)
+                return -EPROTO;
+            size = size * 16 + (uint64_t)v;
+        }
+        if (digits == 0)
+            return -EPROTO;
+        size_t line = (size_t)(lf - d) + 1 - off;
+        if (size == 0) { /* last chunk; trailers are not kept: wait for the empty line */
+            const uint8_t *end = NULL;
+            for (size_t j = off + line; j + 1 < len; j++)
+                if (d[j] == '\n' && (j == off + line || d[j - 1] == '\n' ||
+                                     (d[j - 1] == '\r' && j >= 2 && d[j - 2] == '\n'))) {
+                    end = d + j;
+                    break;
+                }
+            if (end == NULL && len > off + line && d[off + line] == '\n')
+                end = d + off + line;
+            if (end == NULL && len >= off + line + 2 && d[off + line] == '\r' &&
+                d[off + line + 1] == '\n')
+                end = d + off + line + 1;
+            if (end == NULL)
+                return (ssize_t)off;
+            *complete = true;
+            return end - d + 1;
+        }
+        if (size > h->resp_max - h->body_len)
+            return -EFBIG;
+        if (len - off - line < size + 2)
+            return (ssize_t)off;
+        const uint8_t *c = d + off + line;
+        if (c[size] != '\r' || c[size + 1] != '\n')
+            return -EPROTO;
+        memcpy(h->body + h->body_len, c, size);
+        h->body_len += size;
+        off += line + size + 2;
+    }
+}
+
+static ssize_t body_data(struct net_http_client *h, const uint8_t *d, size_t len)
+{
+    bool complete = false;
+    ssize_t used;
+    if (h->resp.body == NET_HTTP_BODY_CHUNKED) {
+        used = dechunk(h, d, len, &complete);
+        if (used < 0)
+            return used;
+    } else {
+        size_t want = h->resp.body == NET_HTTP_BODY_LENGTH
+                          ? (size_t)h->resp.head.content_length - h->body_len
+                          : len;
+        size_t n = len < want ? len : want;
+        if (n > h->resp_max - h->body_len)
+            return -EFBIG;
+        memcpy(h->body + h->body_len, d, n);
+        h->body_len += n;
+        used = (ssize_t)n;
+        complete = h->resp.body == NET_HTTP_BODY_NONE ||
+                   (h->resp.body == NET_HTTP_BODY_LENGTH &&
+                    h->body_len == (size_t)h->resp.head.content_length);
+    }
+    if (complete) {
+        finish(h, 0);
+        net_conn_close(h->conn, 0, false);
+    }
+    return used;
+}
+
+static ssize_t conn_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    struct net_http_client *h = net_conn_app(c);
+    if (h->done == NULL)
+        return (ssize_t)len;
+    if (h->head_len == 0) {
+        int rc = net_http_resp_parse(&h->resp, (const char *)data, len);
+        if (rc == -EAGAIN)
+            return 0; /* the head stays in the connection's buffer until complete */
+        if (rc < 0)
+            return rc;
+        if (h->resp.status < 200) { /* 1xx: the final response follows */
+            net_http_resp_init(&h->resp, h->resp.head_request);
+            return rc;
+        }
+        if (h->resp.body == NET_HTTP_BODY_LENGTH && h->resp.head.content_length > h->resp_max)
+            return -EFBIG;
+        h->head_len = (size_t)rc;
+        ssize_t b = body_data(h, data + rc, len - (size_t)rc);
+        return b < 0 ? b : rc + b;
+    }
+    return body_data(h, data, len);
+}
+
+static void conn_eof(struct net_conn *c)
+{
+    struct net_http_client *h = net_conn_app(c);
+    if (h->head_len && h->resp.body == NET_HTTP_BODY_UNTIL_CLOSE)
+        finish(h, 0);
+    net_conn_close(c, -ECONNRESET, false);
+}
+
+static void conn_connected(struct net_conn *c, int res)
+{
+    struct net_http_client *h = net_conn_app(c);
+    if (res < 0)
+        return; /* on_close follows */
+    int rc = h->on_connect ? h->on_connect(c, h->on_connect_arg) : 0;
+    if (rc == 0)
+        rc = net_conn_send_copy(c, h->req, h->req_len);
+    free(h->req);
+    h->req = NULL;
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+}
+
+static void conn_closed(struct net_conn *c, int reason)
+{
+    struct net_http_client *h = net_conn_app(c);
+    hd_timer_stop(h->s, &h->timer);
+    finish(h, reason < 0 ? reason : -ECONNRESET);
+    free(h->req);
+    free(h->body);
+    free(h);
+}
+
+static const struct net_conn_handler http_client_handler = {
+    .on_data = conn_data,
+    .on_eof = conn_eof,
+    .on_connected = conn_connected,
+    .on_close = conn_closed,
+};
+
+static void timer_fired(struct hd_timer *t)
+{
+    struct net_http_client *h = hd_container_of(t, struct net_http_client, timer);
+    net_conn_close(h->conn, -ETIMEDOUT, false);
+}
+
+static int build_request(struct net_http_client *h, const struct net_http_request *rq)
+{
+    size_t cap = NET_HTTP_HEAD_SIZE_MAX + rq->body_len;
+    h->req = malloc(cap);
+    if (h->req == NULL)
+        return -ENOMEM;
+    struct net_http_req_spec spec = {.method = rq->method,
+                                     .target = rq->target,
+                                     .host = rq->host,
+                                     .headers = rq->headers,
+                                     .headers_count = rq->headers_count,
+                                     .content_length = rq->body ? (int64_t)rq->body_len : -1,
+                                     .connection = NET_HTTP_CONN_CLOSE};
+    int n = net_http_write_req(h->req, cap - rq->body_len, &spec);
+    if (n < 0)
+        return n;
+    if (rq->body_len)
+        memcpy(h->req + n, rq->body, rq->body_len);
+    h->req_len = (size_t)n + rq->body_len;
+    return 0;
+}
+
+int net_http_client_start(struct hd_shard *s, const struct net_addr *addr,
+                          const struct net_http_request *rq, net_http_done_fn *done, void *arg,
+                          struct net_http_client **out)
+{
+    if (rq->resp_max == 0 || rq->timeout_ms == 0 || done == NULL)
+        return -EINVAL;
+    struct net_http_client *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return -ENOMEM;
+    h->s = s;
+    h->done = done;
+    h->arg = arg;
+    h->on_connect = rq->on_connect;
+    h->on_connect_arg = rq->on_connect_arg;
+    h->resp_max = rq->resp_max;
+    h->body = malloc(rq->resp_max);
+    net_http_resp_init(&h->resp, strcmp(rq->method, "HEAD") == 0);
+    int rc = h->body ? build_request(h, rq) : -ENOMEM;
+    if (rc == 0) {
+        struct net_conn_options opt = {
+            .send_high_bytes = 1u << 20, .send_low_bytes = 1u << 19, .send_max_bytes = 4u << 20};
+        rc = net_conn_connect(s, addr, rq->timeout_ms, &http_client_handler, h, &opt, &h->conn);
+    }
+    if (rc < 0) {
+        free(h->req);
+        free(h->body);
+        free(h);
+        return rc;
+    }
+    hd_timer_init(&h->timer, timer_fired);
+    hd_timer_start(s, &h->timer, rq->timeout_ms);
+    if (out)
+        *out = h;
+    return 0;
+}
+
+void net_http_client_cancel(struct net_http_client *h)
+{
+    h->done = NULL;
+    net_conn_close(h->conn, 0, false);
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# run_bench_sweep.sh ROOT BIN_DIR WORK_DIR plain|tls - perf/run-bench runs a tiny sweep end to
+# end against hderp-server (2 rates x 2 repeats, 2 s each after 1 s warm-up, 1 shard) and
+# writes one JSON per run, summary.json/summary.txt and four PNG plots. Checked: every point
+# delivered > 0 Mbit/s, the paced point delivered about its offered rate with zero loss, every
+# PNG is a real PNG of some size. run-bench bounds every child with a timeout and stops the
+# relay by PID.
+set -euo pipefail
+root=$1 bin=$2 work=$3 mode=$4
+rm -rf "$work" && mkdir -p "$work"
+bench=$bin/hderp-bench
+[ -x "$bench" ] || bench=$bin/hderp-bench
+tls=()
+[ "$mode" = tls ] && tls=(--tls)
+python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" \
+    --relay "hderp=$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}$(
+        [ "$mode" = tls ] && echo ' -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1')" \
+    --rates 20,0 --repeats 2 --duration 2 --warmup 1 --shards 1 --out "$work" >"$work/run.out" 2>&1 ||
+    { cat "$work/run.out"; exit 1; }
+cat "$work/run.out"
+python3 - "$work" <<'PY'
+import glob, json, os, sys
+w = sys.argv[1]
+runs = [f for f in glob.glob(os.path.join(w, "run-*.json"))]
+assert len(runs) == 5, f"expected smoke + 4 run files, got {runs}"
+s = json.load(open(os.path.join(w, "summary.json")))
+pts = s["points"]
+assert len(pts) == 2, pts
+for p in pts:
+    assert p["runs"] == 2 and p["delivered_mbps_mean"] > 0, p
+paced = [p for p in pts if p["offered_mbps"] == 20][0]
+assert 16 <= paced["delivered_mbps_mean"] <= 24, paced
+assert paced["loss_pct_mean"] == 0, paced
+assert paced["relay_cpu_s_per_gb_mean"] is not None, paced
+for name in ("throughput", "loss", "latency_p99", "cpu_per_gb"):
+    png = os.path.join(w, name + ".png")
+    data = open(png, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert len(data) > 1024, (png, len(data))
+assert "hderp" in open(os.path.join(w, "summary.txt")).read()
+print("ok: sweep files and figures")
+PY

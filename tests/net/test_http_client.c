@@ -1,0 +1,137 @@
+/* test_http_client.c - net_http_client against a blocking server thread on a unix socket:
+ * Content-Length body, chunked body, oversized response refused, timeout. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "net.h"
+#include "net_http_client.h"
+
+static struct {
+    char path[108];
+    const char *answer; /* NULL: never answer */
+    int lfd;
+    int err;
+    uint16_t status;
+    char body[256];
+    size_t body_len;
+    char req[1024];
+} g;
+
+static void *server(void *arg)
+{
+    (void)arg;
+    int fd = accept(g.lfd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    size_t n = 0;
+    while (n < sizeof(g.req) - 1 && strstr(g.req, "\r\n\r\nhello") == NULL) {
+        ssize_t r = read(fd, g.req + n, sizeof(g.req) - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    if (g.answer)
+        (void)!write(fd, g.answer, strlen(g.answer));
+    else
+        sleep(2);
+    close(fd);
+    return NULL;
+}
+
+static void done(void *arg, int err, const struct net_http_result *r)
+{
+    struct hd_shard *s = arg;
+    g.err = err;
+    if (r) {
+        g.status = r->status;
+        g.body_len = r->body_len < sizeof(g.body) ? r->body_len : sizeof(g.body);
+        memcpy(g.body, r->body, g.body_len);
+    }
+    hd_runtime_stop(hd_shard_runtime(s));
+}
+
+static int net_init(struct hd_shard *s)
+{
+    struct net_shard_options o = {0};
+    return net_shard_init(s, &o);
+}
+
+static void net_fini(struct hd_shard *s)
+{
+    net_shard_fini(s);
+}
+
+static void body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    struct net_addr a;
+    cr_assert_eq(net_addr_unix(g.path, &a), 0);
+    struct net_http_request rq = {.method = "POST",
+                                  .target = NET_HTTP_LIT("/x"),
+                                  .host = NET_HTTP_LIT("h"),
+                                  .body = "hello",
+                                  .body_len = 5,
+                                  .timeout_ms = 700,
+                                  .resp_max = 64};
+    cr_assert_eq(net_http_client_start(s, &a, &rq, done, s, NULL), 0);
+}
+
+static void run(const char *answer)
+{
+    memset(&g, 0, sizeof(g));
+    g.answer = answer;
+    snprintf(g.path, sizeof(g.path), "/tmp/hd_http_client_%d.sock", (int)getpid());
+    unlink(g.path);
+    g.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un u = {.sun_family = AF_UNIX};
+    strcpy(u.sun_path, g.path);
+    cr_assert_eq(bind(g.lfd, (struct sockaddr *)&u, sizeof(u)), 0);
+    cr_assert_eq(listen(g.lfd, 4), 0);
+    pthread_t t;
+    pthread_create(&t, NULL, server, NULL);
+    struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
+    cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
+    pthread_join(t, NULL);
+    close(g.lfd);
+    unlink(g.path);
+    cr_assert(strstr(g.req, "POST /x HTTP/1.1\r\n") == g.req, "request: %s", g.req);
+    cr_assert(strstr(g.req, "Content-Length: 5\r\n") != NULL);
+}
+
+Test(test_http_client, content_length)
+{
+    run("HTTP/1.1 200 OK\r\nContent-Length: 15\r\n\r\n{\"Allow\": true}");
+    cr_assert_eq(g.err, 0);
+    cr_assert_eq(g.status, 200);
+    cr_assert_eq(g.body_len, 15);
+    cr_assert(memcmp(g.body, "{\"Allow\": true}", 15) == 0);
+}
+
+Test(test_http_client, chunked)
+{
+    run("HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\n\r\n");
+    cr_assert_eq(g.err, 0);
+    cr_assert_eq(g.status, 403);
+    cr_assert_eq(g.body_len, 12);
+    cr_assert(memcmp(g.body, "hello, world", 12) == 0);
+}
+
+Test(test_http_client, oversized_refused)
+{
+    run("HTTP/1.1 200 OK\r\nContent-Length: 65\r\n\r\n");
+    cr_assert_eq(g.err, -EFBIG);
+}
+
+Test(test_http_client, timeout)
+{
+    run(NULL);
+    cr_assert_eq(g.err, -ETIMEDOUT);
+}
