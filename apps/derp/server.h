@@ -44,6 +44,10 @@ struct derp_config {
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
+    /* -accept-connection-limit/-burst, already divided by the shard count: each shard has its
+     * own bucket (reuseport spreads accepts over shards), so no shared state on accept. */
+    double accept_rate;  /* tokens per ms per shard; <= 0 or inf: off */
+    double accept_burst; /* per shard, >= 1 */
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -63,6 +67,7 @@ extern const char *const derp_drop_names[DERP_DROPS];
 
 struct derp_counters {
     uint64_t accepts;
+    uint64_t accepts_refused; /* closed by -accept-connection-limit */
     uint64_t bytes_received, packets_received;
     uint64_t packets_received_kind[DERP_KINDS];
     uint64_t bytes_sent, packets_sent;
@@ -156,7 +161,9 @@ struct derp_shard {
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;
     uint64_t activity_seq;
-    uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    uint8_t *scratch;     /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    double accept_tokens; /* -accept-connection-limit bucket */
+    uint64_t accept_last_ms;
     struct derp_counters ctr;
 };
 

@@ -21,6 +21,8 @@ struct derp_flags {
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
     bool verbose;
+    double accept_limit; /* -accept-connection-limit, per second (INFINITY: off) */
+    long accept_burst;   /* -accept-connection-burst */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:
