@@ -44,10 +44,10 @@ struct derp_config {
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
-    /* -accept-connection-limit/-burst, already divided by the shard count: each shard has its
-     * own bucket (reuseport spreads accepts over shards), so no shared state on accept. */
-    double accept_rate;  /* tokens per ms per shard; <= 0 or inf: off */
-    double accept_burst; /* per shard, >= 1 */
+    /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
+     * (reuseport spreads accepts over shards), so no shared state on accept. */
+    double accept_rate; /* tokens per ms; 0: off */
+    double accept_burst;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */

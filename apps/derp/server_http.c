@@ -314,13 +314,15 @@ static bool accept_allowed(struct derp_shard *ds)
     const struct derp_config *cfg = ds->cfg;
     if (cfg->accept_rate <= 0)
         return true;
+    double n = (double)hd_shard_count(ds->s);
+    double burst = cfg->accept_burst / n < 1 ? 1 : cfg->accept_burst / n;
     uint64_t now = hd_now_ms(ds->s);
     if (ds->accept_last_ms == 0)
-        ds->accept_tokens = cfg->accept_burst;
+        ds->accept_tokens = burst;
     else
-        ds->accept_tokens += (double)(now - ds->accept_last_ms) * cfg->accept_rate;
-    if (ds->accept_tokens > cfg->accept_burst)
-        ds->accept_tokens = cfg->accept_burst;
+        ds->accept_tokens += (double)(now - ds->accept_last_ms) * cfg->accept_rate / n;
+    if (ds->accept_tokens > burst)
+        ds->accept_tokens = burst;
     ds->accept_last_ms = now ? now : 1;
     if (ds->accept_tokens < 1)
         return false;

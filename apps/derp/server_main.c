@@ -225,9 +225,8 @@ static int configure(const struct derp_flags *f)
     config.tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
     config.tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
     config.home = f->home;
-    unsigned nsh = f->shards ? f->shards : 1;
-    config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0 / nsh;
-    config.accept_burst = (double)f->accept_burst / nsh < 1 ? 1 : (double)f->accept_burst / nsh;
+    config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
+    config.accept_burst = (double)f->accept_burst;
     config.stun = f->stun;
     config.stun_port = f->stun_port;
     if (f->mesh_psk_file) {
