@@ -50,6 +50,10 @@ struct derp_config {
     char verify_host[256];    /* Host field: the URL's authority */
     char verify_target[1024]; /* origin-form path and query */
     bool verify_fail_open;
+    /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
+     * (reuseport spreads accepts over shards), so no shared state on accept. */
+    double accept_rate; /* tokens per ms; 0: off */
+    double accept_burst;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -69,6 +73,7 @@ extern const char *const derp_drop_names[DERP_DROPS];
 
 struct derp_counters {
     uint64_t accepts;
+    uint64_t accepts_refused; /* closed by -accept-connection-limit */
     uint64_t bytes_received, packets_received;
     uint64_t packets_received_kind[DERP_KINDS];
     uint64_t bytes_sent, packets_sent;
@@ -173,7 +178,9 @@ struct derp_shard {
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;
     uint64_t activity_seq;
-    uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    uint8_t *scratch;     /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    double accept_tokens; /* -accept-connection-limit bucket */
+    uint64_t accept_last_ms;
     struct derp_counters ctr;
 };
 

@@ -3,6 +3,7 @@
  * server does not implement yet are listed in --help as such and refused when given. Main
  * thread, before start-up. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +16,6 @@ static const char *const unsupported[] = {
     "mesh-with",
     "verify-clients",
     "socket",
-    "accept-connection-limit",
-    "accept-connection-burst",
     "rate-config",
     "bootstrap-dns-names",
     "unpublished-bootstrap-dns-names",
@@ -59,6 +58,9 @@ static void usage(FILE *out)
         "  -tcp-keepalive-time D   TCP keepalive (default 10m)\n"
         "  -tcp-user-timeout D     TCP_USER_TIMEOUT (default 15s)\n"
         "  -tcp-write-timeout D    per-frame write deadline (default 2s; 0 = none; mesh 30s)\n"
+        "  -accept-connection-limit R  accepted connections per second (default +Inf: off);\n"
+        "                          over it a new connection is closed at once (split per shard)\n"
+        "  -accept-connection-burst N  token bucket burst for the above (default math.MaxInt)\n"
         "  -version                print the version and exit\n"
         "  -verify-client-url URL  admission: POST {\"NodePublic\",\"Source\"} to URL for each\n"
         "                          client (mesh peers exempt), admit on 200 {\"Allow\": true}\n"
@@ -72,8 +74,7 @@ static void usage(FILE *out)
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -mesh-with, -verify-clients,\n"
-        "-socket, -accept-connection-limit,\n"
-        "-accept-connection-burst, -rate-config, -bootstrap-dns-names,\n"
+        "-socket, -rate-config, -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
 }
@@ -205,6 +206,20 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
             return -1;
         }
         *(name[0] == 'h' ? &f->http_port : &f->stun_port) = (int)n;
+    } else if (strcmp(name, "accept-connection-limit") == 0) {
+        char *end;
+        double r = strtod(v, &end);
+        if (end == v || *end || !(r >= 0)) {
+            fprintf(stderr, "hderp-server: -%s %s: expected a rate >= 0\n", name, v);
+            return -1;
+        }
+        f->accept_limit = r;
+    } else if (strcmp(name, "accept-connection-burst") == 0) {
+        if (parse_int(v, 0, 1L << 30, &n) < 0) {
+            fprintf(stderr, "hderp-server: -%s %s: expected 0..2^30\n", name, v);
+            return -1;
+        }
+        f->accept_burst = n;
     } else if (strcmp(name, "shards") == 0) {
         if (parse_int(v, 1, 64, &n) < 0) {
             fprintf(stderr, "hderp-server: --shards %s: expected 1..64\n", v);
@@ -264,7 +279,9 @@ int derp_flags_parse(int argc, char **argv, struct derp_flags *f)
                              .tcp_user_timeout_ms = 15000,
                              .tcp_write_timeout_ms = 2000,
                              .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
-                             .verify_client_url_fail_open = true};
+                             .verify_client_url_fail_open = true,
+                             .accept_limit = INFINITY,
+                             .accept_burst = 1L << 30};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

@@ -23,6 +23,8 @@ struct derp_flags {
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
+    double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */
+    long accept_burst;                /* -accept-connection-burst */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

@@ -307,10 +307,39 @@ static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
         net_conn_close(c, rc, false);
 }
 
+/* -accept-connection-limit: this shard's token bucket. A refused connection is closed and the
+ * accept loop goes on (derper's loop stopped on it, spec §6.9). */
+static bool accept_allowed(struct derp_shard *ds)
+{
+    const struct derp_config *cfg = ds->cfg;
+    if (cfg->accept_rate <= 0)
+        return true;
+    double n = (double)hd_shard_count(ds->s);
+    double burst = cfg->accept_burst / n < 1 ? 1 : cfg->accept_burst / n;
+    uint64_t now = hd_now_ms(ds->s);
+    if (ds->accept_last_ms == 0)
+        ds->accept_tokens = burst;
+    else
+        ds->accept_tokens += (double)(now - ds->accept_last_ms) * cfg->accept_rate / n;
+    if (ds->accept_tokens > burst)
+        ds->accept_tokens = burst;
+    ds->accept_last_ms = now ? now : 1;
+    if (ds->accept_tokens < 1)
+        return false;
+    ds->accept_tokens -= 1;
+    return true;
+}
+
 void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
     (void)peer;
     struct derp_shard *ds = arg;
+    if (!accept_allowed(ds)) {
+        ds->ctr.accepts_refused++;
+        hd_log_rl(HD_LOG_INFO, "accept: over -accept-connection-limit: connection closed");
+        close(fd);
+        return;
+    }
     accept_with(l, fd, ds, &http_handler, ds->cfg->tls != NULL);
 }
 

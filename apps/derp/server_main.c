@@ -3,6 +3,7 @@
  * before any shard starts; the configuration is read-only afterwards. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,8 @@ static int configure(const struct derp_flags *f)
     config.tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
     config.tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
     config.home = f->home;
+    config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
+    config.accept_burst = (double)f->accept_burst;
     config.stun = f->stun;
     config.stun_port = f->stun_port;
     if (f->mesh_psk_file) {

@@ -73,6 +73,7 @@ static void put_metric(struct out *o, const char *name, const char *type, int64_
 static void format_derp(struct out *o, const struct varz_slot *v, unsigned count)
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
+    put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
     put_metric(o, "bytes_received", "counter", SUM(bytes_received));
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
