@@ -8,8 +8,8 @@
  * edges and reports CPU-seconds per GB delivered.
  *
  * Output: one "name value unit" line per figure, then a human summary ("#" lines); --json
- * prints one JSON object instead. Plain TCP only: the DERP client has no TLS yet
- * (https needs --ca FILE or --insecure; userspace TLS records, or kTLS where the kernel has it).
+ * prints one JSON object instead. Plain TCP or TLS (https needs --ca FILE or --insecure;
+ * userspace TLS records, or kTLS where the kernel has it).
  *
  * Threads: main parses and reports; the load runs on the generator's shards (bench_relay_gen.c).
  * Exit: 0 figures printed, 1 the run failed (a client could not log in or closed), 2 usage. */
@@ -36,8 +36,8 @@ static void usage(FILE *out)
             "                  that send nothing and must stay connected through the run\n"
             "  --size BYTES    payload per packet, %d..%d (default 1400)\n"
             "  --rate-mbps R   offered payload Mbit/s over all senders; 0 = unpaced (default 0)\n"
-            "  --duration S    measured window in seconds (default 5)\n"
-            "  --warmup S      seconds of load before the window (default 1)\n"
+            "  --duration S    measured window in seconds (default 15)\n"
+            "  --warmup S      seconds of load before the window (default 3)\n"
             "  --start-at T    unix time (float seconds): connect and log in every peer first,\n"
             "                  then start the warm-up at T (several generators in step); a T\n"
             "                  more than 1 s in the past is refused; if logging in ends after\n"
@@ -165,8 +165,8 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
 {
     *c = (struct bench_config){.pairs_count = 4,
                                .size = 1400,
-                               .duration_s = 5,
-                               .warmup_s = 1,
+                               .duration_s = 15,
+                               .warmup_s = 3,
                                .shards = 1,
                                .relay_cpu = -1};
     for (int i = 1; i < argc; i++) {

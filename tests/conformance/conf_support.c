@@ -176,8 +176,10 @@ int conf_varz(const struct conf_server *srv, const char *name, bool sum_labels, 
 int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want, int timeout_ms,
                    int64_t *last)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = now_ms() + timeout_ms, scratch;
     int rc;
+    if (last == NULL)
+        last = &scratch;
     do {
         rc = conf_varz(srv, name, false, last);
         if (rc == 0 && *last == want)

@@ -76,7 +76,7 @@ ssize_t conf_http(const struct conf_server *srv, const char *req, char *resp, si
  * with name + "{" when sum_labels. Returns 0 with *out, -ENOENT (no such series), or -errno. */
 int conf_varz(const struct conf_server *srv, const char *name, bool sum_labels, int64_t *out);
 /* Polls conf_varz until the value equals want (bounded by timeout_ms); returns 0 or the last
- * value's mismatch as -ETIMEDOUT with *last set. */
+ * value's mismatch as -ETIMEDOUT with *last set (last may be NULL). */
 int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want, int timeout_ms,
                    int64_t *last);
 

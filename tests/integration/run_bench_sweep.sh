@@ -9,7 +9,6 @@ set -euo pipefail
 root=$1 bin=$2 work=$3 mode=$4
 rm -rf "$work" && mkdir -p "$work"
 bench=$bin/hderp-bench
-[ -x "$bench" ] || bench=$bin/hderp-bench
 tls=()
 [ "$mode" = tls ] && tls=(--tls)
 python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" \
