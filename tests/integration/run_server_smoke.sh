@@ -48,6 +48,14 @@ if [ "$mode" = tls ]; then # the meta certificate (spec §1.2) follows the chain
     echo "$meta" | grep -q '^serial=02$' || fail "meta cert serial"
     [ "$(echo "$meta" | grep -c 'X509v3 ')" = 2 ] || fail "meta cert: not exactly one extension"
     echo "$meta" | grep -q 'CA:FALSE' || fail "meta cert: basicConstraints"
+    # Validity: now - 30 days .. now + 30 days (spec §1.2), within a minute of slack.
+    nb=$(date -d "$(openssl x509 -in "$work/meta.pem" -noout -startdate | cut -d= -f2)" +%s)
+    na=$(date -d "$(openssl x509 -in "$work/meta.pem" -noout -enddate | cut -d= -f2)" +%s)
+    now=$(date +%s) month=$((30 * 86400))
+    [ $((nb - (now - month))) -ge -60 ] && [ $((nb - (now - month))) -le 60 ] ||
+        fail "meta cert notBefore $nb is not now - 30 days ($((now - month)))"
+    [ $((na - (now + month))) -ge -60 ] && [ $((na - (now + month))) -le 60 ] ||
+        fail "meta cert notAfter $na is not now + 30 days ($((now + month)))"
 fi
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp") || true
 [ "$code" = 426 ] || fail "GET /derp without Upgrade answered $code, want 426"
