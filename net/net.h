@@ -15,6 +15,7 @@
 #include <sys/un.h>
 
 #include "hd.h"
+#include "http_limits.h"
 #include "net_limits.h"
 
 struct net_conn;
@@ -40,6 +41,22 @@ const char *net_addr_format(const struct net_addr *a, char *buf, size_t size);
 uint16_t net_addr_port(const struct net_addr *a);
 /* A unix stream socket path (AF_UNIX). Returns 0 or -ENAMETOOLONG / -EINVAL (empty). */
 int net_addr_unix(const char *path, struct net_addr *out);
+
+/* An http or https URL in parts (url.c). */
+struct net_url {
+    bool tls;                                      /* https */
+    uint16_t port;                                 /* as written, else 80 / 443 */
+    char authority[NET_URL_AUTHORITY_LEN_MAX + 1]; /* host[:port] as written: the Host header */
+    char host[NET_URL_AUTHORITY_LEN_MAX + 1];      /* without brackets and port */
+    char path[NET_HTTP_TARGET_LEN_MAX + 1];        /* origin-form; "" when the URL has none */
+};
+/* http[s]://host[:port][/path][?query]: host a name, IPv4 or [IPv6]. Returns 0 or -EINVAL
+ * (another scheme, no host, bad port, a fragment, too long). Pure, any thread. */
+int net_url_parse(const char *url, struct net_url *out);
+/* The URL's address: a numeric host at once; a name through getaddrinfo unless numeric_only
+ * (it blocks: start-up or a thread of its own, never a shard). Returns 0, -EINVAL (not numeric
+ * and numeric_only) or -ENOENT (the name did not resolve). */
+int net_url_resolve(const struct net_url *u, bool numeric_only, struct net_addr *out);
 
 /* ---------------------------------------------------------------- connections */
 

@@ -34,6 +34,9 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
  * need a class this big. DERP's largest frame is ForwardPacket: 5 + 64 + 64 KiB. */
 #define NET_RX_TAIL_MAX (65536u + 128u)
 
+/* A URL's authority: a DNS name (253) or [IPv6] (41), plus ":" and a 5-digit port. */
+#define NET_URL_AUTHORITY_LEN_MAX (253 + 6)
+
 /* Accept: listen backlog; after EMFILE/ENFILE/ENOMEM accept again after this pause. */
 #define NET_LISTEN_BACKLOG    4096
 #define NET_ACCEPT_BACKOFF_MS 100

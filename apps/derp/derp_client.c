@@ -12,8 +12,10 @@
 
 #define DERP_CLIENT_PATH_DEFAULT    "/derp"
 #define DERP_CLIENT_UPGRADE_DEFAULT "DERP"
-#define DERP_CLIENT_HTTP_PORT       80
-#define DERP_CLIENT_HTTPS_PORT      443
+
+_Static_assert(sizeof(((struct derp_client_url *)0)->host) ==
+                   sizeof(((struct net_url *)0)->authority),
+               "a URL's authority is the client's Host header");
 
 /* 0 = the default, DERP_CLIENT_TIMEOUT_OFF = none (net's 0). */
 static uint32_t timeout_pick(uint32_t v, uint32_t def)
@@ -27,37 +29,14 @@ static uint32_t timeout_pick(uint32_t v, uint32_t def)
 
 int derp_client_url_parse(const char *url, struct derp_client_url *out)
 {
+    struct net_url u;
     memset(out, 0, sizeof(*out));
-    const char *p;
-    if (strncmp(url, "http://", 7) == 0) {
-        p = url + 7;
-    } else if (strncmp(url, "https://", 8) == 0) {
-        p = url + 8;
-        out->tls = true;
-    } else {
+    if (net_url_parse(url, &u) < 0 || net_url_resolve(&u, true, &out->addr) < 0)
         return -EINVAL;
-    }
-    size_t auth_len = strcspn(p, "/?#");
-    if (auth_len == 0 || auth_len > DERP_CLIENT_HOST_LEN_MAX)
-        return -EINVAL;
-    memcpy(out->host, p, auth_len);
-    const char *path = p + auth_len;
-    if (*path == '\0')
-        path = DERP_CLIENT_PATH_DEFAULT;
-    if (*path != '/' || strlen(path) > DERP_CLIENT_PATH_LEN_MAX || strchr(path, '#'))
-        return -EINVAL;
-    strcpy(out->path, path);
-
-    /* The port is whatever follows the last ':' outside brackets. */
-    const char *close_bracket = strrchr(out->host, ']');
-    const char *colon = strrchr(close_bracket ? close_bracket : out->host, ':');
-    char text[DERP_CLIENT_HOST_LEN_MAX + 8];
-    if (colon)
-        snprintf(text, sizeof(text), "%s", out->host);
-    else
-        snprintf(text, sizeof(text), "%s:%u", out->host,
-                 out->tls ? DERP_CLIENT_HTTPS_PORT : DERP_CLIENT_HTTP_PORT);
-    return net_addr_parse(text, &out->addr) < 0 ? -EINVAL : 0;
+    out->tls = u.tls;
+    memcpy(out->host, u.authority, sizeof(out->host));
+    snprintf(out->path, sizeof(out->path), "%s", u.path[0] ? u.path : DERP_CLIENT_PATH_DEFAULT);
+    return 0;
 }
 
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url)

@@ -33,8 +33,8 @@ struct derp_client;
 /* A timeout field set to this disables that timeout (0 means "the default"). */
 #define DERP_CLIENT_TIMEOUT_OFF UINT32_MAX
 
-/* Host header: a DNS name is at most 253 bytes, plus ":" and a 5-digit port. */
-#define DERP_CLIENT_HOST_LEN_MAX (253 + 6)
+/* Host header: a URL's authority (a DNS name, ":" and a 5-digit port). */
+#define DERP_CLIENT_HOST_LEN_MAX NET_URL_AUTHORITY_LEN_MAX
 /* Request path: what a server's parser accepts as a target. */
 #define DERP_CLIENT_PATH_LEN_MAX NET_HTTP_TARGET_LEN_MAX
 /* Extra request headers (tests, Ideal-Node, User-Agent): a handful is all anyone sends. */
@@ -103,8 +103,9 @@ struct derp_client_url {
     char host[DERP_CLIENT_HOST_LEN_MAX + 1]; /* authority as written (the Host header) */
     char path[DERP_CLIENT_PATH_LEN_MAX + 1]; /* "/derp" when the URL has no path */
 };
-/* http[s]://host[:port][/path]: host an IPv4 address or [IPv6]; port 80/443 by default.
- * Returns 0 or -EINVAL (syntax, a host name, too long). Any thread. */
+/* http[s]://host[:port][/path] (net_url_parse): host an IPv4 address or [IPv6]; port 80/443 by
+ * default; path "/derp" when the URL has none. Returns 0 or -EINVAL (syntax, a host name, too
+ * long). Any thread. */
 int derp_client_url_parse(const char *url, struct derp_client_url *out);
 /* Points cfg's addr/host/path/tls at url (which must outlive the connect call). */
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url);

@@ -46,9 +46,8 @@ struct derp_config {
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
     /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
     const char *verify_url;
-    struct net_addr verify_addr;
-    char verify_host[256];    /* Host field: the URL's authority */
-    char verify_target[1024]; /* origin-form path and query */
+    struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
+    struct net_addr verify_addr; /* its host, resolved */
     bool verify_fail_open;
     /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
      * (reuseport spreads accepts over shards), so no shared state on accept. */

@@ -5,7 +5,6 @@
  * URL is parsed and its host resolved once on the main thread (derp_admit_configure). Runs on
  * the client's accepting shard; owns the pending request (cancelled if the client goes first). */
 #include <errno.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -21,53 +20,18 @@ int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_ope
     cfg->verify_fail_open = fail_open;
     if (url == NULL || url[0] == '\0')
         return 0;
-    if (strncmp(url, "http://", 7) != 0) {
+    if (net_url_parse(url, &cfg->verify) < 0) {
+        snprintf(err, err_size, "malformed URL (http://host[:port][/path]), or too long");
+        return -EINVAL;
+    }
+    if (cfg->verify.tls) {
         snprintf(err, err_size, "only http:// URLs are supported (https is not yet)");
         return -EINVAL;
     }
-    const char *auth = url + 7;
-    size_t auth_len = strcspn(auth, "/?#");
-    const char *path = auth + auth_len;
-    if (auth_len == 0 || auth_len >= sizeof(cfg->verify_host) || strchr(path, '#') ||
-        strlen(path) + 2 > sizeof(cfg->verify_target)) {
-        snprintf(err, err_size, "malformed URL (or too long)");
+    if (net_url_resolve(&cfg->verify, false, &cfg->verify_addr) < 0) {
+        snprintf(err, err_size, "cannot resolve %s", cfg->verify.host);
         return -EINVAL;
     }
-    snprintf(cfg->verify_host, sizeof(cfg->verify_host), "%.*s", (int)auth_len, auth);
-    snprintf(cfg->verify_target, sizeof(cfg->verify_target), "%s%s", path[0] == '/' ? "" : "/",
-             path);
-    char host[256], port[8] = "80";
-    const char *h = cfg->verify_host, *colon;
-    if (h[0] == '[') {
-        const char *rb = strchr(h, ']');
-        if (rb == NULL || (rb[1] != '\0' && rb[1] != ':')) {
-            snprintf(err, err_size, "malformed IPv6 host");
-            return -EINVAL;
-        }
-        snprintf(host, sizeof(host), "%.*s", (int)(rb - h - 1), h + 1);
-        colon = rb[1] == ':' ? rb + 1 : NULL;
-    } else {
-        colon = strchr(h, ':');
-        snprintf(host, sizeof(host), "%.*s", (int)(colon ? (size_t)(colon - h) : strlen(h)), h);
-    }
-    if (colon && (colon[1] == '\0' || strlen(colon + 1) >= sizeof(port) ||
-                  strspn(colon + 1, "0123456789") != strlen(colon + 1))) {
-        snprintf(err, err_size, "bad port");
-        return -EINVAL;
-    }
-    if (colon)
-        snprintf(port, sizeof(port), "%s", colon + 1);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0 || res == NULL || res->ai_addrlen > sizeof(cfg->verify_addr.ss)) {
-        snprintf(err, err_size, "cannot resolve %s: %s", host, rc ? gai_strerror(rc) : "none");
-        if (res)
-            freeaddrinfo(res);
-        return -EINVAL;
-    }
-    memcpy(&cfg->verify_addr.ss, res->ai_addr, res->ai_addrlen);
-    cfg->verify_addr.len = res->ai_addrlen;
-    freeaddrinfo(res);
     cfg->verify_url = url;
     return 0;
 }
@@ -137,8 +101,9 @@ int derp_admit_start(struct derp_client *cl)
     int n = snprintf(body, sizeof(body), "{\"NodePublic\":\"%s\",\"Source\":\"%s\"}", key, ip);
     HD_ASSERT(n > 0 && (size_t)n < sizeof(body));
     struct net_http_request rq = {.method = "POST",
-                                  .target = net_http_cstr(cfg->verify_target),
-                                  .host = net_http_cstr(cfg->verify_host),
+                                  .target =
+                                      net_http_cstr(cfg->verify.path[0] ? cfg->verify.path : "/"),
+                                  .host = net_http_cstr(cfg->verify.authority),
                                   .body = body,
                                   .body_len = (size_t)n,
                                   .timeout_ms = DERP_ADMIT_TIMEOUT_MS,
