@@ -100,6 +100,36 @@ uint64_t hd_now_ms(const struct hd_shard *s);
 /* CLOCK_MONOTONIC in nanoseconds, read now. Any thread. */
 uint64_t hd_clock_ns(void);
 
+/* ---------------------------------------------------------------- token buckets */
+
+/* A token bucket's state; the rate and the burst are the caller's, so one rule (a config field,
+ * a protocol constant) serves many buckets at 16 bytes each. Plain data on one shard. */
+struct hd_tbucket {
+    double tokens;
+    uint64_t last_ms;
+};
+static inline void hd_tbucket_fill(struct hd_tbucket *b, double burst, uint64_t now_ms)
+{
+    b->tokens = burst;
+    b->last_ms = now_ms;
+}
+/* Refill at per_ms tokens a millisecond since the last call (capped at burst), then take n
+ * tokens if there are that many. Returns whether it took them. */
+static inline bool hd_tbucket_take(struct hd_tbucket *b, double per_ms, double burst,
+                                   uint64_t now_ms, double n)
+{
+    if (now_ms > b->last_ms) {
+        b->tokens += (double)(now_ms - b->last_ms) * per_ms;
+        b->last_ms = now_ms;
+    }
+    if (b->tokens > burst)
+        b->tokens = burst;
+    if (b->tokens < n)
+        return false;
+    b->tokens -= n;
+    return true;
+}
+
 /* ---------------------------------------------------------------- slab pools */
 
 struct hd_slab;

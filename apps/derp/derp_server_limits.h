@@ -26,10 +26,6 @@
 /* derper: KeepAlive every 60 s + [0, 5 s) of jitter chosen per connection. */
 #define DERP_KEEPALIVE_JITTER_MS 5000
 
-/* derper: NotHere replies are limited per connection: burst 3, refill 1 per second. */
-#define DERP_NOT_HERE_BURST     3
-#define DERP_NOT_HERE_REFILL_MS 1000
-
 /* Net send queue of a client: it plays the part of derper's kernel socket buffer (a writer
  * goroutine drains derper's 32-packet queues into it concurrently; ours fills within a tick and
  * is handed to the kernel at the tick's end). Pause the writer at 1 MiB queued, resume at

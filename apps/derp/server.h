@@ -148,9 +148,7 @@ struct derp_client {
     struct derp_keyset sources;
     struct hd_flush writer;
     struct hd_timer keepalive;
-    /* NotHere replies: derper's token bucket (burst 3, 1 per second) */
-    uint32_t not_here_tokens;
-    uint64_t not_here_ms;
+    struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
 };
 
 /* A key this shard owns with at least one connection, or with subscribers of its PeerGone. */
@@ -177,9 +175,10 @@ struct derp_shard {
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;
     uint64_t activity_seq;
-    uint8_t *scratch;     /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
-    double accept_tokens; /* -accept-connection-limit bucket */
-    uint64_t accept_last_ms;
+    uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
+    struct hd_tbucket accept;
+    double accept_per_ms, accept_burst;
     struct derp_counters ctr;
 };
 
@@ -198,6 +197,8 @@ static inline unsigned derp_owner(const struct derp_shard *ds, const uint8_t key
 void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
 /* The plain -http-port listener of TLS mode (spec §1.1). */
 void derp_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+/* -accept-connection-limit: this shard's bucket, before its listener starts. */
+void derp_accept_limit_init(struct derp_shard *ds);
 
 /* server_client.c: the DERP connection */
 int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);

@@ -238,8 +238,7 @@ static void client_activate(struct derp_shard *ds, struct derp_client *cl)
     cl->ds = ds;
     cl->phase = DERP_CLIENT_ACTIVE;
     cl->connected_ms = hd_now_ms(ds->s);
-    cl->not_here_tokens = DERP_NOT_HERE_BURST;
-    cl->not_here_ms = cl->connected_ms;
+    hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
     hd_flush_init(&cl->writer, writer_run);
     hd_timer_init(&cl->keepalive, keepalive_fired);
     uint32_t jitter =

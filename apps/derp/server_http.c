@@ -307,27 +307,22 @@ static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
         net_conn_close(c, rc, false);
 }
 
-/* -accept-connection-limit: this shard's token bucket. A refused connection is closed and the
- * accept loop goes on (derper's loop stopped on it, spec §6.9). */
+/* -accept-connection-limit: this shard's token bucket (derp_accept_limit_init). A refused
+ * connection is closed and the accept loop goes on (derper's loop stopped on it, spec §6.9). */
 static bool accept_allowed(struct derp_shard *ds)
 {
-    const struct derp_config *cfg = ds->cfg;
-    if (cfg->accept_rate <= 0)
-        return true;
+    return ds->accept_per_ms <= 0 ||
+           hd_tbucket_take(&ds->accept, ds->accept_per_ms, ds->accept_burst, hd_now_ms(ds->s), 1);
+}
+
+/* Each shard gets 1/shards of the rate and of the burst (at least 1): reuseport spreads
+ * accepts over the shards, so accepting shares no state. */
+void derp_accept_limit_init(struct derp_shard *ds)
+{
     double n = (double)hd_shard_count(ds->s);
-    double burst = cfg->accept_burst / n < 1 ? 1 : cfg->accept_burst / n;
-    uint64_t now = hd_now_ms(ds->s);
-    if (ds->accept_last_ms == 0)
-        ds->accept_tokens = burst;
-    else
-        ds->accept_tokens += (double)(now - ds->accept_last_ms) * cfg->accept_rate / n;
-    if (ds->accept_tokens > burst)
-        ds->accept_tokens = burst;
-    ds->accept_last_ms = now ? now : 1;
-    if (ds->accept_tokens < 1)
-        return false;
-    ds->accept_tokens -= 1;
-    return true;
+    ds->accept_per_ms = ds->cfg->accept_rate / n;
+    ds->accept_burst = ds->cfg->accept_burst / n < 1 ? 1 : ds->cfg->accept_burst / n;
+    hd_tbucket_fill(&ds->accept, ds->accept_burst, hd_now_ms(ds->s));
 }
 
 void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)

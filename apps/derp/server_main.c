@@ -37,6 +37,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
+    derp_accept_limit_init(ds);
     struct net_listener_options lo = {.reuseport = true,
                                       .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
                                       .keepalive_s = config.tcp_keepalive_s};

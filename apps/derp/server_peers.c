@@ -342,18 +342,9 @@ static void not_here_event(struct derp_shard *ds, struct hd_frame *f, uint64_t a
     struct derp_client *cl = p ? p->active : NULL;
     if (cl == NULL)
         return;
-    uint64_t now = hd_now_ms(ds->s);
-    uint64_t refill = (now - cl->not_here_ms) / DERP_NOT_HERE_REFILL_MS;
-    if (refill) {
-        cl->not_here_tokens +=
-            (uint32_t)(refill > DERP_NOT_HERE_BURST ? DERP_NOT_HERE_BURST : refill);
-        if (cl->not_here_tokens > DERP_NOT_HERE_BURST)
-            cl->not_here_tokens = DERP_NOT_HERE_BURST;
-        cl->not_here_ms += refill * DERP_NOT_HERE_REFILL_MS;
-    }
-    if (cl->not_here_tokens == 0)
+    if (!hd_tbucket_take(&cl->not_here, 1.0 / DERP_NOT_HERE_INTERVAL_MS, DERP_NOT_HERE_BURST,
+                         hd_now_ms(ds->s), 1))
         return;
-    cl->not_here_tokens--;
     send_peer_gone(ds, cl, f->data + DERP_KEY_LEN, DERP_PEER_GONE_NOT_HERE);
 }
 

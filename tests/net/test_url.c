@@ -39,9 +39,9 @@ Test(net_url, refused)
 {
     struct net_url u;
     static const char *const bad[] = {
-        "ftp://1.2.3.4/",      "http:///derp",       "http://1.2.3.4:99999/", "http://1.2.3.4:0/",
-        "http://1.2.3.4:/",    "http://1.2.3.4:8a/", "http://::1/",           "http://[::1/",
-        "http://[]:80/",       "http://[::1]x/",     "http://h/p#frag",       "1.2.3.4:80",
+        "ftp://1.2.3.4/",   "http:///derp",       "http://1.2.3.4:99999/", "http://1.2.3.4:0/",
+        "http://1.2.3.4:/", "http://1.2.3.4:8a/", "http://::1/",           "http://[::1/",
+        "http://[]:80/",    "http://[::1]x/",     "http://h/p#frag",       "1.2.3.4:80",
         "http://:80/",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)

@@ -664,3 +664,19 @@ Test(test_reactor_misc, start_fails_when_a_global_init_fails)
     cr_assert_eq(atomic_load(&lc.global_fini[1]), 0, "the failed module was finished");
     hd_runtime_destroy(rt);
 }
+
+/* hd_tbucket: starts full, refills with time up to the burst, never takes more than it has. */
+Test(test_reactor_misc, token_bucket)
+{
+    struct hd_tbucket b;
+    hd_tbucket_fill(&b, 3, 1000);
+    for (int i = 0; i < 3; i++)
+        cr_assert(hd_tbucket_take(&b, 0.001, 3, 1000, 1), "token %d of the burst", i);
+    cr_assert(!hd_tbucket_take(&b, 0.001, 3, 1000, 1), "burst spent");
+    cr_assert(!hd_tbucket_take(&b, 0.001, 3, 1500, 1), "half a token after 500 ms");
+    cr_assert(hd_tbucket_take(&b, 0.001, 3, 2000, 1), "one token after 1 s");
+    cr_assert(!hd_tbucket_take(&b, 0.001, 3, 2000, 1));
+    cr_assert(hd_tbucket_take(&b, 0.001, 3, 1000000, 3), "a long pause refills the burst");
+    cr_assert(!hd_tbucket_take(&b, 0.001, 3, 1000000, 1), "and no more than the burst");
+    cr_assert(!hd_tbucket_take(&b, 0.001, 3, 999999, 1), "a clock going back adds nothing");
+}
