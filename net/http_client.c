@@ -37,6 +37,23 @@ static void finish(struct net_http_client *h, int err)
     done(h->arg, err, err == 0 ? &r : NULL);
 }
 
+/* After the last chunk: trailer field lines up to an empty line (RFC 9112 section 7.1.2), not
+ * kept. q is where the first of them starts; returns bytes consumed (off while incomplete). */
+static ssize_t skip_trailers(const uint8_t *d, size_t len, size_t off, size_t q, bool *complete)
+{
+    for (;;) {
+        const uint8_t *lf = memchr(d + q, '\n', len - q);
+        if (lf == NULL)
+            return len - q > NET_HTTP_HEAD_SIZE_MAX ? -EPROTO : (ssize_t)off;
+        size_t line_len = (size_t)(lf - (d + q));
+        if (line_len == 0 || (line_len == 1 && d[q] == '\r')) {
+            *complete = true;
+            return lf - d + 1;
+        }
+        q += line_len + 1;
+    }
+}
+
 /* Chunked body (RFC 9112 section 7.1): returns bytes consumed, 1 more in *complete at the end. */
 static ssize_t dechunk(struct net_http_client *h, const uint8_t *d, size_t len, bool *complete)
 {
@@ -59,24 +76,8 @@ static ssize_t dechunk(struct net_http_client *h, const uint8_t *d, size_t len, 
         if (digits == 0)
             return -EPROTO;
         size_t line = (size_t)(lf - d) + 1 - off;
-        if (size == 0) { /* last chunk; trailers are not kept: wait for the empty line */
-            const uint8_t *end = NULL;
-            for (size_t j = off + line; j + 1 < len; j++)
-                if (d[j] == '\n' && (j == off + line || d[j - 1] == '\n' ||
-                                     (d[j - 1] == '\r' && j >= 2 && d[j - 2] == '\n'))) {
-                    end = d + j;
-                    break;
-                }
-            if (end == NULL && len > off + line && d[off + line] == '\n')
-                end = d + off + line;
-            if (end == NULL && len >= off + line + 2 && d[off + line] == '\r' &&
-                d[off + line + 1] == '\n')
-                end = d + off + line + 1;
-            if (end == NULL)
-                return (ssize_t)off;
-            *complete = true;
-            return end - d + 1;
-        }
+        if (size == 0) /* last chunk: skip the trailer section up to its empty line */
+            return skip_trailers(d, len, off, off + line, complete);
         if (size > h->resp_max - h->body_len)
             return -EFBIG;
         if (len - off - line < size + 2)
@@ -229,9 +230,7 @@ int net_http_client_start(struct hd_shard *s, const struct net_addr *addr,
     net_http_resp_init(&h->resp, strcmp(rq->method, "HEAD") == 0);
     int rc = h->body ? build_request(h, rq) : -ENOMEM;
     if (rc == 0) {
-        struct net_conn_options opt = {
-            .send_high_bytes = 1u << 20, .send_low_bytes = 1u << 19, .send_max_bytes = 4u << 20};
-        rc = net_conn_connect(s, addr, rq->timeout_ms, &http_client_handler, h, &opt, &h->conn);
+        rc = net_conn_connect(s, addr, rq->timeout_ms, &http_client_handler, h, NULL, &h->conn);
     }
     if (rc < 0) {
         free(h->req);

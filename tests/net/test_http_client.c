@@ -1,5 +1,6 @@
 /* test_http_client.c - net_http_client against a blocking server thread on a unix socket:
- * Content-Length body, chunked body, oversized response refused, timeout. */
+ * Content-Length body, chunked body (with and without trailers), oversized response refused,
+ * timeout. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -122,6 +123,16 @@ Test(test_http_client, chunked)
     cr_assert_eq(g.status, 403);
     cr_assert_eq(g.body_len, 12);
     cr_assert(memcmp(g.body, "hello, world", 12) == 0);
+}
+
+Test(test_http_client, chunked_trailers)
+{
+    run("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "3\r\nabc\r\n0\r\nX-Checksum: 1\r\nX-Other: 2\r\n\r\n");
+    cr_assert_eq(g.err, 0);
+    cr_assert_eq(g.status, 200);
+    cr_assert_eq(g.body_len, 3);
+    cr_assert(memcmp(g.body, "abc", 3) == 0);
 }
 
 Test(test_http_client, oversized_refused)
