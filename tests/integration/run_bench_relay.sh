@@ -8,22 +8,13 @@ set -euo pipefail
 bin=$1 work=$2
 bench=$bin/hderp-bench
 mkdir -p "$work"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 p=$(port)
 url=http://127.0.0.1:$p/derp
-pids=()
-cleanup() { for x in "${pids[@]}"; do kill "$x" 2>/dev/null || true; done; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
 "$bin/hderp-server" -a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2 \
     >"$work/server.log" 2>&1 &
 pids+=($!)
-up=0
-for _ in $(seq 100); do
-    if curl -s -o /dev/null "${url%/derp}/derp/probe"; then up=1; break; fi
-    sleep 0.05
-done
-[ $up = 1 ] || fail "server did not come up on port $p"
+wait_probe "${url%/derp}" || fail "server did not come up on port $p"
 out=$(timeout 60 "$bench" --server "$url" --pairs 2 --rate-mbps 2 --duration 3 --warmup 1 \
       --json 2>"$work/bench.log") || fail "bench failed"
 echo "$out"
@@ -56,12 +47,7 @@ PY
 q=$(port)
 "$bin/hderp-server" -a "127.0.0.1:$q" -c "$work/derper2.key" -stun=false >"$work/server2.log" 2>&1 &
 pids+=($!)
-up=0
-for _ in $(seq 100); do
-    if curl -s -o /dev/null "http://127.0.0.1:$q/derp/probe"; then up=1; break; fi
-    sleep 0.05
-done
-[ $up = 1 ] || fail "second server did not come up on port $q"
+wait_probe "http://127.0.0.1:$q" || fail "second server did not come up on port $q"
 out=$(timeout 60 "$bench" --server "$url" --server "http://127.0.0.1:$q/derp" --pairs 2 \
       --rate-mbps 2 --duration 1 --warmup 0.5 --json 2>"$work/two.log") || fail "two servers"
 python3 - "$out" <<'PY' || fail "two-server result"

@@ -5,7 +5,7 @@
 set -euo pipefail
 bin=$1 work=$2 mode=$3
 mkdir -p "$work"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/lib.sh"
 p=$(port)
 args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2)
 url=http://127.0.0.1:$p/derp
@@ -18,15 +18,8 @@ if [ "$mode" = tls ]; then
     url=https://127.0.0.1:$p/derp
     tlsargs=(--ca "$work/127.0.0.1.crt")
 fi
-pids=()
-cleanup() { for x in "${pids[@]}"; do kill "$x" 2>/dev/null || true; done; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
 "$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 & pids+=($!)
-for _ in $(seq 100); do
-    curl -sk -o /dev/null "${url%/derp}/derp/probe" && break
-    sleep 0.05
-done
+wait_probe "${url%/derp}" -k || fail "server did not come up on port $p"
 "$bin/hderp-echo" echo --server "$url" "${tlsargs[@]}" >"$work/echo.out" 2>"$work/echo.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/echo.out" ] && break; sleep 0.05; done

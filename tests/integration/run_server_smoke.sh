@@ -6,7 +6,7 @@ set -euo pipefail
 bin=$1 work=$2 mode=$3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$work"
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$here/lib.sh"
 p=$(port) sp=$(port)
 args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun-port "$sp" --shards 2)
 url=http://127.0.0.1:$p
@@ -24,13 +24,8 @@ if [ "$mode" = tls ]; then
 fi
 "$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 &
 pid=$!
-cleanup() { kill "$pid" 2>/dev/null || true; }
-trap cleanup EXIT
-for _ in $(seq 100); do
-    curl -s "${curl_tls[@]}" -o /dev/null "$url/derp/probe" && break
-    sleep 0.05
-done
-fail() { echo "FAIL: $*"; echo "--- server log"; cat "$work/server.log"; exit 1; }
+pids+=("$pid")
+wait_probe "$url" "${curl_tls[@]}" || true # the probe checks below say what went wrong
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp/probe") || true
 [ "$code" = 200 ] || fail "/derp/probe answered $code"
 if [ "$mode" = tls ]; then # -hostname is a DNS name: a handshake without that SNI is refused
