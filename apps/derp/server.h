@@ -119,19 +119,19 @@ struct derp_keyset {
 };
 
 /* ADMITTING: ClientInfo read, admission's answer pending (reading paused, §5). */
-enum derp_client_phase {
-    DERP_CLIENT_HANDSHAKE,
-    DERP_CLIENT_ADMITTING,
-    DERP_CLIENT_MOVING,
-    DERP_CLIENT_ACTIVE
+enum derp_sclient_phase {
+    DERP_SCLIENT_HANDSHAKE,
+    DERP_SCLIENT_ADMITTING,
+    DERP_SCLIENT_MOVING,
+    DERP_SCLIENT_ACTIVE
 };
 
 struct net_http_client;
 
-struct derp_client {
+struct derp_sclient {
     struct net_conn *conn;
     struct derp_shard *ds;
-    enum derp_client_phase phase;
+    enum derp_sclient_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
     bool send_paused; /* net queue over its high watermark */
@@ -141,8 +141,8 @@ struct derp_client {
     struct derp_splitter sp;
     struct net_http_client *admit; /* pending admission request (§5) */
     struct derp_peer *peer;
-    struct derp_client *peer_next; /* the key's other connections (dups) */
-    uint64_t activity;             /* shard-wide sequence of its last frame */
+    struct derp_sclient *peer_next; /* the key's other connections (dups) */
+    uint64_t activity;              /* shard-wide sequence of its last frame */
     uint64_t connected_ms;
     struct derp_pktq q[DERP_KINDS];
     struct derp_keyset sources;
@@ -154,8 +154,8 @@ struct derp_client {
 /* A key this shard owns with at least one connection, or with subscribers of its PeerGone. */
 struct derp_peer {
     struct derp_pubkey key;
-    struct derp_client *clients; /* dup list, newest first */
-    struct derp_client *active;  /* the one that receives; NULL: none (dup_client drops) */
+    struct derp_sclient *clients; /* dup list, newest first */
+    struct derp_sclient *active;  /* the one that receives; NULL: none (dup_client drops) */
     uint32_t clients_count;
 };
 
@@ -201,13 +201,13 @@ void derp_http80_accept(struct net_listener *l, int fd, const struct net_addr *p
 void derp_accept_limit_init(struct derp_shard *ds);
 
 /* server_client.c: the DERP connection */
-int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
-int derp_client_enqueue(struct derp_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
-                        enum derp_kind kind);
-void derp_client_send_ctl(struct derp_client *cl, const uint8_t *frame, size_t len);
-void derp_client_close(struct derp_client *cl, int reason);
+int derp_sclient_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
+int derp_sclient_enqueue(struct derp_sclient *cl, struct hd_frame *f, uint32_t off, uint32_t len,
+                         enum derp_kind kind);
+void derp_sclient_send_ctl(struct derp_sclient *cl, const uint8_t *frame, size_t len);
+void derp_sclient_close(struct derp_sclient *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
-int derp_client_admitted(struct derp_client *cl);
+int derp_sclient_admitted(struct derp_sclient *cl);
 bool derp_keyset_add(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
 bool derp_keyset_remove(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
 void derp_keyset_free(struct derp_keyset *ks);
@@ -216,15 +216,15 @@ void derp_keyset_free(struct derp_keyset *ks);
 int derp_peers_init(struct derp_peer_table *t);
 void derp_peers_fini(struct derp_peer_table *t);
 struct derp_peer *derp_peers_find(struct derp_peer_table *t, const uint8_t key[DERP_KEY_LEN]);
-void derp_register(struct derp_shard *ds, struct derp_client *cl);
-void derp_unregister(struct derp_shard *ds, struct derp_client *cl);
-void derp_note_activity(struct derp_shard *ds, struct derp_client *cl);
+void derp_register(struct derp_shard *ds, struct derp_sclient *cl);
+void derp_unregister(struct derp_shard *ds, struct derp_sclient *cl);
+void derp_note_activity(struct derp_shard *ds, struct derp_sclient *cl);
 /* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
  * bytes at offset DERP_ROUTE_OFF. Takes the caller's reference. */
 void derp_route(struct derp_shard *ds, struct hd_frame *f, uint32_t len, enum derp_kind kind,
                 bool forwarded);
-void derp_watch_start(struct derp_shard *ds, struct derp_client *cl);
-void derp_watch_stop(struct derp_shard *ds, struct derp_client *cl);
+void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl);
+void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* A disco packet from src had no destination: tell src's connection (on its owner shard). */
 void derp_not_here(struct derp_shard *ds, const uint8_t src[DERP_KEY_LEN],
@@ -241,8 +241,8 @@ void derp_stun_stop(struct derp_shard *ds);
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size);
 bool derp_admit_needed(const struct derp_config *cfg);
-int derp_admit_start(struct derp_client *cl);
-void derp_admit_cancel(struct derp_client *cl);
+int derp_admit_start(struct derp_sclient *cl);
+void derp_admit_cancel(struct derp_sclient *cl);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

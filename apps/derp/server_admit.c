@@ -1,7 +1,7 @@
 /* server_admit.c - admission control (spec §5): -verify-client-url. After ClientInfo a regular
- * client (mesh peers skip this) waits in DERP_CLIENT_ADMITTING, its reading paused, while the
+ * client (mesh peers skip this) waits in DERP_SCLIENT_ADMITTING, its reading paused, while the
  * shard POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s); the answer
- * continues the login (derp_client_admitted) or closes the connection with one log line. The
+ * continues the login (derp_sclient_admitted) or closes the connection with one log line. The
  * URL is parsed and its host resolved once on the main thread (derp_admit_configure). Runs on
  * the client's accepting shard; owns the pending request (cancelled if the client goes first). */
 #include <errno.h>
@@ -60,7 +60,7 @@ static const char *judge(int err, const struct net_http_result *r, bool fail_ope
     return why;
 }
 
-static void note_refused(struct derp_client *cl, const char *why)
+static void note_refused(struct derp_sclient *cl, const char *why)
 {
     char key[DERP_PUBKEY_TEXT_SIZE], ip[64];
     derp_pubkey_format(&cl->key, key);
@@ -72,7 +72,7 @@ static void note_refused(struct derp_client *cl, const char *why)
 
 static void answered(void *arg, int err, const struct net_http_result *r)
 {
-    struct derp_client *cl = arg;
+    struct derp_sclient *cl = arg;
     cl->admit = NULL;
     bool allow;
     const char *why = judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
@@ -80,17 +80,17 @@ static void answered(void *arg, int err, const struct net_http_result *r)
         cl->ds->ctr.admit_errors++;
     if (!allow) {
         note_refused(cl, why);
-        derp_client_close(cl, -EACCES);
+        derp_sclient_close(cl, -EACCES);
         return;
     }
-    int rc = derp_client_admitted(cl);
+    int rc = derp_sclient_admitted(cl);
     if (rc < 0)
-        derp_client_close(cl, rc);
+        derp_sclient_close(cl, rc);
 }
 
 /* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
  * could not start and fail-open applies) or -EACCES (refused now). */
-int derp_admit_start(struct derp_client *cl)
+int derp_admit_start(struct derp_sclient *cl)
 {
     struct derp_shard *ds = cl->ds;
     const struct derp_config *cfg = ds->cfg;
@@ -117,13 +117,13 @@ int derp_admit_start(struct derp_client *cl)
         note_refused(cl, strerror(-rc));
         return -EACCES;
     }
-    cl->phase = DERP_CLIENT_ADMITTING;
+    cl->phase = DERP_SCLIENT_ADMITTING;
     net_conn_pause_recv(cl->conn, true);
     return 0;
 }
 
 /* The client went away while its answer was pending. */
-void derp_admit_cancel(struct derp_client *cl)
+void derp_admit_cancel(struct derp_sclient *cl)
 {
     if (cl->admit)
         net_http_client_cancel(cl->admit);

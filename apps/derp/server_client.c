@@ -2,7 +2,7 @@
  * the move to the key's owner shard, ServerInfo; spec §4), the reader's frame dispatch (§6.1),
  * the two 32-packet queues with derper's drop policy (§6.3) and the writer that feeds them to
  * the connection once per tick (§6.4), Ping/Pong, KeepAlive. Runs on the connection's shard;
- * owns its struct derp_client (heap: born on the accepting shard, freed on the owner). */
+ * owns its struct derp_sclient (heap: born on the accepting shard, freed on the owner). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,13 +96,13 @@ void derp_keyset_free(struct derp_keyset *ks)
 
 static void writer_run(struct hd_flush *f);
 
-void derp_client_send_ctl(struct derp_client *cl, const uint8_t *frame, size_t len)
+void derp_sclient_send_ctl(struct derp_sclient *cl, const uint8_t *frame, size_t len)
 {
     if (net_conn_send_copy(cl->conn, frame, len) < 0)
-        derp_client_close(cl, -ENOBUFS);
+        derp_sclient_close(cl, -ENOBUFS);
 }
 
-static void drop_frame(struct derp_client *cl, struct hd_frame *f, enum derp_drop why)
+static void drop_frame(struct derp_sclient *cl, struct hd_frame *f, enum derp_drop why)
 {
     enum derp_kind kind = (f->app_flags & 1) ? DERP_KIND_DISCO : DERP_KIND_OTHER;
     cl->ds->ctr.packets_dropped[why][kind]++;
@@ -112,7 +112,7 @@ static void drop_frame(struct derp_client *cl, struct hd_frame *f, enum derp_dro
 }
 
 /* Hand one packet frame to the connection (it goes out with this tick's sendmsg). */
-static void write_packet(struct derp_client *cl, struct hd_frame *f)
+static void write_packet(struct derp_sclient *cl, struct hd_frame *f)
 {
     uint32_t len = f->len - DERP_ROUTE_OFF;
     int rc = net_conn_send(cl->conn, f, DERP_ROUTE_OFF, len);
@@ -130,12 +130,12 @@ static void write_packet(struct derp_client *cl, struct hd_frame *f)
 /* While the connection keeps up (its send queue under the high watermark), packets go straight
  * to it; the two 32-packet queues fill only while it is backed up, and there derper's policy
  * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one. */
-int derp_client_enqueue(struct derp_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
-                        enum derp_kind kind)
+int derp_sclient_enqueue(struct derp_sclient *cl, struct hd_frame *f, uint32_t off, uint32_t len,
+                         enum derp_kind kind)
 {
     (void)off, (void)len;
     struct derp_pktq *q = &cl->q[kind];
-    if (cl->phase != DERP_CLIENT_ACTIVE) {
+    if (cl->phase != DERP_SCLIENT_ACTIVE) {
         drop_frame(cl, f, DERP_DROP_GONE_DISCONNECTED);
         return -EPIPE;
     }
@@ -173,18 +173,18 @@ static struct hd_frame *queue_pop(struct derp_pktq *q)
  * queue reaches its high watermark; on_send_pressure(false) runs the writer again. */
 static void writer_run(struct hd_flush *fl)
 {
-    struct derp_client *cl = hd_container_of(fl, struct derp_client, writer);
-    if (cl->phase != DERP_CLIENT_ACTIVE)
+    struct derp_sclient *cl = hd_container_of(fl, struct derp_sclient, writer);
+    if (cl->phase != DERP_SCLIENT_ACTIVE)
         return;
     if (cl->pong_pending) {
         uint8_t pong[DERP_FRAME_HEADER_LEN + DERP_PING_LEN];
         derp_frame_pong_encode(pong, sizeof(pong), cl->pong);
         cl->pong_pending = false;
         cl->ds->ctr.sent_pong++;
-        derp_client_send_ctl(cl, pong, sizeof(pong));
+        derp_sclient_send_ctl(cl, pong, sizeof(pong));
     }
     unsigned turn = 0;
-    while (!cl->send_paused && cl->phase == DERP_CLIENT_ACTIVE &&
+    while (!cl->send_paused && cl->phase == DERP_SCLIENT_ACTIVE &&
            (cl->q[0].count || cl->q[1].count)) {
         struct derp_pktq *q = &cl->q[turn++ & 1];
         struct hd_frame *f = queue_pop(q);
@@ -195,24 +195,24 @@ static void writer_run(struct hd_flush *fl)
 
 static void keepalive_fired(struct hd_timer *t)
 {
-    struct derp_client *cl = hd_container_of(t, struct derp_client, keepalive);
+    struct derp_sclient *cl = hd_container_of(t, struct derp_sclient, keepalive);
     uint8_t ka[DERP_FRAME_HEADER_LEN];
     derp_frame_keep_alive_encode(ka, sizeof(ka));
-    derp_client_send_ctl(cl, ka, sizeof(ka));
-    if (cl->phase == DERP_CLIENT_ACTIVE)
+    derp_sclient_send_ctl(cl, ka, sizeof(ka));
+    if (cl->phase == DERP_SCLIENT_ACTIVE)
         hd_timer_start(cl->ds->s, t, cl->ds->cfg->keepalive_ms);
 }
 
 /* ---------------------------------------------------------------- login */
 
-int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal)
+int derp_sclient_start(struct derp_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal)
 {
-    struct derp_client *cl = calloc(1, sizeof(*cl));
+    struct derp_sclient *cl = calloc(1, sizeof(*cl));
     if (cl == NULL)
         return -ENOMEM;
     cl->conn = c;
     cl->ds = ds;
-    cl->phase = DERP_CLIENT_HANDSHAKE;
+    cl->phase = DERP_SCLIENT_HANDSHAKE;
     cl->fast_start = fast_start;
     cl->not_ideal = not_ideal;
     const struct net_addr *peer = net_conn_peer(c);
@@ -233,10 +233,10 @@ int derp_client_start(struct derp_shard *ds, struct net_conn *c, bool fast_start
 }
 
 /* On the owner shard: the client is registered and hears ServerInfo (§4 step 7). */
-static void client_activate(struct derp_shard *ds, struct derp_client *cl)
+static void client_activate(struct derp_shard *ds, struct derp_sclient *cl)
 {
     cl->ds = ds;
-    cl->phase = DERP_CLIENT_ACTIVE;
+    cl->phase = DERP_SCLIENT_ACTIVE;
     cl->connected_ms = hd_now_ms(ds->s);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
     hd_flush_init(&cl->writer, writer_run);
@@ -252,16 +252,16 @@ static void client_activate(struct derp_shard *ds, struct derp_client *cl)
     uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_SERVER_INFO_JSON_MAX + DERP_SEALED_OVERHEAD];
     ssize_t n = derp_server_info_seal(buf, sizeof(buf), &ds->cfg->key, &cl->key, NULL, NULL);
     if (n < 0) {
-        derp_client_close(cl, (int)n);
+        derp_sclient_close(cl, (int)n);
         return;
     }
     derp_register(ds, cl);
-    derp_client_send_ctl(cl, buf, (size_t)n);
+    derp_sclient_send_ctl(cl, buf, (size_t)n);
 }
 
 static void client_adopt(struct net_conn *c, void *arg)
 {
-    struct derp_client *cl = arg;
+    struct derp_sclient *cl = arg;
     if (c == NULL) { /* the owner shard could not take the connection */
         free(cl);
         return;
@@ -271,7 +271,7 @@ static void client_adopt(struct net_conn *c, void *arg)
     client_activate(derp_shard_here(), cl);
 }
 
-static int on_client_info(struct derp_client *cl, const uint8_t *payload, uint32_t len)
+static int on_client_info(struct derp_sclient *cl, const uint8_t *payload, uint32_t len)
 {
     struct derp_shard *ds = cl->ds;
     struct derp_client_info info;
@@ -290,21 +290,21 @@ static int on_client_info(struct derp_client *cl, const uint8_t *payload, uint32
     /* Admission (§5): mesh peers skip every check. */
     if (!cl->mesh && derp_admit_needed(ds->cfg) && (rc = derp_admit_start(cl)) <= 0)
         return rc;
-    return derp_client_admitted(cl);
+    return derp_sclient_admitted(cl);
 }
 
-int derp_client_admitted(struct derp_client *cl)
+int derp_sclient_admitted(struct derp_sclient *cl)
 {
     struct derp_shard *ds = cl->ds;
-    bool waited = cl->phase == DERP_CLIENT_ADMITTING; /* reading paused: resume it */
+    bool waited = cl->phase == DERP_SCLIENT_ADMITTING; /* reading paused: resume it */
     unsigned owner = derp_owner(ds, cl->key.bytes);
     if (owner == hd_shard_id(ds->s)) {
         client_activate(ds, cl);
-        if (waited && cl->phase == DERP_CLIENT_ACTIVE && net_conn_state(cl->conn) == NET_CONN_OPEN)
+        if (waited && cl->phase == DERP_SCLIENT_ACTIVE && net_conn_state(cl->conn) == NET_CONN_OPEN)
             net_conn_pause_recv(cl->conn, false); /* replays kept bytes: cl may be gone */
         return 0;
     }
-    cl->phase = DERP_CLIENT_MOVING;
+    cl->phase = DERP_SCLIENT_MOVING;
     if (waited)
         net_conn_pause_recv(cl->conn, false); /* kept bytes travel with the move */
     return net_conn_migrate(cl->conn, owner, client_adopt, cl);
@@ -312,7 +312,7 @@ int derp_client_admitted(struct derp_client *cl)
 
 /* ---------------------------------------------------------------- steady state (§6.1) */
 
-static void on_send_packet(struct derp_client *cl, const uint8_t *payload, uint32_t len,
+static void on_send_packet(struct derp_sclient *cl, const uint8_t *payload, uint32_t len,
                            bool forward)
 {
     struct derp_shard *ds = cl->ds;
@@ -347,7 +347,7 @@ static void on_send_packet(struct derp_client *cl, const uint8_t *payload, uint3
     derp_route(ds, f, out_len, kind, forward);
 }
 
-static void on_note_preferred(struct derp_client *cl, const uint8_t *payload)
+static void on_note_preferred(struct derp_sclient *cl, const uint8_t *payload)
 {
     bool pref = payload[0] != 0;
     if (pref == cl->preferred)
@@ -363,10 +363,10 @@ static void on_note_preferred(struct derp_client *cl, const uint8_t *payload)
     }
 }
 
-static int on_frame(struct derp_client *cl, uint8_t type, const uint8_t *payload, uint32_t len)
+static int on_frame(struct derp_sclient *cl, uint8_t type, const uint8_t *payload, uint32_t len)
 {
     struct derp_shard *ds = cl->ds;
-    if (cl->phase == DERP_CLIENT_HANDSHAKE)
+    if (cl->phase == DERP_SCLIENT_HANDSHAKE)
         return on_client_info(cl, payload, len); /* the splitter allows nothing else first */
     derp_note_activity(ds, cl);
     switch (type) {
@@ -401,9 +401,9 @@ static int on_frame(struct derp_client *cl, uint8_t type, const uint8_t *payload
 
 static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
-    struct derp_client *cl = net_conn_app(c);
+    struct derp_sclient *cl = net_conn_app(c);
     size_t done = 0;
-    while (cl->phase != DERP_CLIENT_MOVING && cl->phase != DERP_CLIENT_ADMITTING) {
+    while (cl->phase != DERP_SCLIENT_MOVING && cl->phase != DERP_SCLIENT_ADMITTING) {
         struct derp_split sp;
         int rc = derp_splitter_next(&cl->sp, data + done, len - done, &sp);
         if (rc < 0) {
@@ -417,7 +417,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
         if (sp.kind == DERP_SPLIT_FRAME) {
             rc = on_frame(cl, sp.type, data + done + sp.payload_offset, sp.len);
             if (rc < 0) {
-                if (cl->phase == DERP_CLIENT_HANDSHAKE)
+                if (cl->phase == DERP_SCLIENT_HANDSHAKE)
                     cl->ds->ctr.handshake_errors++;
                 return rc;
             }
@@ -431,20 +431,20 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 
 static void client_pressure(struct net_conn *c, bool paused)
 {
-    struct derp_client *cl = net_conn_app(c);
+    struct derp_sclient *cl = net_conn_app(c);
     cl->send_paused = paused;
-    if (!paused && cl->phase == DERP_CLIENT_ACTIVE)
+    if (!paused && cl->phase == DERP_SCLIENT_ACTIVE)
         hd_flush_request(cl->ds->s, &cl->writer);
 }
 
 static void client_closed(struct net_conn *c, int reason)
 {
-    struct derp_client *cl = net_conn_app(c);
+    struct derp_sclient *cl = net_conn_app(c);
     struct derp_shard *ds = cl->ds;
-    if (reason == -ETIMEDOUT && cl->phase == DERP_CLIENT_ACTIVE)
+    if (reason == -ETIMEDOUT && cl->phase == DERP_SCLIENT_ACTIVE)
         ds->ctr.sclient_write_timeouts++;
-    if (cl->phase == DERP_CLIENT_ACTIVE) {
-        cl->phase = DERP_CLIENT_HANDSHAKE; /* no more enqueues */
+    if (cl->phase == DERP_SCLIENT_ACTIVE) {
+        cl->phase = DERP_SCLIENT_HANDSHAKE; /* no more enqueues */
         hd_flush_cancel(ds->s, &cl->writer);
         hd_timer_stop(ds->s, &cl->keepalive);
         derp_unregister(ds, cl);
@@ -464,7 +464,7 @@ static void client_closed(struct net_conn *c, int reason)
     free(cl);
 }
 
-void derp_client_close(struct derp_client *cl, int reason)
+void derp_sclient_close(struct derp_sclient *cl, int reason)
 {
     net_conn_close(cl->conn, reason, false);
 }

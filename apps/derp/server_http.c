@@ -158,7 +158,7 @@ static bool serve_derp(struct net_conn *c, struct derp_shard *ds, const struct n
     }
     bool fast = net_http_str_eq(net_http_header_get(&req->head, "Derp-Fast-Start"), "1");
     struct net_http_str ideal = net_http_header_get(&req->head, "Ideal-Node");
-    int rc = derp_client_start(ds, c, fast, ideal.ptr != NULL && ideal.len > 0);
+    int rc = derp_sclient_start(ds, c, fast, ideal.ptr != NULL && ideal.len > 0);
     if (rc < 0) {
         net_conn_close(c, rc, false);
         return false;

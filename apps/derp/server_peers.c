@@ -153,11 +153,11 @@ static struct hd_frame *key_frame(struct derp_shard *ds, const uint8_t *a, const
 #define DERP_EACH_CLIENT(ds, cl)                                                                   \
     for (uint32_t i_ = 0; i_ < (ds)->peers.cap; i_++)                                              \
         if ((ds)->peers.slots[i_])                                                                 \
-            for (struct derp_client *cl = (ds)->peers.slots[i_]->clients; cl; cl = cl->peer_next)
+            for (struct derp_sclient *cl = (ds)->peers.slots[i_]->clients; cl; cl = cl->peer_next)
 
 /* ---------------------------------------------------------------- presence */
 
-static void send_peer_gone(struct derp_shard *ds, struct derp_client *cl, const uint8_t *key,
+static void send_peer_gone(struct derp_shard *ds, struct derp_sclient *cl, const uint8_t *key,
                            uint8_t reason)
 {
     uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_PEER_GONE_LEN];
@@ -166,7 +166,7 @@ static void send_peer_gone(struct derp_shard *ds, struct derp_client *cl, const 
         ds->ctr.peer_gone_not_here_frames++;
     else
         ds->ctr.peer_gone_disconnected_frames++;
-    derp_client_send_ctl(cl, buf, sizeof(buf));
+    derp_sclient_send_ctl(cl, buf, sizeof(buf));
 }
 
 /* A key left (its last connection on its owner shard went): tell the connections that
@@ -188,11 +188,11 @@ static void present_event(struct derp_shard *ds, struct hd_frame *f, uint64_t ar
     DERP_EACH_CLIENT(ds, cl)
     {
         if (cl->watcher)
-            derp_client_send_ctl(cl, f->data, f->len);
+            derp_sclient_send_ctl(cl, f->data, f->len);
     }
 }
 
-static void broadcast_present(struct derp_shard *ds, struct derp_client *cl)
+static void broadcast_present(struct derp_shard *ds, struct derp_sclient *cl)
 {
     struct hd_frame *f = hd_frame_get(ds->s, DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN);
     if (f == NULL)
@@ -205,7 +205,7 @@ static void broadcast_present(struct derp_shard *ds, struct derp_client *cl)
 
 /* ---------------------------------------------------------------- registration */
 
-void derp_register(struct derp_shard *ds, struct derp_client *cl)
+void derp_register(struct derp_shard *ds, struct derp_sclient *cl)
 {
     struct derp_peer *p = derp_peers_find(&ds->peers, cl->key.bytes);
     if (p == NULL) {
@@ -214,7 +214,7 @@ void derp_register(struct derp_shard *ds, struct derp_client *cl)
             p->key = cl->key; /* before the insert: the slot is a hash of it */
         if (p == NULL || table_insert(&ds->peers, p) < 0) {
             free(p);
-            derp_client_close(cl, -ENOMEM);
+            derp_sclient_close(cl, -ENOMEM);
             return;
         }
         ds->ctr.clients_local++;
@@ -237,12 +237,12 @@ void derp_register(struct derp_shard *ds, struct derp_client *cl)
         broadcast_present(ds, cl);
 }
 
-void derp_unregister(struct derp_shard *ds, struct derp_client *cl)
+void derp_unregister(struct derp_shard *ds, struct derp_sclient *cl)
 {
     struct derp_peer *p = cl->peer;
     if (p == NULL)
         return;
-    struct derp_client **pp = &p->clients;
+    struct derp_sclient **pp = &p->clients;
     while (*pp != cl)
         pp = &(*pp)->peer_next;
     *pp = cl->peer_next;
@@ -256,7 +256,7 @@ void derp_unregister(struct derp_shard *ds, struct derp_client *cl)
     p->clients_count--;
     if (p->active == cl) { /* the most recently active remaining one takes over */
         p->active = NULL;
-        for (struct derp_client *o = p->clients; o; o = o->peer_next)
+        for (struct derp_sclient *o = p->clients; o; o = o->peer_next)
             if (p->active == NULL || o->activity > p->active->activity)
                 p->active = o;
     }
@@ -272,7 +272,7 @@ void derp_unregister(struct derp_shard *ds, struct derp_client *cl)
         event_broadcast(ds, gone_event, f, 0);
 }
 
-void derp_note_activity(struct derp_shard *ds, struct derp_client *cl)
+void derp_note_activity(struct derp_shard *ds, struct derp_sclient *cl)
 {
     struct derp_peer *p = cl->peer;
     if (p && p->clients_count > 1) { /* lastWriterIsActive */
@@ -288,7 +288,7 @@ static void deliver(struct derp_shard *ds, struct hd_frame *f, enum derp_kind ki
     struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
     uint32_t len = f->len - DERP_ROUTE_OFF;
     if (p && p->active) {
-        derp_client_enqueue(p->active, f, DERP_ROUTE_OFF, len, kind);
+        derp_sclient_enqueue(p->active, f, DERP_ROUTE_OFF, len, kind);
         return;
     }
     enum derp_drop why = p && p->clients_count >= 2 ? DERP_DROP_DUP_CLIENT
@@ -339,7 +339,7 @@ static void not_here_event(struct derp_shard *ds, struct hd_frame *f, uint64_t a
 {
     (void)arg;
     struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
-    struct derp_client *cl = p ? p->active : NULL;
+    struct derp_sclient *cl = p ? p->active : NULL;
     if (cl == NULL)
         return;
     if (!hd_tbucket_take(&cl->not_here, 1.0 / DERP_NOT_HERE_INTERVAL_MS, DERP_NOT_HERE_BURST,
@@ -364,8 +364,8 @@ static void close_peer_event(struct derp_shard *ds, struct hd_frame *f, uint64_t
         hd_log_rl(HD_LOG_INFO, "ClosePeer for a key that is not connected here");
         return;
     }
-    for (struct derp_client *cl = p->clients; cl; cl = cl->peer_next)
-        derp_client_close(cl, 0);
+    for (struct derp_sclient *cl = p->clients; cl; cl = cl->peer_next)
+        derp_sclient_close(cl, 0);
 }
 
 void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN])
@@ -382,9 +382,9 @@ static void snapshot_event(struct derp_shard *ds, struct hd_frame *f, uint64_t a
 {
     (void)arg;
     struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
-    for (struct derp_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next)
+    for (struct derp_sclient *cl = p ? p->clients : NULL; cl; cl = cl->peer_next)
         if (cl->watcher && net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
-            derp_client_close(cl, -ENOBUFS);
+            derp_sclient_close(cl, -ENOBUFS);
 }
 
 /* Every shard: count the watcher and send it this shard's active keys. */
@@ -408,7 +408,7 @@ static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t
             memcpy(f->data, kf->data, DERP_KEY_LEN);
             f->len = DERP_KEY_LEN;
         }
-        struct derp_client *a = p->active;
+        struct derp_sclient *a = p->active;
         uint8_t flags = derp_peer_present_flags(a->mesh, a->prober, a->not_ideal);
         f->len += (uint32_t)derp_frame_peer_present_encode(f->data + f->len, f->size - f->len,
                                                            p->key.bytes, &a->remote, flags);
@@ -424,7 +424,7 @@ static void watch_remove_event(struct derp_shard *ds, struct hd_frame *f, uint64
         ds->watchers_total--;
 }
 
-void derp_watch_start(struct derp_shard *ds, struct derp_client *cl)
+void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
 {
     if (cl->watcher)
         return;
@@ -436,7 +436,7 @@ void derp_watch_start(struct derp_shard *ds, struct derp_client *cl)
     event_broadcast(ds, watch_add_event, f, hd_shard_id(ds->s));
 }
 
-void derp_watch_stop(struct derp_shard *ds, struct derp_client *cl)
+void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl)
 {
     cl->watcher = false;
     ds->ctr.watchers--;
