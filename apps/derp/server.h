@@ -48,6 +48,7 @@ struct derp_config {
     const char *verify_url;
     struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
     struct net_addr verify_addr; /* its host, resolved */
+    struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
     bool verify_fail_open;
     /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
      * (reuseport spreads accepts over shards), so no shared state on accept. */
@@ -241,6 +242,9 @@ void derp_stun_stop(struct derp_shard *ds);
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size);
 bool derp_admit_needed(const struct derp_config *cfg);
+/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+bool derp_admit_needs_tls(const struct derp_config *cfg);
+void derp_admit_fini(struct derp_config *cfg); /* main thread, after the runtime stopped */
 int derp_admit_start(struct derp_sclient *cl);
 void derp_admit_cancel(struct derp_sclient *cl);
 

@@ -1,6 +1,7 @@
 /* server_admit.c - admission control (spec §5): -verify-client-url. After ClientInfo a regular
  * client (mesh peers skip this) waits in DERP_SCLIENT_ADMITTING, its reading paused, while the
- * shard POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s); the answer
+ * shard POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s; https verified
+ * against the system roots); the answer
  * continues the login (derp_sclient_admitted) or closes the connection with one log line. The
  * URL is parsed and its host resolved once on the main thread (derp_admit_configure). Runs on
  * the client's accepting shard; owns the pending request (cancelled if the client goes first). */
@@ -13,7 +14,9 @@
 #include "net_http_client.h"
 #include "server.h"
 
-/* http://host[:port][/path]: host numeric (v4, [v6]) or a DNS name resolved here, once. */
+/* http[s]://host[:port][/path]: host numeric (v4, [v6]) or a DNS name resolved here, once.
+ * https: a client context on the system roots (SSL_CERT_FILE / SSL_CERT_DIR as Go reads them),
+ * the certificate checked against host. */
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size)
 {
@@ -21,19 +24,35 @@ int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_ope
     if (url == NULL || url[0] == '\0')
         return 0;
     if (net_url_parse(url, &cfg->verify) < 0) {
-        snprintf(err, err_size, "malformed URL (http://host[:port][/path]), or too long");
-        return -EINVAL;
-    }
-    if (cfg->verify.tls) {
-        snprintf(err, err_size, "only http:// URLs are supported (https is not yet)");
+        snprintf(err, err_size, "malformed URL (http[s]://host[:port][/path]), or too long");
         return -EINVAL;
     }
     if (net_url_resolve(&cfg->verify, false, &cfg->verify_addr) < 0) {
         snprintf(err, err_size, "cannot resolve %s", cfg->verify.host);
         return -EINVAL;
     }
+    if (cfg->verify.tls) {
+        struct tls_client_options o = {.system_roots = true, .alpn = "http/1.1"};
+        int rc = tls_client_ctx_create(&o, &cfg->verify_tls);
+        if (rc < 0) {
+            snprintf(err, err_size, "cannot set up TLS: %s", strerror(-rc));
+            return rc;
+        }
+    }
     cfg->verify_url = url;
     return 0;
+}
+
+void derp_admit_fini(struct derp_config *cfg)
+{
+    if (cfg->verify_tls)
+        tls_ctx_destroy(cfg->verify_tls);
+    cfg->verify_tls = NULL;
+}
+
+bool derp_admit_needs_tls(const struct derp_config *cfg)
+{
+    return cfg->verify_tls != NULL;
 }
 
 bool derp_admit_needed(const struct derp_config *cfg)
@@ -88,6 +107,16 @@ static void answered(void *arg, int err, const struct net_http_result *r)
         derp_sclient_close(cl, rc);
 }
 
+/* https: TLS on the controller's connection before the request is queued (it waits for the
+ * handshake); a certificate that does not verify for the URL's host fails the request like any
+ * transport error (fail-open applies). */
+static int verify_tls_start(struct net_conn *c, void *arg)
+{
+    const struct derp_config *cfg = arg;
+    struct tls_conn_options o = {.server_name = cfg->verify.host};
+    return tls_conn_start(c, cfg->verify_tls, &o);
+}
+
 /* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
  * could not start and fail-open applies) or -EACCES (refused now). */
 int derp_admit_start(struct derp_sclient *cl)
@@ -107,7 +136,9 @@ int derp_admit_start(struct derp_sclient *cl)
                                   .body = body,
                                   .body_len = (size_t)n,
                                   .timeout_ms = DERP_ADMIT_TIMEOUT_MS,
-                                  .resp_max = DERP_ADMIT_BODY_MAX};
+                                  .resp_max = DERP_ADMIT_BODY_MAX,
+                                  .on_connect = cfg->verify_tls ? verify_tls_start : NULL,
+                                  .on_connect_arg = (void *)cfg};
     int rc = net_http_client_start(ds->s, &cfg->verify_addr, &rq, answered, cl, &cl->admit);
     if (rc < 0) { /* nothing started: a transport error now */
         cl->admit = NULL;

@@ -24,7 +24,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     int rc = net_shard_init(s, NULL);
     if (rc < 0)
         return rc;
-    if (config.tls && (rc = tls_shard_init(s, NULL)) < 0)
+    if ((config.tls || derp_admit_needs_tls(&config)) && (rc = tls_shard_init(s, NULL)) < 0)
         return rc;
     struct derp_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
@@ -90,7 +90,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     derp_peers_fini(&ds->peers);
     free(ds->scratch);
     free(ds);
-    if (config.tls)
+    if (config.tls || derp_admit_needs_tls(&config))
         tls_shard_fini(s);
     net_shard_fini(s);
 }
@@ -336,6 +336,7 @@ int main(int argc, char **argv)
     hd_runtime_destroy(rt);
     if (config.tls)
         tls_ctx_destroy(config.tls);
+    derp_admit_fini(&config);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }
