@@ -1,10 +1,11 @@
-/* server_admit.c - admission control (spec §5): -verify-client-url. After ClientInfo a regular
+/* server_admit.c - admission control (spec §5): -verify-clients (its request is in
+ * server_admit_local.c), then -verify-client-url; both must pass. After ClientInfo a regular
  * client (mesh peers skip this) waits in DERP_SCLIENT_ADMITTING, its reading paused, while the
- * shard POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s; https verified
- * against the system roots); the answer
- * continues the login (derp_sclient_admitted) or closes the connection with one log line. The
- * URL is parsed and its host resolved once on the main thread (derp_admit_configure). Runs on
- * the client's accepting shard; owns the pending request (cancelled if the client goes first). */
+ * shard asks tailscaled and/or POSTs {"NodePublic","Source"} to the controller (net_http_client,
+ * 5 s each; https verified against the system roots); the answers continue the login
+ * (derp_sclient_admitted) or close the connection with one log line. The URL is parsed and its
+ * host resolved once on the main thread (derp_admit_configure). Runs on the client's accepting
+ * shard; owns the pending request (cancelled if the client goes first). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -57,7 +58,7 @@ bool derp_admit_needs_tls(const struct derp_config *cfg)
 
 bool derp_admit_needed(const struct derp_config *cfg)
 {
-    return cfg->verify_url != NULL;
+    return cfg->verify_url != NULL || cfg->verify_local;
 }
 
 /* 200 with {"Allow": true}: admitted; anything else a reason for the log line. */
@@ -66,7 +67,9 @@ static const char *judge(int err, const struct net_http_result *r, bool fail_ope
     *allow = false;
     if (err < 0) {
         *allow = fail_open;
-        return fail_open ? NULL : strerror(-err);
+        return fail_open        ? NULL
+               : err == -EPROTO ? "controller unreachable (TLS handshake failed)"
+                                : strerror(-err);
     }
     if (r->status != 200)
         return "controller answered non-200";
@@ -95,8 +98,15 @@ static void answered(void *arg, int err, const struct net_http_result *r)
     cl->admit = NULL;
     bool allow;
     const char *why = judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
-    if (err < 0)
+    if (err < 0) {
         cl->ds->ctr.admit_errors++;
+        if (allow) { /* derper logs each; a dead controller must not flood the log */
+            char key[DERP_PUBKEY_TEXT_SIZE];
+            derp_pubkey_format(&cl->key, key);
+            hd_log_rl(HD_LOG_INFO, "admission: controller unreachable (%s); allowing %s",
+                      err == -EPROTO ? "TLS handshake failed" : strerror(-err), key);
+        }
+    }
     if (!allow) {
         note_refused(cl, why);
         derp_sclient_close(cl, -EACCES);
@@ -117,9 +127,9 @@ static int verify_tls_start(struct net_conn *c, void *arg)
     return tls_conn_start(c, cfg->verify_tls, &o);
 }
 
-/* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
- * could not start and fail-open applies) or -EACCES (refused now). */
-int derp_admit_start(struct derp_sclient *cl)
+/* The -verify-client-url request: 0 (the answer follows), 1 (admitted now: the request could
+ * not start and fail-open applies) or -EACCES (refused now). */
+static int url_start(struct derp_sclient *cl)
 {
     struct derp_shard *ds = cl->ds;
     const struct derp_config *cfg = ds->cfg;
@@ -148,9 +158,57 @@ int derp_admit_start(struct derp_sclient *cl)
         note_refused(cl, strerror(-rc));
         return -EACCES;
     }
+    return 0;
+}
+
+/* Reading paused while an answer is pending (once: the two checks share the phase). */
+static void wait_answer(struct derp_sclient *cl)
+{
+    if (cl->phase == DERP_SCLIENT_ADMITTING)
+        return;
     cl->phase = DERP_SCLIENT_ADMITTING;
     net_conn_pause_recv(cl->conn, true);
+}
+
+/* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
+ * could not start and fail-open applies) or -EACCES (refused now). -verify-clients asks first,
+ * then -verify-client-url: both must pass (§5). */
+int derp_admit_start(struct derp_sclient *cl)
+{
+    int rc;
+    if (cl->ds->cfg->verify_local) {
+        rc = derp_admit_local_start(cl);
+        if (rc < 0) { /* nothing started: no fail-open for tailscaled */
+            cl->ds->ctr.admit_errors++;
+            char why[128];
+            snprintf(why, sizeof(why), "cannot ask tailscaled: %s", strerror(-rc));
+            note_refused(cl, why);
+            return -EACCES;
+        }
+    } else if ((rc = url_start(cl)) != 0) {
+        return rc;
+    }
+    wait_answer(cl);
     return 0;
+}
+
+void derp_admit_local_done(struct derp_sclient *cl, const char *why_refused)
+{
+    if (why_refused) {
+        note_refused(cl, why_refused);
+        derp_sclient_close(cl, -EACCES);
+        return;
+    }
+    int rc = cl->ds->cfg->verify_url ? url_start(cl) : 1;
+    if (rc == 0)
+        return; /* still ADMITTING: the controller's answer follows */
+    if (rc < 0) {
+        derp_sclient_close(cl, rc);
+        return;
+    }
+    rc = derp_sclient_admitted(cl);
+    if (rc < 0)
+        derp_sclient_close(cl, rc);
 }
 
 /* The client went away while its answer was pending. */

@@ -251,6 +251,10 @@ static int configure(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (derp_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -EINVAL;
+    }
     int rc = load_key(f);
     if (rc < 0)
         return rc;
