@@ -13,7 +13,6 @@
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
 static const char *const unsupported[] = {
-    "mesh-with",
     "verify-clients",
     "socket",
     "rate-config",
@@ -55,6 +54,12 @@ static void usage(FILE *out)
         "  -home VALUE             home page: \"\" default, \"blank\", or a URL to redirect to\n"
         "  -mesh-psk-file FILE     mesh pre-shared key (64 hex digits): clients presenting it\n"
         "                          may watch, forward and close peers\n"
+        "  -mesh-with LIST         the region's other nodes, comma-separated\n"
+        "                          host[:port][/dialhost]: a watch link to https://host/derp\n"
+        "                          each (dialing dialhost, same port; SSL_CERT_FILE replaces\n"
+        "                          the system CA bundle), redialed every 5s; names resolved at\n"
+        "                          start-up; this server's own entry is recognised and skipped;\n"
+        "                          an http://host:port entry dials plain HTTP (hderp only)\n"
         "  -tcp-keepalive-time D   TCP keepalive (default 10m)\n"
         "  -tcp-user-timeout D     TCP_USER_TIMEOUT (default 15s)\n"
         "  -tcp-write-timeout D    per-frame write deadline (default 2s; 0 = none; mesh 30s)\n"
@@ -73,7 +78,7 @@ static void usage(FILE *out)
         "                          tests)\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
-        "derper flags not supported yet (refused if given): -mesh-with, -verify-clients,\n"
+        "derper flags not supported yet (refused if given): -verify-clients,\n"
         "-socket, -rate-config, -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
@@ -200,6 +205,8 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
         f->home = v;
     } else if (strcmp(name, "mesh-psk-file") == 0) {
         f->mesh_psk_file = v;
+    } else if (strcmp(name, "mesh-with") == 0) {
+        f->mesh_with = v;
     } else if (strcmp(name, "http-port") == 0 || strcmp(name, "stun-port") == 0) {
         if (parse_int(v, -1, 65535, &n) < 0) {
             fprintf(stderr, "hderp-server: -%s %s: not a port\n", name, v);

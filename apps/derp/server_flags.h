@@ -17,6 +17,7 @@ struct derp_flags {
     int stun_port;           /* -stun-port */
     const char *home;        /* -home */
     const char *mesh_psk_file;
+    const char *mesh_with; /* -mesh-with */
     uint64_t tcp_keepalive_ms, tcp_user_timeout_ms, tcp_write_timeout_ms;
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */

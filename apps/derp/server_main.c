@@ -24,7 +24,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     int rc = net_shard_init(s, NULL);
     if (rc < 0)
         return rc;
-    if (config.tls && (rc = tls_shard_init(s, NULL)) < 0)
+    if ((config.tls || config.mesh_tls) && (rc = tls_shard_init(s, NULL)) < 0)
         return rc;
     struct derp_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
@@ -58,7 +58,12 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     }
     if (rc == 0 && config.stun)
         rc = derp_stun_start(ds);
+    if (rc == 0)
+        rc = derp_mesh_start(ds);
     if (rc < 0) {
+        derp_mesh_stop(ds);
+        derp_mesh_fini(ds);
+        derp_stun_stop(ds);
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
@@ -81,16 +86,18 @@ static void shard_stop(struct hd_shard *s, void *state)
         net_listener_stop(ds->http_listener);
     ds->http_listener = NULL;
     derp_stun_stop(ds);
+    derp_mesh_stop(ds);
     net_shard_close_all(s, 0);
 }
 
 static void shard_fini(struct hd_shard *s, void *state)
 {
     struct derp_shard *ds = state;
+    derp_mesh_fini(ds);
     derp_peers_fini(&ds->peers);
     free(ds->scratch);
     free(ds);
-    if (config.tls)
+    if (config.tls || config.mesh_tls)
         tls_shard_fini(s);
     net_shard_fini(s);
 }
@@ -251,6 +258,10 @@ static int configure(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (derp_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
+        return -EINVAL;
+    }
     int rc = load_key(f);
     if (rc < 0)
         return rc;
@@ -279,14 +290,14 @@ static void log_start(struct hd_runtime *rt)
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
            "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
-           "STUN %s, io_uring%s%s, mesh key %s",
+           "STUN %s, io_uring%s%s, mesh key %s, %u mesh nodes",
            HDERP_VERSION, config.addr_text,
            config.tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
                       : "plain HTTP",
            hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
-           config.have_mesh_key ? "set" : "none");
+           config.have_mesh_key ? "set" : "none", config.mesh_count);
     if (config.dev)
         hd_log(HD_LOG_INFO,
                "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
@@ -336,6 +347,7 @@ int main(int argc, char **argv)
     hd_runtime_destroy(rt);
     if (config.tls)
         tls_ctx_destroy(config.tls);
+    derp_mesh_config_free(&config);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }
