@@ -31,8 +31,11 @@ int derp_client_url_parse(const char *url, struct derp_client_url *out)
 {
     struct net_url u;
     memset(out, 0, sizeof(*out));
-    if (net_url_parse(url, &u) < 0 || net_url_resolve(&u, true, &out->addr) < 0)
+    if (net_url_parse(url, &u) < 0)
         return -EINVAL;
+    int rc = net_url_resolve(&u, false, &out->addr);
+    if (rc < 0)
+        return rc;
     out->tls = u.tls;
     memcpy(out->host, u.authority, sizeof(out->host));
     snprintf(out->path, sizeof(out->path), "%s", u.path[0] ? u.path : DERP_CLIENT_PATH_DEFAULT);

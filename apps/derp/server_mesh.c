@@ -144,6 +144,15 @@ void derp_mesh_config_free(struct derp_config *cfg)
 
 /* ---------------------------------------------------------------- the links */
 
+static const char *why(int reason)
+{
+    if (reason == 0 || reason == -ESHUTDOWN)
+        return "closed by the node";
+    if (reason == -EPROTO)
+        return "protocol or TLS error (see the tls: line; is the node's certificate trusted?)";
+    return strerror(-reason);
+}
+
 static void link_dial(struct derp_mesh_link *l);
 
 static struct derp_mesh_link *link_of(struct derp_client *k)
@@ -230,11 +239,11 @@ static void link_closed(struct derp_client *k, int reason)
         l->ready = false;
         ds->ctr.mesh_links_ready--;
         hd_log(HD_LOG_WARN, "mesh: link to %s lost (%s): forgetting its clients, redial in %ds",
-               l->node->entry, reason ? strerror(-reason) : "closed", DERP_MESH_RETRY_MS / 1000);
+               l->node->entry, why(reason), DERP_MESH_RETRY_MS / 1000);
     } else if (!l->self && !stopping &&
                l->failures++ % 12 == 0) { /* once a minute while it stays down */
         hd_log(HD_LOG_WARN, "mesh: cannot link to %s: %s; retrying every %ds", l->node->entry,
-               reason ? strerror(-reason) : "closed", DERP_MESH_RETRY_MS / 1000);
+               why(reason), DERP_MESH_RETRY_MS / 1000);
     }
     /* Everything it told us, on every shard; after its earlier updates on the same bus. */
     struct hd_frame *f = hd_frame_get(ds->s, 1);
