@@ -277,7 +277,7 @@ static void link_dial(struct derp_mesh_link *l)
         .watch = true,
         .send_high_bytes = DERP_NET_HIGH_BYTES,
         .send_low_bytes = DERP_NET_LOW_BYTES,
-        .send_max_bytes = DERP_MESH_NET_MAX_BYTES,
+        .send_max_bytes = DERP_NET_MAX_BYTES, /* like a client: past it forwards drop */
     };
     int rc = derp_client_connect(l->ds->s, &c, &link_callbacks, l, &l->k);
     if (rc < 0) {
