@@ -68,16 +68,14 @@ static int parse_entry(const char *entry, struct derp_mesh_node *n, char *err, s
     return 0;
 }
 
-/* https links verify against the system roots; SSL_CERT_FILE replaces the bundle, as in Go. */
+/* https links verify against the system roots as Go's derper does (SSL_CERT_FILE, SSL_CERT_DIR
+ * replace the defaults), so a region can run on a private CA. */
 static int mesh_tls_create(struct derp_config *cfg, char *err, size_t err_size)
 {
-    const char *bundle = getenv("SSL_CERT_FILE");
-    if (bundle == NULL || bundle[0] == '\0')
-        bundle = "/etc/ssl/certs/ca-certificates.crt";
-    struct tls_client_options o = {.ca_file = bundle};
+    struct tls_client_options o = {.system_roots = true};
     int rc = tls_client_ctx_create(&o, &cfg->mesh_tls);
     if (rc < 0) {
-        snprintf(err, err_size, "cannot load the CA bundle %s for https links: %s", bundle,
+        snprintf(err, err_size, "cannot load the system CA roots for https links: %s",
                  strerror(-rc));
         return -1;
     }
