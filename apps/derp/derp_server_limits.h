@@ -47,6 +47,11 @@
 /* derper initMetacert: NotBefore now - 30 days, NotAfter now + 30 days. */
 #define DERP_META_CERT_VALIDITY_S (30L * 24 * 3600)
 
+/* --allow-keys: most keys in the file (32 MiB of keys; a region's tailnets are far smaller) and
+ * the longest line ("nodekey:" + 64 hex, room for white space and a comment). */
+#define DERP_ALLOW_KEYS_MAX (1u << 20)
+#define DERP_ALLOW_LINE_MAX 512u
+
 /* derper: the key file root uses without -c. */
 #define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 
