@@ -102,7 +102,8 @@ int hd_snap_var_publish(struct hd_snap_var *v, struct hd_snap *sn)
 {
     HD_ASSERT(hd_shard_current() == NULL); /* it may sleep on a full inbox */
     HD_ASSERT(sn->var == NULL || sn->var == v);
-    sn->var = v; /* before the posts: the producer lock and tail release publish it */
+    if (sn->var == NULL)
+        sn->var = v; /* before the posts: the producer lock and tail release publish it */
     int result = 0;
     for (unsigned i = 0; i < v->count; i++) {
         hd_snap_ref(sn); /* the shard's, moved by the post */

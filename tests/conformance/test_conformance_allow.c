@@ -164,9 +164,11 @@ Test(test_conformance_allow, listed_key_logs_in_other_is_closed_mesh_exempt)
     CONF_OK(derp_keypair_generate(&km));
     char a[80], text[400];
     key_text(&ka, true, a, sizeof(a));
-    snprintf(text, sizeof(text), "# the allowed nodes\n\n  %s   # node a\n", a);
+    /* Comments, blank lines, CRLF, white space, a duplicate: one key. */
+    snprintf(text, sizeof(text), "# the allowed nodes\r\n\r\n  %s   # node a\r\n%s\n", a, a);
     write_list(text);
     server_up(NULL);
+    cr_assert_eq(log_count("loaded 1 keys"), 1, "the list is not one key");
     admitted(&ka, NULL, "listed key");
     refused(&kb, "unlisted key");
     CONF_OK(conf_varz_wait(&srv, "hderp_allowlist_refused", 1, CONF_IO_TIMEOUT_MS, NULL));
