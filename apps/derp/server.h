@@ -66,6 +66,10 @@ struct derp_config {
     struct derp_mesh_node *mesh;
     unsigned mesh_count;
     struct tls_ctx *mesh_tls; /* https links: system roots (SSL_CERT_FILE); NULL: none */
+    /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
+    const char *allow_path;
+    struct derp_allow *allow_initial; /* loaded at start-up, until derp_allow_attach */
+    struct hd_snap_var *allow;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -101,9 +105,10 @@ struct derp_counters {
     uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
-    uint64_t admit_refused; /* closed by admission control (§5) */
-    uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
+    uint64_t admit_refused;     /* closed by admission control (§5) */
+    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */
@@ -309,6 +314,17 @@ int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_ope
 bool derp_admit_needed(const struct derp_config *cfg);
 int derp_admit_start(struct derp_sclient *cl);
 void derp_admit_cancel(struct derp_sclient *cl);
+
+/* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
+ * configure: main thread, before the runtime (loads the file; err names file:line; 0 or -errno).
+ * attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread (SIGHUP;
+ * a bad file is logged, the old list stays). detach: after hd_runtime_wait.
+ * admits: on the client's shard; counts and logs a refusal. */
+int derp_allow_configure(struct derp_config *cfg, const char *path, char *err, size_t err_size);
+int derp_allow_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_allow_reload(struct derp_config *cfg);
+void derp_allow_detach(struct derp_config *cfg);
+bool derp_allow_admits(struct derp_shard *ds, const struct derp_pubkey *key);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

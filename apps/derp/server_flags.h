@@ -26,6 +26,7 @@ struct derp_flags {
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */
     long accept_burst;                /* -accept-connection-burst */
+    const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:
