@@ -47,12 +47,18 @@ struct derp_config {
     const char *home;             /* -home: "", "blank" or a URL */
     bool stun;                    /* -stun */
     int stun_port;                /* -stun-port */
-    struct tls_ctx *tls;          /* TLS mode (port 443 or -certmode manual); NULL: plain */
+    bool tls;                     /* TLS mode (port 443 or -certmode manual); false: plain */
     int http_port;                /* -http-port in TLS mode; -1: off */
     struct net_addr http_addr;
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
+    /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
+     * the server context is a snapshot per shard, rebuilt on SIGHUP. */
+    bool self_signed;
+    char cert_file[1400], key_file[1400];
+    struct derp_tls_snap *tls_initial; /* built at start-up, until derp_certs_attach */
+    struct hd_snap_var *tls_var;
     /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
     const char *verify_url;
     struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
@@ -301,6 +307,13 @@ void derp_mesh_fini(struct derp_shard *ds);
 /* Owner shard: send the routed frame f (layout of derp_route) as ForwardPacket on node id's
  * link (on the link's shard). Takes the caller's reference. */
 void derp_mesh_forward(struct derp_shard *ds, struct hd_frame *f, unsigned id);
+
+/* server_certs.c: TLS mode's server context (main thread, except current) */
+int derp_certs_configure(struct derp_config *cfg, char *err, size_t err_size);
+int derp_certs_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_certs_detach(struct derp_config *cfg);
+void derp_certs_reload(struct derp_config *cfg); /* SIGHUP: a bad file keeps the old one */
+struct tls_ctx *derp_certs_current(const struct derp_shard *ds);
 
 /* server_stun.c */
 int derp_stun_start(struct derp_shard *ds);
