@@ -63,7 +63,12 @@ struct derp_config {
     const char *verify_url;
     struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
     struct net_addr verify_addr; /* its host, resolved */
+    struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
     bool verify_fail_open;
+    /* -verify-clients (spec §5): ask tailscaled's LocalAPI at -socket (server_admit_local.c). */
+    bool verify_local;
+    const char *verify_local_path;
+    struct net_addr verify_local_addr;
     /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
@@ -325,6 +330,18 @@ void derp_stun_stop(struct derp_shard *ds);
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size);
 bool derp_admit_needed(const struct derp_config *cfg);
+/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+bool derp_admit_needs_tls(const struct derp_config *cfg);
+void derp_admit_fini(struct derp_config *cfg); /* main thread, after the runtime stopped */
+/* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */
+#define DERP_TAILSCALED_SOCKET_DEFAULT "/var/run/tailscale/tailscaled.sock" /* derper on Linux */
+#define DERP_ADMIT_LOCAL_BODY_MAX      (256u * 1024u) /* a WhoIsResponse: node, profile, caps */
+int derp_admit_local_configure(struct derp_config *cfg, bool on, const char *socket, char *err,
+                               size_t err_size);
+/* Starts the whois request (cl->admit): 0 (derp_admit_local_done follows) or -errno. */
+int derp_admit_local_start(struct derp_sclient *cl);
+/* server_admit.c: the whois answer; why_refused NULL: known to tailscaled, go on. */
+void derp_admit_local_done(struct derp_sclient *cl, const char *why_refused);
 int derp_admit_start(struct derp_sclient *cl);
 void derp_admit_cancel(struct derp_sclient *cl);
 

@@ -25,7 +25,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     int rc = net_shard_init(s, NULL);
     if (rc < 0)
         return rc;
-    if ((config.tls || config.mesh_tls) && (rc = tls_shard_init(s, NULL)) < 0)
+    if ((config.tls || config.mesh_tls || derp_admit_needs_tls(&config)) &&
+        (rc = tls_shard_init(s, NULL)) < 0)
         return rc;
     struct derp_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
@@ -98,7 +99,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     derp_peers_fini(&ds->peers);
     free(ds->scratch);
     free(ds);
-    if (config.tls || config.mesh_tls)
+    if (config.tls || config.mesh_tls || derp_admit_needs_tls(&config))
         tls_shard_fini(s);
     net_shard_fini(s);
 }
@@ -265,6 +266,10 @@ static int configure(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (derp_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -EINVAL;
+    }
     if (derp_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
         return -EINVAL;
@@ -370,6 +375,7 @@ int main(int argc, char **argv)
     derp_allow_detach(&config);
     derp_certs_detach(&config);
     hd_runtime_destroy(rt);
+    derp_admit_fini(&config);
     derp_mesh_config_free(&config);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
