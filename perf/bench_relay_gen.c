@@ -94,20 +94,29 @@ _Static_assert(BENCH_HDR_LEN == 32, "header layout above");
 
 /* ---- Set-up (main thread) -------------------------------------------------------------------- */
 
-static int pair_init(struct bench_run *r, struct bench_pair *p, unsigned id)
+/* Local pair number index: the pair file's spec, or a fresh pair with both sides here. */
+static int pair_init(struct bench_run *r, struct bench_pair *p, unsigned index)
 {
-    p->id = id;
-    p->shard = id % r->cfg.shards;
+    const struct bench_pair_spec *spec = r->cfg.specs ? &r->cfg.specs[index] : NULL;
+    p->id = spec ? spec->id : index;
+    p->has_tx = spec ? spec->has_tx : true;
+    p->has_rx = spec ? spec->has_rx : true;
+    p->shard = index % r->cfg.shards;
     p->tx.pair = p;
     p->rx.pair = p;
-    if (derp_keypair_generate(&p->sender_kp) < 0 || derp_keypair_generate(&p->receiver_kp) < 0)
+    if (spec) {
+        p->sender_kp = spec->sender_kp;
+        p->receiver_kp = spec->receiver_kp;
+    } else if (derp_keypair_generate(&p->sender_kp) < 0 ||
+               derp_keypair_generate(&p->receiver_kp) < 0) {
         return -EIO;
+    }
     p->tx.buf = malloc(r->cfg.size);
     p->rx.seen = calloc(BENCH_SEQ_WINDOW / 64, sizeof(uint64_t));
     if (p->tx.buf == NULL || p->rx.seen == NULL)
         return -ENOMEM;
     /* Filler: xorshift64 seeded by the pair, so pairs' payloads differ. */
-    uint64_t x = 0x9e3779b97f4a7c15ull * (id + 1);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (p->id + 1);
     for (unsigned i = BENCH_HDR_LEN; i < r->cfg.size; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         p->tx.buf[i] = (uint8_t)x;
@@ -131,7 +140,7 @@ int bench_run_init(struct bench_run *r)
         if (rc < 0)
             return rc;
     }
-    r->idle_count = r->cfg.peers_count - 2 * r->cfg.pairs_count;
+    r->idle_count = r->cfg.peers_count - r->cfg.sides_count;
     r->idle = r->idle_count ? calloc(r->idle_count, sizeof(*r->idle)) : NULL;
     if (r->idle_count && r->idle == NULL)
         return -ENOMEM;
@@ -154,6 +163,18 @@ void bench_run_deinit(struct bench_run *r)
     r->pairs = NULL;
     free(r->idle);
     r->idle = NULL;
+    free(r->cfg.specs);
+    r->cfg.specs = NULL;
+}
+
+uint64_t bench_rx_expected(const struct bench_pair *p)
+{
+    const struct bench_receiver *rx = &p->rx;
+    if (rx->trailer)
+        return rx->expected;
+    if (p->has_tx) /* no trailer came, but the sender is here: its own count */
+        return p->tx.sent;
+    return rx->meas_any ? rx->meas_seq_max - rx->meas_seq_min + 1 : 0;
 }
 
 double bench_unix_now(void)
@@ -280,6 +301,32 @@ static int send_one(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_
     return 0;
 }
 
+/* After the window: the sender's window [first_seq, end_seq) in a trailer packet (same size and
+ * checksum as the others) every BENCH_TRAILER_GAP_MS. A full queue just delays it a tick. */
+static void send_trailer(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
+{
+    const struct bench_pair *p = tx->pair;
+    if (tx->done || tx->k == NULL || derp_client_state(tx->k) != DERP_CLIENT_READY)
+        return;
+    if ((p->has_rx && p->rx.trailer) || tx->trailers_sent == BENCH_TRAILERS) {
+        tx->done = true;
+        return;
+    }
+    if (tx->trailers_sent && now - tx->trailer_last_ns < BENCH_TRAILER_GAP_MS * 1000000ull)
+        return;
+    uint8_t *b = tx->buf;
+    put32(b, BENCH_MAGIC);
+    put32(b + 4, p->id);
+    put64(b + 8, tx->end_seq);
+    put64(b + 16, tx->first_seq);
+    put32(b + 24, BENCH_F_TRAILER);
+    put32(b + 28, hash_fold(bench_hash_header(tx->body_hash, b)));
+    if (derp_client_send(tx->k, &p->receiver_kp.pub, b, sh->r->cfg.size) == 0) {
+        tx->trailers_sent++;
+        tx->trailer_last_ns = now;
+    }
+}
+
 /* One tick's worth: paced senders spend the tokens earned since the last tick; unpaced ones
  * fill their queue to the high watermark (the callback resumes them below it). */
 static void pump(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
@@ -346,20 +393,39 @@ static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     struct bench_gen_shard *sh = p->home;
     uint64_t now = hd_clock_ns();
     rx->last_rx_ns = now;
-    if (len != sh->r->cfg.size || get32(data) != BENCH_MAGIC ||
+    /* Any size that carries the header: an instance elsewhere may run another --size; the
+     * checksum over the whole payload catches truncation. */
+    if (len < BENCH_HDR_LEN || get32(data) != BENCH_MAGIC ||
         hash_fold(bench_hash_header(
             bench_hash_bytes(BENCH_FNV_OFFSET, data + BENCH_HDR_LEN, len - BENCH_HDR_LEN), data)) !=
             get32(data + 28)) {
         rx->corrupt++;
         return;
     }
-    bool measured = get32(data + 24) & BENCH_F_MEASURED;
+    uint32_t flags = get32(data + 24);
+    bool measured = flags & BENCH_F_MEASURED;
     if (get32(data + 4) != p->id || !derp_pubkey_equal(src, &p->sender_kp.pub)) {
         rx->misrouted += measured;
         return;
     }
+    uint64_t seq = get64(data + 8);
+    if (flags & BENCH_F_TRAILER) {
+        uint64_t first = get64(data + 16);
+        rx->trailer = true;
+        rx->expected = seq >= first ? seq - first : 0;
+        return;
+    }
+    if (!rx->any || seq < rx->seq_first)
+        rx->seq_first = seq;
+    if (measured) {
+        if (!rx->meas_any || seq < rx->meas_seq_min)
+            rx->meas_seq_min = seq;
+        if (!rx->meas_any || seq > rx->meas_seq_max)
+            rx->meas_seq_max = seq;
+        rx->meas_any = true;
+    }
     bool late;
-    bool fresh = seq_note(rx, get64(data + 8), &late);
+    bool fresh = seq_note(rx, seq, &late);
     if (measured) {
         rx->duplicated += !fresh;
         rx->reordered += fresh && late;
@@ -468,9 +534,13 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
     sh->phase = p;
     if (p == BENCH_WARMUP) {
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
-            r->pairs[i].tx.last_ns = now;
+            if (r->pairs[i].home == sh)
+                r->pairs[i].tx.last_ns = now;
     } else if (p == BENCH_MEASURE) {
         sh->measuring = true;
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh)
+                r->pairs[i].tx.first_seq = r->pairs[i].tx.seq;
         if (sampler) {
             r->gen_start = proc_sample(0);
             relay_sample(r, &r->relay_start, &r->relay_core_start_s);
@@ -480,6 +550,11 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
     } else if (p == BENCH_DRAIN) {
         sh->measuring = false;
         sh->drain_start_ns = now;
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh) {
+                r->pairs[i].tx.end_seq = r->pairs[i].tx.seq;
+                r->pairs[i].tx.done = !r->pairs[i].has_tx;
+            }
         if (sampler) {
             r->window_end_ns = hd_clock_ns();
             r->gen_end = proc_sample(0);
@@ -488,17 +563,18 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
     }
 }
 
-/* Drained: nothing arrived on this shard for the quiet period, or the drain bound passed. */
+/* Drained: this shard's senders sent their trailers and its receivers got theirs (the relay
+ * keeps a pair's order, so nothing measured is still on its way), or the drain bound passed. */
 static bool drained(struct bench_gen_shard *sh, uint64_t now)
 {
-    uint64_t last = sh->drain_start_ns;
+    if (now - sh->drain_start_ns > BENCH_DRAIN_MAX_MS * 1000000ull)
+        return true;
     for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
         const struct bench_pair *p = &sh->r->pairs[i];
-        if (p->home == sh && p->rx.last_rx_ns > last)
-            last = p->rx.last_rx_ns;
+        if (p->home == sh && ((p->has_tx && !p->tx.done) || (p->has_rx && !p->rx.trailer)))
+            return false;
     }
-    return now - last > BENCH_DRAIN_QUIET_MS * 1000000ull ||
-           now - sh->drain_start_ns > BENCH_DRAIN_MAX_MS * 1000000ull;
+    return true;
 }
 
 static void tick_fired(struct hd_timer *t)
@@ -524,9 +600,14 @@ static void tick_fired(struct hd_timer *t)
     sh->last_tick_ns = now;
     if (sh->phase == BENCH_WARMUP || sh->phase == BENCH_MEASURE) {
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
-            if (r->pairs[i].home == sh)
+            if (r->pairs[i].home == sh && r->pairs[i].has_tx)
                 pump(sh, &r->pairs[i].tx, now);
-    } else if (sh->phase == BENCH_DRAIN && drained(sh, now)) {
+    } else if (sh->phase == BENCH_DRAIN) {
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh && r->pairs[i].has_tx)
+                send_trailer(sh, &r->pairs[i].tx, now);
+    }
+    if (sh->phase == BENCH_DRAIN && drained(sh, now)) {
         sh->phase = BENCH_DONE;
         if (atomic_fetch_add(&r->shards_done, 1) + 1 == r->cfg.shards)
             hd_runtime_stop(hd_shard_runtime(sh->s));
@@ -560,11 +641,14 @@ static void gen_start(void *arg)
         if (p->shard != hd_shard_id(sh->s))
             continue;
         unsigned n = r->cfg.servers_count;
-        int rc = connect_one(sh, n > 1 ? i + 1 : i, &p->receiver_kp, &rx_cb, &p->rx, &p->rx.k);
-        if (rc == 0)
-            rc = connect_one(sh, i, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
+        int rc = 0;
+        if (p->has_rx)
+            rc = connect_one(sh, n > 1 ? p->id + 1 : p->id, &p->receiver_kp, &rx_cb, &p->rx,
+                             &p->rx.k);
+        if (rc == 0 && p->has_tx)
+            rc = connect_one(sh, p->id, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
         if (rc < 0) {
-            fail(sh, i, rc);
+            fail(sh, p->id, rc);
             return;
         }
     }
@@ -590,7 +674,7 @@ static int gen_shard_init(struct hd_shard *s, void *arg, void **state)
     sh->r = r;
     sh->s = s;
     /* Offered rate in payload bits/s split evenly over the senders, in bytes per ns. */
-    sh->bytes_per_ns = r->cfg.rate_mbps * 1e6 / 8 / 1e9 / r->cfg.pairs_count;
+    sh->bytes_per_ns = r->cfg.rate_mbps * 1e6 / 8 / 1e9 / r->cfg.pairs_total;
     sh->bucket_bytes = sh->bytes_per_ns * BENCH_BUCKET_MS * 1e6;
     hd_timer_init(&sh->tick, tick_fired);
     hd_hist_init(&r->tick_gap_ns[hd_shard_id(s)]);

@@ -22,14 +22,14 @@ python3 - "$out" <<'PY' || fail "bench result"
 import json, sys
 r = json.loads(sys.argv[1])
 t = r["total"]
-keys = {"sent", "received", "lost", "reordered", "duplicated", "misrouted", "corrupt",
+keys = {"sent", "received", "expected", "lost", "reordered", "duplicated", "misrouted", "corrupt",
         "delivered_mbps", "offered_mbps", "sent_mbps"}
 assert set(t) == keys, sorted(t)
 assert r["peers"] == 4 and r["duration_s"] == 3 and len(r["servers"]) == 1, r
 assert t["offered_mbps"] == 2, t
 assert 0.8 * 2 <= t["delivered_mbps"] <= 1.2 * 2, t
 assert t["sent"] > 0 and t["lost"] == 0 and t["misrouted"] == 0, t
-assert t["received"] == t["sent"] and t["corrupt"] == 0 and t["duplicated"] == 0, t
+assert t["received"] == t["sent"] == t["expected"] and t["corrupt"] == 0 and t["duplicated"] == 0, t
 assert len(r["per_pair"]) == 2 and sum(x["sent"] for x in r["per_pair"]) == t["sent"], r
 for k in ("server", "pairs", "delivered_mbps", "latency_us", "window_s"):
     assert k in r, k
