@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_relay_impl.h"
 
@@ -246,6 +247,7 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
         if (apply(c, name, v) < 0)
             return -1;
     }
+    c->progress = isatty(STDERR_FILENO);
     if (c->servers_count == 0) {
         fprintf(stderr, "hderp-bench: --server is required\n");
         usage(stderr);
@@ -546,6 +548,8 @@ int main(int argc, char **argv)
     rc = bench_run_init(&run);
     if (rc == 0)
         rc = bench_run_execute(&run);
+    if (run.progress_printed)
+        fputc('\n', stderr); /* end the progress line */
     if (rc < 0) {
         fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n",
                 atomic_load(&run.failed_pair), strerror(-rc));

@@ -36,7 +36,9 @@ struct bench_gen_shard {
     enum bench_phase phase;
     bool measuring, stopping;
     uint64_t start_ns, drain_start_ns, last_tick_ns;
-    double bytes_per_ns; /* per sender */
+    uint64_t progress_pub_ns, progress_print_ns;     /* last publish / print */
+    uint64_t progress_sent_bytes, progress_rx_bytes; /* shard 0: totals at the last print */
+    double bytes_per_ns;                             /* per sender */
     double bucket_bytes;
 };
 
@@ -342,7 +344,9 @@ static void pump(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t n
     }
     tx->tokens += (double)(now - tx->last_ns) * sh->bytes_per_ns;
     tx->last_ns = now;
-    double cap = sh->bucket_bytes > size ? sh->bucket_bytes : size;
+    /* Room for one packet on top of the bucket: a rate below one packet per tick would
+     * otherwise forfeit the remainder whenever a tick comes late. */
+    double cap = sh->bucket_bytes + size;
     if (tx->tokens > cap) {
         if (sh->measuring)
             tx->forfeited_bytes += (uint64_t)(tx->tokens - cap);
@@ -433,6 +437,7 @@ static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     if (!fresh)
         return;
     rx->received_total++;
+    rx->received_total_bytes += len;
     if (measured) {
         rx->received++;
         rx->received_bytes += len;
@@ -513,6 +518,70 @@ static void idle_close(struct derp_client *k, int reason)
 
 static const struct derp_client_callbacks idle_cb = {.on_ready = idle_ready,
                                                      .on_close = idle_close};
+
+/* ---- Progress line ------------------------------------------------------------------------- */
+
+/* This shard's running totals (every packet since the warm-up; lost = sequence gaps so far). */
+static void progress_publish(struct bench_gen_shard *sh)
+{
+    const struct bench_run *r = sh->r;
+    uint64_t tx = 0, rxb = 0, lost = 0;
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        if (p->home != sh)
+            continue;
+        tx += p->tx.sent_total * r->cfg.size;
+        rxb += p->rx.received_total_bytes;
+        uint64_t span = p->rx.any ? p->rx.seq_max + 1 - p->rx.seq_first : 0;
+        lost += span > p->rx.received_total ? span - p->rx.received_total : 0;
+    }
+    struct bench_progress *pr = &sh->r->progress[hd_shard_id(sh->s)];
+    atomic_store_explicit(&pr->sent_bytes, tx, memory_order_relaxed);
+    atomic_store_explicit(&pr->received_bytes, rxb, memory_order_relaxed);
+    atomic_store_explicit(&pr->lost, lost, memory_order_relaxed);
+}
+
+/* Shard 0, once a second on a terminal: one line overwritten in place (a blocking write of a
+ * few dozen bytes to the terminal once a second: fine for a load generator). */
+static void progress_print(struct bench_gen_shard *sh, uint64_t now)
+{
+    struct bench_run *r = sh->r;
+    uint64_t tx = 0, rxb = 0, lost = 0, t0 = atomic_load(&r->t0_ns);
+    for (unsigned i = 0; i < r->cfg.shards; i++) {
+        tx += atomic_load_explicit(&r->progress[i].sent_bytes, memory_order_relaxed);
+        rxb += atomic_load_explicit(&r->progress[i].received_bytes, memory_order_relaxed);
+        lost += atomic_load_explicit(&r->progress[i].lost, memory_order_relaxed);
+    }
+    double dt = (double)(now - sh->progress_print_ns) / 1e9;
+    static const char *const names[] = {"logging in", "warm-up", "measuring", "draining", "done"};
+    if (sh->phase == BENCH_CONNECT)
+        fprintf(stderr, "\rhderp-bench: %s: %u of %u peers ready\033[K",
+                t0 ? "waiting for --start-at" : "logging in", atomic_load(&r->ready_count),
+                r->cfg.peers_count);
+    else
+        fprintf(stderr,
+                "\rhderp-bench: %6.1f s %-10s sent %8.1f Mbit/s  received %8.1f Mbit/s  "
+                "lost %llu\033[K",
+                (double)(now - t0) / 1e9, names[sh->phase],
+                (double)(tx - sh->progress_sent_bytes) * 8 / dt / 1e6,
+                (double)(rxb - sh->progress_rx_bytes) * 8 / dt / 1e6, (unsigned long long)lost);
+    fflush(stderr);
+    r->progress_printed = true;
+    sh->progress_sent_bytes = tx;
+    sh->progress_rx_bytes = rxb;
+    sh->progress_print_ns = now;
+}
+
+static void progress_tick(struct bench_gen_shard *sh, uint64_t now)
+{
+    if (now - sh->progress_pub_ns >= BENCH_PROGRESS_PUBLISH_MS * 1000000ull) {
+        progress_publish(sh);
+        sh->progress_pub_ns = now;
+    }
+    if (hd_shard_id(sh->s) == 0 &&
+        now - sh->progress_print_ns >= BENCH_PROGRESS_PRINT_MS * 1000000ull)
+        progress_print(sh, now);
+}
 
 /* ---- The tick -------------------------------------------------------------------------------- */
 
@@ -597,6 +666,8 @@ static void tick_fired(struct hd_timer *t)
         enter_phase(sh, (enum bench_phase)(sh->phase + 1), now);
     if (sh->measuring && sh->last_tick_ns)
         hd_hist_record(&r->tick_gap_ns[hd_shard_id(sh->s)], now - sh->last_tick_ns);
+    if (r->cfg.progress)
+        progress_tick(sh, now);
     sh->last_tick_ns = now;
     if (sh->phase == BENCH_WARMUP || sh->phase == BENCH_MEASURE) {
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
@@ -636,6 +707,7 @@ static void gen_start(void *arg)
     struct bench_gen_shard *sh = arg;
     struct bench_run *r = sh->r;
     sh->start_ns = hd_clock_ns();
+    sh->progress_print_ns = sh->start_ns;
     for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
         struct bench_pair *p = &r->pairs[i];
         if (p->shard != hd_shard_id(sh->s))

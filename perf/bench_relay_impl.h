@@ -67,6 +67,11 @@ _Static_assert(BENCH_TRAILER_GAP_MS *BENCH_TRAILERS < BENCH_DRAIN_MAX_MS,
 _Static_assert(BENCH_PEERS_MAX >= 2 * BENCH_PAIRS_MAX, "every pair fits in the peer count");
 _Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many shards");
 
+/* The live progress line (stderr on a terminal only): shards publish their running totals
+ * every PUBLISH ms, shard 0 prints every PRINT ms. */
+#define BENCH_PROGRESS_PUBLISH_MS 100
+#define BENCH_PROGRESS_PRINT_MS   1000
+
 /* Payload flags. */
 #define BENCH_F_MEASURED 1u /* sent inside the measured window */
 #define BENCH_F_TRAILER                                                                            \
@@ -102,6 +107,7 @@ struct bench_config {
     pid_t relay_pid;               /* > 0: sample its CPU time and RSS at the window edges */
     int relay_cpu;                 /* >= 0: also sample that CPU's busy time (/proc/stat) */
     bool json;
+    bool progress;        /* stderr is a terminal: a live progress line each second */
     bool insecure;        /* https without certificate checks */
     const char *ca_file;  /* https: CA to verify the relay against */
     const char *tls_name; /* https: SNI / name to verify (default: the URL's host) */
@@ -144,7 +150,7 @@ struct bench_receiver {
     /* payload bytes that arrived while this shard was in the window (throughput) */
     uint64_t window_bytes, window_packets;
     uint64_t reordered, duplicated, misrouted, corrupt; /* any time */
-    uint64_t received_total;
+    uint64_t received_total, received_total_bytes;
     uint64_t seq_first; /* lowest sequence number seen at all (the progress line's loss) */
     /* the sender's window, from its trailer; without one, from the measured packets seen */
     bool trailer;
@@ -183,6 +189,11 @@ struct bench_proc_sample {
     bool ok;
 };
 
+/* One shard's running totals since the warm-up, for the progress line (relaxed: a display). */
+struct bench_progress {
+    _Atomic uint64_t sent_bytes, received_bytes, lost;
+};
+
 struct bench_run {
     struct bench_config cfg;
     struct bench_pair *pairs;
@@ -201,6 +212,8 @@ struct bench_run {
     double relay_core_start_s, relay_core_end_s; /* busy seconds of cfg.relay_cpu; < 0: none */
     /* per generator shard, during the window: time between pacing ticks (burstiness) */
     struct hd_hist tick_gap_ns[BENCH_SHARDS_MAX];
+    struct bench_progress progress[BENCH_SHARDS_MAX];
+    bool progress_printed; /* shard 0 printed a line: main ends it with a newline */
 };
 
 /* bench_pairs.c */

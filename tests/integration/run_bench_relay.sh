@@ -3,7 +3,7 @@
 # hderp-server (-dev style, loopback, free port): at a low offered rate (2 Mbit/s, 2 pairs,
 # 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
 # misrouted, and its JSON carries the documented keys; --peers, two --server URLs and
-# --start-at do what --help says. Bounded waits; the server is stopped by PID.
+# --start-at do what --help says; a progress line appears on a terminal and only there. Bounded waits; the server is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
 bench=$bin/hderp-bench
@@ -34,6 +34,13 @@ assert len(r["per_pair"]) == 2 and sum(x["sent"] for x in r["per_pair"]) == t["s
 for k in ("server", "pairs", "delivered_mbps", "latency_us", "window_s"):
     assert k in r, k
 PY
+# the progress line: on stderr once a second on a terminal (script gives it one), never
+# otherwise (bench.log above is a file)
+! grep -q 'Mbit/s' "$work/bench.log" || fail "a progress line on stderr that is not a terminal"
+timeout 60 script -qec "$bench --server $url --pairs 1 --rate-mbps 1 --duration 2 --warmup 0.5" \
+    "$work/tty.txt" >/dev/null || fail "bench on a terminal failed"
+grep -aq 'hderp-bench: .* s measuring .*sent .*Mbit/s .*received .*Mbit/s .*lost 0' \
+    "$work/tty.txt" || fail "no progress line on a terminal: $(cat -v "$work/tty.txt")"
 # --peers: 6 idle peers stay logged in beside the 2 pairs; delivery is unchanged
 out=$(timeout 60 "$bench" --server "$url" --pairs 2 --peers 10 --rate-mbps 2 --duration 1 \
       --warmup 0.5 --json 2>"$work/peers.log") || fail "bench --peers 10 failed"
