@@ -27,8 +27,8 @@ static void usage(FILE *out)
             "usage: hderp-bench --server http[s]://IP:PORT/derp [--server URL]...\n"
             "         [--pairs K | --pair-file F [--instance I]] [--peers P] [--size BYTES]\n"
             "         [--rate-mbps R] [--duration S] [--warmup S] [--start-at T] [--shards N]\n"
-            "         [--relay-pid PID] [--relay-cpu N] [--json] [--insecure | --ca FILE]\n"
-            "         [--tls-name NAME]\n"
+            "         [--relay-pid PID] [--relay-cpu N] [--latency] [--json]\n"
+            "         [--insecure | --ca FILE] [--tls-name NAME]\n"
             "       hderp-bench gen-pairs --pairs K --out FILE [--instances N] [--layout L]\n"
             "  --server URL    a relay; repeat it (up to %d) for a mesh: pair i's sender logs in\n"
             "                  to server i %% n and its receiver to server (i+1) %% n, so with\n"
@@ -57,11 +57,14 @@ static void usage(FILE *out)
             "  --relay-pid PID sample the relay's CPU time and RSS at the window edges\n"
             "  --relay-cpu N   also sample CPU N's busy time (the relay pinned alone there;\n"
             "                  includes softirq work the process is not charged for)\n"
+            "  --latency       latency under load: a ping/echo pair (two more connections) beside\n"
+            "                  the bulk traffic, %d probes/s of %d B; round trips of the probes\n"
+            "                  sent in the window: p50/p90/p95/p99/p999/max, count, lost\n"
             "  --json          one JSON object instead of figure lines and a summary\n"
             "  --insecure      https: no certificate checks;  --ca FILE: verify against FILE\n"
             "  --tls-name NAME https: the SNI to send and the name to verify (default: the host)\n",
             BENCH_SERVERS_MAX, BENCH_PAIRS_MAX, BENCH_PEERS_MAX, BENCH_SIZE_MIN, BENCH_SIZE_MAX,
-            BENCH_SHARDS_MAX);
+            BENCH_SHARDS_MAX, BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE);
 }
 
 static int parse_num(const char *name, const char *v, double lo, double hi, double *out)
@@ -232,8 +235,9 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
             usage(stdout);
             return 1;
         }
-        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0) {
-            *(name[0] == 'j' ? &c->json : &c->insecure) = true;
+        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0 ||
+            strcmp(name, "latency") == 0) {
+            *(name[0] == 'j' ? &c->json : name[0] == 'i' ? &c->insecure : &c->latency) = true;
             continue;
         }
         if (eq) {
@@ -361,6 +365,43 @@ static void line(const char *name, double v, const char *unit)
     printf("%s %.*f %s\n", name, v == (double)(uint64_t)v ? 0 : 3, v, unit);
 }
 
+/* --latency: probes sent in the window, and those whose echo never came back. */
+static uint64_t lat_count(const struct bench_latency *l)
+{
+    return l->window_closed ? l->end_seq - l->first_seq : 0;
+}
+
+static uint64_t lat_lost(const struct bench_latency *l)
+{
+    uint64_t n = lat_count(l);
+    return n > l->rx.received_measured ? n - l->rx.received_measured : 0;
+}
+
+static void print_latency_figures(const struct bench_latency *l)
+{
+    char name[64];
+    for (unsigned i = 0; i < ECHO_PROBE_QUANTILES; i++) {
+        snprintf(name, sizeof(name), "load_rtt_%s_us", echo_probe_quantile_names[i]);
+        line(name, (double)hd_hist_quantile(&l->rx.rtt_ns, echo_probe_quantiles[i]) / 1e3, "us");
+    }
+    line("load_rtt_mean_us", echo_probe_mean_ns(&l->rx) / 1e3, "us");
+    line("load_probes", (double)lat_count(l), "packets");
+    line("load_probes_lost", (double)lat_lost(l), "packets");
+}
+
+static void print_latency_json(const struct bench_latency *l)
+{
+    printf("\"latency_under_load\":{\"kind\":\"rtt\",\"rate_pps\":%d,\"size\":%d,\"count\":%llu,"
+           "\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,\"duplicated\":%llu,"
+           "\"misrouted\":%llu,\"mean_us\":%.3f",
+           BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE, (unsigned long long)lat_count(l),
+           (unsigned long long)l->rx.received_measured, (unsigned long long)lat_lost(l),
+           (unsigned long long)l->rx.reordered, (unsigned long long)l->rx.duplicated,
+           (unsigned long long)l->rx.misrouted, echo_probe_mean_ns(&l->rx) / 1e3);
+    echo_probe_json_quantiles(stdout, &l->rx);
+    printf("},");
+}
+
 static void print_figures(const struct bench_run *r, const struct bench_totals *t)
 {
     line("offered_mbps", t->offered_mbps, "Mbit/s");
@@ -399,6 +440,8 @@ static void print_figures(const struct bench_run *r, const struct bench_totals *
         line("relay_core_busy_cores", t->core_s / t->window_s, "cores");
         line("relay_core_s_per_gb", per_gb(t->core_s, t->window_bytes), "CPU-s/GB");
     }
+    if (r->cfg.latency)
+        print_latency_figures(&r->lat);
 }
 
 static void print_summary(const struct bench_run *r, const struct bench_totals *t)
@@ -427,6 +470,14 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
            (unsigned long long)t->lost, (unsigned long long)t->sent,
            (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
            (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3);
+    if (c->latency) {
+        printf("#   latency under load (ping/echo round trip, %d x %d B/s, %llu probes in the "
+               "window, %llu lost) us:",
+               BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE, (unsigned long long)lat_count(&r->lat),
+               (unsigned long long)lat_lost(&r->lat));
+        echo_probe_text_quantiles(stdout, &r->lat.rx);
+        printf("\n");
+    }
     if (t->receivers && t->trailers_missing)
         printf("#   %u receiver(s) got no trailer from their sender: their lost counts only the "
                "gaps up to the last packet seen\n",
@@ -521,6 +572,10 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
            (unsigned long long)t->reordered, (unsigned long long)t->duplicated,
            (unsigned long long)t->misrouted, (unsigned long long)t->corrupt, t->delivered_mbps,
            t->offered_mbps, t->sent_mbps);
+    if (c->latency)
+        print_latency_json(&r->lat);
+    else
+        printf("\"latency_under_load\":null,");
     printf("\"per_pair\":[");
     for (unsigned i = 0; i < c->pairs_count; i++) {
         const struct bench_pair *p = &r->pairs[i];

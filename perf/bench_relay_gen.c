@@ -143,6 +143,11 @@ int bench_run_init(struct bench_run *r)
             return rc;
     }
     r->idle_count = r->cfg.peers_count - r->cfg.sides_count;
+    if (r->cfg.latency) {
+        int rc = bench_latency_init(r);
+        if (rc < 0)
+            return rc;
+    }
     r->idle = r->idle_count ? calloc(r->idle_count, sizeof(*r->idle)) : NULL;
     if (r->idle_count && r->idle == NULL)
         return -ENOMEM;
@@ -167,6 +172,8 @@ void bench_run_deinit(struct bench_run *r)
     r->idle = NULL;
     free(r->cfg.specs);
     r->cfg.specs = NULL;
+    if (r->cfg.latency)
+        bench_latency_deinit(r);
 }
 
 uint64_t bench_rx_expected(const struct bench_pair *p)
@@ -198,12 +205,22 @@ static uint64_t start_ns(const struct bench_run *r, uint64_t now)
 
 /* ---- Failure and sampling -------------------------------------------------------------------- */
 
-static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
+void bench_fail(struct bench_run *r, struct hd_shard *s, unsigned who, int reason)
 {
     int none = 0;
-    if (atomic_compare_exchange_strong(&sh->r->failure, &none, reason < 0 ? reason : -EPIPE))
-        atomic_store(&sh->r->failed_pair, pair);
-    hd_runtime_stop(hd_shard_runtime(sh->s));
+    if (atomic_compare_exchange_strong(&r->failure, &none, reason < 0 ? reason : -EPIPE))
+        atomic_store(&r->failed_pair, who);
+    hd_runtime_stop(hd_shard_runtime(s));
+}
+
+static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
+{
+    bench_fail(sh->r, sh->s, pair, reason);
+}
+
+unsigned bench_clients_count(const struct bench_run *r)
+{
+    return r->cfg.peers_count + (r->cfg.latency ? 2 : 0);
 }
 
 /* utime + stime and VmRSS of a process; pid 0: this one. */
@@ -557,7 +574,7 @@ static void progress_print(struct bench_gen_shard *sh, uint64_t now)
     if (sh->phase == BENCH_CONNECT)
         fprintf(stderr, "\rhderp-bench: %s: %u of %u peers ready\033[K",
                 t0 ? "waiting for --start-at" : "logging in", atomic_load(&r->ready_count),
-                r->cfg.peers_count);
+                bench_clients_count(r));
     else
         fprintf(stderr,
                 "\rhderp-bench: %6.1f s %-10s sent %8.1f Mbit/s  received %8.1f Mbit/s  "
@@ -615,6 +632,8 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
             relay_sample(r, &r->relay_start, &r->relay_core_start_s);
             r->window_start_ns = hd_clock_ns();
             r->window_start_unix = bench_unix_now();
+            if (r->cfg.latency)
+                bench_latency_window(r, true);
         }
     } else if (p == BENCH_DRAIN) {
         sh->measuring = false;
@@ -626,6 +645,8 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
             }
         if (sampler) {
             r->window_end_ns = hd_clock_ns();
+            if (r->cfg.latency)
+                bench_latency_window(r, false);
             r->gen_end = proc_sample(0);
             relay_sample(r, &r->relay_end, &r->relay_core_end_s);
         }
@@ -638,6 +659,8 @@ static bool drained(struct bench_gen_shard *sh, uint64_t now)
 {
     if (now - sh->drain_start_ns > BENCH_DRAIN_MAX_MS * 1000000ull)
         return true;
+    if (hd_shard_id(sh->s) == 0 && !bench_latency_drained(sh->r))
+        return false;
     for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
         const struct bench_pair *p = &sh->r->pairs[i];
         if (p->home == sh && ((p->has_tx && !p->tx.done) || (p->has_rx && !p->rx.trailer)))
@@ -655,7 +678,7 @@ static void tick_fired(struct hd_timer *t)
         return;
     if (sh->phase == BENCH_CONNECT) {
         uint64_t zero = 0;
-        if (atomic_load(&r->ready_count) == r->cfg.peers_count)
+        if (atomic_load(&r->ready_count) == bench_clients_count(r))
             atomic_compare_exchange_strong(&r->t0_ns, &zero, start_ns(r, now));
         else if (now - sh->start_ns > BENCH_LOGIN_WAIT_MS * 1000000ull) {
             fail(sh, 0, -ETIMEDOUT);
@@ -673,6 +696,8 @@ static void tick_fired(struct hd_timer *t)
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
             if (r->pairs[i].home == sh && r->pairs[i].has_tx)
                 pump(sh, &r->pairs[i].tx, now);
+        if (r->cfg.latency && hd_shard_id(sh->s) == 0)
+            bench_latency_pump(r, now);
     } else if (sh->phase == BENCH_DRAIN) {
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
             if (r->pairs[i].home == sh && r->pairs[i].has_tx)
@@ -689,17 +714,24 @@ static void tick_fired(struct hd_timer *t)
 
 /* ---- The module ------------------------------------------------------------------------------ */
 
+int bench_connect(struct bench_run *r, struct hd_shard *s, unsigned server,
+                  const struct derp_keypair *kp, const struct derp_client_callbacks *cb, void *user,
+                  struct derp_client **out)
+{
+    struct derp_client_config c = {0};
+    derp_client_config_set_url(&c, &r->cfg.urls[server % r->cfg.servers_count]);
+    c.keypair = kp;
+    c.tls_ctx = r->cfg.tls;
+    c.tls_server_name = r->cfg.tls_name;
+    c.app_name = "hderp-bench";
+    c.can_ack_pings = true;
+    return derp_client_connect(s, &c, cb, user, out);
+}
+
 static int connect_one(struct bench_gen_shard *sh, unsigned server, const struct derp_keypair *kp,
                        const struct derp_client_callbacks *cb, void *user, struct derp_client **out)
 {
-    struct derp_client_config c = {0};
-    derp_client_config_set_url(&c, &sh->r->cfg.urls[server % sh->r->cfg.servers_count]);
-    c.keypair = kp;
-    c.tls_ctx = sh->r->cfg.tls;
-    c.tls_server_name = sh->r->cfg.tls_name;
-    c.app_name = "hderp-bench";
-    c.can_ack_pings = true;
-    return derp_client_connect(sh->s, &c, cb, user, out);
+    return bench_connect(sh->r, sh->s, server, kp, cb, user, out);
 }
 
 static void gen_start(void *arg)
@@ -734,6 +766,8 @@ static void gen_start(void *arg)
             return;
         }
     }
+    if (r->cfg.latency && hd_shard_id(sh->s) == 0 && bench_latency_connect(r, sh->s) < 0)
+        return;
     hd_timer_start(sh->s, &sh->tick, BENCH_TICK_MS);
 }
 
@@ -774,6 +808,8 @@ static void gen_shard_stop(struct hd_shard *s, void *state)
     struct bench_gen_shard *sh = state;
     sh->stopping = true;
     hd_timer_stop(s, &sh->tick);
+    if (sh->r->cfg.latency && hd_shard_id(s) == 0)
+        bench_latency_stop(sh->r);
     for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
         struct bench_pair *p = &sh->r->pairs[i];
         if (p->home != sh)

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "derp_client.h"
+#include "echo_probe.h"
 #include "hd.h"
 
 /* ---- Limits ---------------------------------------------------------------------------------- */
@@ -72,6 +73,16 @@ _Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many sh
 #define BENCH_PROGRESS_PUBLISH_MS 100
 #define BENCH_PROGRESS_PRINT_MS   1000
 
+/* --latency: one ping/echo pair beside the bulk traffic, probes of this size at this rate (a
+ * modest load of its own: 100 x 64 B/s), round trips of those sent in the window. The seen
+ * bitmap covers the run's probes plus slack for late ticks. */
+#define BENCH_LATENCY_PPS   100
+#define BENCH_LATENCY_SIZE  64
+#define BENCH_LATENCY_BURST 10 /* probes one late tick may send to catch up */
+#define BENCH_LATENCY_SLACK 1000
+
+_Static_assert(BENCH_LATENCY_SIZE >= ECHO_HEADER_LEN, "a probe carries its header");
+
 /* Payload flags. */
 #define BENCH_F_MEASURED 1u /* sent inside the measured window */
 #define BENCH_F_TRAILER                                                                            \
@@ -108,6 +119,7 @@ struct bench_config {
     int relay_cpu;                 /* >= 0: also sample that CPU's busy time (/proc/stat) */
     bool json;
     bool progress;        /* stderr is a terminal: a live progress line each second */
+    bool latency;         /* --latency: the ping/echo pair (bench_latency.c) */
     bool insecure;        /* https without certificate checks */
     const char *ca_file;  /* https: CA to verify the relay against */
     const char *tls_name; /* https: SNI / name to verify (default: the URL's host) */
@@ -189,6 +201,17 @@ struct bench_proc_sample {
     bool ok;
 };
 
+/* --latency: a pinger and an echo client on generator shard 0 (bench_latency.c). */
+struct bench_latency {
+    struct derp_keypair ping_kp, echo_kp;
+    struct derp_client *ping, *echo;
+    struct echo_probe_rx rx;
+    uint64_t interval_ns, next_ns;
+    uint64_t sent, first_seq, end_seq; /* measured probes: [first_seq, end_seq) */
+    uint64_t send_failed, echo_dropped;
+    bool window_open, window_closed, stopping;
+};
+
 /* One shard's running totals since the warm-up, for the progress line (relaxed: a display). */
 struct bench_progress {
     _Atomic uint64_t sent_bytes, received_bytes, lost;
@@ -213,6 +236,7 @@ struct bench_run {
     /* per generator shard, during the window: time between pacing ticks (burstiness) */
     struct hd_hist tick_gap_ns[BENCH_SHARDS_MAX];
     struct bench_progress progress[BENCH_SHARDS_MAX];
+    struct bench_latency lat;
     bool progress_printed; /* shard 0 printed a line: main ends it with a newline */
 };
 
@@ -224,7 +248,27 @@ int bench_pair_file_load(struct bench_config *c);
 /* "hderp-bench gen-pairs ...": writes a pair file. Returns the exit code. */
 int bench_gen_pairs_main(int argc, char **argv);
 
+/* bench_latency.c: everything on shard 0 but init/deinit (main thread). */
+int bench_latency_init(struct bench_run *r); /* 0, -ENOMEM or -EIO (keys) */
+void bench_latency_deinit(struct bench_run *r);
+int bench_latency_connect(struct bench_run *r, struct hd_shard *s); /* 0 or -errno */
+/* Probes due at now while the load runs (warm-up and window). */
+void bench_latency_pump(struct bench_run *r, uint64_t now);
+/* The window opens (start) or closes: which probes are measured. */
+void bench_latency_window(struct bench_run *r, bool start);
+/* Every measured probe is back (the rest count as lost when the drain bound passes). */
+bool bench_latency_drained(const struct bench_run *r);
+void bench_latency_stop(struct bench_run *r);
+
 /* bench_relay_gen.c */
+/* Clients this process logs in: its peers, plus the ping/echo pair with --latency. */
+unsigned bench_clients_count(const struct bench_run *r);
+/* Connects one client with the run's TLS and URL settings to server index % servers. */
+int bench_connect(struct bench_run *r, struct hd_shard *s, unsigned server,
+                  const struct derp_keypair *kp, const struct derp_client_callbacks *cb, void *user,
+                  struct derp_client **out);
+/* Records the first failure (who: a pair id, or an idle/latency client) and stops the run. */
+void bench_fail(struct bench_run *r, struct hd_shard *s, unsigned who, int reason);
 /* Measured packets the sender of p sent, as its receiver knows it: from the sender's trailer;
  * without one, the local sender's count when the sender runs here, else the span of measured
  * sequence numbers the receiver saw (a lower bound: a lost tail is not seen). */
