@@ -5,7 +5,9 @@
  * reordered, duplicated and misrouted over the measured window, the delivered Mbit/s, the
  * one-way latency, and the generator's own CPU (getrusage) so a run says whether the client was
  * the bottleneck. With --relay-pid it samples the relay's utime+stime and VmRSS at the window
- * edges and reports CPU-seconds per GB delivered.
+ * edges and reports CPU-seconds per GB delivered. A pair file (bench_pairs.c) splits one
+ * experiment over several processes; --latency adds a ping/echo pair (bench_latency.c); a
+ * progress line goes to stderr once a second when it is a terminal.
  *
  * Output: one "name value unit" line per figure, then a human summary ("#" lines); --json
  * prints one JSON object instead. Plain TCP or TLS (https needs --ca FILE or --insecure;

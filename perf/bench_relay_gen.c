@@ -2,11 +2,13 @@
  * and a receiver, two connections) on the generator's shards, a token bucket per sender topped
  * up on every 1 ms tick of its shard, and per-pair accounting of what arrived (sequence window
  * for duplicates and reordering, a checksum over the whole payload, routing by pair id and
- * source key, one-way latency).
+ * source key, one-way latency). After the window each sender sends trailers carrying its
+ * window's sequence range, so a receiver in another process (pair files) can count the loss.
  *
  * Threads: bench_run_init/execute/deinit on the main thread; everything else on the shard that
- * owns the pair (pair i lives on shard i % shards). Cross-shard state is four atomics in
- * struct bench_run (who is ready, when the warm-up started, who drained, the first failure).
+ * owns the pair (local pair i lives on shard i % shards). Cross-shard state is four atomics in
+ * struct bench_run (who is ready, when the warm-up started, who drained, the first failure) and
+ * the progress line's relaxed per-shard totals (written by their shard, read by shard 0).
  * Shard 0 also samples getrusage and /proc at the window edges (a blocking procfs read of a
  * few microseconds, twice per run: acceptable for a benchmark, not for the relay).
  * Owns: the pairs' buffers and bitmaps (heap, allocated before the runtime starts). */

@@ -42,6 +42,7 @@ PY
 # the progress line: on stderr once a second on a terminal (script gives it one), never
 # otherwise (bench.log above is a file)
 ! grep -q 'Mbit/s' "$work/bench.log" || fail "a progress line on stderr that is not a terminal"
+command -v script >/dev/null || fail "script(1) (util-linux) is needed for the terminal check"
 timeout 60 script -qec "$bench --server $url --pairs 1 --rate-mbps 1 --duration 2 --warmup 0.5" \
     "$work/tty.txt" >/dev/null || fail "bench on a terminal failed"
 grep -aq 'hderp-bench: .* s measuring .*sent .*Mbit/s .*received .*Mbit/s .*lost 0' \
