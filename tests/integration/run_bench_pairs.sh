@@ -3,8 +3,9 @@
 # through a real plain hderp-server: gen-pairs writes a pair file (layout sides: instance 0
 # runs the 3 senders, instance 1 the 3 receivers), both processes log in and start together
 # (--start-at), 3 Mbit/s for 3 s. Checked from their JSON: the receivers got every packet the
-# senders sent (received == expected == the senders' sent, within the packets that straddle
-# two processes' window edges), lost 0, misrouted 0; each side says which figures it counted.
+# senders sent (received == expected == the senders' sent: the trailers carry each sender's
+# window), lost 0, misrouted 0; each side says which figures it counted. Layout cross (both
+# instances send and receive, 2 shards each) adds up the same way.
 # Then bad pair files and flags get clear errors. Bounded waits; processes stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
@@ -59,6 +60,28 @@ by_id = {p["pair"]: p for p in tx["per_pair"]}
 for p in rx["per_pair"]:
     assert p["receiver_here"] and not p["sender_here"] and p["trailer"], p
     assert p["expected"] == by_id[p["pair"]]["sent"] == p["received"], (p, by_id)
+PY
+# Layout cross: each instance runs senders and receivers of different pairs (2 shards each);
+# what both sent is what both received.
+"$bench" gen-pairs --pairs 4 --instances 2 --layout cross --out "$work/cross.txt" ||
+    fail "gen-pairs --layout cross failed"
+t=$(python3 -c 'import time; print(f"{time.time() + 1.5:.3f}")')
+for i in 0 1; do
+    timeout 60 "$bench" --server "$url" --pair-file "$work/cross.txt" --instance "$i" --shards 2 \
+        --rate-mbps 4 --duration 1 --warmup 0.5 --start-at "$t" --json >"$work/cross$i.json" \
+        2>"$work/cross$i.log" &
+    pids+=($!)
+    cross[i]=$!
+done
+wait "${cross[0]}" && wait "${cross[1]}" || fail "a cross-layout instance failed"
+python3 - "$work/cross0.json" "$work/cross1.json" <<'PY' || fail "cross layout result"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+for r in (a, b):
+    assert r["local_senders"] == 2 and r["local_receivers"] == 2, r
+    assert r["total"]["lost"] == 0 and r["total"]["misrouted"] == 0, r
+sent = a["total"]["sent"] + b["total"]["sent"]
+assert sent > 0 and a["total"]["received"] + b["total"]["received"] == sent, (a, b)
 PY
 # Keys: nodekey: for a side run elsewhere is fine; a privkey-less side here is refused.
 python3 - "$pf" "$work/pub.txt" <<'PY'
