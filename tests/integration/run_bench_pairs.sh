@@ -57,6 +57,8 @@ assert 0.8 * 3 <= rx["delivered_mbps"] <= 1.2 * 3, rx
 assert 0.8 * 3 <= tx["sent_mbps"] <= 1.2 * 3 and tx["offered_mbps"] == 3, tx
 assert abs(tx["window_start_unix"] - rx["window_start_unix"]) < 0.5, (tx, rx)
 by_id = {p["pair"]: p for p in tx["per_pair"]}
+for p in tx["per_pair"]:
+    assert p["sender_here"] and not p["receiver_here"] and p["expected"] == 0, p
 for p in rx["per_pair"]:
     assert p["receiver_here"] and not p["sender_here"] and p["trailer"], p
     assert p["expected"] == by_id[p["pair"]]["sent"] == p["received"], (p, by_id)
