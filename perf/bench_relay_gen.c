@@ -9,8 +9,7 @@
  * owns the pair (local pair i lives on shard i % shards). Cross-shard state is four atomics in
  * struct bench_run (who is ready, when the warm-up started, who drained, the first failure) and
  * the progress line's relaxed per-shard totals (written by their shard, read by shard 0).
- * Shard 0 also samples getrusage and /proc at the window edges (a blocking procfs read of a
- * few microseconds, twice per run: acceptable for a benchmark, not for the relay).
+ * Shard 0 also samples getrusage and /proc at the window edges (bench_sample.c).
  * Owns: the pairs' buffers and bitmaps (heap, allocated before the runtime starts). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -225,77 +224,6 @@ static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
 unsigned bench_clients_count(const struct bench_run *r)
 {
     return r->cfg.peers_count + (r->cfg.latency ? 2 : 0);
-}
-
-/* utime + stime and VmRSS of a process; pid 0: this one. */
-static struct bench_proc_sample proc_sample(pid_t pid)
-{
-    struct bench_proc_sample out = {0};
-    char path[64], buf[1024];
-    if (pid == 0) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        out.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-        out.ok = true;
-    } else {
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-        unsigned long ut, st;
-        /* After ")": state (3) then fields 4..13, utime (14), stime (15). */
-        if (p &&
-            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
-            out.cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-            out.ok = true;
-        }
-    }
-    if (pid == 0)
-        snprintf(path, sizeof(path), "/proc/self/status");
-    else
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    unsigned long rss;
-    while (f && fgets(buf, sizeof(buf), f))
-        if (sscanf(buf, "VmRSS: %lu", &rss) == 1) {
-            out.rss_kib = rss;
-            break;
-        }
-    if (f)
-        fclose(f);
-    return out;
-}
-
-/* Busy seconds of one CPU (everything but idle and iowait: user, nice, system, irq, softirq,
- * steal), which counts the softirq work a pinned relay's sends cause; -1 when unreadable. */
-static double cpu_busy_s(int cpu)
-{
-    char want[16], buf[512];
-    snprintf(want, sizeof(want), "cpu%d ", cpu);
-    FILE *f = fopen("/proc/stat", "r");
-    double out = -1;
-    unsigned long long v[8];
-    while (f && fgets(buf, sizeof(buf), f))
-        if (strncmp(buf, want, strlen(want)) == 0 &&
-            sscanf(buf + strlen(want), "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
-                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
-            out = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-            break;
-        }
-    if (f)
-        fclose(f);
-    return out;
-}
-
-static void relay_sample(struct bench_run *r, struct bench_proc_sample *p, double *core_s)
-{
-    if (r->cfg.relay_pid > 0)
-        *p = proc_sample(r->cfg.relay_pid);
-    *core_s = r->cfg.relay_cpu >= 0 ? cpu_busy_s(r->cfg.relay_cpu) : -1;
 }
 
 /* ---- Sending --------------------------------------------------------------------------------- */
@@ -632,8 +560,8 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
             if (r->pairs[i].home == sh)
                 r->pairs[i].tx.first_seq = r->pairs[i].tx.seq;
         if (sampler) {
-            r->gen_start = proc_sample(0);
-            relay_sample(r, &r->relay_start, &r->relay_core_start_s);
+            r->gen_start = bench_proc_sample(0);
+            bench_relay_sample(r, &r->relay_start, &r->relay_core_start_s);
             r->window_start_ns = hd_clock_ns();
             r->window_start_unix = bench_unix_now();
             if (r->cfg.latency)
@@ -651,8 +579,8 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
             r->window_end_ns = hd_clock_ns();
             if (r->cfg.latency)
                 bench_latency_window(r, false);
-            r->gen_end = proc_sample(0);
-            relay_sample(r, &r->relay_end, &r->relay_core_end_s);
+            r->gen_end = bench_proc_sample(0);
+            bench_relay_sample(r, &r->relay_end, &r->relay_core_end_s);
         }
     }
 }

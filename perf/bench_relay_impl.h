@@ -260,6 +260,12 @@ void bench_latency_window(struct bench_run *r, bool start);
 bool bench_latency_drained(const struct bench_run *r);
 void bench_latency_stop(struct bench_run *r);
 
+/* bench_sample.c: shard 0 at the window edges. */
+/* utime + stime and VmRSS of a process; pid 0: this one (getrusage). ok false: unreadable. */
+struct bench_proc_sample bench_proc_sample(pid_t pid);
+/* The relay's sample (--relay-pid) and its CPU's busy seconds (--relay-cpu; -1: none). */
+void bench_relay_sample(const struct bench_run *r, struct bench_proc_sample *p, double *core_s);
+
 /* bench_relay_gen.c */
 /* Clients this process logs in: its peers, plus the ping/echo pair with --latency. */
 unsigned bench_clients_count(const struct bench_run *r);
