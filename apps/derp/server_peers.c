@@ -104,20 +104,22 @@ static void event_msg(struct hd_shard *s, const struct hd_msg *m)
     hd_frame_unref(s, m->ptr);
 }
 
-void derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
-                     uint64_t arg)
+int derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                    uint64_t arg)
 {
     if (to == hd_shard_id(ds->s)) {
         fn(ds, f, arg);
         hd_frame_unref(ds->s, f);
-        return;
+        return 0;
     }
     struct hd_msg m = {.fn = event_msg, .ptr = f, .u64 = {arg, (uint64_t)(uintptr_t)fn}};
-    if (hd_bus_send(ds->s, to, &m) < 0) {
+    int rc = hd_bus_send(ds->s, to, &m);
+    if (rc < 0) {
         ds->ctr.bus_dropped++;
         hd_log_rl(HD_LOG_WARN, "bus to shard %u full: an event was dropped", to);
         hd_frame_unref(ds->s, f);
     }
+    return rc;
 }
 
 void derp_event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
@@ -437,8 +439,9 @@ void derp_forwarder_remove(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN
 {
     struct derp_peer *p = derp_peers_find(&ds->peers, key);
     int at = p ? fwd_index(p, id) : -1;
-    if (at < 0) {
-        ds->ctr.packet_forwarder_delete_other_value++;
+    if (at < 0) { /* derper counts a key held by one other forwarder, or only locally */
+        if (p && p->fwd_count <= 1)
+            ds->ctr.packet_forwarder_delete_other_value++;
         return;
     }
     fwd_drop(ds, p, at);
