@@ -472,9 +472,13 @@ static void snapshot_event(struct derp_shard *ds, struct hd_frame *f, uint64_t a
 }
 
 /* Every shard: count the watcher and send it this shard's active keys. */
-static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t watcher_shard)
+#define WATCH_NEW (1ull << 32) /* watch_add_event's arg: a new watcher (count it), or a repeat */
+
+static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t arg)
 {
-    ds->watchers_total++;
+    unsigned watcher_shard = (unsigned)(arg & 0xffffffffu);
+    if (arg & WATCH_NEW)
+        ds->watchers_total++;
     const size_t one = DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN;
     struct hd_frame *f = NULL;
     for (uint32_t i = 0; i < ds->peers.cap; i++) {
@@ -508,16 +512,19 @@ static void watch_remove_event(struct derp_shard *ds, struct hd_frame *f, uint64
         ds->watchers_total--;
 }
 
+/* A repeated WatchConns gets the snapshot again, as derper's addWatcher sends it each time. */
 void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
 {
-    if (cl->watcher)
-        return;
     struct hd_frame *f = derp_key_frame(ds, cl->key.bytes, NULL);
     if (f == NULL)
         return;
-    cl->watcher = true;
-    ds->ctr.watchers++;
-    derp_event_broadcast(ds, watch_add_event, f, hd_shard_id(ds->s));
+    uint64_t arg = hd_shard_id(ds->s);
+    if (!cl->watcher) {
+        cl->watcher = true;
+        ds->ctr.watchers++;
+        arg |= WATCH_NEW;
+    }
+    derp_event_broadcast(ds, watch_add_event, f, arg);
 }
 
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl)
