@@ -47,6 +47,12 @@
 /* derper initMetacert: NotBefore now - 30 days, NotAfter now + 30 days. */
 #define DERP_META_CERT_VALIDITY_S (30L * 24 * 3600)
 
+/* -rate-config (spec §6.9): a frame costs min(payload, 65568) tokens, the burst floor
+ * (DERP_RATE_BURST_MIN, derp_limits.h), so one frame always fits the bucket; a waiting client
+ * checks its bucket again at least once a second (a reload applies within that time). */
+#define DERP_RATE_TAKE_MAX    DERP_RATE_BURST_MIN
+#define DERP_RATE_WAIT_MAX_MS 1000u
+
 /* derper: the key file root uses without -c. */
 #define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 

@@ -20,6 +20,14 @@
 
 /* ---------------------------------------------------------------- configuration (read-only) */
 
+/* -rate-config (spec §6.9, server_rate.c): the per-client receive limit as read from the file,
+ * and what the buckets use (tokens a millisecond; the burst raised to DERP_RATE_BURST_MIN). */
+struct derp_rate {
+    uint64_t bytes_per_sec; /* PerClientRateLimitBytesPerSec; 0: off */
+    uint64_t burst_bytes;   /* PerClientRateBurstBytes, as configured */
+    double per_ms, burst;
+};
+
 struct derp_config {
     struct net_addr addr;
     char addr_text[64];
@@ -53,6 +61,9 @@ struct derp_config {
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
+    /* -rate-config FILE (NULL: none, no rate metrics) and its limit at start-up. */
+    const char *rate_config_path;
+    struct derp_rate rate;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -92,6 +103,7 @@ struct derp_counters {
     uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
     uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
+    uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;
@@ -149,6 +161,11 @@ struct derp_sclient {
     struct hd_flush writer;
     struct hd_timer keepalive;
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
+    /* -rate-config (server_rate.c): this connection's bucket; reading paused until the timer
+     * while a frame waits for its tokens; paid: the current frame has its tokens. */
+    struct hd_tbucket rate;
+    struct hd_timer rate_timer;
+    bool rate_paid, rate_waiting;
 };
 
 /* A key this shard owns with at least one connection, or with subscribers of its PeerGone. */
@@ -180,6 +197,7 @@ struct derp_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct derp_counters ctr;
+    struct derp_rate rate; /* -rate-config as this shard applies it (copied at shard start) */
 };
 
 /* ---------------------------------------------------------------- functions */
@@ -243,6 +261,19 @@ int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_ope
 bool derp_admit_needed(const struct derp_config *cfg);
 int derp_admit_start(struct derp_sclient *cl);
 void derp_admit_cancel(struct derp_sclient *cl);
+
+/* server_rate.c: -rate-config (spec §6.9) */
+/* Main thread: read FILE into *out. Returns 0 or -EINVAL with err naming what is wrong. */
+int derp_rate_load(const char *path, struct derp_rate *out, char *err, size_t err_size);
+void derp_rate_set(struct derp_rate *r, uint64_t bytes_per_sec, uint64_t burst_bytes);
+/* At activation (a full bucket) and at close. */
+void derp_rate_client_init(struct derp_sclient *cl, uint64_t now_ms);
+void derp_rate_client_fini(struct derp_sclient *cl);
+/* Before handling a frame of payload_len bytes: true to go on (tokens taken, or no limit);
+ * false: reading is paused until the tokens are there, then the frame is offered again. */
+bool derp_rate_take(struct derp_sclient *cl, uint32_t payload_len);
+/* The frame that paid was handled (its bytes consumed). */
+void derp_rate_frame_done(struct derp_sclient *cl);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

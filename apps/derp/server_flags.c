@@ -16,7 +16,6 @@ static const char *const unsupported[] = {
     "mesh-with",
     "verify-clients",
     "socket",
-    "rate-config",
     "bootstrap-dns-names",
     "unpublished-bootstrap-dns-names",
     "acme-ip-certs",
@@ -68,13 +67,18 @@ static void usage(FILE *out)
         "                          start-up\n"
         "  -verify-client-url-fail-open  admit when the URL cannot be reached or times out\n"
         "                          (default true; a non-200 answer always refuses)\n"
+        "  -rate-config FILE       per-client receive limit, JSON\n"
+        "                          {\"PerClientRateLimitBytesPerSec\": N,\n"
+        "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
+        "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
+        "                          TCP, nothing dropped; N = 0: off\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -mesh-with, -verify-clients,\n"
-        "-socket, -rate-config, -bootstrap-dns-names,\n"
+        "-socket, -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
 }
@@ -237,6 +241,8 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
             fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
             return -1;
         }
+    } else if (strcmp(name, "rate-config") == 0) {
+        f->rate_config = v; /* read (and checked) at start-up: derp_rate_load */
     } else if (strcmp(name, "verify-client-url") == 0) {
         f->verify_client_url = v;
     } else if (strcmp(name, "verify-client-url-fail-open") == 0) {

@@ -25,6 +25,7 @@ struct derp_flags {
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */
     long accept_burst;                /* -accept-connection-burst */
+    const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

@@ -38,6 +38,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         return rc < 0 ? rc : -ENOMEM;
     }
     derp_accept_limit_init(ds);
+    ds->rate = config.rate; /* -rate-config: this shard's copy */
     struct net_listener_options lo = {.reuseport = true,
                                       .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
                                       .keepalive_s = config.tcp_keepalive_s};
@@ -250,6 +251,14 @@ static int configure(const struct derp_flags *f)
                              sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
+    }
+    if (f->rate_config) { /* -rate-config (spec §6.9): a bad file refuses to start */
+        char rerr[256];
+        if (derp_rate_load(f->rate_config, &config.rate, rerr, sizeof(rerr)) < 0) {
+            fprintf(stderr, "hderp-server: -rate-config %s: %s\n", f->rate_config, rerr);
+            return -EINVAL;
+        }
+        config.rate_config_path = f->rate_config;
     }
     int rc = load_key(f);
     if (rc < 0)
