@@ -6,7 +6,6 @@
  * says they are there, which back-pressures the sender through TCP; the frame is offered again
  * from the bytes net kept, in order. Mesh peers are exempt; N = 0 turns the limit off. */
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -115,12 +114,11 @@ bool derp_rate_take(struct derp_sclient *cl, uint32_t payload_len)
         cl->rate_paid = true;
         return true;
     }
-    /* The bucket refills by per_ms a millisecond: wait that long, at most a second at a time
-     * (so a reload with a higher rate applies soon to a client waiting at a low one). */
-    double wait = ceil((n - cl->rate.tokens) / r->per_ms);
-    uint64_t wait_ms = wait < 1                       ? 1
-                       : wait > DERP_RATE_WAIT_MAX_MS ? DERP_RATE_WAIT_MAX_MS
-                                                      : (uint64_t)wait;
+    /* The bucket refills by per_ms a millisecond: wait that long (rounded up), at most a
+     * second at a time (so a reload with a higher rate applies soon to a client waiting at a
+     * low one). */
+    double wait = (n - cl->rate.tokens) / r->per_ms;
+    uint64_t wait_ms = wait >= DERP_RATE_WAIT_MAX_MS ? DERP_RATE_WAIT_MAX_MS : (uint64_t)wait + 1;
     if (!cl->rate_waiting) {
         ds->ctr.rate_limit_waited++; /* once per frame that had to wait */
         cl->rate_waiting = true;

@@ -268,6 +268,32 @@ Test(test_conformance_rate, zero_is_off_and_metrics_only_with_a_file)
     conf_server_stop_clean(&srv);
 }
 
+/* A client closing while it waits for tokens, and a server stopping while another one waits:
+ * both clean (the waiting client's timer goes with it). */
+Test(test_conformance_rate, close_and_stop_while_paused)
+{
+    config("{\"PerClientRateLimitBytesPerSec\": 65536}");
+    server_up();
+    struct conf_raw x, y, z;
+    CONF_OK(conf_raw_login(&x, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&y, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&z, &srv, NULL, NULL));
+    static uint8_t pkt[DERP_PACKET_LEN_MAX];
+    for (unsigned i = 0; i < 4; i++) { /* a burst's worth, then a second or more each */
+        CONF_OK(conf_raw_send_packet(&x, &y.kp.pub, pkt, sizeof(pkt)));
+        CONF_OK(conf_raw_send_packet(&z, &y.kp.pub, pkt, sizeof(pkt)));
+    }
+    int64_t last = -1;
+    CONF_OK(
+        conf_varz_wait(&srv, "derp_rate_limit_per_client_waited", 2, CONF_IO_TIMEOUT_MS, &last));
+    conf_raw_abort(&x);
+    CONF_OK(conf_varz_wait(&srv, "derp_current_connections", 2, CONF_IO_TIMEOUT_MS, &last));
+    CONF_OK(conf_raw_ping_pong(&y, 3, CONF_IO_TIMEOUT_MS));
+    conf_server_stop_clean(&srv); /* z still waits for its tokens */
+    conf_raw_close(&y);
+    conf_raw_close(&z);
+}
+
 /* ---------------------------------------------------------------- bad files */
 
 /* Runs hderp-server with -rate-config path; returns its exit status, its output in out. */
