@@ -52,6 +52,10 @@
  * checks its bucket again at least once a second (a reload applies within that time). */
 #define DERP_RATE_TAKE_MAX    DERP_RATE_BURST_MIN
 #define DERP_RATE_WAIT_MAX_MS 1000u
+/* --allow-keys: most keys in the file (32 MiB of keys; a region's tailnets are far smaller) and
+ * the longest line ("nodekey:" + 64 hex, room for white space and a comment). */
+#define DERP_ALLOW_KEYS_MAX (1u << 20)
+#define DERP_ALLOW_LINE_MAX 512u
 
 /* derper: the key file root uses without -c. */
 #define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"

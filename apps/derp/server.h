@@ -64,6 +64,10 @@ struct derp_config {
     /* -rate-config FILE (NULL: none, no rate metrics) and its limit at start-up. */
     const char *rate_config_path;
     struct derp_rate rate;
+    /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
+    const char *allow_path;
+    struct derp_allow *allow_initial; /* loaded at start-up, until derp_allow_attach */
+    struct hd_snap_var *allow;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -99,9 +103,10 @@ struct derp_counters {
     uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
-    uint64_t admit_refused; /* closed by admission control (§5) */
-    uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
+    uint64_t admit_refused;     /* closed by admission control (§5) */
+    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
     /* gauges (this shard's share) */
@@ -274,6 +279,16 @@ void derp_rate_client_fini(struct derp_sclient *cl);
 bool derp_rate_take(struct derp_sclient *cl, uint32_t payload_len);
 /* The frame that paid was handled (its bytes consumed). */
 void derp_rate_frame_done(struct derp_sclient *cl);
+/* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
+ * configure: main thread, before the runtime (loads the file; err names file:line; 0 or -errno).
+ * attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread (SIGHUP;
+ * a bad file is logged, the old list stays). detach: after hd_runtime_wait.
+ * admits: on the client's shard; counts and logs a refusal. */
+int derp_allow_configure(struct derp_config *cfg, const char *path, char *err, size_t err_size);
+int derp_allow_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_allow_reload(struct derp_config *cfg);
+void derp_allow_detach(struct derp_config *cfg);
+bool derp_allow_admits(struct derp_shard *ds, const struct derp_pubkey *key);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

@@ -72,6 +72,10 @@ static void usage(FILE *out)
         "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
         "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
         "                          TCP, nothing dropped; N = 0: off\n"
+        "  --allow-keys FILE       only these node keys may log in (mesh peers exempt): one\n"
+        "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
+        "                          before -verify-client-url; re-read on SIGHUP (a bad file\n"
+        "                          keeps the old list)\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
@@ -250,6 +254,8 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
             return -1;
         }
+    } else if (strcmp(name, "allow-keys") == 0) {
+        f->allow_keys = v; /* read and checked by derp_allow_configure */
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
                strcmp(name, "verbose") == 0 || strcmp(name, "version") == 0) {
         bool b;

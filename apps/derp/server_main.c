@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,15 @@ static int global_init(struct hd_runtime *rt, void *arg)
     return derp_crypto_init();
 }
 
+/* Main thread, SIGHUP: reload what can be reloaded. */
+static void on_signal(struct hd_runtime *rt, int signo, void *arg)
+{
+    (void)rt, (void)arg;
+    if (signo != SIGHUP)
+        return;
+    derp_allow_reload(&config); /* --allow-keys */
+}
+
 const struct hd_module derp_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
@@ -109,6 +119,7 @@ const struct hd_module derp_module = {
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,
+    .on_signal = on_signal,
 };
 
 /* ---------------------------------------------------------------- start-up */
@@ -260,6 +271,13 @@ static int configure(const struct derp_flags *f)
         }
         config.rate_config_path = f->rate_config;
     }
+    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
+        char err[512];
+        if (derp_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+            return -EINVAL;
+        }
+    }
     int rc = load_key(f);
     if (rc < 0)
         return rc;
@@ -334,14 +352,21 @@ int main(int argc, char **argv)
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
+    if ((rc = derp_allow_attach(&config, rt)) < 0) { /* --allow-keys: every shard's list */
+        fprintf(stderr, "hderp-server: --allow-keys: %s\n", strerror(-rc));
+        hd_runtime_destroy(rt);
+        return 1;
+    }
     rc = hd_runtime_start(rt);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        derp_allow_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
+    derp_allow_detach(&config);
     hd_runtime_destroy(rt);
     if (config.tls)
         tls_ctx_destroy(config.tls);

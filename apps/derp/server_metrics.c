@@ -146,6 +146,8 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(admit_refused));
     put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
         (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
+        (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
