@@ -61,9 +61,11 @@ struct derp_config {
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
-    /* -rate-config FILE (NULL: none, no rate metrics) and its limit at start-up. */
+    /* -rate-config FILE (NULL: none, no rate metrics), its limit at start-up, and the limit in
+     * force as a snapshot per shard (reloaded on SIGHUP; NULL without a file). */
     const char *rate_config_path;
     struct derp_rate rate;
+    struct hd_snap_var *rate_var;
     /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
     const char *allow_path;
     struct derp_allow *allow_initial; /* loaded at start-up, until derp_allow_attach */
@@ -202,7 +204,6 @@ struct derp_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct derp_counters ctr;
-    struct derp_rate rate; /* -rate-config as this shard applies it (copied at shard start) */
 };
 
 /* ---------------------------------------------------------------- functions */
@@ -271,6 +272,13 @@ void derp_admit_cancel(struct derp_sclient *cl);
 /* Main thread: read FILE into *out. Returns 0 or -EINVAL with err naming what is wrong. */
 int derp_rate_load(const char *path, struct derp_rate *out, char *err, size_t err_size);
 void derp_rate_set(struct derp_rate *r, uint64_t bytes_per_sec, uint64_t burst_bytes);
+/* attach: after hd_runtime_create, before start (0 or -ENOMEM); reload: main thread, SIGHUP (a
+ * bad file is logged, the old limit stays); detach: after hd_runtime_wait. */
+int derp_rate_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_rate_reload(struct derp_config *cfg);
+void derp_rate_detach(struct derp_config *cfg);
+/* The limit this shard applies now (borrowed until the shard returns to its loop). */
+const struct derp_rate *derp_rate_current(const struct derp_shard *ds);
 /* At activation (a full bucket) and at close. */
 void derp_rate_client_init(struct derp_sclient *cl, uint64_t now_ms);
 void derp_rate_client_fini(struct derp_sclient *cl);

@@ -39,7 +39,6 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         return rc < 0 ? rc : -ENOMEM;
     }
     derp_accept_limit_init(ds);
-    ds->rate = config.rate; /* -rate-config: this shard's copy */
     struct net_listener_options lo = {.reuseport = true,
                                       .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
                                       .keepalive_s = config.tcp_keepalive_s};
@@ -110,6 +109,7 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     if (signo != SIGHUP)
         return;
     derp_allow_reload(&config); /* --allow-keys */
+    derp_rate_reload(&config);  /* -rate-config */
 }
 
 const struct hd_module derp_module = {
@@ -357,15 +357,23 @@ int main(int argc, char **argv)
         hd_runtime_destroy(rt);
         return 1;
     }
+    if ((rc = derp_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
+        fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
+        derp_allow_detach(&config);
+        hd_runtime_destroy(rt);
+        return 1;
+    }
     rc = hd_runtime_start(rt);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        derp_rate_detach(&config);
         derp_allow_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
+    derp_rate_detach(&config);
     derp_allow_detach(&config);
     hd_runtime_destroy(rt);
     if (config.tls)

@@ -34,7 +34,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
     struct derp_shard *ds = hd_shard_module_state(s, &derp_module);
     if (ds) {
         v->ctr = ds->ctr;
-        v->rate = ds->rate;
+        v->rate = *derp_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
     for (unsigned i = 0; i < hd_frame_classes_count(s); i++) {

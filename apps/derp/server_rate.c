@@ -4,9 +4,13 @@
  * (struct derp_sclient.rate), charged min(payload, 65568) bytes per frame before the frame is
  * handled. Without the tokens the connection stops reading (nothing is dropped) until a timer
  * says they are there, which back-pressures the sender through TCP; the frame is offered again
- * from the bytes net kept, in order. Mesh peers are exempt; N = 0 turns the limit off. */
+ * from the bytes net kept, in order. Mesh peers are exempt; N = 0 turns the limit off.
+ * SIGHUP reads the file again (main thread): a good one becomes a new immutable snapshot that
+ * every shard swaps in (hd_snap_var), so existing connections use it from their next frame (a
+ * waiting one within DERP_RATE_WAIT_MAX_MS); a bad one is logged and the old limit stays. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -82,7 +86,77 @@ out_root:
     return rc;
 }
 
+/* ---------------------------------------------------------------- reload (main thread) */
+
+struct derp_rate_snap {
+    struct hd_snap snap;
+    struct derp_rate rate;
+};
+
+static void snap_free(struct hd_snap *sn)
+{
+    free(hd_container_of(sn, struct derp_rate_snap, snap));
+}
+
+static struct hd_snap *snap_new(const struct derp_rate *r)
+{
+    struct derp_rate_snap *rs = malloc(sizeof(*rs));
+    if (rs == NULL)
+        return NULL;
+    hd_snap_init(&rs->snap, snap_free);
+    rs->rate = *r;
+    return &rs->snap;
+}
+
+int derp_rate_attach(struct derp_config *cfg, struct hd_runtime *rt)
+{
+    if (cfg->rate_config_path == NULL)
+        return 0;
+    struct hd_snap *sn = snap_new(&cfg->rate);
+    if (sn == NULL)
+        return -ENOMEM;
+    return hd_snap_var_create(rt, sn, &cfg->rate_var); /* takes sn's reference */
+}
+
+void derp_rate_detach(struct derp_config *cfg)
+{
+    hd_snap_var_destroy(cfg->rate_var);
+    cfg->rate_var = NULL;
+}
+
+void derp_rate_reload(struct derp_config *cfg)
+{
+    if (cfg->rate_var == NULL)
+        return;
+    char err[256];
+    struct derp_rate r;
+    if (derp_rate_load(cfg->rate_config_path, &r, err, sizeof(err)) < 0) {
+        hd_log(HD_LOG_ERROR, "-rate-config %s: reload failed, keeping the previous limit: %s",
+               cfg->rate_config_path, err);
+        return;
+    }
+    struct hd_snap *sn = snap_new(&r);
+    int rc = sn ? hd_snap_var_publish(cfg->rate_var, sn) : -ENOMEM; /* takes sn's reference */
+    if (rc < 0)
+        hd_log(HD_LOG_ERROR,
+               "-rate-config %s: read, but some shards keep the previous limit (%s); send "
+               "SIGHUP again",
+               cfg->rate_config_path, strerror(-rc));
+    else
+        hd_log(HD_LOG_INFO, "-rate-config %s: reloaded: %llu bytes/s, burst %llu",
+               cfg->rate_config_path, (unsigned long long)r.bytes_per_sec,
+               (unsigned long long)r.burst);
+}
+
 /* ---------------------------------------------------------------- the limiter (client's shard) */
+
+const struct derp_rate *derp_rate_current(const struct derp_shard *ds)
+{
+    if (ds->cfg->rate_var == NULL)
+        return &ds->cfg->rate; /* no file: all zero, off */
+    const struct hd_snap *sn = hd_snap_var_get(ds->cfg->rate_var, ds->s);
+    return &hd_container_of(sn, const struct derp_rate_snap, snap)->rate;
+}
 
 /* The tokens are there (or the limit is off for this client): read on. */
 static void rate_resume(struct hd_timer *t)
@@ -94,7 +168,7 @@ static void rate_resume(struct hd_timer *t)
 void derp_rate_client_init(struct derp_sclient *cl, uint64_t now_ms)
 {
     hd_timer_init(&cl->rate_timer, rate_resume);
-    hd_tbucket_fill(&cl->rate, cl->ds->rate.burst, now_ms);
+    hd_tbucket_fill(&cl->rate, derp_rate_current(cl->ds)->burst, now_ms);
     cl->rate_paid = false;
 }
 
@@ -106,7 +180,7 @@ void derp_rate_client_fini(struct derp_sclient *cl)
 bool derp_rate_take(struct derp_sclient *cl, uint32_t payload_len)
 {
     struct derp_shard *ds = cl->ds;
-    const struct derp_rate *r = &ds->rate;
+    const struct derp_rate *r = derp_rate_current(ds); /* borrowed: this call only */
     if (cl->rate_paid || cl->mesh || r->per_ms <= 0)
         return true;
     double n = payload_len < DERP_RATE_TAKE_MAX ? payload_len : DERP_RATE_TAKE_MAX;

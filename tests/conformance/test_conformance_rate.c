@@ -2,7 +2,8 @@
  * a client sending 2 MiB at a 256 KiB/s limit is paced (its receiver needs at least
  * (bytes - burst) / rate, less 20%), nothing is dropped or reordered; a second pair sending
  * within its burst at the same time is done long before; a mesh client never waits; the metrics
- * exist only with a config file; a bad file stops the server at start with a message naming it.
+ * exist only with a config file; a bad file stops the server at start with a message naming it;
+ * SIGHUP re-reads the file for the connections already there (a bad one keeps the old limit).
  * Raw blocking clients; the paced flow's sender and receiver have a thread each. */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -292,6 +293,84 @@ Test(test_conformance_rate, close_and_stop_while_paused)
     conf_server_stop_clean(&srv); /* z still waits for its tokens */
     conf_raw_close(&y);
     conf_raw_close(&z);
+}
+
+/* ---------------------------------------------------------------- SIGHUP */
+
+static void reload(const char *json, const char *gauge, int64_t want)
+{
+    write_file(cfg_path, json);
+    cr_assert_eq(kill(srv.pid, SIGHUP), 0);
+    int64_t last = -1;
+    int rc = conf_varz_wait(&srv, gauge, want, CONF_IO_TIMEOUT_MS, &last);
+    cr_assert_eq(rc, 0, "after SIGHUP %s is %lld, not %lld", gauge, (long long)last,
+                 (long long)want);
+}
+
+/* Does the server's log have this text (polled: the log line comes from the main thread)? */
+static bool log_has(const char *text)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/server.log", srv.dir);
+    static char buf[1 << 16];
+    for (int64_t end = now_ms() + CONF_IO_TIMEOUT_MS; now_ms() < end; usleep(20 * 1000)) {
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+        buf[n] = '\0';
+        if (f)
+            fclose(f);
+        if (strstr(buf, text))
+            return true;
+    }
+    return false;
+}
+
+/* The file is read again on SIGHUP and applies to connections already there: a lower rate
+ * paces them at once, a bad file changes nothing, N = 0 releases a client that is waiting. */
+Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
+{
+    char json[128];
+    snprintf(json, sizeof(json), "{\"PerClientRateLimitBytesPerSec\": %d}", RATE);
+    config(json);
+    server_up();
+    struct conf_raw a, b;
+    CONF_OK(conf_raw_login(&a, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
+
+    /* 64 KiB/s: 8 big packets need ~7 s (they would need ~1.75 s at the old rate). */
+    reload("{\"PerClientRateLimitBytesPerSec\": 65536, \"PerClientRateBurstBytes\": 0}",
+           "derp_rate_limit_per_client_bytes_per_second", 65536);
+    struct flow fl = {.a = &a, .b = &b, .pkts = 8};
+    pthread_t th[2];
+    int64_t t0 = now_ms();
+    flow_start(&fl, th);
+    flow_join(&fl, th);
+    int64_t took = fl.done_ms - t0, min = floor_ms(8, BIG_COST, 65536, BURST);
+    cr_assert_geq(took, min, "after the reload 512 KiB took %lld ms (at least %lld)",
+                  (long long)took, (long long)min);
+
+    /* A bad file: logged, the limit stays. */
+    write_file(cfg_path, "{\"PerClientRateLimitBytesPerSec\": \"fast\"}");
+    cr_assert_eq(kill(srv.pid, SIGHUP), 0);
+    cr_assert(log_has("reload failed, keeping the previous limit"), "no log line");
+    cr_assert(conf_server_alive(&srv));
+    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), 65536);
+
+    /* 32 KiB/s: every big packet after the first waits 2 s. Once B has two, N = 0: the frame
+     * waiting then goes within a second and no later frame waits. */
+    reload("{\"PerClientRateLimitBytesPerSec\": 32768}",
+           "derp_rate_limit_per_client_bytes_per_second", 32768);
+    struct flow f2 = {.a = &a, .b = &b, .pkts = 6};
+    flow_start(&f2, th);
+    reload("{\"PerClientRateLimitBytesPerSec\": 0}", "derp_rate_limit_per_client_bytes_per_second",
+           0);
+    int64_t waited = varz("derp_rate_limit_per_client_waited");
+    flow_join(&f2, th);
+    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), waited,
+                 "frames waited after the limit was turned off");
+    conf_raw_close(&a);
+    conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
 }
 
 /* ---------------------------------------------------------------- bad files */
