@@ -418,7 +418,9 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
             return rc;
         }
         /* §6.1, §6.9: the rate limit applies as soon as a frame's header is known, before its
-         * payload (so net keeps at most the header and one read's bytes while paused). */
+         * payload, so net keeps at most the header and one read's bytes while paused. (Waiting
+         * until the whole frame is buffered would leave net a 64 KiB frame plus the rest of the
+         * read, over NET_RX_TAIL_MAX: the connection would close; test_conformance_rate*.) */
         if (sp.header_known && !skipping && cl->phase == DERP_SCLIENT_ACTIVE &&
             !derp_rate_take(cl, sp.len))
             break; /* reading paused: this frame is offered again when its tokens are there */
