@@ -175,7 +175,12 @@ unsigned net_conn_unsent_count(const struct net_conn *c);
 uint32_t net_conn_drop_oldest(struct net_conn *c);
 size_t net_conn_queued_bytes(const struct net_conn *c);
 
-/* Stop or resume reading (backpressure from the app). */
+/* Stop or resume reading (backpressure from the app). Paused from on_data, the bytes on_data
+ * did not consume, and the rest of the read (or of the codec's output) being delivered, are kept
+ * in order as the app's tail and offered again on resume; buffers that arrive meanwhile wait
+ * unread. That tail must stay within NET_RX_TAIL_MAX (else the connection closes, -EMSGSIZE):
+ * pause before a large message is buffered (at its header), not once it is whole. Resuming
+ * offers the kept bytes at once, inside this call: the app's state may be gone after it. */
 void net_conn_pause_recv(struct net_conn *c, bool paused);
 /* Close after the queued bytes are sent (flush = true; bounded by the write timeout) or at once.
  * reason reaches on_close. Idempotent. */
