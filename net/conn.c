@@ -287,18 +287,60 @@ static void tail_drop(struct net_conn *c, struct hd_frame **tailp)
     }
 }
 
-/* Offer bytes to on_data until it consumes nothing more; keep the rest as the tail. */
+/* After net_conn_switch_codec: data[0..len) arrived as plaintext but is the new codec's input,
+ * kept as its tail (decoded by rest_decode). */
+static int rest_to_codec(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    if (len == 0)
+        return 0;
+    if (c->raw_tail)
+        return tail_append(c, &c->raw_tail, data, len);
+    return tail_keep(c, &c->raw_tail, data, len);
+}
+
+/* The switch is complete: decode what was kept for the new codec (unless paused: replay then). */
+static int rest_decode(struct net_conn *c, int rc)
+{
+    c->flags &= ~NET_F_CODEC_REST;
+    if (rc == 0 && c->state == NET_CONN_OPEN && !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) &&
+        c->raw_tail && c->raw_tail->len > 0)
+        rc = net_conn_input(c, NULL, 0);
+    return rc;
+}
+
+int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state)
+{
+    if (c->codec)
+        return -EBUSY;
+    HD_ASSERT(c->flags & NET_F_IN_DATA); /* only on_data knows where the new protocol starts */
+    c->codec = codec;
+    c->codec_state = state;
+    c->flags |= NET_F_CODEC_REST;
+    return 0;
+}
+
+/* Offer bytes to on_data until it consumes nothing more; keep the rest as the tail (or, after
+ * a codec switch, as the codec's input). */
 static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool from_tail)
 {
     size_t done = 0;
     while (done < len && c->state == NET_CONN_OPEN && !(c->flags & NET_F_RECV_PAUSED)) {
+        uint32_t in_data = c->flags & NET_F_IN_DATA;
+        c->flags |= NET_F_IN_DATA;
         ssize_t n = c->h->on_data(c, data + done, len - done);
+        c->flags = (c->flags & ~NET_F_IN_DATA) | in_data;
         if (n < 0)
             return (int)n;
         HD_ASSERT((size_t)n <= len - done);
+        done += (size_t)n;
+        if (c->flags & NET_F_CODEC_REST) {
+            int rc = rest_to_codec(c, data + done, len - done);
+            if (from_tail)
+                c->rx_tail->len = 0;
+            return rc;
+        }
         if (n == 0)
             break;
-        done += (size_t)n;
     }
     if (done == len) {
         if (from_tail)
@@ -313,6 +355,7 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
     /* With a tail, add only what fits under NET_RX_TAIL_MAX, offer it, and go on with the rest:
      * a partial frame near the limit plus a whole new buffer must not overflow the tail when the
      * frame completes inside that buffer. */
+    int rc = 0;
     while (len > 0 && c->rx_tail && c->rx_tail->len > 0) {
         if (c->state != NET_CONN_OPEN || (c->flags & NET_F_RECV_PAUSED))
             return tail_append(c, &c->rx_tail, data, len); /* offered again on resume */
@@ -320,15 +363,23 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
         if (room == 0)
             return -EMSGSIZE; /* the app's message is larger than any tail may be */
         size_t take = len < room ? len : room;
-        int rc = tail_append(c, &c->rx_tail, data, take);
+        rc = tail_append(c, &c->rx_tail, data, take);
         if (rc == 0)
             rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
-        if (rc < 0)
-            return rc;
         data += take;
         len -= take;
+        if (rc < 0 || (c->flags & NET_F_CODEC_REST))
+            break;
     }
-    return len ? app_offer(c, data, len, false) : 0;
+    if (rc == 0 && len > 0 && !(c->flags & NET_F_CODEC_REST)) {
+        rc = app_offer(c, data, len, false);
+        len = 0;
+    }
+    if (!(c->flags & NET_F_CODEC_REST))
+        return rc;
+    if (rc == 0)
+        rc = rest_to_codec(c, data, len); /* bytes the tail loop did not offer */
+    return rest_decode(c, rc);
 }
 
 /* Raw bytes from the socket: through the codec if there is one. */
@@ -493,6 +544,7 @@ int net_conn_replay(struct net_conn *c)
     int rc = 0;
     if (c->rx_tail && c->rx_tail->len > 0)
         rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
+    c->flags &= ~NET_F_CODEC_REST; /* a switch: its bytes are the codec's tail, decoded next */
     if (rc == 0 && c->codec && c->raw_tail && c->raw_tail->len > 0 &&
         !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
         rc = net_conn_input(c, NULL, 0);

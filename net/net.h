@@ -183,6 +183,11 @@ void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* A protocol switch inside the byte stream (an HTTP 101 followed by WebSocket frames): from
+ * inside on_data, install codec on a connection that has none; the bytes after what this
+ * on_data call consumes, and every byte received later, are the codec's raw input (decoded
+ * once on_data returns). Returns 0, -EBUSY (a codec is installed: net holds one). */
+int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state);
 /* The installed codec (NULL: none) and its state. */
 const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
 /* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app

@@ -69,6 +69,8 @@ enum net_conn_flag {
     NET_F_QUIET_WAIT = 1u << 10, /* ... and waits for codec->quiesced */
     NET_F_QUIET_READ = 1u << 11, /* recv_op is a net_conn_quiet_read */
     NET_F_ENCODE_DUE = 1u << 12, /* the codec holds plaintext of its own: encode at the flush */
+    NET_F_CODEC_REST = 1u << 13, /* net_conn_switch_codec in on_data: the rest is codec input */
+    NET_F_IN_DATA = 1u << 14,    /* inside on_data */
 };
 
 struct net_conn {
