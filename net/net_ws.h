@@ -85,9 +85,9 @@ void net_ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t pos);
  * bytes after what that on_data call consumes are the first WebSocket bytes (a server's first
  * message may share a read with its 101). The caller has already queued (server) or read
  * (client) the HTTP 101; what the app sends from now on goes out in binary messages. server:
- * we answered the upgrade. The codec's state lives in one pool frame of c's shard.
- * Returns 0, -EOPNOTSUPP (c already has a codec: WebSocket over TLS needs codec stacking, which
- * net does not have), -ENOMEM (frame pool exhausted). */
+ * we answered the upgrade. Over TLS the codec goes above the TLS one (net_conn_switch_codec).
+ * The codec's state lives in one pool frame of c's shard.
+ * Returns 0, -EBUSY (c has two codecs already), -ENOMEM (frame pool exhausted). */
 int net_ws_start(struct net_conn *c, bool server);
 /* Queue a close frame (status code, reason <= NET_WS_CLOSE_REASON_MAX bytes) behind nothing:
  * what the app queued and was not yet framed is dropped; then close c after the flush with

@@ -185,7 +185,7 @@ static int ws_encode(struct net_conn *c, void *state)
 static void ws_release(struct net_conn *c, void *state)
 {
     struct net_ws *w = state;
-    hd_frame_unref(net_conn_shard(c), w->self);
+    hd_frame_unref(c ? net_conn_shard(c) : hd_shard_current(), w->self); /* c NULL: net.h */
 }
 
 static const struct net_codec ws_codec = {
@@ -199,8 +199,8 @@ static const struct net_codec ws_codec = {
 
 int net_ws_start(struct net_conn *c, bool server)
 {
-    if (net_conn_codec(c, NULL) != NULL)
-        return -EOPNOTSUPP;
+    if (net_conn_upper_codec(c, NULL) != NULL)
+        return -EBUSY;
     struct hd_frame *f = hd_frame_get(net_conn_shard(c), sizeof(struct net_ws));
     if (f == NULL)
         return -ENOMEM;
@@ -219,6 +219,8 @@ int net_ws_start(struct net_conn *c, bool server)
 static struct net_ws *ws_of(const struct net_conn *c)
 {
     void *state;
+    if (net_conn_upper_codec(c, &state) == &ws_codec) /* over TLS */
+        return state;
     return net_conn_codec(c, &state) == &ws_codec ? state : NULL;
 }
 

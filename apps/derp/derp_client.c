@@ -302,8 +302,8 @@ int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg
         return -EINVAL;
     if (cfg->tls && cfg->tls_ctx == NULL)
         return -EINVAL;
-    if (cfg->websocket && (cfg->tls || cfg->fast_start))
-        return cfg->tls ? -EOPNOTSUPP : -EINVAL; /* one codec per connection; §1.5 */
+    if (cfg->websocket && cfg->fast_start)
+        return -EINVAL; /* §1.5: no fast start on the WebSocket path */
     struct derp_client *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return -ENOMEM;

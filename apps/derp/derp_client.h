@@ -68,9 +68,9 @@ struct derp_client_config {
     const char *path;     /* request target; NULL: "/derp" */
     const char *upgrade;  /* Upgrade value; NULL: "DERP" (tests: "websocket", legacy clients) */
     /* The WebSocket carrier (§1.5): an RFC 6455 upgrade with subprotocol derp, then the DERP
-     * stream in masked binary messages (net_ws.h). Plain TCP only (net holds one codec, so not
-     * with tls), not with fast_start; upgrade is ignored. A 101 without the right
-     * Sec-WebSocket-Accept or without "Sec-WebSocket-Protocol: derp" fails with -ENOPROTOOPT. */
+     * stream in masked binary messages (net_ws.h), over TCP or TLS; not with fast_start;
+     * upgrade is ignored. A 101 without the right Sec-WebSocket-Accept or without
+     * "Sec-WebSocket-Protocol: derp" fails with -ENOPROTOOPT. */
     bool websocket;
     const struct net_http_hdr *headers; /* extra request headers, written after ours */
     size_t headers_count;               /* <= DERP_CLIENT_HEADERS_MAX */
@@ -186,7 +186,7 @@ struct derp_client_stats {
  * life: keep it static). user is the caller's (derp_client_user). On success *out is the client
  * and on_close will run exactly once. Returns 0, or (nothing created, no callback runs):
  *   -EINVAL (missing on_close, bad host/path/header/app name, too many headers, websocket with
- *   fast_start), -EOPNOTSUPP (websocket with tls), -E2BIG (request
+ *   fast_start), -E2BIG (request
  *   larger than DERP_CLIENT_REQUEST_SIZE_MAX; tls without tls_ctx), -ENOMEM, -EIO (crypto), or
  *   net_conn_connect's error. */
 int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg,

@@ -154,11 +154,6 @@ static bool serve_websocket(struct net_conn *c, struct derp_shard *ds,
                    false, false);
         return false;
     }
-    if (net_conn_codec(c, NULL) != NULL) { /* TLS: net holds one codec, no TLS+WebSocket yet */
-        reply_text(c, 501, "WebSocket over TLS not supported by this hderp-server yet\n", false,
-                   false);
-        return false;
-    }
     /* Subprotocol selection: "derp" when the client offers it as a token; the 1008 close below
      * covers offers that only contain the substring (derper's check before Accept). */
     bool derp = net_http_header_has_token(&req->head, "Sec-WebSocket-Protocol", "derp");
@@ -168,7 +163,7 @@ static bool serve_websocket(struct net_conn *c, struct derp_shard *ds,
                                   derp ? NET_HTTP_LIT("derp") : (struct net_http_str){0});
     HD_ASSERT(n > 0); /* the key was checked */
     reply(c, buf, n);
-    int rc = net_ws_start(c, true);
+    int rc = net_ws_start(c, true); /* over TLS: above the TLS codec */
     if (rc < 0) {
         net_conn_close(c, rc, false);
         return false;

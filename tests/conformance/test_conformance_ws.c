@@ -21,6 +21,7 @@
 #include "derp_frame.h"
 #include "derp_handshake.h"
 #include "net_http.h"
+#include "tls.h"
 
 static struct conf_server srv;
 
@@ -530,5 +531,22 @@ Test(test_conformance_ws, derp_clients_half_websocket)
 {
     conf_load_run(
         &(struct conf_load_opts){.srv = &srv, .deadline_ms = 120000, .websocket_half = true});
+    conf_server_stop_clean(&srv);
+}
+
+/* The same over TLS (wss): the WebSocket codec above the TLS one on both sides, connections
+ * moving to their owner shards with both codecs. */
+Test(test_conformance_ws, derp_clients_half_websocket_over_tls)
+{
+    conf_server_down(&srv); /* the suite's plain server */
+    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = 2, .tls = true}), 0);
+    struct tls_ctx *ca = NULL;
+    cr_assert_eq(tls_client_ctx_create(&(struct tls_client_options){.ca_file = srv.cert_file}, &ca),
+                 0);
+    char host[64];
+    snprintf(host, sizeof(host), "%s:%u", CONF_TLS_HOSTNAME, srv.port);
+    conf_load_run(&(struct conf_load_opts){
+        .srv = &srv, .tls_ctx = ca, .host = host, .deadline_ms = 120000, .websocket_half = true});
+    tls_ctx_destroy(ca);
     conf_server_stop_clean(&srv);
 }

@@ -51,7 +51,8 @@ static void put_frame(uint8_t *buf, size_t *at, uint8_t op, bool fin, const void
 {
     size_t h = net_ws_header_write(buf + *at, op, fin, len, key);
     cr_assert_eq(h, net_ws_header_size(len, key != NULL));
-    memcpy(buf + *at + h, payload, len);
+    if (len > 0)
+        memcpy(buf + *at + h, payload, len);
     if (key)
         net_ws_mask(buf + *at + h, len, key, 0);
     *at += h + len;
