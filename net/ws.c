@@ -112,8 +112,11 @@ static ssize_t ws_decode(struct net_conn *c, void *state, uint8_t *in, size_t le
         return rc; /* the app (net_conn_deliver) asked to close */
     w->stats.protocol_errors++;
     char peer[64];
-    hd_log_rl(HD_LOG_INFO, "websocket: %s from %s: closing with status %u", w->dec.error,
+    /* A refused size names the limit: a peer's message over it is the likely reason. */
+    hd_log_rl(HD_LOG_INFO, "websocket: %s%s from %s: closing with status %u", w->dec.error,
+              rc == -EMSGSIZE ? " (limit NET_WS_MESSAGE_MAX = 69632 bytes)" : "",
               net_addr_format(net_conn_peer(c), peer, sizeof(peer)), (unsigned)w->dec.error_code);
+    _Static_assert(NET_WS_MESSAGE_MAX == 69632u, "the log line above names the limit");
     close_out(c, w, w->dec.error_code, w->dec.error, strlen(w->dec.error), rc);
     return (ssize_t)len;
 }
