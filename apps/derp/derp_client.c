@@ -32,10 +32,16 @@ static uint32_t timeout_pick(uint32_t v, uint32_t def)
 int derp_client_url_parse(const char *url, struct derp_client_url *out)
 {
     struct net_url u;
+    /* ws:// and wss:// are http:// and https:// with the WebSocket carrier. */
+    char http[sizeof(out->host) + sizeof(out->path) + 16];
+    bool ws = strncmp(url, "ws://", 5) == 0 || strncmp(url, "wss://", 6) == 0;
     memset(out, 0, sizeof(*out));
-    if (net_url_parse(url, &u) < 0 || net_url_resolve(&u, true, &out->addr) < 0)
+    if (ws && snprintf(http, sizeof(http), "http%s", url + 2) >= (int)sizeof(http))
+        return -EINVAL;
+    if (net_url_parse(ws ? http : url, &u) < 0 || net_url_resolve(&u, true, &out->addr) < 0)
         return -EINVAL;
     out->tls = u.tls;
+    out->websocket = ws;
     memcpy(out->host, u.authority, sizeof(out->host));
     snprintf(out->path, sizeof(out->path), "%s", u.path[0] ? u.path : DERP_CLIENT_PATH_DEFAULT);
     return 0;
@@ -47,6 +53,7 @@ void derp_client_config_set_url(struct derp_client_config *cfg, const struct der
     cfg->host = url->host;
     cfg->path = url->path;
     cfg->tls = url->tls;
+    cfg->websocket = url->websocket;
 }
 
 /* ---- The first write: upgrade request [+ ClientInfo] ----------------------------------------- */

@@ -105,15 +105,16 @@ struct derp_client_config {
 /* A parsed "http://1.2.3.4:3340/derp" (numeric hosts only), with storage for the strings. */
 struct derp_client_url {
     struct net_addr addr;
-    bool tls;                                /* https */
+    bool tls;                                /* https or wss */
+    bool websocket;                          /* ws or wss: the WebSocket carrier (§1.5) */
     char host[DERP_CLIENT_HOST_LEN_MAX + 1]; /* authority as written (the Host header) */
     char path[DERP_CLIENT_PATH_LEN_MAX + 1]; /* "/derp" when the URL has no path */
 };
-/* http[s]://host[:port][/path] (net_url_parse): host an IPv4 address or [IPv6]; port 80/443 by
- * default; path "/derp" when the URL has none. Returns 0 or -EINVAL (syntax, a host name, too
- * long). Any thread. */
+/* http[s]://host[:port][/path] (net_url_parse), or ws[s]:// for the same over WebSocket: host
+ * an IPv4 address or [IPv6]; port 80/443 by default; path "/derp" when the URL has none. Returns 0
+ * or -EINVAL (syntax, a host name, too long). Any thread. */
 int derp_client_url_parse(const char *url, struct derp_client_url *out);
-/* Points cfg's addr/host/path/tls at url (which must outlive the connect call). */
+/* Points cfg's addr/host/path/tls/websocket at url (which must outlive the connect call). */
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url);
 
 /* ---- Callbacks ------------------------------------------------------------------------------- */
