@@ -63,6 +63,8 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_WS_MESSAGE_MAX      (65536u + 4096u)
 #define NET_WS_CLIENT_CHUNK     (16u * 1024u)
 #define NET_WS_ENCODE_BATCH     (NET_IOV_MAX / 2)
+/* A client that sent its close waits this long for the server's (coder/websocket: 5 s). */
+#define NET_WS_CLOSE_WAIT_MS 5000u
 _Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "DERP-SPEC 1.5: accept 64 KiB + 64 messages");
 _Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX, "a pool frame class");
 

@@ -89,9 +89,11 @@ void net_ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t pos);
  * The codec's state lives in one pool frame of c's shard.
  * Returns 0, -EBUSY (c has two codecs already), -ENOMEM (frame pool exhausted). */
 int net_ws_start(struct net_conn *c, bool server);
-/* Queue a close frame (status code, reason <= NET_WS_CLOSE_REASON_MAX bytes) behind nothing:
- * what the app queued and was not yet framed is dropped; then close c after the flush with
- * reason. For protocol refusals decided above net (derper's 1008). Returns 0 or -EINVAL (c has
+/* Queue a close frame (status code, reason <= NET_WS_CLOSE_REASON_MAX bytes, truncated) behind
+ * nothing: what the app queued and was not yet framed is dropped. A server then closes c after
+ * the flush with reason (derper's 1008 refusal); a client reads on (delivering nothing) until
+ * the server's close arrives and then closes with reason, or after NET_WS_CLOSE_WAIT_MS with
+ * -ETIMEDOUT (RFC 6455 section 7.1.1: the server closes TCP first). Returns 0 or -EINVAL (c has
  * no WebSocket codec). */
 int net_ws_close(struct net_conn *c, uint16_t status, const char *text, int reason);
 /* True when c runs the WebSocket codec. */

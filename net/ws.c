@@ -14,7 +14,9 @@
 struct net_ws {
     struct hd_frame *self; /* the frame holding this struct */
     bool server;
-    bool closing; /* our close frame is queued: nothing more is framed, input is ignored */
+    bool closing;     /* our close frame is queued: nothing more is framed, input is ignored */
+    bool awaiting;    /* a client's own close: input is read until the server's close comes */
+    int close_reason; /* for the connection's close once the server's close came */
     struct net_ws_decoder dec;
     struct net_ws_stats stats;
 };
@@ -46,12 +48,10 @@ static int control_out(struct net_conn *c, struct net_ws *w, uint8_t opcode, con
     return net_conn_wire_queue(c, f, 0, f->len);
 }
 
-/* Queue a close frame and close c once it is sent. */
-static void close_out(struct net_conn *c, struct net_ws *w, uint16_t status, const char *text,
-                      size_t text_len, int reason)
+/* Queue our close frame (once): from now on nothing more is framed. Returns 0 or -errno. */
+static int close_frame(struct net_conn *c, struct net_ws *w, uint16_t status, const char *text,
+                       size_t text_len)
 {
-    if (w->closing)
-        return;
     w->closing = true;
     uint8_t p[NET_WS_CONTROL_MAX];
     size_t n = 0;
@@ -64,7 +64,16 @@ static void close_out(struct net_conn *c, struct net_ws *w, uint16_t status, con
             memcpy(p + 2, text, text_len);
         n = 2 + text_len;
     }
-    int rc = control_out(c, w, NET_WS_OP_CLOSE, p, n);
+    return control_out(c, w, NET_WS_OP_CLOSE, p, n);
+}
+
+/* Queue a close frame and close c once it is sent. */
+static void close_out(struct net_conn *c, struct net_ws *w, uint16_t status, const char *text,
+                      size_t text_len, int reason)
+{
+    if (w->closing)
+        return;
+    int rc = close_frame(c, w, status, text, text_len);
     net_conn_close(c, rc < 0 ? rc : reason, rc == 0);
 }
 
@@ -82,6 +91,12 @@ static int sink_control(void *arg, uint8_t opcode, const uint8_t *payload, size_
 {
     struct ws_call *k = arg;
     struct net_ws *w = k->w;
+    if (w->awaiting && opcode == NET_WS_OP_CLOSE) { /* the answer to ours: done */
+        w->awaiting = false;
+        w->stats.closes_in++;
+        net_conn_close(k->c, w->close_reason, true);
+        return 0;
+    }
     if (w->closing)
         return 0;
     if (opcode == NET_WS_OP_PING) {
@@ -102,12 +117,17 @@ static const struct net_ws_sink ws_sink = {.data = sink_data, .control = sink_co
 static ssize_t ws_decode(struct net_conn *c, void *state, uint8_t *in, size_t len)
 {
     struct net_ws *w = state;
-    if (w->closing)
+    if (w->closing && !w->awaiting)
         return (ssize_t)len; /* after a close nothing counts */
     struct ws_call k = {c, w};
     int rc = net_ws_decode(&w->dec, in, len, &ws_sink, &k);
-    if (rc == 0 || w->closing)
+    if (rc == 0 || (w->closing && !w->awaiting))
         return (ssize_t)len;
+    if (w->awaiting) { /* a bad frame instead of the server's close: close now */
+        w->awaiting = false;
+        net_conn_close(c, rc, false);
+        return (ssize_t)len;
+    }
     if (w->dec.error == NULL)
         return rc; /* the app (net_conn_deliver) asked to close */
     w->stats.protocol_errors++;
@@ -232,7 +252,22 @@ int net_ws_close(struct net_conn *c, uint16_t status, const char *text, int reas
     struct net_ws *w = ws_of(c);
     if (w == NULL)
         return -EINVAL;
-    close_out(c, w, status, text, text ? strlen(text) : 0, reason);
+    size_t text_len = text ? strlen(text) : 0;
+    if (w->server || w->closing) {
+        close_out(c, w, status, text, text_len, reason);
+        return 0;
+    }
+    /* RFC 6455 section 7.1.1: a client waits for the server to answer (and close first). */
+    int rc = close_frame(c, w, status, text, text_len);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return 0;
+    }
+    w->awaiting = true;
+    w->close_reason = reason;
+    uint32_t idle_ms, write_ms;
+    net_conn_timeouts(c, &idle_ms, &write_ms);
+    net_conn_set_timeouts(c, NET_WS_CLOSE_WAIT_MS, write_ms);
     return 0;
 }
 
