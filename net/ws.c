@@ -107,6 +107,11 @@ static int sink_control(void *arg, uint8_t opcode, const uint8_t *payload, size_
         /* RFC 6455 section 5.5.1: answer with a close (echoing the status), then close. */
         w->stats.closes_in++;
         uint16_t status = len >= 2 ? (uint16_t)(payload[0] << 8 | payload[1]) : 0;
+        /* Section 7.4: 1004-1006 and 1015 never go on the wire, nor anything under 1000. */
+        bool sendable =
+            status >= 1000 && status < 5000 && (status < 1004 || status > 1006) && status != 1015;
+        if (status != 0 && !sendable)
+            status = NET_WS_CLOSE_PROTOCOL;
         close_out(k->c, w, status, NULL, 0, -ESHUTDOWN);
     }
     return 0; /* a pong: nothing to do (we send no pings) */

@@ -482,6 +482,11 @@ Test(test_conformance_ws, client_close_echoed)
     ws_send(&w, 0x8, true, "\x03\xe8", 2);
     ws_expect_close(&w, 1000);
     ws_close(&w);
+    /* A status that never goes on the wire (1005: "no status") is not echoed: 1002. */
+    ws_login(&w);
+    ws_send(&w, 0x8, true, "\x03\xed", 2);
+    ws_expect_close(&w, 1002);
+    ws_close(&w);
     conf_server_stop_clean(&srv);
 }
 
