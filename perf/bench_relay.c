@@ -23,7 +23,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hderp-bench --server http[s]://IP:PORT/derp [--server URL]...\n"
+            "usage: hderp-bench --server http[s]://HOST:PORT/derp [--server URL]...\n"
             "         [--pairs K] [--peers P] [--size BYTES] [--rate-mbps R] [--duration S]\n"
             "         [--warmup S] [--start-at T] [--shards N] [--relay-pid PID] [--relay-cpu N]\n"
             "         [--json] [--insecure | --ca FILE] [--tls-name NAME]\n"
@@ -76,7 +76,10 @@ static int apply(struct bench_config *c, const char *name, const char *v)
             return -1;
         }
         if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
-            fprintf(stderr, "hderp-bench: --server %s: expected http://IP:PORT/path\n", v);
+            fprintf(stderr,
+                    "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
+                    "or a name that resolves)\n",
+                    v);
             return -1;
         }
         c->servers_count++;

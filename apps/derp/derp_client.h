@@ -102,7 +102,8 @@ struct derp_client_config {
     uint32_t send_max_bytes; /* over it the send functions return -ENOBUFS */
 };
 
-/* A parsed "http://1.2.3.4:3340/derp" (numeric hosts only), with storage for the strings. */
+/* A parsed "http://1.2.3.4:3340/derp" or "https://derp.example.com/derp", with storage for the
+ * strings. */
 struct derp_client_url {
     struct net_addr addr;
     bool tls;                                /* https or wss */
@@ -111,8 +112,10 @@ struct derp_client_url {
     char path[DERP_CLIENT_PATH_LEN_MAX + 1]; /* "/derp" when the URL has no path */
 };
 /* http[s]://host[:port][/path] (net_url_parse), or ws[s]:// for the same over WebSocket: host
- * an IPv4 address or [IPv6]; port 80/443 by default; path "/derp" when the URL has none. Returns 0
- * or -EINVAL (syntax, a host name, too long). Any thread. */
+ * an IPv4 address, [IPv6] or a DNS name (resolved here with getaddrinfo, which blocks: call it
+ * at start-up, never on a shard); port 80/443 by default; path "/derp" when the URL has none.
+ * The TLS server name is the host. Returns 0, -EINVAL (syntax, too long) or -ENOENT (the name
+ * did not resolve). */
 int derp_client_url_parse(const char *url, struct derp_client_url *out);
 /* Points cfg's addr/host/path/tls/websocket at url (which must outlive the connect call). */
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url);
@@ -212,6 +215,10 @@ int derp_client_send(struct derp_client *k, const struct derp_pubkey *dst, const
 /* Mesh: ForwardPacket(src, dst, data). */
 int derp_client_forward(struct derp_client *k, const struct derp_pubkey *src,
                         const struct derp_pubkey *dst, const void *data, size_t len);
+/* A SendPacket or ForwardPacket frame the caller encoded at f->data + off (len bytes, e.g. a
+ * *_prefix_encode in front of a packet already in the frame): queued without a copy, taking
+ * one reference of f on success (the caller keeps its own). */
+int derp_client_send_frame(struct derp_client *k, struct hd_frame *f, uint32_t off, uint32_t len);
 int derp_client_ping(struct derp_client *k, const uint8_t data[DERP_PING_LEN]);
 int derp_client_pong(struct derp_client *k, const uint8_t data[DERP_PING_LEN]);
 int derp_client_note_preferred(struct derp_client *k, bool preferred);

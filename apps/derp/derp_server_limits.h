@@ -47,6 +47,18 @@
 /* derper initMetacert: NotBefore now - 30 days, NotAfter now + 30 days. */
 #define DERP_META_CERT_VALIDITY_S (30L * 24 * 3600)
 
+/* -mesh-with: other nodes of the region (derper has no limit; regions are a handful of nodes).
+ * A key's forwarders are a list of node ids, so this also bounds that list. */
+#define DERP_MESH_NODES_MAX 32u
+/* derper's mesh client: retry a failed watch connection every 5 s. */
+#define DERP_MESH_RETRY_MS 5000
+/* A -mesh-with entry: [http://]host[:port][/dialhost], each host a DNS name or an address. */
+#define DERP_MESH_ENTRY_LEN_MAX 512
+/* --allow-keys: most keys in the file (32 MiB of keys; a region's tailnets are far smaller) and
+ * the longest line ("nodekey:" + 64 hex, room for white space and a comment). */
+#define DERP_ALLOW_KEYS_MAX (1u << 20)
+#define DERP_ALLOW_LINE_MAX 512u
+
 /* derper: the key file root uses without -c. */
 #define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 

@@ -20,6 +20,15 @@
 
 /* ---------------------------------------------------------------- configuration (read-only) */
 
+/* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
+struct derp_mesh_node {
+    char entry[DERP_MESH_ENTRY_LEN_MAX + 1];  /* as given, for logs */
+    char host[NET_URL_AUTHORITY_LEN_MAX + 1]; /* Host header: host[:port] */
+    char name[NET_URL_AUTHORITY_LEN_MAX + 1]; /* TLS server name: host without port, brackets */
+    struct net_addr addr;                     /* dialed: dialhost (or host), resolved at start */
+    bool tls;                                 /* https (derper); http:// entries: plain */
+};
+
 struct derp_config {
     struct net_addr addr;
     char addr_text[64];
@@ -38,21 +47,40 @@ struct derp_config {
     const char *home;             /* -home: "", "blank" or a URL */
     bool stun;                    /* -stun */
     int stun_port;                /* -stun-port */
-    struct tls_ctx *tls;          /* TLS mode (port 443 or -certmode manual); NULL: plain */
+    bool tls;                     /* TLS mode (port 443 or -certmode manual); false: plain */
     int http_port;                /* -http-port in TLS mode; -1: off */
     struct net_addr http_addr;
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
+    /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
+     * the server context is a snapshot per shard, rebuilt on SIGHUP. */
+    bool self_signed;
+    char cert_file[1400], key_file[1400];
+    struct derp_tls_snap *tls_initial; /* built at start-up, until derp_certs_attach */
+    struct hd_snap_var *tls_var;
     /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
     const char *verify_url;
     struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
     struct net_addr verify_addr; /* its host, resolved */
+    struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
     bool verify_fail_open;
+    /* -verify-clients (spec §5): ask tailscaled's LocalAPI at -socket (server_admit_local.c). */
+    bool verify_local;
+    const char *verify_local_path;
+    struct net_addr verify_local_addr;
     /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
+    /* -mesh-with (server_mesh.c): node i's link lives on shard i % shards. */
+    struct derp_mesh_node *mesh;
+    unsigned mesh_count;
+    struct tls_ctx *mesh_tls; /* https links: system roots (SSL_CERT_FILE); NULL: none */
+    /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
+    const char *allow_path;
+    struct derp_allow *allow_initial; /* loaded at start-up, until derp_allow_attach */
+    struct hd_snap_var *allow;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -89,10 +117,16 @@ struct derp_counters {
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
     uint64_t websocket_accepts;
-    uint64_t admit_refused; /* closed by admission control (§5) */
-    uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
+    uint64_t admit_refused;     /* closed by admission control (§5) */
+    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
+    /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
+     * forwarder the key did not have; forwards lost because the link was down or full */
+    uint64_t multiforwarder_created, multiforwarder_deleted;
+    uint64_t packet_forwarder_delete_other_value;
+    uint64_t mesh_forward_dropped;
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;
@@ -100,6 +134,8 @@ struct derp_counters {
     int64_t clients_local; /* keys with at least one connection here */
     int64_t current_dup_client_keys, current_dup_client_conns;
     int64_t watchers;
+    int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
+    int64_t mesh_links_ready; /* outbound mesh links logged in */
 };
 
 /* ---------------------------------------------------------------- clients and peers */
@@ -152,17 +188,35 @@ struct derp_sclient {
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
 };
 
-/* A key this shard owns with at least one connection, or with subscribers of its PeerGone. */
+/* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
 struct derp_peer {
     struct derp_pubkey key;
     struct derp_sclient *clients; /* dup list, newest first */
     struct derp_sclient *active;  /* the one that receives; NULL: none (dup_client drops) */
     uint32_t clients_count;
+    /* Mesh nodes that reported the key (PeerPresent on their watch stream), in the order
+     * they did: fwd[0] is the one packets go to while the key has no local connection. */
+    uint8_t fwd_count;
+    uint8_t fwd[DERP_MESH_NODES_MAX];
 };
 
 struct derp_peer_table {
     struct derp_peer **slots;
     uint32_t cap, count;
+};
+
+struct derp_client; /* derp_client.h: the DERP client library */
+
+/* The outbound watch connection to mesh node `id` (on shard id % shards). */
+struct derp_mesh_link {
+    struct derp_shard *ds;
+    const struct derp_mesh_node *node;
+    unsigned id;
+    struct derp_client *k; /* NULL: not connected (retry pending, or self) */
+    bool ready;            /* logged in: ForwardPacket goes out on it */
+    bool self;             /* the entry is this server (same key): never dialed again */
+    uint64_t failures;     /* consecutive failed attempts (logging) */
+    struct hd_timer retry;
 };
 
 struct derp_shard {
@@ -180,6 +234,7 @@ struct derp_shard {
     /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
+    struct derp_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct derp_counters ctr;
 };
 
@@ -227,10 +282,44 @@ void derp_route(struct derp_shard *ds, struct hd_frame *f, uint32_t len, enum de
 void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN]);
+/* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
+ * caller's reference of f; a full bus drops the event (counted, logged). */
+typedef void derp_event_fn(struct derp_shard *ds, struct hd_frame *f, uint64_t arg);
+void derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                     uint64_t arg);
+void derp_event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
+                          uint64_t arg);
+/* A frame holding key a (and b after it, when not NULL); NULL when the pool is empty. */
+struct hd_frame *derp_key_frame(struct derp_shard *ds, const uint8_t *a, const uint8_t *b);
+/* Mesh forwarders (owner shard of the key): node `id` reported key / no longer has it / went
+ * away (every shard: forget all it reported). The key's correspondents get PeerGone when it
+ * leaves the region (§6.7). */
+void derp_forwarder_add(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id);
+void derp_forwarder_remove(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id);
+void derp_forwarder_remove_node(struct derp_shard *ds, unsigned id);
 /* A disco packet from src had no destination: tell src's connection (on its owner shard). */
 void derp_not_here(struct derp_shard *ds, const uint8_t src[DERP_KEY_LEN],
                    const uint8_t dst[DERP_KEY_LEN]);
 struct derp_shard *derp_shard_here(void);
+
+/* server_mesh.c: -mesh-with (spec §7) */
+/* Main thread: parse and resolve the list (needs the mesh key). 0 or -1 with err set. */
+int derp_mesh_configure(struct derp_config *cfg, const char *list, char *err, size_t err_size);
+void derp_mesh_config_free(struct derp_config *cfg);
+/* On each shard: dial this shard's links / close them. */
+int derp_mesh_start(struct derp_shard *ds);
+void derp_mesh_stop(struct derp_shard *ds);
+void derp_mesh_fini(struct derp_shard *ds);
+/* Owner shard: send the routed frame f (layout of derp_route) as ForwardPacket on node id's
+ * link (on the link's shard). Takes the caller's reference. */
+void derp_mesh_forward(struct derp_shard *ds, struct hd_frame *f, unsigned id);
+
+/* server_certs.c: TLS mode's server context (main thread, except current) */
+int derp_certs_configure(struct derp_config *cfg, char *err, size_t err_size);
+int derp_certs_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_certs_detach(struct derp_config *cfg);
+void derp_certs_reload(struct derp_config *cfg); /* SIGHUP: a bad file keeps the old one */
+struct tls_ctx *derp_certs_current(const struct derp_shard *ds);
 
 /* server_stun.c */
 int derp_stun_start(struct derp_shard *ds);
@@ -242,8 +331,31 @@ void derp_stun_stop(struct derp_shard *ds);
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size);
 bool derp_admit_needed(const struct derp_config *cfg);
+/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+bool derp_admit_needs_tls(const struct derp_config *cfg);
+void derp_admit_fini(struct derp_config *cfg); /* main thread, after the runtime stopped */
+/* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */
+#define DERP_TAILSCALED_SOCKET_DEFAULT "/var/run/tailscale/tailscaled.sock" /* derper on Linux */
+#define DERP_ADMIT_LOCAL_BODY_MAX      (256u * 1024u) /* a WhoIsResponse: node, profile, caps */
+int derp_admit_local_configure(struct derp_config *cfg, bool on, const char *socket, char *err,
+                               size_t err_size);
+/* Starts the whois request (cl->admit): 0 (derp_admit_local_done follows) or -errno. */
+int derp_admit_local_start(struct derp_sclient *cl);
+/* server_admit.c: the whois answer; why_refused NULL: known to tailscaled, go on. */
+void derp_admit_local_done(struct derp_sclient *cl, const char *why_refused);
 int derp_admit_start(struct derp_sclient *cl);
 void derp_admit_cancel(struct derp_sclient *cl);
+
+/* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
+ * configure: main thread, before the runtime (loads the file; err names file:line; 0 or -errno).
+ * attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread (SIGHUP;
+ * a bad file is logged, the old list stays). detach: after hd_runtime_wait.
+ * admits: on the client's shard; counts and logs a refusal. */
+int derp_allow_configure(struct derp_config *cfg, const char *path, char *err, size_t err_size);
+int derp_allow_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_allow_reload(struct derp_config *cfg);
+void derp_allow_detach(struct derp_config *cfg);
+bool derp_allow_admits(struct derp_shard *ds, const struct derp_pubkey *key);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

@@ -287,7 +287,10 @@ static int on_client_info(struct derp_sclient *cl, const uint8_t *payload, uint3
     if (cl->mesh)
         net_conn_set_limits(cl->conn, DERP_NET_HIGH_BYTES, DERP_NET_LOW_BYTES,
                             DERP_MESH_NET_MAX_BYTES);
-    /* Admission (§5): mesh peers skip every check. */
+    /* Admission (§5): mesh peers skip every check. --allow-keys first: no controller request
+     * for a key that is not listed. */
+    if (!cl->mesh && !derp_allow_admits(ds, &cl->key))
+        return -EACCES;
     if (!cl->mesh && derp_admit_needed(ds->cfg) && (rc = derp_admit_start(cl)) <= 0)
         return rc;
     return derp_sclient_admitted(cl);

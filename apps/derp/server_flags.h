@@ -17,14 +17,18 @@ struct derp_flags {
     int stun_port;           /* -stun-port */
     const char *home;        /* -home */
     const char *mesh_psk_file;
+    const char *mesh_with; /* -mesh-with */
     uint64_t tcp_keepalive_ms, tcp_user_timeout_ms, tcp_write_timeout_ms;
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
+    bool verify_clients;              /* -verify-clients */
+    const char *socket;               /* -socket ("" or NULL: tailscaled's default path) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */
     long accept_burst;                /* -accept-connection-burst */
+    const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

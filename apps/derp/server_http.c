@@ -342,7 +342,7 @@ static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
     struct tls_conn_options to = {.idle_timeout_ms = DERP_HTTP_READ_TIMEOUT_MS,
                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
                                   .on_handshake = ds->cfg->sni_required ? check_sni : NULL};
-    int rc = tls_conn_start(c, ds->cfg->tls, &to);
+    int rc = tls_conn_start(c, derp_certs_current(ds), &to);
     if (rc < 0)
         net_conn_close(c, rc, false);
 }
@@ -375,7 +375,7 @@ void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *pee
         close(fd);
         return;
     }
-    accept_with(l, fd, ds, &http_handler, ds->cfg->tls != NULL);
+    accept_with(l, fd, ds, &http_handler, ds->cfg->tls);
 }
 
 void derp_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     int rc = net_shard_init(s, NULL);
     if (rc < 0)
         return rc;
-    if (config.tls && (rc = tls_shard_init(s, NULL)) < 0)
+    if ((config.tls || config.mesh_tls || derp_admit_needs_tls(&config)) &&
+        (rc = tls_shard_init(s, NULL)) < 0)
         return rc;
     struct derp_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
@@ -58,7 +60,12 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     }
     if (rc == 0 && config.stun)
         rc = derp_stun_start(ds);
+    if (rc == 0)
+        rc = derp_mesh_start(ds);
     if (rc < 0) {
+        derp_mesh_stop(ds);
+        derp_mesh_fini(ds);
+        derp_stun_stop(ds);
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
@@ -81,16 +88,18 @@ static void shard_stop(struct hd_shard *s, void *state)
         net_listener_stop(ds->http_listener);
     ds->http_listener = NULL;
     derp_stun_stop(ds);
+    derp_mesh_stop(ds);
     net_shard_close_all(s, 0);
 }
 
 static void shard_fini(struct hd_shard *s, void *state)
 {
     struct derp_shard *ds = state;
+    derp_mesh_fini(ds);
     derp_peers_fini(&ds->peers);
     free(ds->scratch);
     free(ds);
-    if (config.tls)
+    if (config.tls || config.mesh_tls || derp_admit_needs_tls(&config))
         tls_shard_fini(s);
     net_shard_fini(s);
 }
@@ -101,6 +110,16 @@ static int global_init(struct hd_runtime *rt, void *arg)
     return derp_crypto_init();
 }
 
+/* Main thread, SIGHUP: reload what can be reloaded. */
+static void on_signal(struct hd_runtime *rt, int signo, void *arg)
+{
+    (void)rt, (void)arg;
+    if (signo != SIGHUP)
+        return;
+    derp_allow_reload(&config); /* --allow-keys */
+    derp_certs_reload(&config); /* TLS mode: the certificate files */
+}
+
 const struct hd_module derp_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
@@ -108,6 +127,7 @@ const struct hd_module derp_module = {
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,
+    .on_signal = on_signal,
 };
 
 /* ---------------------------------------------------------------- start-up */
@@ -169,31 +189,26 @@ static int configure_tls(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
         return -1;
     }
-    char host[256], crt[1400], key[1400];
+    char host[256];
     size_t n = 0;
     for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '.' || *p == '-')
             host[n++] = *p;
     host[n] = '\0';
-    snprintf(crt, sizeof(crt), "%s/%s.crt", certdir, host);
-    snprintf(key, sizeof(key), "%s/%s.key", certdir, host);
+    snprintf(config.cert_file, sizeof(config.cert_file), "%s/%s.crt", certdir, host);
+    snprintf(config.key_file, sizeof(config.key_file), "%s/%s.key", certdir, host);
     config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
-    struct tls_server_options o = {.cert_file = crt, .key_file = key};
-    if (access(crt, R_OK) != 0 && !config.sni_required) {
+    if (access(config.cert_file, R_OK) != 0 && !config.sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",
-               crt, f->hostname);
-        o = (struct tls_server_options){.self_signed_host = f->hostname};
+               config.cert_file, f->hostname);
+        config.self_signed = true;
     }
-    int rc = tls_server_ctx_create(&o, &config.tls);
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: TLS certificate %s / key %s: %s\n", crt, key, strerror(-rc));
-        return -1;
-    }
-    config.meta_cert = true; /* added once the key is known (configure) */
+    config.tls = true; /* the context is built once the key is known (configure) */
+    config.meta_cert = true;
     config.http_port = f->http_port;
     config.http_addr = config.addr;
     if (config.http_addr.sa.sa_family == AF_INET)
@@ -251,18 +266,29 @@ static int configure(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (derp_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -EINVAL;
+    }
+    if (derp_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
+        return -EINVAL;
+    }
+    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
+        char err[512];
+        if (derp_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+            return -EINVAL;
+        }
+    }
     int rc = load_key(f);
     if (rc < 0)
         return rc;
     derp_key_hex_format(config.key.pub.bytes, config.key_hex);
-    if (config.meta_cert) { /* §1.2: CN derpkey<hex>, serial = protocol version, +-30 days */
-        char cn[8 + DERP_KEY_HEX_SIZE];
-        snprintf(cn, sizeof(cn), "derpkey%s", config.key_hex);
-        if (tls_server_ctx_add_meta_cert(config.tls, cn, DERP_PROTOCOL_VERSION,
-                                         DERP_META_CERT_VALIDITY_S) < 0) {
-            fprintf(stderr, "hderp-server: cannot build the meta certificate\n");
-            return -1;
-        }
+    char terr[1024];
+    if (derp_certs_configure(&config, terr, sizeof(terr)) < 0) {
+        fprintf(stderr, "hderp-server: %s\n", terr);
+        return -1;
     }
     return 0;
 }
@@ -279,14 +305,14 @@ static void log_start(struct hd_runtime *rt)
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
            "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
-           "STUN %s, io_uring%s%s, mesh key %s",
+           "STUN %s, io_uring%s%s, mesh key %s, %u mesh nodes",
            HDERP_VERSION, config.addr_text,
            config.tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
                       : "plain HTTP",
            hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
-           config.have_mesh_key ? "set" : "none");
+           config.have_mesh_key ? "set" : "none", config.mesh_count);
     if (config.dev)
         hd_log(HD_LOG_INFO,
                "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
@@ -325,17 +351,32 @@ int main(int argc, char **argv)
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
+    if ((rc = derp_allow_attach(&config, rt)) < 0) { /* --allow-keys: every shard's list */
+        fprintf(stderr, "hderp-server: --allow-keys: %s\n", strerror(-rc));
+        hd_runtime_destroy(rt);
+        return 1;
+    }
+    if ((rc = derp_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
+        fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
+        derp_allow_detach(&config);
+        hd_runtime_destroy(rt);
+        return 1;
+    }
     rc = hd_runtime_start(rt);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        derp_allow_detach(&config);
+        derp_certs_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
+    derp_allow_detach(&config);
+    derp_certs_detach(&config);
     hd_runtime_destroy(rt);
-    if (config.tls)
-        tls_ctx_destroy(config.tls);
+    derp_admit_fini(&config);
+    derp_mesh_config_free(&config);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }

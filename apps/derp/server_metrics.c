@@ -31,8 +31,10 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
     (void)arg;
     struct varz_slot *v = slot;
     struct derp_shard *ds = hd_shard_module_state(s, &derp_module);
-    if (ds)
+    if (ds) {
         v->ctr = ds->ctr;
+        v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
+    }
     v->loop = *hd_shard_stats(s);
     for (unsigned i = 0; i < hd_frame_classes_count(s); i++) {
         struct hd_pool_stats st;
@@ -96,9 +98,15 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "current_connections", "gauge", SUM(current_connections));
     put_metric(o, "current_home_connections", "gauge", SUM(current_home_connections));
     put_metric(o, "current_notideal_connections", "gauge", SUM(current_notideal_connections));
-    put_metric(o, "clients_total", "gauge", SUM(clients_local));
+    put_metric(o, "clients_total", "gauge", SUM(clients_total));
     put_metric(o, "clients_local", "gauge", SUM(clients_local));
-    put_metric(o, "clients_remote", "gauge", 0);
+    put_metric(o, "clients_remote", "gauge", SUM(clients_total) - SUM(clients_local));
+    put_metric(o, "multiforwarder_created", "counter", SUM(multiforwarder_created));
+    put_metric(o, "multiforwarder_deleted", "counter", SUM(multiforwarder_deleted));
+    put_metric(o, "packet_forwarder_delete_other_value", "counter",
+               SUM(packet_forwarder_delete_other_value));
+    put_metric(o, "mesh_links_ready", "gauge", SUM(mesh_links_ready));
+    put_metric(o, "mesh_forward_dropped", "counter", SUM(mesh_forward_dropped));
     put_metric(o, "current_dup_client_keys", "gauge", SUM(current_dup_client_keys));
     put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
     put_metric(o, "watchers", "gauge", SUM(watchers));
@@ -134,6 +142,8 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(admit_refused));
     put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
         (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
+        (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
     put(o, "# TYPE hderp_loop_tick_ns summary\n");

@@ -95,12 +95,6 @@ struct derp_shard *derp_shard_here(void)
 
 /* ---------------------------------------------------------------- broadcasts */
 
-typedef void derp_event_fn(struct derp_shard *ds, struct hd_frame *f, uint64_t arg);
-
-struct derp_event {
-    derp_event_fn *fn;
-};
-
 static void event_msg(struct hd_shard *s, const struct hd_msg *m)
 {
     struct derp_shard *ds = hd_shard_module_state(s, &derp_module);
@@ -110,9 +104,8 @@ static void event_msg(struct hd_shard *s, const struct hd_msg *m)
     hd_frame_unref(s, m->ptr);
 }
 
-/* Run fn(frame, arg) on shard `to` (here: at once). Takes the caller's reference of f. */
-static void event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
-                       uint64_t arg)
+void derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                     uint64_t arg)
 {
     if (to == hd_shard_id(ds->s)) {
         fn(ds, f, arg);
@@ -127,18 +120,17 @@ static void event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, st
     }
 }
 
-/* Run fn on every shard, this one included. Takes the caller's reference of f. */
-static void event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
-                            uint64_t arg)
+void derp_event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
+                          uint64_t arg)
 {
     unsigned n = hd_shard_count(ds->s);
     for (unsigned i = 1; i < n; i++)
         hd_frame_ref(f);
     for (unsigned i = 0; i < n; i++)
-        event_send(ds, i, fn, f, arg);
+        derp_event_send(ds, i, fn, f, arg);
 }
 
-static struct hd_frame *key_frame(struct derp_shard *ds, const uint8_t *a, const uint8_t *b)
+struct hd_frame *derp_key_frame(struct derp_shard *ds, const uint8_t *a, const uint8_t *b)
 {
     struct hd_frame *f = hd_frame_get(ds->s, 2 * DERP_KEY_LEN);
     if (f == NULL)
@@ -169,16 +161,29 @@ static void send_peer_gone(struct derp_shard *ds, struct derp_sclient *cl, const
     derp_sclient_send_ctl(cl, buf, sizeof(buf));
 }
 
-/* A key left (its last connection on its owner shard went): tell the connections that
- * received packets from it, and the watchers. Runs on every shard. */
+/* Who hears that a key went (gone_event's arg). */
+#define GONE_WATCHERS 1u /* its last local connection went: watchers (local presence only) */
+#define GONE_SOURCES  2u /* it left the region (§6.7): connections that received from it */
+
+/* A key went: tell the watchers and/or the connections that received packets from it (arg:
+ * GONE_*). Runs on every shard. */
 static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
 {
-    (void)arg;
     DERP_EACH_CLIENT(ds, cl)
     {
-        if (cl->watcher || derp_keyset_remove(&cl->sources, f->data))
+        bool tell = (arg & GONE_WATCHERS) && cl->watcher;
+        if ((arg & GONE_SOURCES) && derp_keyset_remove(&cl->sources, f->data))
+            tell = true;
+        if (tell)
             send_peer_gone(ds, cl, f->data, DERP_PEER_GONE_DISCONNECTED);
     }
+}
+
+static void broadcast_gone(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned who)
+{
+    struct hd_frame *f = derp_key_frame(ds, key, NULL);
+    if (f)
+        derp_event_broadcast(ds, gone_event, f, who);
 }
 
 /* A PeerPresent frame (f->data) for this shard's watchers. */
@@ -200,7 +205,7 @@ static void broadcast_present(struct derp_shard *ds, struct derp_sclient *cl)
     uint8_t flags = derp_peer_present_flags(cl->mesh, cl->prober, cl->not_ideal);
     f->len = (uint32_t)derp_frame_peer_present_encode(f->data, f->size, cl->key.bytes, &cl->remote,
                                                       flags);
-    event_broadcast(ds, present_event, f, 0);
+    derp_event_broadcast(ds, present_event, f, 0);
 }
 
 /* ---------------------------------------------------------------- registration */
@@ -217,8 +222,9 @@ void derp_register(struct derp_shard *ds, struct derp_sclient *cl)
             derp_sclient_close(cl, -ENOMEM);
             return;
         }
-        ds->ctr.clients_local++;
     }
+    if (p->clients_count == 0)
+        ds->ctr.clients_local++;
     cl->peer = p;
     cl->peer_next = p->clients;
     p->clients = cl;
@@ -264,12 +270,14 @@ void derp_unregister(struct derp_shard *ds, struct derp_sclient *cl)
         derp_watch_stop(ds, cl);
     if (p->clients_count > 0)
         return;
-    table_remove(&ds->peers, p);
     ds->ctr.clients_local--;
-    struct hd_frame *f = key_frame(ds, p->key.bytes, NULL);
+    if (p->fwd_count > 0) { /* still in the region, via the mesh */
+        broadcast_gone(ds, p->key.bytes, GONE_WATCHERS);
+        return;
+    }
+    broadcast_gone(ds, p->key.bytes, GONE_WATCHERS | GONE_SOURCES);
+    table_remove(&ds->peers, p);
     free(p);
-    if (f)
-        event_broadcast(ds, gone_event, f, 0);
 }
 
 void derp_note_activity(struct derp_shard *ds, struct derp_sclient *cl)
@@ -287,8 +295,12 @@ static void deliver(struct derp_shard *ds, struct hd_frame *f, enum derp_kind ki
 {
     struct derp_peer *p = derp_peers_find(&ds->peers, f->data);
     uint32_t len = f->len - DERP_ROUTE_OFF;
-    if (p && p->active) {
+    if (p && p->active) { /* local always wins (§7) */
         derp_sclient_enqueue(p->active, f, DERP_ROUTE_OFF, len, kind);
+        return;
+    }
+    if (p && p->clients_count == 0 && !forwarded) { /* only the mesh has it: one hop */
+        derp_mesh_forward(ds, f, p->fwd[0]);
         return;
     }
     enum derp_drop why = p && p->clients_count >= 2 ? DERP_DROP_DUP_CLIENT
@@ -351,9 +363,9 @@ static void not_here_event(struct derp_shard *ds, struct hd_frame *f, uint64_t a
 void derp_not_here(struct derp_shard *ds, const uint8_t src[DERP_KEY_LEN],
                    const uint8_t dst[DERP_KEY_LEN])
 {
-    struct hd_frame *f = key_frame(ds, src, dst);
+    struct hd_frame *f = derp_key_frame(ds, src, dst);
     if (f)
-        event_send(ds, derp_owner(ds, src), not_here_event, f, 0);
+        derp_event_send(ds, derp_owner(ds, src), not_here_event, f, 0);
 }
 
 static void close_peer_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
@@ -370,9 +382,78 @@ static void close_peer_event(struct derp_shard *ds, struct hd_frame *f, uint64_t
 
 void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
-    struct hd_frame *f = key_frame(ds, key, NULL);
+    struct hd_frame *f = derp_key_frame(ds, key, NULL);
     if (f)
-        event_send(ds, derp_owner(ds, key), close_peer_event, f, 0);
+        derp_event_send(ds, derp_owner(ds, key), close_peer_event, f, 0);
+}
+
+/* ---------------------------------------------------------------- mesh forwarders (§7) */
+
+static int fwd_index(const struct derp_peer *p, unsigned id)
+{
+    for (unsigned i = 0; i < p->fwd_count; i++)
+        if (p->fwd[i] == id)
+            return (int)i;
+    return -1;
+}
+
+void derp_forwarder_add(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id)
+{
+    struct derp_peer *p = derp_peers_find(&ds->peers, key);
+    if (p == NULL) {
+        p = calloc(1, sizeof(*p));
+        if (p)
+            memcpy(p->key.bytes, key, DERP_KEY_LEN);
+        if (p == NULL || table_insert(&ds->peers, p) < 0) {
+            free(p);
+            hd_log_rl(HD_LOG_WARN, "mesh: out of memory: a remote key was not recorded");
+            return;
+        }
+    }
+    if (fwd_index(p, id) >= 0 || p->fwd_count >= DERP_MESH_NODES_MAX)
+        return;
+    p->fwd[p->fwd_count++] = (uint8_t)id;
+    if (p->fwd_count == 2)
+        ds->ctr.multiforwarder_created++;
+}
+
+/* Drops node id from p (which must have it); p is freed when nothing is left. Returns true
+ * when p was removed from the table. */
+static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at)
+{
+    memmove(p->fwd + at, p->fwd + at + 1, (size_t)(p->fwd_count - at - 1));
+    p->fwd_count--;
+    if (p->fwd_count == 1)
+        ds->ctr.multiforwarder_deleted++;
+    if (p->fwd_count > 0 || p->clients_count > 0)
+        return false;
+    broadcast_gone(ds, p->key.bytes, GONE_SOURCES); /* it left the region */
+    table_remove(&ds->peers, p);
+    free(p);
+    return true;
+}
+
+void derp_forwarder_remove(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id)
+{
+    struct derp_peer *p = derp_peers_find(&ds->peers, key);
+    int at = p ? fwd_index(p, id) : -1;
+    if (at < 0) {
+        ds->ctr.packet_forwarder_delete_other_value++;
+        return;
+    }
+    fwd_drop(ds, p, at);
+}
+
+void derp_forwarder_remove_node(struct derp_shard *ds, unsigned id)
+{
+    /* A removal shifts later entries of the probe chain back into slot i: look at it again. */
+    for (uint32_t i = 0; i < ds->peers.cap;) {
+        struct derp_peer *p = ds->peers.slots[i];
+        int at = p ? fwd_index(p, id) : -1;
+        if (at >= 0 && fwd_drop(ds, p, at))
+            continue;
+        i++;
+    }
 }
 
 /* ---------------------------------------------------------------- watchers */
@@ -398,7 +479,7 @@ static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t
         if (p == NULL || p->active == NULL)
             continue;
         if (f && f->len + one > f->size) {
-            event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+            derp_event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
             f = NULL;
         }
         if (f == NULL) {
@@ -414,7 +495,7 @@ static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t
                                                            p->key.bytes, &a->remote, flags);
     }
     if (f)
-        event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+        derp_event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
 }
 
 static void watch_remove_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
@@ -428,19 +509,19 @@ void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
 {
     if (cl->watcher)
         return;
-    struct hd_frame *f = key_frame(ds, cl->key.bytes, NULL);
+    struct hd_frame *f = derp_key_frame(ds, cl->key.bytes, NULL);
     if (f == NULL)
         return;
     cl->watcher = true;
     ds->ctr.watchers++;
-    event_broadcast(ds, watch_add_event, f, hd_shard_id(ds->s));
+    derp_event_broadcast(ds, watch_add_event, f, hd_shard_id(ds->s));
 }
 
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl)
 {
     cl->watcher = false;
     ds->ctr.watchers--;
-    struct hd_frame *f = key_frame(ds, cl->key.bytes, NULL);
+    struct hd_frame *f = derp_key_frame(ds, cl->key.bytes, NULL);
     if (f)
-        event_broadcast(ds, watch_remove_event, f, 0);
+        derp_event_broadcast(ds, watch_remove_event, f, 0);
 }

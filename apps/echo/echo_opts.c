@@ -17,8 +17,9 @@ static void usage(FILE *out)
             "      key as one line (nodekey:<64 hex>) once logged in.\n"
             "ping: sends packets carrying a sequence number and a send time to an echo peer and\n"
             "      reports round-trip percentiles after discarding the warm-up.\n\n"
-            "  --server URL     http://IP:PORT/derp or https://IP:PORT/derp (numeric hosts);\n"
-            "                   ws:// or wss:// for the WebSocket carrier\n"
+            "  --server URL     http[s]://HOST[:PORT][/path] (default path /derp); a name is\n"
+            "                   resolved once at start; https verifies the name; ws:// or\n"
+            "                   wss:// for the WebSocket carrier\n"
             "  --peer KEY       the echo peer: nodekey:<hex> or bare hex\n"
             "  --count N        packets to send (default 5000, at most %u)\n"
             "  --warmup N       first packets not measured (default 500)\n"
@@ -52,7 +53,10 @@ static int apply(struct echo_opts *o, int opt, const char *v)
     case 's':
         o->server = v;
         if (derp_client_url_parse(v, &o->url) < 0) {
-            fprintf(stderr, "hderp-echo: --server %s: expected http[s]://IP[:PORT][/path]\n", v);
+            fprintf(stderr,
+                    "hderp-echo: --server %s: expected http[s]://HOST[:PORT][/path] (an address or "
+                    "a name that resolves)\n",
+                    v);
             return -1;
         }
         return 0;

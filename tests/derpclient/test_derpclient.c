@@ -675,7 +675,10 @@ Test(test_derpclient_fake, url_parse)
     cr_assert_eq(derp_client_url_parse("http://10.0.0.1/x?y=1", &u), 0);
     cr_assert_eq(net_addr_port(&u.addr), 80);
     cr_assert_str_eq(u.path, "/x?y=1");
-    cr_assert_eq(derp_client_url_parse("http://derp.example.com/derp", &u), -EINVAL);
+    cr_assert_eq(derp_client_url_parse("https://localhost:8443/derp", &u), 0); /* /etc/hosts */
+    cr_assert(u.tls);
+    cr_assert_str_eq(u.host, "localhost:8443");
+    cr_assert_eq(net_addr_port(&u.addr), 8443);
     cr_assert_eq(derp_client_url_parse("ftp://1.2.3.4/", &u), -EINVAL);
     cr_assert_eq(derp_client_url_parse("http:///derp", &u), -EINVAL);
     cr_assert_eq(derp_client_url_parse("http://1.2.3.4:99999/", &u), -EINVAL);

@@ -1,0 +1,42 @@
+#!/bin/bash
+# run_server_flags.sh BIN WORK - hderp-server refuses bad -mesh-with lists at start-up with a
+# message naming the entry (exit 1, nothing listening), and starts with a good one. Each server
+# is bounded by timeout(1); the one that starts is stopped by PID.
+set -u
+bin=$1 work=$2
+rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/lib.sh"
+echo 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff >"$work/mesh.key"
+
+# refused LIST EXPECTED-TEXT [extra flags...]
+refused() {
+    local list=$1 want=$2
+    shift 2
+    timeout 20 "$bin/hderp-server" -a "127.0.0.1:$(port)" -stun=false -c "$work/key" "$@" \
+        -mesh-with "$list" >"$work/out.log" 2>&1
+    local rc=$?
+    [ "$rc" = 1 ] || fail "-mesh-with '$list': exit code $rc, expected 1"
+    grep -qF -- "$want" "$work/out.log" || fail "-mesh-with '$list': no \"$want\" in the message"
+}
+mk="-mesh-psk-file $work/mesh.key"
+refused "http://127.0.0.1:1" "needs a mesh key"
+refused "derp1.example.com:443/10.0.0.1:443" "is not host[:port][/dialhost]" $mk
+refused "derp1.example.com/" "is not host[:port][/dialhost]" $mk
+refused "127.0.0.1:99999" "bad host or port" $mk
+refused "[::1" "bad host or port" $mk
+refused "no-such-host.invalid." "cannot resolve" $mk
+refused "$(printf 'http://127.0.0.1:%d,' $(seq 1 33))" "more than 32 nodes" $mk
+
+# A good list (own entry, empty entries, spaces, IPv6 dial host, an https entry) starts.
+p=$(port)
+"$bin/hderp-server" -a "127.0.0.1:$p" -stun=false -c "$work/key" $mk \
+    -mesh-with " http://127.0.0.1:$p,, localhost:$(port)/[::1] ,127.0.0.1:1/::1," \
+    >"$work/good.log" 2>&1 &
+pids+=($!)
+wait_probe "http://127.0.0.1:$p" || fail "the server with a good -mesh-with list did not start"
+grep -q "3 mesh nodes" "$work/good.log" || fail "expected 3 mesh nodes in the start-up line"
+kill "${pids[0]}"
+wait "${pids[0]}"
+rc=$?
+[ "$rc" = 0 ] || fail "exit code $rc after SIGTERM"
+echo "PASS: -mesh-with checks"
