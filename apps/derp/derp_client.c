@@ -50,6 +50,13 @@ int derp_client_url_parse(const char *url, struct derp_client_url *out)
     return 0;
 }
 
+const char *derp_client_url_scheme(const struct derp_client_url *url)
+{
+    if (url->websocket)
+        return url->tls ? "wss" : "ws";
+    return url->tls ? "https" : "http";
+}
+
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url)
 {
     cfg->addr = url->addr;

@@ -117,6 +117,8 @@ struct derp_client_url {
  * The TLS server name is the host. Returns 0, -EINVAL (syntax, too long) or -ENOENT (the name
  * did not resolve). */
 int derp_client_url_parse(const char *url, struct derp_client_url *out);
+/* "http", "https", "ws" or "wss": the URL's scheme as it was written. */
+const char *derp_client_url_scheme(const struct derp_client_url *url);
 /* Points cfg's addr/host/path/tls/websocket at url (which must outlive the connect call). */
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url);
 

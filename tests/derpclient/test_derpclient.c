@@ -688,6 +688,7 @@ Test(test_derpclient_fake, url_parse)
     cr_assert_str_eq(u.path, "/derp");
     cr_assert_eq(derp_client_url_parse("wss://[::1]/derp", &u), 0);
     cr_assert(u.websocket && u.tls);
+    cr_assert_str_eq(derp_client_url_scheme(&u), "wss");
     cr_assert_eq(net_addr_port(&u.addr), 443);
     cr_assert_eq(derp_client_url_parse("wsx://1.2.3.4/", &u), -EINVAL);
     cr_assert_eq(derp_client_url_parse("http://127.0.0.1/", &u), 0);
