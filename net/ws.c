@@ -197,9 +197,13 @@ static int ws_encode(struct net_conn *c, void *state)
     uint32_t off, len;
     struct hd_frame *f;
     for (unsigned moved = 0; moved < NET_WS_ENCODE_BATCH; moved++) {
-        if ((f = net_conn_plain_take(c, &off, &len)) == NULL)
-            return 0;
-        if (len == 0 || w->closing) { /* a dropped entry, or after our close */
+        len = UINT32_MAX;
+        if ((f = net_conn_plain_take(c, &off, &len)) == NULL) {
+            if (len == 0)
+                continue; /* a dropped entry's tombstone (net_conn_drop_oldest) */
+            return 0;     /* the queue is empty */
+        }
+        if (len == 0 || w->closing) { /* an empty entry, or after our close */
             hd_frame_unref(net_conn_shard(c), f);
             continue;
         }
