@@ -58,6 +58,23 @@ int net_url_parse(const char *url, struct net_url *out);
  * and numeric_only) or -ENOENT (the name did not resolve). */
 int net_url_resolve(const struct net_url *u, bool numeric_only, struct net_addr *out);
 
+/* Name lookup for a shard: getaddrinfo(host, port, TCP) on a thread of its own (it blocks for
+ * as long as DNS takes), the answer handed back with hd_runtime_post, so done runs on shard s:
+ * rc 0 with 1..NET_RESOLVE_ADDRS_MAX addresses in getaddrinfo's order, or -ENOENT (no such
+ * name, or no address), -EAGAIN (a temporary DNS failure). A numeric host is answered the same
+ * way, without DNS. One thread per lookup: meant for connection set-up (a mesh link redialing),
+ * not per packet. */
+struct net_resolve;
+typedef void net_resolve_fn(struct hd_shard *s, int rc, const struct net_addr *addrs,
+                            unsigned count, void *arg);
+/* Returns 0 (*out: the lookup, until done runs or it is cancelled), -ENAMETOOLONG, -ENOMEM or
+ * pthread_create's error (done never runs then). Shard s's thread. */
+int net_resolve_start(struct hd_shard *s, const char *host, uint16_t port, net_resolve_fn *done,
+                      void *arg, struct net_resolve **out);
+/* done will not run; the lookup's memory goes when its thread is done. Shard s's thread, before
+ * done ran. */
+void net_resolve_cancel(struct net_resolve *r);
+
 /* ---------------------------------------------------------------- connections */
 
 enum net_conn_state {

@@ -168,4 +168,7 @@ void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags);
 bool net_conn_queues_empty(const struct net_conn *c);
 void net_conn_update_pressure(struct net_conn *c);
 
+/* resolve.c: from net_shard_fini (the shard's lookups in flight are orphaned). */
+void net_resolve_shard_fini(struct hd_shard *s);
+
 #endif /* NET_IMPL_H */

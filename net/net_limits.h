@@ -37,6 +37,11 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 /* A URL's authority: a DNS name (253) or [IPv6] (41), plus ":" and a 5-digit port. */
 #define NET_URL_AUTHORITY_LEN_MAX (253 + 6)
 
+/* net_resolve: addresses kept from one lookup (getaddrinfo's order: a dual-stack name has a
+ * few of each family), and the longest host name (DNS: 253). */
+#define NET_RESOLVE_ADDRS_MAX 8
+#define NET_RESOLVE_HOST_MAX  253
+
 /* Accept: listen backlog; after EMFILE/ENFILE/ENOMEM accept again after this pause. */
 #define NET_LISTEN_BACKLOG    4096
 #define NET_ACCEPT_BACKOFF_MS 100

@@ -25,8 +25,11 @@ struct derp_mesh_node {
     char entry[DERP_MESH_ENTRY_LEN_MAX + 1];  /* as given, for logs */
     char host[NET_URL_AUTHORITY_LEN_MAX + 1]; /* Host header: host[:port] */
     char name[NET_URL_AUTHORITY_LEN_MAX + 1]; /* TLS server name: host without port, brackets */
-    struct net_addr addr;                     /* dialed: dialhost (or host), resolved at start */
-    bool tls;                                 /* https (derper); http:// entries: plain */
+    char dial[NET_URL_AUTHORITY_LEN_MAX + 1]; /* dialhost, or host: looked up at each dial */
+    uint16_t port;                            /* the URL's (443, 80 or as written) */
+    bool numeric;                             /* dial is an address: addr, no lookups */
+    struct net_addr addr;
+    bool tls; /* https (derper); http:// entries: plain */
 };
 
 struct derp_config {
@@ -217,6 +220,11 @@ struct derp_mesh_link {
     bool self;             /* the entry is this server (same key): never dialed again */
     uint64_t failures;     /* consecutive failed attempts (logging) */
     struct hd_timer retry;
+    /* A named node: the lookup in flight, and its addresses, tried in order before the next
+     * lookup (as Go's dialer tries every address of a name). */
+    struct net_resolve *resolving;
+    struct net_addr addrs[NET_RESOLVE_ADDRS_MAX];
+    unsigned addrs_count, addr_next;
 };
 
 struct derp_shard {
@@ -283,10 +291,10 @@ void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
- * caller's reference of f; a full bus drops the event (counted, logged). */
+ * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). */
 typedef void derp_event_fn(struct derp_shard *ds, struct hd_frame *f, uint64_t arg);
-void derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
-                     uint64_t arg);
+int derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                    uint64_t arg);
 void derp_event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
                           uint64_t arg);
 /* A frame holding key a (and b after it, when not NULL); NULL when the pool is empty. */
