@@ -205,6 +205,19 @@ void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* A protocol switch inside the byte stream (an HTTP 101 followed by WebSocket frames): from
+ * inside on_data, install codec; the bytes after what this on_data call consumes, and every
+ * byte received later, are its input (decoded once on_data returns). On a connection with a
+ * codec already (TLS) the new one goes above it: it decodes what the first one delivers, and
+ * what it encodes is the first one's plaintext; what was queued before the switch is sent as
+ * it is (below the new codec). At most two codecs; the upper one must do without move, record
+ * and quiesced hooks (its state moves with a migrating connection as it is), and its release
+ * may get c NULL (a moved connection the destination had no room for: free on the current
+ * shard). Returns 0, -EBUSY
+ * (two codecs already), -EINVAL (upper codec with move or record hooks). */
+int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* The codec installed above the first one by net_conn_switch_codec (NULL: none). */
+const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **state);
 /* The installed codec (NULL: none) and its state. */
 const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
 /* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app

@@ -26,7 +26,7 @@
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hderp-bench --server http[s]://HOST:PORT/derp [--server URL]...\n"
+            "usage: hderp-bench --server http[s]|ws[s]://HOST:PORT/derp [--server URL]...\n"
             "         [--pairs K | --pair-file F [--instance I]] [--peers P] [--size BYTES]\n"
             "         [--rate-mbps R] [--duration S] [--warmup S] [--start-at T] [--shards N]\n"
             "         [--relay-pid PID] [--relay-cpu N] [--latency] [--json]\n"
@@ -530,7 +530,7 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
            "\"sent_mbps\":%.3f,\"delivered_mbps\":%.3f,\"loss_pct\":%.5f,"
            "\"latency_us\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
            "\"gen_cpu_s\":%.3f,\"gen_fell_behind\":%s,\"gen_cpu_bound\":%s,",
-           u0->tls ? "https" : "http", u0->host, u0->path, u0->tls ? "true" : "false",
+           derp_client_url_scheme(u0), u0->host, u0->path, u0->tls ? "true" : "false",
            c->pairs_count, c->size, t->offered_mbps, t->window_s, c->warmup_s, c->shards,
            t->sent_mbps, t->delivered_mbps, t->loss_pct,
            (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
@@ -547,8 +547,8 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
                t->core_s, per_gb(t->core_s, t->window_bytes));
     printf("\"servers\":[");
     for (unsigned i = 0; i < c->servers_count; i++)
-        printf("%s\"%s://%s%s\"", i ? "," : "", c->urls[i].tls ? "https" : "http", c->urls[i].host,
-               c->urls[i].path);
+        printf("%s\"%s://%s%s\"", i ? "," : "", derp_client_url_scheme(&c->urls[i]),
+               c->urls[i].host, c->urls[i].path);
     printf("],\"peers\":%u,\"duration_s\":%.3f,\"window_start_unix\":%.3f,", c->peers_count,
            c->duration_s, r->window_start_unix);
     /* Which side counted what: senders know what they sent, receivers (from the sequence

@@ -132,6 +132,7 @@ struct derp_counters {
     uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
+    uint64_t websocket_accepts;
     uint64_t admit_refused;     /* closed by admission control (§5) */
     uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
     uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */

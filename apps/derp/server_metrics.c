@@ -112,6 +112,7 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "current_dup_client_keys", "gauge", SUM(current_dup_client_keys));
     put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
     put_metric(o, "watchers", "gauge", SUM(watchers));
+    put_metric(o, "websocket_accepts", "counter", SUM(websocket_accepts)); /* §1.5 */
     put(o, "# TYPE derp_packets_dropped counter\n");
     for (unsigned r = 0; r < DERP_DROPS; r++)
         for (unsigned k = 0; k < DERP_KINDS; k++)
