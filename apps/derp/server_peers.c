@@ -165,17 +165,31 @@ static void send_peer_gone(struct derp_shard *ds, struct derp_sclient *cl, const
 #define GONE_WATCHERS 1u /* its last local connection went: watchers (local presence only) */
 #define GONE_SOURCES  2u /* it left the region (§6.7): connections that received from it */
 
-/* A key went: tell the watchers and/or the connections that received packets from it (arg:
- * GONE_*). Runs on every shard. */
+/* Keys went (f->data: one or more keys): tell the watchers and/or the connections that
+ * received packets from them (arg: GONE_*), once each per key. Runs on every shard. The
+ * subscribers come from the shard's reverse index (server_sources.c): a departure costs its
+ * subscribers, not every connection; watchers (GONE_WATCHERS) are found by a walk, and only
+ * on a shard that has some. */
 static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
 {
-    DERP_EACH_CLIENT(ds, cl)
-    {
-        bool tell = (arg & GONE_WATCHERS) && cl->watcher;
-        if ((arg & GONE_SOURCES) && derp_keyset_remove(&cl->sources, f->data))
-            tell = true;
-        if (tell)
-            send_peer_gone(ds, cl, f->data, DERP_PEER_GONE_DISCONNECTED);
+    for (uint32_t off = 0; off + DERP_KEY_LEN <= f->len; off += DERP_KEY_LEN) {
+        const uint8_t *key = f->data + off;
+        bool watchers = (arg & GONE_WATCHERS) && ds->ctr.watchers > 0;
+        struct derp_subs_entry e;
+        if ((arg & GONE_SOURCES) && derp_sources_take(ds, key, &e)) {
+            struct derp_sclient **v = derp_subs_vec(&e);
+            for (uint32_t i = 0; i < e.count; i++)
+                if (!(watchers && v[i]->watcher)) /* a watcher hears it below */
+                    send_peer_gone(ds, v[i], key, DERP_PEER_GONE_DISCONNECTED);
+            derp_subs_entry_free(&e);
+        }
+        if (watchers) {
+            DERP_EACH_CLIENT(ds, cl)
+            {
+                if (cl->watcher)
+                    send_peer_gone(ds, cl, key, DERP_PEER_GONE_DISCONNECTED);
+            }
+        }
     }
 }
 
