@@ -431,9 +431,36 @@ void derp_forwarder_add(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], 
         ds->ctr.multiforwarder_created++;
 }
 
-/* Drops node id from p (which must have it); p is freed when nothing is left. Returns true
- * when p was removed from the table. */
-static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at)
+/* Departures collected into one frame of keys, broadcast when full (and at the end): a dropped
+ * mesh link makes every key learned only from it leave at once (§6.7, §7). */
+struct gone_batch {
+    struct hd_frame *f;
+};
+
+static void gone_batch_flush(struct derp_shard *ds, struct gone_batch *b)
+{
+    if (b->f)
+        derp_event_broadcast(ds, gone_event, b->f, GONE_SOURCES);
+    b->f = NULL;
+}
+
+static void gone_batch_add(struct derp_shard *ds, struct gone_batch *b,
+                           const uint8_t key[DERP_KEY_LEN])
+{
+    if (b->f && b->f->len + DERP_KEY_LEN > b->f->size)
+        gone_batch_flush(ds, b);
+    if (b->f == NULL && (b->f = hd_frame_get(ds->s, 65536)) == NULL) {
+        broadcast_gone(ds, key, GONE_SOURCES); /* no big frame: one key at a time */
+        return;
+    }
+    memcpy(b->f->data + b->f->len, key, DERP_KEY_LEN);
+    b->f->len += DERP_KEY_LEN;
+}
+
+/* Drops node id from p (which must have it); p is freed when nothing is left, its departure
+ * broadcast at once or added to batch (when not NULL). Returns true when p was removed from
+ * the table. */
+static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at, struct gone_batch *batch)
 {
     memmove(p->fwd + at, p->fwd + at + 1, (size_t)(p->fwd_count - at - 1));
     p->fwd_count--;
@@ -441,7 +468,10 @@ static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at)
         ds->ctr.multiforwarder_deleted++;
     if (p->fwd_count > 0 || p->clients_count > 0)
         return false;
-    broadcast_gone(ds, p->key.bytes, GONE_SOURCES); /* it left the region */
+    if (batch) /* it left the region */
+        gone_batch_add(ds, batch, p->key.bytes);
+    else
+        broadcast_gone(ds, p->key.bytes, GONE_SOURCES);
     table_remove(&ds->peers, p);
     free(p);
     return true;
@@ -455,19 +485,21 @@ void derp_forwarder_remove(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN
         ds->ctr.packet_forwarder_delete_other_value++;
         return;
     }
-    fwd_drop(ds, p, at);
+    fwd_drop(ds, p, at, NULL);
 }
 
 void derp_forwarder_remove_node(struct derp_shard *ds, unsigned id)
 {
+    struct gone_batch batch = {0};
     /* A removal shifts later entries of the probe chain back into slot i: look at it again. */
     for (uint32_t i = 0; i < ds->peers.cap;) {
         struct derp_peer *p = ds->peers.slots[i];
         int at = p ? fwd_index(p, id) : -1;
-        if (at >= 0 && fwd_drop(ds, p, at))
+        if (at >= 0 && fwd_drop(ds, p, at, &batch))
             continue;
         i++;
     }
+    gone_batch_flush(ds, &batch);
 }
 
 /* ---------------------------------------------------------------- watchers */
