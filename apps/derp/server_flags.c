@@ -13,7 +13,6 @@
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
 static const char *const unsupported[] = {
-    "rate-config",
     "bootstrap-dns-names",
     "unpublished-bootstrap-dns-names",
     "acme-ip-certs",
@@ -56,8 +55,9 @@ static void usage(FILE *out)
         "  -mesh-with LIST         the region's other nodes, comma-separated\n"
         "                          host[:port][/dialhost]: a watch link to https://host/derp\n"
         "                          each (dialing dialhost, same port; SSL_CERT_FILE replaces\n"
-        "                          the system CA bundle), redialed every 5s; names resolved at\n"
-        "                          start-up; this server's own entry is recognised and skipped;\n"
+        "                          the system CA bundle), redialed every 5s; names looked up\n"
+        "                          at each dial; this server's own entry is recognised and\n"
+        "                          skipped;\n"
         "                          an http://host:port entry dials plain HTTP (hderp only)\n"
         "  -tcp-keepalive-time D   TCP keepalive (default 10m)\n"
         "  -tcp-user-timeout D     TCP_USER_TIMEOUT (default 15s)\n"
@@ -79,6 +79,12 @@ static void usage(FILE *out)
         "  -verify-client-url-fail-open  admit when the URL cannot be reached, times out or\n"
         "                          its certificate does not verify (default true; a non-200\n"
         "                          answer always refuses)\n"
+        "  -rate-config FILE       per-client receive limit, JSON\n"
+        "                          {\"PerClientRateLimitBytesPerSec\": N,\n"
+        "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
+        "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
+        "                          TCP, nothing dropped; N = 0: off; re-read on SIGHUP\n"
+        "                          (for every connection; a bad file keeps the old limit)\n"
         "  --allow-keys FILE       only these node keys may log in (mesh peers exempt): one\n"
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
@@ -88,9 +94,8 @@ static void usage(FILE *out)
         "                          tests)\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
-        "derper flags not supported yet (refused if given): -rate-config,\n"
-        "-bootstrap-dns-names, -unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace,\n"
-        "-derp=false.\n";
+        "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
+        "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
 }
 
@@ -261,6 +266,8 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
         }
     } else if (strcmp(name, "socket") == 0) {
         f->socket = v;
+    } else if (strcmp(name, "rate-config") == 0) {
+        f->rate_config = v; /* read (and checked) at start-up: derp_rate_load */
     } else if (strcmp(name, "verify-client-url") == 0) {
         f->verify_client_url = v;
     } else if (strcmp(name, "verify-client-url-fail-open") == 0) {

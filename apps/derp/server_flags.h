@@ -28,6 +28,7 @@ struct derp_flags {
     const char *socket;               /* -socket ("" or NULL: tailscaled's default path) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */
     long accept_burst;                /* -accept-connection-burst */
+    const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
     const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
 };
 

@@ -119,6 +119,7 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
         return;
     derp_allow_reload(&config); /* --allow-keys */
     derp_certs_reload(&config); /* TLS mode: the certificate files */
+    derp_rate_reload(&config);  /* -rate-config */
 }
 
 const struct hd_module derp_module = {
@@ -275,6 +276,14 @@ static int configure(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
         return -EINVAL;
     }
+    if (f->rate_config) { /* -rate-config (spec §6.9): a bad file refuses to start */
+        char rerr[256];
+        if (derp_rate_load(f->rate_config, &config.rate, rerr, sizeof(rerr)) < 0) {
+            fprintf(stderr, "hderp-server: -rate-config %s: %s\n", f->rate_config, rerr);
+            return -EINVAL;
+        }
+        config.rate_config_path = f->rate_config;
+    }
     if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
         char err[512];
         if (derp_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
@@ -357,8 +366,15 @@ int main(int argc, char **argv)
         hd_runtime_destroy(rt);
         return 1;
     }
+    if ((rc = derp_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
+        fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
+        derp_allow_detach(&config);
+        hd_runtime_destroy(rt);
+        return 1;
+    }
     if ((rc = derp_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
         fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
+        derp_rate_detach(&config);
         derp_allow_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
@@ -366,6 +382,7 @@ int main(int argc, char **argv)
     rc = hd_runtime_start(rt);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        derp_rate_detach(&config);
         derp_allow_detach(&config);
         derp_certs_detach(&config);
         hd_runtime_destroy(rt);
@@ -373,6 +390,7 @@ int main(int argc, char **argv)
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
+    derp_rate_detach(&config);
     derp_allow_detach(&config);
     derp_certs_detach(&config);
     hd_runtime_destroy(rt);
