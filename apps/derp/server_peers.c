@@ -180,9 +180,12 @@ static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
         struct derp_subs_entry e;
         if ((arg & GONE_SOURCES) && derp_sources_take(ds, key, &e)) {
             struct derp_sclient **v = derp_subs_vec(&e);
-            for (uint32_t i = 0; i < e.count; i++)
-                if (!(watchers && v[i]->watcher)) /* a watcher hears it below */
+            for (uint32_t i = 0; i < e.count; i++) {
+                /* Not the closing connection itself (it received from its own key): like the
+                 * walk, which no longer found it in the table. A watcher hears it below. */
+                if (v[i]->phase == DERP_SCLIENT_ACTIVE && !(watchers && v[i]->watcher))
                     send_peer_gone(ds, v[i], key, DERP_PEER_GONE_DISCONNECTED);
+            }
             derp_subs_entry_free(&e);
         }
         if (watchers) {

@@ -131,6 +131,27 @@ Test(test_conformance_peers, peer_gone_disconnected)
     conf_server_stop_clean(&srv);
 }
 
+/* A key that received packets from itself leaves: its own (closing) connection is not told,
+ * the other receiver is, and the counter says one PeerGone. */
+Test(test_conformance_peers, peer_gone_not_to_itself)
+{
+    struct conf_raw a, b;
+    login_on_shard(&a, 0);
+    login_on_shard(&b, 1);
+    CONF_OK(conf_raw_send_packet(&a, &a.kp.pub, "a2a", 3));
+    expect_packet(&a, &a.kp.pub, "a2a");
+    CONF_OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
+    expect_packet(&b, &a.kp.pub, "a2b");
+    conf_raw_close(&a);
+    expect_gone(&b, &a.kp.pub, DERP_PEER_GONE_DISCONNECTED);
+    expect_silence(&b, "B after A left");
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "derp_peer_gone_disconnected_frames", false, &v));
+    cr_assert_eq(v, 1, "PeerGone frames: %lld, want 1", (long long)v);
+    conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
+}
+
 /* Row 17 with many subscribers: 4 sources (2 per shard) send to 6 receivers (3 per shard), so
  * each shard's list of a source's subscribers has 3 entries; receivers leave from the middle
  * and the front of those lists (the last entry moves into the hole, then leaves too), then the
