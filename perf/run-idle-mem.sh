@@ -3,20 +3,21 @@
 # For each mode (plain; TLS with -certmode manual and a throwaway self-signed certificate) and
 # each N of idle connections it starts a fresh server (one shard, -dev, no STUN), lets
 # hderp-bench hold N+2 logged-in connections (batches of --pairs 1 --peers K at 0.01 Mbit/s:
-# one slow pair each, the rest idle),
-# waits until /debug/varz counts all N+2 connections, lets them settle, and reads the server's
-# VmRSS and /proc/PID/smaps_rollup (Anonymous: heap and pools; the rest is mapped files).
+# one slow pair each, the rest idle), waits until /debug/varz counts all N+2 connections, lets
+# them settle, and reads the server's VmRSS and /proc/PID/smaps_rollup (Anonymous: heap and pools; the rest is mapped files).
 # Prints, per mode, RSS and anonymous KiB at each N and KiB per idle connection =
 # (RSS(N) - RSS(0)) / N, and the marginal cost between consecutive Ns (RSS(N) - RSS(N_prev)) /
 # (N - N_prev): the first figure includes one-off costs that the first connections pay (the
 # shard's 4 MiB provided-buffer ring is touched page by page as receives land in it, pool
 # chunks of 2 MiB), the marginal one between 1000 and 4000 is the steady per-connection cost.
-# Kernel socket buffers are not in RSS and not counted.
+# Kernel memory is not in RSS: the last column is the growth of the socket-related slab caches
+# (/proc/slabinfo, machine-wide: both loopback ends, and other work on the machine) per N.
 #
 # Environment: NS ("0 1000 4000"), MODES ("plain tls"), SETTLE (2 s after the last login),
 # SHARDS (1), OUT (a new directory under /tmp: server logs, bench outputs, the samples).
-# The generator has a hard timeout; servers are stopped by PID (also on exit). With the defaults it takes about
-# a minute. The generators and the server each need N+ fds: the script checks ulimit -n.
+# The generators have a hard timeout; servers are stopped by PID (also on exit). With the
+# defaults it takes about a minute. The generators and the server each need N+ fds: the script
+# checks ulimit -n.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -61,6 +62,13 @@ conns() { # the server's current_connections gauge
         awk '$1 == "derp_current_connections" || $1 == "current_connections" {n = $2}
              END {print n + 0}'
 }
+# Kernel memory of sockets (not in RSS): KiB in the slab caches an idle TCP connection uses
+# (socket, inode, file, dentry, io_uring request), machine-wide, so it counts both loopback ends
+# (server and generator) and whatever else runs; -1 when /proc/slabinfo is not readable.
+kslab() {
+    awk '$1 ~ /^(TCP|TCPv6|sock_inode_cache|filp|dentry|io_kiocb)$/ {b += $2 * $4}
+         END {printf "%d", NR ? b / 1024 : -1}' /proc/slabinfo 2>/dev/null || echo -1
+}
 sample() { # "rss_kib anon_kib" of $pid
     local rss anon
     rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$pid/status")
@@ -70,8 +78,8 @@ sample() { # "rss_kib anon_kib" of $pid
 
 echo "# hderp-server, $shards shard(s), -dev -stun=false; hderp-bench --pairs 1 --peers N+2" \
     "at 0.01 Mbit/s; sampled ${settle} s after all logins; raw output in $out"
-printf '%-6s %6s %10s %10s %14s %14s %14s\n' mode N RSS_KiB anon_KiB 'KiB/conn(RSS)' \
-    'KiB/conn(anon)' 'marginal(RSS)'
+printf '%-6s %6s %10s %10s %14s %14s %14s %16s\n' mode N RSS_KiB anon_KiB 'KiB/conn(RSS)' \
+    'KiB/conn(anon)' 'marginal(RSS)' 'kernel_slab/conn'
 for mode in $modes; do
     args=() bargs=() scheme=http
     if [ "$mode" = tls ]; then
@@ -119,6 +127,7 @@ print(s.getsockname()[1])')
                 die "$mode N=$n: only $got of $((want - left)) connections (see $out/bench-$mode-$n-*.txt)"
         done
         sleep "$settle"
+        slab=$(kslab)
         [ "$(conns)" -ge "$want" ] || die "$mode N=$n: connections dropped while settling"
         read -r rss anon < <(sample)
         cat "/proc/$pid/smaps_rollup" >"$out/smaps-$mode-$n.txt" 2>/dev/null || true
@@ -126,21 +135,23 @@ print(s.getsockname()[1])')
         for b in "${bpids[@]}"; do wait "$b" 2>/dev/null || true; done
         bpids=()
         stop_server
-        per_rss=- per_anon=- marg=-
+        per_rss=- per_anon=- marg=- kper=-
         if [ -n "$prev_rss" ] && [ "$n" -gt "$prev_n" ]; then
             marg=$(awk -v a="$rss" -v b="$prev_rss" -v n="$((n - prev_n))" \
                 'BEGIN {printf "%.2f", (a - b) / n}')
         fi
         prev_rss=$rss prev_n=$n
         if [ -z "$base_rss" ]; then
-            base_rss=$rss base_anon=$anon base_n=$n
+            base_rss=$rss base_anon=$anon base_n=$n base_slab=$slab
         elif [ "$n" -gt "$base_n" ]; then
             per_rss=$(awk -v a="$rss" -v b="$base_rss" -v n="$((n - base_n))" \
                 'BEGIN {printf "%.2f", (a - b) / n}')
             per_anon=$(awk -v a="$anon" -v b="$base_anon" -v n="$((n - base_n))" \
                 'BEGIN {printf "%.2f", (a - b) / n}')
+            [ "$slab" -ge 0 ] && kper=$(awk -v a="$slab" -v b="$base_slab" -v n="$((n - base_n))" \
+                'BEGIN {printf "%.2f", (a - b) / n}')
         fi
-        printf '%-6s %6s %10s %10s %14s %14s %14s\n' "$mode" "$n" "$rss" "$anon" "$per_rss" \
-            "$per_anon" "$marg" | tee -a "$out/samples.txt"
+        printf '%-6s %6s %10s %10s %14s %14s %14s %16s\n' "$mode" "$n" "$rss" "$anon" "$per_rss" \
+            "$per_anon" "$marg" "$kper" | tee -a "$out/samples.txt"
     done
 done
