@@ -62,14 +62,22 @@ int derp_sclient_enqueue(struct derp_sclient *cl, struct hd_frame *f, uint32_t o
         write_packet(cl, f);
         return 0;
     }
+    if (cl->qslots == NULL) {
+        cl->qslots = malloc(DERP_KINDS * DERP_QUEUE_DEPTH * sizeof(*cl->qslots));
+        if (cl->qslots == NULL) { /* no room to wait: as a full queue */
+            drop_frame(cl, f, DERP_DROP_QUEUE_TAIL);
+            return -ENOBUFS;
+        }
+    }
+    struct hd_frame **slots = cl->qslots + (size_t)kind * DERP_QUEUE_DEPTH;
     for (unsigned t = 0; t < DERP_QUEUE_TRIES; t++) {
         if (q->count < DERP_QUEUE_DEPTH) {
-            q->f[(q->head + q->count) % DERP_QUEUE_DEPTH] = f;
+            slots[(q->head + q->count) % DERP_QUEUE_DEPTH] = f;
             q->count++;
             hd_flush_request(cl->ds->s, &cl->writer);
             return 0;
         }
-        struct hd_frame *old = q->f[q->head];
+        struct hd_frame *old = slots[q->head];
         q->head = (uint8_t)((q->head + 1) % DERP_QUEUE_DEPTH);
         q->count--;
         drop_frame(cl, old, DERP_DROP_QUEUE_HEAD);
@@ -78,13 +86,20 @@ int derp_sclient_enqueue(struct derp_sclient *cl, struct hd_frame *f, uint32_t o
     return -ENOBUFS;
 }
 
-static struct hd_frame *queue_pop(struct derp_pktq *q)
+/* The oldest packet of queue k, or NULL; the slots go when both queues are empty. */
+static struct hd_frame *queue_pop(struct derp_sclient *cl, unsigned k)
 {
+    struct derp_pktq *q = &cl->q[k];
     if (q->count == 0)
         return NULL;
-    struct hd_frame *f = q->f[q->head];
+    struct hd_frame *f = cl->qslots[k * DERP_QUEUE_DEPTH + q->head];
     q->head = (uint8_t)((q->head + 1) % DERP_QUEUE_DEPTH);
     q->count--;
+    if (cl->q[0].count == 0 && cl->q[1].count == 0) {
+        free(cl->qslots);
+        cl->qslots = NULL;
+        cl->q[0].head = cl->q[1].head = 0;
+    }
     return f;
 }
 
@@ -105,8 +120,7 @@ static void writer_run(struct hd_flush *fl)
     unsigned turn = 0;
     while (!cl->send_paused && cl->phase == DERP_SCLIENT_ACTIVE &&
            (cl->q[0].count || cl->q[1].count)) {
-        struct derp_pktq *q = &cl->q[turn++ & 1];
-        struct hd_frame *f = queue_pop(q);
+        struct hd_frame *f = queue_pop(cl, turn++ & 1);
         if (f)
             write_packet(cl, f);
     }
@@ -388,7 +402,7 @@ static void client_closed(struct net_conn *c, int reason)
             ds->ctr.current_home_connections--;
         for (unsigned k = 0; k < DERP_KINDS; k++) {
             struct hd_frame *f;
-            while ((f = queue_pop(&cl->q[k])) != NULL)
+            while ((f = queue_pop(cl, k)) != NULL)
                 drop_frame(cl, f, DERP_DROP_GONE_DISCONNECTED);
         }
     }
