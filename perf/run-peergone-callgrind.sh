@@ -6,12 +6,26 @@
 # N pings and leaves (the echo peer, subscribed to it, gets one PeerGone), then the echo peer
 # leaves (nobody subscribed): 2 departures. The dump's total is gone_event's instructions for
 # both. CLIENTS=DIR takes hderp-bench and hderp-echo from DIR. Needs ulimit -n above IDLE + 100.
+# MESH=1: the server also has a mesh key and a second (plain, uninstrumented) node meshed with
+# it, whose watch link is a watcher on the measured shard, so each departure also goes to a
+# watcher (watchers hear of local departures: spec §6.8).
 set -u
 B=$1; OUT=$2; C=${CLIENTS:-$B}; IDLE=${IDLE:-10000}; N=${N:-20}; PORT=${PORT:-3451}
 T=$(mktemp -d); cd $T
 U=http://127.0.0.1:$PORT/derp
+MESHARGS=()
+if [ "${MESH:-0}" = 1 ]; then
+    echo 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff > mesh.key
+    MESHARGS=(-mesh-psk-file mesh.key -mesh-with http://127.0.0.1:$PORT,http://127.0.0.1:$((PORT + 1)))
+fi
 valgrind --tool=callgrind --instr-atstart=no --toggle-collect=gone_event \
-    --callgrind-out-file=$OUT $B/hderp-server -a 127.0.0.1:$PORT -stun=false --shards 1 > s.log 2>&1 & SP=$!
+    --callgrind-out-file=$OUT $B/hderp-server -a 127.0.0.1:$PORT -stun=false --shards 1 \
+    -c k1 "${MESHARGS[@]}" > s.log 2>&1 & SP=$!
+NP=""
+if [ "${MESH:-0}" = 1 ]; then
+    $B/hderp-server -a 127.0.0.1:$((PORT + 1)) -stun=false --shards 1 -c k2 "${MESHARGS[@]}" \
+        > s2.log 2>&1 & NP=$!
+fi
 varz() { curl -s -m 5 127.0.0.1:$PORT/debug/varz | awk -v k="$1" '$1 == k {print $2}'; }
 for i in $(seq 300); do [ -n "$(varz derp_current_connections)" ] && break; sleep 0.2; done
 GP=""; left=$IDLE; want=0
@@ -23,6 +37,10 @@ while [ $left -gt 0 ]; do  # generators of 1 pair + idle peers, one after anothe
     for i in $(seq 120); do c=$(varz derp_current_connections); [ "${c:-0}" -ge $want ] && break; sleep 0.5; done
     [ "${c:-0}" -ge $want ] || { echo "only ${c:-0} of $want connected"; cat gen-*.log; break; }
 done
+if [ -n "$NP" ]; then
+    for i in $(seq 150); do [ "$(varz derp_watchers)" = 1 ] && break; sleep 0.2; done
+    echo "$(date +%T) watchers on the measured shard: $(varz derp_watchers)"
+fi
 echo "$(date +%T) connected: $(varz derp_current_connections)"
 callgrind_control -i on $SP > /dev/null
 $C/hderp-echo echo --server $U > echo.log 2>&1 & EP=$!
@@ -38,7 +56,7 @@ callgrind_control -i off $SP > /dev/null
 callgrind_control -d $SP > /dev/null; echo "$(date +%T) dumped"
 sleep 1
 kill -KILL $SP; wait $SP 2>/dev/null # the dump is written; a TERM waits for valgrind to see it
-for p in $GP; do kill $p 2>/dev/null; done; wait
+for p in $GP $NP; do kill $p 2>/dev/null; done; wait
 # the dump taken by -d (OUT.1); OUT itself holds only the (uninstrumented) rest
 D=$(ls $OUT.* 2>/dev/null | head -1); [ -n "$D" ] || D=$OUT
 echo "gone_event instructions (2 departures): $(callgrind_annotate $D 2>/dev/null | awk '/PROGRAM TOTALS/ {print $1}')"

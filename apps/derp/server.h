@@ -190,7 +190,8 @@ struct derp_sclient {
     enum derp_sclient_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
-    bool send_paused; /* net queue over its high watermark */
+    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
+    bool send_paused;   /* net queue over its high watermark */
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -275,6 +276,10 @@ struct derp_shard {
     struct net_udp *stun;
     struct derp_peer_table peers;
     struct derp_subs subs; /* source key -> connections here that received from it (§6.7) */
+    /* This shard's watchers (WatchConns), so presence events reach them without a walk over
+     * every connection; allocated at the first one (DERP_WATCHERS_MAX slots). */
+    struct derp_sclient **watch_list;
+    uint32_t watch_count;
     /* Watchers anywhere in the process (every shard hears of each WatchConns and of each
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;

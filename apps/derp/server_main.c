@@ -96,6 +96,7 @@ static void shard_fini(struct hd_shard *s, void *state)
 {
     struct derp_shard *ds = state;
     derp_mesh_fini(ds);
+    free(ds->watch_list);
     derp_peers_fini(&ds->peers);
     derp_subs_fini(&ds->subs);
     free(ds->scratch);

@@ -144,11 +144,6 @@ struct hd_frame *derp_key_frame(struct derp_shard *ds, const uint8_t *a, const u
     return f;
 }
 
-#define DERP_EACH_CLIENT(ds, cl)                                                                   \
-    for (uint32_t i_ = 0; i_ < (ds)->peers.cap; i_++)                                              \
-        if ((ds)->peers.slots[i_])                                                                 \
-            for (struct derp_sclient *cl = (ds)->peers.slots[i_]->clients; cl; cl = cl->peer_next)
-
 /* ---------------------------------------------------------------- presence */
 
 static void send_peer_gone(struct derp_shard *ds, struct derp_sclient *cl, const uint8_t *key,
@@ -170,8 +165,8 @@ static void send_peer_gone(struct derp_shard *ds, struct derp_sclient *cl, const
 /* Keys went (f->data: one or more keys): tell the watchers and/or the connections that
  * received packets from them (arg: GONE_*), once each per key. Runs on every shard. The
  * subscribers come from the shard's reverse index (server_sources.c): a departure costs its
- * subscribers, not every connection; watchers (GONE_WATCHERS) are found by a walk, and only
- * on a shard that has some. */
+ * subscribers, not every connection; watchers (GONE_WATCHERS) come from the shard's watcher
+ * list. */
 static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
 {
     for (uint32_t off = 0; off + DERP_KEY_LEN <= f->len; off += DERP_KEY_LEN) {
@@ -188,13 +183,8 @@ static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
             }
             derp_subs_entry_free(&e);
         }
-        if (watchers) {
-            DERP_EACH_CLIENT(ds, cl)
-            {
-                if (cl->watcher)
-                    send_peer_gone(ds, cl, key, DERP_PEER_GONE_DISCONNECTED);
-            }
-        }
+        for (uint32_t i = 0; watchers && i < ds->watch_count; i++)
+            send_peer_gone(ds, ds->watch_list[i], key, DERP_PEER_GONE_DISCONNECTED);
     }
 }
 
@@ -209,11 +199,8 @@ static void broadcast_gone(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN
 static void present_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
 {
     (void)arg;
-    DERP_EACH_CLIENT(ds, cl)
-    {
-        if (cl->watcher)
-            derp_sclient_send_ctl(cl, f->data, f->len);
-    }
+    for (uint32_t i = 0; i < ds->watch_count; i++)
+        derp_sclient_send_ctl(ds->watch_list[i], f->data, f->len);
 }
 
 static void broadcast_present(struct derp_shard *ds, struct derp_sclient *cl)
@@ -569,6 +556,17 @@ void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
         return;
     uint64_t arg = hd_shard_id(ds->s);
     if (!cl->watcher) {
+        if (ds->watch_list == NULL)
+            ds->watch_list = calloc(DERP_WATCHERS_MAX, sizeof(*ds->watch_list));
+        if (ds->watch_list == NULL || ds->watch_count == DERP_WATCHERS_MAX) {
+            hd_log_rl(HD_LOG_WARN, "WatchConns refused: %u watchers on this shard already",
+                      ds->watch_count);
+            hd_frame_unref(ds->s, f);
+            derp_sclient_close(cl, -ENOBUFS);
+            return;
+        }
+        cl->watch_idx = ds->watch_count;
+        ds->watch_list[ds->watch_count++] = cl;
         cl->watcher = true;
         ds->ctr.watchers++;
         arg |= WATCH_NEW;
@@ -578,6 +576,9 @@ void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
 
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl)
 {
+    struct derp_sclient *last = ds->watch_list[--ds->watch_count];
+    ds->watch_list[cl->watch_idx] = last;
+    last->watch_idx = cl->watch_idx;
     cl->watcher = false;
     ds->ctr.watchers--;
     struct hd_frame *f = derp_key_frame(ds, cl->key.bytes, NULL);
