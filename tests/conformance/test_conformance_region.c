@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -292,6 +293,28 @@ static void expect_packet(struct conf_raw *r, const struct derp_pubkey *src, con
               (int)len, data, text);
 }
 
+/* The next frame (KeepAlives skipped) is PeerGone(peer, Disconnected), within LINK_MS (a link
+ * to notice its node's death, or a watch update to cross a node). */
+static void expect_gone(struct conf_raw *r, const struct derp_pubkey *peer, const char *who)
+{
+    struct conf_frame f;
+    int rc = conf_raw_read_nka(r, LINK_MS, &f);
+    cr_assert_eq(rc, 0, "%s: no PeerGone: %s", who, strerror(-rc));
+    cr_assert_eq(f.type, DERP_FRAME_PEER_GONE, "%s: frame type %u, want PeerGone", who, f.type);
+    cr_assert_eq(f.len, DERP_PEER_GONE_LEN, "%s: PeerGone length", who);
+    cr_assert_eq(memcmp(f.p, peer->bytes, DERP_KEY_LEN), 0, "%s: PeerGone names another key", who);
+    cr_assert_eq(f.p[DERP_KEY_LEN], DERP_PEER_GONE_DISCONNECTED, "%s: reason %u", who,
+                 f.p[DERP_KEY_LEN]);
+}
+
+/* No frame at all but KeepAlives for QUIET_MS. */
+static void expect_quiet(struct conf_raw *r, const char *who)
+{
+    struct conf_frame f = {0};
+    int rc = conf_raw_expect_silence(r, QUIET_MS, &f);
+    cr_assert_eq(rc, 0, "%s: rc %d, unexpected frame type %u", who, rc, f.type);
+}
+
 /* No frame but KeepAlive, PeerGone or PeerPresent: in particular no packet. */
 static void expect_no_packet(struct conf_raw *r, const char *who)
 {
@@ -451,9 +474,15 @@ Test(test_conformance_region, three_nodes_exactly_once)
         cr_assert_eq(varz_sum(&node[i], "derp_packets_dropped"), dropped[i],
                      "node %u dropped packets", i + 1);
 
-    conf_raw_close(&a);
-    conf_raw_close(&b);
+    /* §6.7 across nodes: C sent to A, A to B, B to C. C leaves: A hears of it from node 1 (which
+     * learns it from node 3), B does not; A leaves: B hears; B leaves: nobody is left to hear. */
     conf_raw_close(&c);
+    expect_gone(&a, &c.kp.pub, "A after C left");
+    expect_quiet(&a, "A: one PeerGone(C)");
+    expect_quiet(&b, "B after C left (C never sent to B)");
+    conf_raw_close(&a);
+    expect_gone(&b, &a.kp.pub, "B after A left");
+    conf_raw_close(&b);
     for (unsigned i = 0; i < NODES; i++)
         wait_clients(i, 0, 0);
     region_stop_clean();
@@ -509,6 +538,11 @@ Test(test_conformance_region, local_wins_and_multiforwarder)
     wait_varz(&node[2], "node 3", "derp_multiforwarder_deleted", deleted + 1, LINK_MS);
     send_text(&s3, &k.pub, "to node 2");
     expect_packet(&k2, &s3.kp.pub, "to node 2");
+    /* Node 1 no longer has K locally: it forwards to node 2. */
+    int64_t out0 = varz(&node[0], "derp_packets_forwarded_out");
+    send_text(&s1, &k.pub, "from node 1");
+    expect_packet(&k2, &s1.kp.pub, "from node 1");
+    wait_varz(&node[0], "node 1", "derp_packets_forwarded_out", out0 + 1, CONF_IO_TIMEOUT_MS);
     conf_raw_close(&k2);
     conf_raw_close(&s1);
     conf_raw_close(&s3);
@@ -577,14 +611,9 @@ Test(test_conformance_region, node_killed_and_restarted)
 
     CONF_OK(conf_server_kill(&node[2]));
     conf_raw_close(&c);
-    struct conf_frame f;
-    int rc = conf_raw_read_nka(&a, LINK_MS, &f);
-    cr_assert_eq(rc, 0, "A: no PeerGone(C) after node 3 died: %s", strerror(-rc));
-    cr_assert_eq(f.type, DERP_FRAME_PEER_GONE, "A got frame type %u, want PeerGone", f.type);
-    cr_assert_eq(f.len, DERP_PEER_GONE_LEN);
-    cr_assert_eq(memcmp(f.p, c.kp.pub.bytes, DERP_KEY_LEN), 0, "PeerGone names C");
-    cr_assert_eq(f.p[DERP_KEY_LEN], DERP_PEER_GONE_DISCONNECTED);
-    expect_no_packet(&b, "B (never talked to C)");
+    expect_gone(&a, &c.kp.pub, "A after node 3 died");
+    expect_quiet(&a, "A: one PeerGone(C)");
+    expect_quiet(&b, "B (never heard from C)");
     wait_varz_below(&node[0], "node 1 after node 3 died", "derp_clients_remote", remote0, LINK_MS);
     wait_varz_below(&node[1], "node 2 after node 3 died", "derp_clients_remote", remote1, LINK_MS);
     wait_links(0, NODES - 2, LINK_MS);
@@ -769,4 +798,244 @@ Test(test_conformance_region, tls_link_with_dialhost)
     echo_stop();
     conf_server_stop_clean(&tls_x);
     conf_server_stop_clean(&tls_y);
+}
+
+/* ---------------------------------------------------------------- a scripted node */
+
+/* The far end of a node's outbound mesh link, played by the test thread (what a derper node
+ * would see): a listening socket whose port is known before the node starts, the server side of
+ * the DERP handshake done by hand, then frames both ways on a raw buffer. */
+struct fake_node {
+    int lfd;
+    uint16_t port;
+    struct derp_keypair kp;
+    struct conf_raw link; /* the accepted link: fd and read buffer */
+};
+
+#define MESH_JSON "{\"meshKey\":\"" MESH_HEX "\",\"version\":2}"
+
+static void fake_listen(struct fake_node *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->link.fd = -1;
+    CONF_OK(derp_keypair_generate(&f->kp));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    f->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(f->lfd, 0);
+    cr_assert_eq(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0, "bind: %s", strerror(errno));
+    cr_assert_eq(listen(f->lfd, 4), 0);
+    cr_assert_eq(getsockname(f->lfd, (struct sockaddr *)&a, &len), 0);
+    f->port = ntohs(a.sin_port);
+}
+
+static void fake_close(struct fake_node *f)
+{
+    conf_raw_close(&f->link);
+    if (f->lfd >= 0)
+        close(f->lfd);
+    f->lfd = -1;
+}
+
+/* Waits for the node's link (bounded); returns how long it took. */
+static int64_t fake_accept(struct fake_node *f, int timeout_ms)
+{
+    int64_t t0 = now_ms();
+    struct pollfd p = {.fd = f->lfd, .events = POLLIN};
+    int n = poll(&p, 1, timeout_ms);
+    cr_assert_eq(n, 1, "the node did not dial its mesh entry within %d ms", timeout_ms);
+    conf_raw_close(&f->link);
+    f->link.fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+    cr_assert_geq(f->link.fd, 0, "accept: %s", strerror(errno));
+    f->link.buf = malloc(CONF_RAW_BUF_SIZE);
+    cr_assert(f->link.buf);
+    f->link.off = f->link.len = 0;
+    return now_ms() - t0;
+}
+
+/* Reads the HTTP request head into link.head; later bytes stay buffered. */
+static void fake_read_head(struct fake_node *f)
+{
+    struct conf_raw *r = &f->link;
+    int64_t deadline = now_ms() + CONF_IO_TIMEOUT_MS;
+    for (;;) {
+        uint8_t *end = memmem(r->buf, r->len, "\r\n\r\n", 4);
+        if (end) {
+            size_t hl = (size_t)(end + 4 - r->buf);
+            cr_assert_lt(hl, sizeof(r->head), "request head too long");
+            memcpy(r->head, r->buf, hl);
+            r->head[hl] = '\0';
+            r->off = hl;
+            r->len -= hl;
+            return;
+        }
+        int64_t left = deadline - now_ms();
+        struct pollfd p = {.fd = r->fd, .events = POLLIN};
+        cr_assert(left > 0 && poll(&p, 1, (int)left) == 1, "no upgrade request from the node");
+        ssize_t n = recv(r->fd, r->buf + r->len, 4096, 0);
+        cr_assert_gt(n, 0, "the node closed before its upgrade request");
+        r->len += (size_t)n;
+    }
+}
+
+static void fake_write(struct fake_node *f, const void *data, ssize_t len)
+{
+    cr_assert_gt(len, 0);
+    CONF_OK(conf_raw_write(&f->link, data, (size_t)len));
+}
+
+/* The server side of the login (§4): the node must ask for /derp with Upgrade: DERP and
+ * Host: 127.0.0.1:<port>, log in with its own server key and the mesh key, then WatchConns. */
+static void fake_handshake(struct fake_node *f, const struct conf_server *srv)
+{
+    fake_read_head(f);
+    const char *h = f->link.head;
+    char host[64];
+    snprintf(host, sizeof(host), "\r\nhost: 127.0.0.1:%u\r\n", f->port);
+    cr_assert(strncmp(h, "GET /derp HTTP/1.1\r\n", 20) == 0, "request line: %s", h);
+    cr_assert(strcasestr(h, "\r\nupgrade: derp\r\n"), "no Upgrade: DERP in %s", h);
+    cr_assert(strcasestr(h, host), "no Host: 127.0.0.1:%u in %s", f->port, h);
+    char hex[DERP_KEY_HEX_SIZE], resp[256];
+    derp_key_hex_format(f->kp.pub.bytes, hex);
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 101 Switching Protocols\r\nUpgrade: DERP\r\nConnection: Upgrade\r\n"
+                     "Derp-Version: 2\r\nDerp-Public-Key: %s\r\n\r\n",
+                     hex);
+    fake_write(f, resp, n);
+    uint8_t buf[512];
+    fake_write(f, buf, derp_server_key_encode(buf, sizeof(buf), &f->kp.pub));
+
+    struct conf_frame fr;
+    CONF_OK(conf_raw_read(&f->link, CONF_IO_TIMEOUT_MS, &fr));
+    cr_assert_eq(fr.type, DERP_FRAME_CLIENT_INFO, "frame type %u, want ClientInfo", fr.type);
+    struct derp_pubkey client;
+    struct derp_client_info info;
+    uint8_t scratch[DERP_CLIENT_INFO_PLAIN_MAX];
+    CONF_OK(derp_client_info_open(fr.p, fr.len, &f->kp, &client, &info, scratch, sizeof(scratch)));
+    cr_assert(derp_pubkey_equal(&client, &srv->key), "the link logs in with the server's key");
+    cr_assert(info.has_mesh_key && derp_mesh_key_equal(&info.mesh_key, &srv->mesh_key),
+              "the link presents the mesh key");
+    fake_write(f, buf, derp_server_info_seal(buf, sizeof(buf), &f->kp, &client, NULL, NULL));
+    for (;;) {
+        CONF_OK(conf_raw_read_nka(&f->link, CONF_IO_TIMEOUT_MS, &fr));
+        if (fr.type == DERP_FRAME_WATCH_CONNS)
+            break;
+        cr_assert(fr.type == DERP_FRAME_NOTE_PREFERRED || fr.type == DERP_FRAME_PING,
+                  "frame type %u before WatchConns", fr.type);
+    }
+    cr_assert_eq(fr.len, 0, "WatchConns is empty");
+}
+
+static void fake_present(struct fake_node *f, const struct derp_pubkey *k)
+{
+    uint8_t buf[64];
+    fake_write(f, buf,
+               derp_frame_peer_present_encode(buf, sizeof(buf), k->bytes, NULL,
+                                              DERP_PEER_PRESENT_IS_REGULAR));
+}
+
+/* The next frames on the link are n ForwardPackets "<tag> i" from src to dst, in order. */
+static void fake_expect_forwards(struct fake_node *f, const struct derp_pubkey *src,
+                                 const struct derp_pubkey *dst, const char *tag, unsigned n)
+{
+    char text[48];
+    for (unsigned i = 0; i < n; i++) {
+        struct conf_frame fr;
+        CONF_OK(conf_raw_read_nka(&f->link, CONF_IO_TIMEOUT_MS, &fr));
+        cr_assert_eq(fr.type, DERP_FRAME_FORWARD_PACKET, "frame type %u, want ForwardPacket",
+                     fr.type);
+        struct derp_packet pk;
+        CONF_OK(derp_frame_forward_packet_decode(fr.p, fr.len, &pk));
+        cr_assert(memcmp(pk.src_key, src->bytes, DERP_KEY_LEN) == 0, "%s: src", tag);
+        cr_assert(memcmp(pk.dst_key, dst->bytes, DERP_KEY_LEN) == 0, "%s: dst", tag);
+        snprintf(text, sizeof(text), "%s %u", tag, i);
+        cr_assert(pk.data_len == strlen(text) && memcmp(pk.data, text, pk.data_len) == 0,
+                  "got \"%.*s\", want \"%s\"", (int)pk.data_len, pk.data, text);
+    }
+}
+
+static struct fake_node fake = {.lfd = -1, .link.fd = -1};
+
+static void fake_down(void)
+{
+    down();
+    fake_close(&fake);
+}
+
+/* One node whose list names itself and a scripted node: the link's login, ForwardPacket out once
+ * per packet, NotHere making the node forget the route, the link's drop forgetting everything
+ * it reported (PeerGone to a correspondent), and the redial after 5 s. */
+Test(test_conformance_region, scripted_node_link, .fini = fake_down)
+{
+    fake_listen(&fake);
+    pick_ports(ports, 1);
+    snprintf(mesh_list, sizeof(mesh_list), "http://127.0.0.1:%u,http://127.0.0.1:%u", ports[0],
+             fake.port);
+    node_start(0, NULL);
+    fake_accept(&fake, LINK_MS);
+    fake_handshake(&fake, &node[0]);
+    wait_links(0, 1, LINK_MS);
+    read_gauges(0, &base[0]);
+
+    struct conf_raw a, m;
+    login(0, &a, NULL);
+    struct derp_keypair k, k2;
+    CONF_OK(derp_keypair_generate(&k));
+    CONF_OK(derp_keypair_generate(&k2));
+    fake_present(&fake, &k.pub);
+    wait_clients(0, 1, 1);
+    int64_t out = varz(&node[0], "derp_packets_forwarded_out");
+    char text[32];
+    for (unsigned i = 0; i < BATCH; i++) {
+        snprintf(text, sizeof(text), "to K %u", i);
+        send_text(&a, &k.pub, text);
+    }
+    fake_expect_forwards(&fake, &a.kp.pub, &k.pub, "to K", BATCH);
+    expect_quiet(&fake.link, "the link after the forwards");
+    wait_varz(&node[0], "node", "derp_packets_forwarded_out", out + BATCH, CONF_IO_TIMEOUT_MS);
+
+    /* §7: NotHere from the node that was to have K: the route is forgotten. */
+    uint8_t buf[64];
+    fake_write(&fake, buf,
+               derp_frame_peer_gone_encode(buf, sizeof(buf), k.pub.bytes, DERP_PEER_GONE_NOT_HERE));
+    wait_clients(0, 1, 0);
+    uint8_t disco[CONF_DISCO_LEN];
+    conf_disco_payload(disco);
+    CONF_OK(conf_raw_send_packet(&a, &k.pub, disco, sizeof(disco)));
+    struct conf_frame fr;
+    CONF_OK(conf_raw_read_nka(&a, CONF_IO_TIMEOUT_MS, &fr));
+    cr_assert(fr.type == DERP_FRAME_PEER_GONE && fr.len == DERP_PEER_GONE_LEN &&
+                  memcmp(fr.p, k.pub.bytes, DERP_KEY_LEN) == 0 &&
+                  fr.p[DERP_KEY_LEN] == DERP_PEER_GONE_NOT_HERE,
+              "A: PeerGone(K, NotHere) once K is forgotten (frame type %u)", fr.type);
+    expect_quiet(&fake.link, "the link after NotHere (nothing forwarded)");
+
+    /* A hears from K2 (a packet forwarded into the node by a mesh peer), which only the scripted
+     * node reports: when its link drops, A gets PeerGone(K2). */
+    fake_present(&fake, &k2.pub);
+    CONF_OK(conf_raw_login(&m, &node[0], NULL, MESH_JSON));
+    wait_clients(0, 2, 1);
+    uint8_t fwd[2 * DERP_KEY_LEN + 7];
+    memcpy(fwd, k2.pub.bytes, DERP_KEY_LEN);
+    memcpy(fwd + DERP_KEY_LEN, a.kp.pub.bytes, DERP_KEY_LEN);
+    memcpy(fwd + 2 * DERP_KEY_LEN, "from K2", 7);
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
+    expect_packet(&a, &k2.pub, "from K2");
+    conf_raw_close(&fake.link);
+    expect_gone(&a, &k2.pub, "A after the scripted node's link dropped");
+    wait_links(0, 0, LINK_MS);
+    wait_clients(0, 2, 0);
+
+    /* Redialed every 5 s (§7): not at once, and within the hang guard. */
+    int64_t waited = fake_accept(&fake, LINK_MS);
+    cr_assert_geq(waited, 4000, "the link was redialed after %lld ms, not ~5 s", (long long)waited);
+    fake_handshake(&fake, &node[0]);
+    wait_links(0, 1, LINK_MS);
+    fake_present(&fake, &k.pub);
+    wait_clients(0, 2, 1);
+    send_text(&a, &k.pub, "again 0");
+    fake_expect_forwards(&fake, &a.kp.pub, &k.pub, "again", 1);
+    conf_raw_close(&m);
+    conf_raw_close(&a);
+    conf_server_stop_clean(&node[0]);
 }
