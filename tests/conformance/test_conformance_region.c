@@ -141,6 +141,15 @@ static int64_t varz_sum(const struct conf_server *srv, const char *name)
     return rc == 0 ? v : 0;
 }
 
+/* One series (labels included in name); 0 when it does not exist yet. */
+static int64_t varz_or0(const struct conf_server *srv, const char *name)
+{
+    int64_t v = 0;
+    int rc = conf_varz(srv, name, false, &v);
+    cr_assert(rc == 0 || rc == -ENOENT, "varz %s: %s", name, strerror(-rc));
+    return rc == 0 ? v : 0;
+}
+
 static void wait_varz(const struct conf_server *srv, const char *what, const char *name,
                       int64_t want, int timeout_ms)
 {
@@ -994,15 +1003,38 @@ Test(test_conformance_region, scripted_node_link, .fini = fake_down)
     expect_quiet(&fake.link, "the link after the forwards");
     wait_varz(&node[0], "node", "derp_packets_forwarded_out", out + BATCH, CONF_IO_TIMEOUT_MS);
 
+    /* One hop (§7): a packet forwarded into the node for a key it knows only through the mesh
+     * is dropped there (a disco one earns the forwarder NotHere), never forwarded again. */
+    CONF_OK(conf_raw_login(&m, &node[0], NULL, MESH_JSON));
+    wait_clients(0, 2, 1);
+    static const char drop_name[] =
+        "derp_packets_dropped{reason=\"unknown_dest_on_fwd\",kind=\"disco\"}";
+    int64_t drops = varz_or0(&node[0], drop_name);
+    uint8_t fwd[2 * DERP_KEY_LEN + CONF_DISCO_LEN];
+    memcpy(fwd, k2.pub.bytes, DERP_KEY_LEN);
+    memcpy(fwd + DERP_KEY_LEN, k.pub.bytes, DERP_KEY_LEN);
+    conf_disco_payload(fwd + 2 * DERP_KEY_LEN);
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
+    struct conf_frame fr;
+    CONF_OK(conf_raw_read_nka(&m, CONF_IO_TIMEOUT_MS, &fr));
+    while (fr.type == DERP_FRAME_PEER_PRESENT) /* m is no watcher, but be lenient */
+        CONF_OK(conf_raw_read_nka(&m, CONF_IO_TIMEOUT_MS, &fr));
+    cr_assert(fr.type == DERP_FRAME_PEER_GONE && fr.len == DERP_PEER_GONE_LEN &&
+                  memcmp(fr.p, k.pub.bytes, DERP_KEY_LEN) == 0 &&
+                  fr.p[DERP_KEY_LEN] == DERP_PEER_GONE_NOT_HERE,
+              "the forwarder: PeerGone(K, NotHere) (frame type %u)", fr.type);
+    wait_varz(&node[0], "node", drop_name, drops + 1, CONF_IO_TIMEOUT_MS);
+    expect_quiet(&fake.link, "the link (a forwarded packet is not forwarded again)");
+    wait_varz(&node[0], "node", "derp_packets_forwarded_out", out + BATCH, CONF_IO_TIMEOUT_MS);
+
     /* §7: NotHere from the node that was to have K: the route is forgotten. */
     uint8_t buf[64];
     fake_write(&fake, buf,
                derp_frame_peer_gone_encode(buf, sizeof(buf), k.pub.bytes, DERP_PEER_GONE_NOT_HERE));
-    wait_clients(0, 1, 0);
+    wait_clients(0, 2, 0);
     uint8_t disco[CONF_DISCO_LEN];
     conf_disco_payload(disco);
     CONF_OK(conf_raw_send_packet(&a, &k.pub, disco, sizeof(disco)));
-    struct conf_frame fr;
     CONF_OK(conf_raw_read_nka(&a, CONF_IO_TIMEOUT_MS, &fr));
     cr_assert(fr.type == DERP_FRAME_PEER_GONE && fr.len == DERP_PEER_GONE_LEN &&
                   memcmp(fr.p, k.pub.bytes, DERP_KEY_LEN) == 0 &&
@@ -1013,13 +1045,11 @@ Test(test_conformance_region, scripted_node_link, .fini = fake_down)
     /* A hears from K2 (a packet forwarded into the node by a mesh peer), which only the scripted
      * node reports: when its link drops, A gets PeerGone(K2). */
     fake_present(&fake, &k2.pub);
-    CONF_OK(conf_raw_login(&m, &node[0], NULL, MESH_JSON));
     wait_clients(0, 2, 1);
-    uint8_t fwd[2 * DERP_KEY_LEN + 7];
     memcpy(fwd, k2.pub.bytes, DERP_KEY_LEN);
     memcpy(fwd + DERP_KEY_LEN, a.kp.pub.bytes, DERP_KEY_LEN);
     memcpy(fwd + 2 * DERP_KEY_LEN, "from K2", 7);
-    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
+    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, fwd, 2 * DERP_KEY_LEN + 7));
     expect_packet(&a, &k2.pub, "from K2");
     conf_raw_close(&fake.link);
     expect_gone(&a, &k2.pub, "A after the scripted node's link dropped");
@@ -1036,6 +1066,78 @@ Test(test_conformance_region, scripted_node_link, .fini = fake_down)
     send_text(&a, &k.pub, "again 0");
     fake_expect_forwards(&fake, &a.kp.pub, &k.pub, "again", 1);
     conf_raw_close(&m);
+    conf_raw_close(&a);
+    conf_server_stop_clean(&node[0]);
+}
+
+static struct fake_node fake2 = {.lfd = -1, .link.fd = -1};
+
+static void fakes_down(void)
+{
+    fake_down();
+    fake_close(&fake2);
+}
+
+/* §7: K reported by two nodes (a multiforwarder): the first registered is used until it is
+ * removed, and re-registering the first does not take the preference back; losing a link hands
+ * K to the other node. */
+Test(test_conformance_region, scripted_multiforwarder_preference, .fini = fakes_down)
+{
+    fake_listen(&fake);
+    fake_listen(&fake2);
+    pick_ports(ports, 1);
+    snprintf(mesh_list, sizeof(mesh_list),
+             "http://127.0.0.1:%u,http://127.0.0.1:%u,http://127.0.0.1:%u", ports[0], fake.port,
+             fake2.port);
+    node_start(0, NULL);
+    fake_accept(&fake, LINK_MS);
+    fake_handshake(&fake, &node[0]);
+    fake_accept(&fake2, LINK_MS);
+    fake_handshake(&fake2, &node[0]);
+    wait_links(0, 2, LINK_MS);
+    read_gauges(0, &base[0]);
+    int64_t created = varz(&node[0], "derp_multiforwarder_created");
+    int64_t deleted = varz(&node[0], "derp_multiforwarder_deleted");
+
+    struct conf_raw a;
+    login(0, &a, NULL);
+    struct derp_keypair k;
+    CONF_OK(derp_keypair_generate(&k));
+    fake_present(&fake, &k.pub);
+    wait_clients(0, 1, 1);
+    fake_present(&fake2, &k.pub);
+    wait_varz(&node[0], "node", "derp_multiforwarder_created", created + 1, LINK_MS);
+    wait_clients(0, 1, 1); /* one key, two routes */
+    char text[32];
+    for (unsigned i = 0; i < 5; i++) {
+        snprintf(text, sizeof(text), "first %u", i);
+        send_text(&a, &k.pub, text);
+    }
+    fake_expect_forwards(&fake, &a.kp.pub, &k.pub, "first", 5);
+    expect_quiet(&fake2.link, "the second node while the first is preferred");
+
+    uint8_t buf[64];
+    fake_write(
+        &fake, buf,
+        derp_frame_peer_gone_encode(buf, sizeof(buf), k.pub.bytes, DERP_PEER_GONE_DISCONNECTED));
+    wait_varz(&node[0], "node", "derp_multiforwarder_deleted", deleted + 1, LINK_MS);
+    send_text(&a, &k.pub, "second 0");
+    fake_expect_forwards(&fake2, &a.kp.pub, &k.pub, "second", 1);
+    expect_quiet(&fake.link, "the first node after its PeerGone(K)");
+
+    fake_present(&fake, &k.pub); /* back, but registered after the second */
+    wait_varz(&node[0], "node", "derp_multiforwarder_created", created + 2, LINK_MS);
+    send_text(&a, &k.pub, "still 0");
+    fake_expect_forwards(&fake2, &a.kp.pub, &k.pub, "still", 1);
+    expect_quiet(&fake.link, "the first node, registered again later");
+
+    conf_raw_close(&fake2.link); /* the preferred node's link drops */
+    wait_links(0, 1, LINK_MS);
+    wait_varz(&node[0], "node", "derp_multiforwarder_deleted", deleted + 2, LINK_MS);
+    wait_clients(0, 1, 1);
+    expect_quiet(&a, "A (never heard from K: no PeerGone)");
+    send_text(&a, &k.pub, "left 0");
+    fake_expect_forwards(&fake, &a.kp.pub, &k.pub, "left", 1);
     conf_raw_close(&a);
     conf_server_stop_clean(&node[0]);
 }
