@@ -84,7 +84,7 @@ static void echo_kill(void)
     echo_pid = 0;
 }
 
-static struct conf_server tls_x, tls_y;
+static struct conf_server tls_x, tls_y, tls_z;
 
 static void down(void)
 {
@@ -93,6 +93,7 @@ static void down(void)
         conf_server_down(&node[i]);
     conf_server_down(&tls_x);
     conf_server_down(&tls_y);
+    conf_server_down(&tls_z);
 }
 
 TestSuite(test_conformance_region, .fini = down, .timeout = 240);
@@ -805,6 +806,25 @@ Test(test_conformance_region, tls_link_with_dialhost)
     wait_varz(&tls_y, "Y", "derp_packets_forwarded_in", y_in + STREAM, CONF_IO_TIMEOUT_MS);
     conf_raw_close(&r);
     echo_stop();
+
+    /* Verification is real: a node trusting only the system bundle never links to X. */
+    static const char system_bundle[] = "/etc/ssl/certs/ca-certificates.crt";
+    if (access(system_bundle, R_OK) == 0) {
+        static const char z_env_ca[] = "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt";
+        const char *z_env[] = {z_env_ca, NULL};
+        char z_list[64];
+        snprintf(z_list, sizeof(z_list), "%s:%u/127.0.0.1", CONF_TLS_HOSTNAME, p[0]);
+        const char *z_extra[] = {"-mesh-with", z_list, NULL};
+        CONF_OK(conf_server_start(
+            &tls_z,
+            &(struct conf_server_opts){.mesh_key_hex = MESH_HEX, .extra = z_extra, .env = z_env}));
+        int64_t z_deadline = now_ms() + LINK_MS;
+        while (!log_has(&tls_z, "cannot link to") && now_ms() < z_deadline)
+            sleep_ms(SETTLE_STEP_MS);
+        cr_assert(log_has(&tls_z, "cannot link to"), "Z did not report its failing link");
+        cr_assert_eq(varz(&tls_z, "derp_mesh_links_ready"), 0, "Z linked to an untrusted X");
+        conf_server_stop_clean(&tls_z);
+    }
     conf_server_stop_clean(&tls_x);
     conf_server_stop_clean(&tls_y);
 }
