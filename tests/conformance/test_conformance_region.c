@@ -5,7 +5,9 @@
  * local delivery wins over the mesh; a client moving between nodes is followed; a node killed
  * with SIGKILL is forgotten everywhere (PeerGone to its clients' correspondents) and re-syncs
  * within 10 s of its restart; one https link verified with SSL_CERT_FILE and a /dialhost, with
- * hderp-echo as the far end.
+ * hderp-echo as the far end. Scripted nodes (the test thread playing the far end of a node's
+ * link, as a derper node would see it) pin the link's login, ForwardPacket once per packet,
+ * one hop, NotHere, the forwarder preference, forgetting on link loss, and the 5 s redial.
  *
  * Mesh-only frames (WatchConns, ClosePeer, ForwardPacket) from a client without the mesh key, and
  * ClosePeer from a mesh peer closing every connection of the key, are node-local behaviour: see
