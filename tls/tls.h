@@ -64,14 +64,25 @@ struct tls_server_options {
  * -ENOMEM. */
 int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **out);
 
+/* How the client trusts the server: ca_file, system_roots or insecure (ca_file wins over
+ * insecure; system_roots goes with neither). */
 struct tls_client_options {
     const char *ca_file; /* PEM CA bundle the server's chain must verify against */
-    bool insecure;       /* accept any certificate (tests, dev): must be set explicitly */
-    const char *alpn;    /* protocol to offer (e.g. "http/1.1"), or NULL for none */
+    /* Verify against the system's roots, found as Go's crypto/x509 finds them on Linux (what
+     * derper and tailscaled trust): SSL_CERT_FILE replaces the default bundle file
+     * (/etc/ssl/certs/ca-certificates.crt, then the other distributions' paths: the first that
+     * reads), SSL_CERT_DIR (colon-separated) replaces the default directories (/etc/ssl/certs,
+     * /etc/pki/tls/certs: every file read). Read once, here; finding none is logged and every
+     * handshake then fails. Connections on such a context must give a server_name
+     * (tls_conn_start: -EINVAL otherwise), which the certificate must match. */
+    bool system_roots;
+    bool insecure;    /* accept any certificate (tests, dev): must be set explicitly */
+    const char *alpn; /* protocol to offer (e.g. "http/1.1"), or NULL for none */
 };
 
-/* Creates a client context (TLS 1.3 only). Main thread. Returns 0, -EINVAL (neither ca_file
- * nor insecure, ALPN longer than TLS_ALPN_MAX), -ENOENT / -EBADMSG (CA file), -ENOMEM. */
+/* Creates a client context (TLS 1.3 only). Main thread. Returns 0, -EINVAL (none of ca_file,
+ * system_roots, insecure; system_roots with another; ALPN longer than TLS_ALPN_MAX), -ENOENT /
+ * -EBADMSG (CA file), -ENOMEM. */
 int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **out);
 
 /* Frees the context. Main thread, after every connection that used it has closed. */
@@ -127,8 +138,8 @@ struct tls_conn_options {
  * right after net_conn_adopt / net_conn_connect, before any byte arrived. Borrows ctx (it must
  * outlive the connection) and o.
  * Returns 0, or -EBUSY (the shard's handshake cap is reached: logged), -ENOMEM (pools or
- * BoringSSL), -EINVAL (bad server_name); on error nothing is installed and the caller closes
- * the connection. */
+ * BoringSSL), -EINVAL (bad server_name, or none on a system_roots context); on error nothing is
+ * installed and the caller closes the connection. */
 int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_conn_options *o);
 
 /* Ends a finished connection cleanly: the plaintext queued so far goes out, then close_notify,

@@ -225,7 +225,10 @@ int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **o
 
 int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **out)
 {
-    if (o->ca_file == NULL && !o->insecure)
+    /* One way to trust the server (ca_file wins over insecure, as it always did). */
+    if (o->ca_file == NULL && !o->insecure && !o->system_roots)
+        return -EINVAL;
+    if (o->system_roots && (o->ca_file != NULL || o->insecure))
         return -EINVAL;
     size_t alpn_len = o->alpn ? strlen(o->alpn) : 0;
     if (alpn_len >= TLS_ALPN_MAX)
@@ -242,6 +245,11 @@ int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **o
     if (o->ca_file) {
         if (!SSL_CTX_load_verify_locations(t->ssl_ctx, o->ca_file, NULL))
             rc = err_to_errno(-EBADMSG);
+        SSL_CTX_set_verify(t->ssl_ctx, SSL_VERIFY_PEER, NULL);
+    } else if (o->system_roots) {
+        int n = tls_roots_load(SSL_CTX_get_cert_store(t->ssl_ctx));
+        rc = n < 0 ? n : 0;
+        t->needs_name = true;
         SSL_CTX_set_verify(t->ssl_ctx, SSL_VERIFY_PEER, NULL);
     } else {
         SSL_CTX_set_verify(t->ssl_ctx, SSL_VERIFY_NONE, NULL);

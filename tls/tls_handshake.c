@@ -494,6 +494,8 @@ int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_con
     struct hd_shard *s = net_conn_shard(c);
     struct tls_shard *ts = tls_shard_of(s);
     HD_ASSERT(ts != NULL); /* tls_shard_init was not called on this shard */
+    if (ctx->needs_name && (o == NULL || o->server_name == NULL || o->server_name[0] == '\0'))
+        return -EINVAL; /* system roots vouch for names: without one, any site would pass */
     if (ts->stats.handshakes_now >= ts->handshakes_max) {
         char peer[64];
         ts->stats.handshakes_refused++;

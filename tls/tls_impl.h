@@ -13,6 +13,7 @@
 struct tls_ctx {
     SSL_CTX *ssl_ctx;
     bool server;
+    bool needs_name; /* client verifying against system roots: tls_conn_start needs server_name */
 };
 
 /* Alive from tls_conn_start until the switch to records (from the shard's capped pool). The
@@ -101,5 +102,11 @@ int tls_ktls_set(int fd, int dir, const struct tls_record_state *st, uint64_t se
 /* tls_ctx.c */
 /* The keylog callback every context installs (the secrets for the record layer). */
 void tls_keylog_cb(const SSL *ssl, const char *line);
+
+/* Adds the system's root certificates to st as Go's crypto/x509 finds them on Linux
+ * (SSL_CERT_FILE, SSL_CERT_DIR, the distributions' default paths; tls_roots.c), logging what
+ * was loaded and why a path could not be read. Main thread. Returns the number of certificates
+ * read (0 is logged as a warning: every verification will then fail), or -ENOMEM. */
+int tls_roots_load(X509_STORE *st);
 
 #endif /* TLS_IMPL_H */

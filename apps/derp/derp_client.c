@@ -411,6 +411,27 @@ int derp_client_forward(struct derp_client *k, const struct derp_pubkey *src,
     return send_packet(k, src, dst, data, len);
 }
 
+int derp_client_send_frame(struct derp_client *k, struct hd_frame *f, uint32_t off, uint32_t len)
+{
+    int rc = send_allowed(k);
+    if (rc < 0)
+        return rc;
+    uint8_t type = f->data[off];
+    uint32_t keys = type == DERP_FRAME_FORWARD_PACKET ? 2 * DERP_KEY_LEN : DERP_KEY_LEN;
+    HD_ASSERT(type == DERP_FRAME_SEND_PACKET || type == DERP_FRAME_FORWARD_PACKET);
+    HD_ASSERT(len >= DERP_FRAME_HEADER_LEN + keys && off + len <= f->len);
+    if (len - DERP_FRAME_HEADER_LEN - keys > DERP_PACKET_LEN_MAX)
+        return -EMSGSIZE;
+    if (net_conn_queued_bytes(k->conn) + len > k->send_max)
+        return -ENOBUFS;
+    rc = net_conn_send(k->conn, f, off, len);
+    if (rc == 0) {
+        k->stats.packets_out++;
+        k->stats.packet_bytes_out += len - DERP_FRAME_HEADER_LEN - keys;
+    }
+    return rc;
+}
+
 /* Control frames: encoded on the stack, copied into one small pool frame. */
 static int send_small(struct derp_client *k, const uint8_t *frame, ssize_t len)
 {

@@ -206,6 +206,10 @@ int derp_client_send(struct derp_client *k, const struct derp_pubkey *dst, const
 /* Mesh: ForwardPacket(src, dst, data). */
 int derp_client_forward(struct derp_client *k, const struct derp_pubkey *src,
                         const struct derp_pubkey *dst, const void *data, size_t len);
+/* A SendPacket or ForwardPacket frame the caller encoded at f->data + off (len bytes, e.g. a
+ * *_prefix_encode in front of a packet already in the frame): queued without a copy, taking
+ * one reference of f on success (the caller keeps its own). */
+int derp_client_send_frame(struct derp_client *k, struct hd_frame *f, uint32_t off, uint32_t len);
 int derp_client_ping(struct derp_client *k, const uint8_t data[DERP_PING_LEN]);
 int derp_client_pong(struct derp_client *k, const uint8_t data[DERP_PING_LEN]);
 int derp_client_note_preferred(struct derp_client *k, bool preferred);

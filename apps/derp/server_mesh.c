@@ -68,16 +68,14 @@ static int parse_entry(const char *entry, struct derp_mesh_node *n, char *err, s
     return 0;
 }
 
-/* https links verify against the system roots; SSL_CERT_FILE replaces the bundle, as in Go. */
+/* https links verify against the system roots as Go's derper does (SSL_CERT_FILE, SSL_CERT_DIR
+ * replace the defaults), so a region can run on a private CA. */
 static int mesh_tls_create(struct derp_config *cfg, char *err, size_t err_size)
 {
-    const char *bundle = getenv("SSL_CERT_FILE");
-    if (bundle == NULL || bundle[0] == '\0')
-        bundle = "/etc/ssl/certs/ca-certificates.crt";
-    struct tls_client_options o = {.ca_file = bundle};
+    struct tls_client_options o = {.system_roots = true};
     int rc = tls_client_ctx_create(&o, &cfg->mesh_tls);
     if (rc < 0) {
-        snprintf(err, err_size, "cannot load the CA bundle %s for https links: %s", bundle,
+        snprintf(err, err_size, "cannot load the system CA roots for https links: %s",
                  strerror(-rc));
         return -1;
     }
@@ -277,7 +275,7 @@ static void link_dial(struct derp_mesh_link *l)
         .watch = true,
         .send_high_bytes = DERP_NET_HIGH_BYTES,
         .send_low_bytes = DERP_NET_LOW_BYTES,
-        .send_max_bytes = DERP_MESH_NET_MAX_BYTES,
+        .send_max_bytes = DERP_NET_MAX_BYTES, /* like a client: past it forwards drop */
     };
     int rc = derp_client_connect(l->ds->s, &c, &link_callbacks, l, &l->k);
     if (rc < 0) {
@@ -328,18 +326,29 @@ void derp_mesh_fini(struct derp_shard *ds)
 
 /* ---------------------------------------------------------------- forwarding */
 
-/* On the link's shard: f is a routed frame (dst, reply key, RecvPacket(src, packet)). */
+/* On the link's shard: f is a routed frame (dst, reply key, RecvPacket(src, packet)), ours
+ * alone; the ForwardPacket(src, dst, packet) is written over its head, the packet stays put:
+ *   [0 dst)[32 reply)[64 hdr)[69 src)[101 packet)  ->  [32 hdr)[37 src)[69 dst)[101 packet) */
+#define FWD_OFF                                                                                    \
+    (DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN + 2 * DERP_KEY_LEN -                                   \
+     (DERP_FRAME_HEADER_LEN + 2 * DERP_KEY_LEN) - DERP_KEY_LEN)
+_Static_assert(FWD_OFF == DERP_ROUTE_REPLY_OFF, "the ForwardPacket starts where the reply key is");
+
 static void forward_event(struct derp_shard *ds, struct hd_frame *f, uint64_t id)
 {
     struct derp_mesh_link *l = &ds->links[id];
-    const uint8_t *recv = f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN;
-    size_t len = f->len - DERP_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    struct derp_pubkey src, dst;
-    memcpy(src.bytes, recv, DERP_KEY_LEN);
-    memcpy(dst.bytes, f->data, DERP_KEY_LEN);
-    if (l->ready && derp_client_forward(l->k, &src, &dst, recv + DERP_KEY_LEN, len) == 0) {
-        ds->ctr.packets_forwarded_out++;
-        return;
+    uint8_t *d = f->data;
+    const uint32_t pkt_off = DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN;
+    size_t len = f->len - pkt_off;
+    if (l->ready) {
+        uint8_t src[DERP_KEY_LEN], dst[DERP_KEY_LEN];
+        memcpy(src, d + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN, DERP_KEY_LEN);
+        memcpy(dst, d, DERP_KEY_LEN);
+        derp_frame_forward_packet_prefix_encode(d + FWD_OFF, pkt_off - FWD_OFF, src, dst, len);
+        if (derp_client_send_frame(l->k, f, FWD_OFF, (uint32_t)(f->len - FWD_OFF)) == 0) {
+            ds->ctr.packets_forwarded_out++;
+            return;
+        }
     }
     /* derper ignores the error (the packet is lost); we count it. */
     ds->ctr.mesh_forward_dropped++;
