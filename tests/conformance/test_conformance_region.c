@@ -500,6 +500,69 @@ Test(test_conformance_region, three_nodes_exactly_once)
     region_stop_clean();
 }
 
+/* All to all: PER_NODE clients on each node (keys owned by both shards of each), ROUNDS rounds in
+ * which every client sends one packet to every other; every packet exactly once, with its
+ * source, and the forwarded counters exactly the cross-node packets. */
+#define PER_NODE 3
+#define CLIENTS  (NODES * PER_NODE)
+#define ROUNDS   10
+Test(test_conformance_region, all_to_all_across_nodes)
+{
+    region_up();
+    static struct conf_raw c[CLIENTS];
+    for (unsigned i = 0; i < CLIENTS; i++) {
+        struct derp_keypair kp;
+        CONF_OK(conf_keypair_on_shard(&kp, i % 2, 2));
+        login(i % NODES, &c[i], &kp);
+    }
+    for (unsigned n = 0; n < NODES; n++)
+        wait_clients(n, PER_NODE, CLIENTS - PER_NODE);
+    struct fwd_counts f0[NODES];
+    read_fwd(f0);
+    char text[48];
+    for (unsigned round = 0; round < ROUNDS; round++) {
+        for (unsigned i = 0; i < CLIENTS; i++)
+            for (unsigned j = 0; j < CLIENTS; j++)
+                if (i != j) {
+                    snprintf(text, sizeof(text), "%u->%u #%u", i, j, round);
+                    send_text(&c[i], &c[j].kp.pub, text);
+                }
+        for (unsigned j = 0; j < CLIENTS; j++) {
+            bool seen[CLIENTS] = {0};
+            for (unsigned n = 0; n + 1 < CLIENTS; n++) {
+                struct derp_pubkey src;
+                const uint8_t *data;
+                size_t len;
+                int rc = conf_raw_read_packet(&c[j], CONF_IO_TIMEOUT_MS, &src, &data, &len);
+                cr_assert_eq(rc, 0, "round %u: client %u got %u of %u: %s", round, j, n,
+                             CLIENTS - 1, strerror(-rc));
+                unsigned i = CLIENTS;
+                for (unsigned k = 0; k < CLIENTS; k++)
+                    if (derp_pubkey_equal(&src, &c[k].kp.pub))
+                        i = k;
+                cr_assert_lt(i, CLIENTS, "round %u: client %u: unknown source", round, j);
+                cr_assert(!seen[i], "round %u: client %u: twice from %u", round, j, i);
+                seen[i] = true;
+                snprintf(text, sizeof(text), "%u->%u #%u", i, j, round);
+                cr_assert(len == strlen(text) && memcmp(data, text, len) == 0,
+                          "client %u: \"%.*s\" with %u's key, want \"%s\"", j, (int)len, data, i,
+                          text);
+            }
+        }
+    }
+    for (unsigned j = 0; j < CLIENTS; j++)
+        expect_no_packet(&c[j], "after all rounds");
+    /* Each client sends to CLIENTS - PER_NODE clients on other nodes per round. */
+    int64_t per_node = (int64_t)PER_NODE * (CLIENTS - PER_NODE) * ROUNDS;
+    wait_fwd(f0, (int64_t[]){per_node, per_node, per_node},
+             (int64_t[]){per_node, per_node, per_node});
+    for (unsigned i = 0; i < CLIENTS; i++)
+        conf_raw_close(&c[i]);
+    for (unsigned n = 0; n < NODES; n++)
+        wait_clients(n, 0, 0);
+    region_stop_clean();
+}
+
 /* K connected to node 1 and node 2 at once: a sender on node 1 reaches K locally (nothing
  * forwarded); node 3 has two forwarders for K (a multiforwarder) and delivers once; when node 1's
  * K leaves, node 3 deletes the multiforwarder and reaches K on node 2. */
