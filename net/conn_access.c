@@ -77,6 +77,13 @@ const struct net_codec *net_conn_codec(const struct net_conn *c, void **state)
     return c->codec;
 }
 
+const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **state)
+{
+    if (state)
+        *state = c->upper_state;
+    return c->upper;
+}
+
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)
 {
     c->codec = codec;

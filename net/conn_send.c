@@ -10,12 +10,13 @@
 
 bool net_conn_queues_empty(const struct net_conn *c)
 {
-    return c->plain.count == 0 && c->wire.count == 0 && !(c->flags & NET_F_ENCODE_DUE);
+    return c->plain.count == 0 && c->mid.count == 0 && c->wire.count == 0 &&
+           !(c->flags & NET_F_ENCODE_DUE);
 }
 
 size_t net_conn_queued_bytes(const struct net_conn *c)
 {
-    return (size_t)(c->plain.bytes + c->wire.bytes);
+    return (size_t)(c->plain.bytes + c->mid.bytes + c->wire.bytes);
 }
 
 void net_conn_update_pressure(struct net_conn *c)
@@ -88,8 +89,10 @@ void net_conn_encode_request(struct net_conn *c)
 
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
 {
-    /* Called by codecs during encode: the reference moves to the queue. */
-    int rc = net_sendq_push(c->ns, &c->wire, f, off, len);
+    /* Called by codecs during encode: the reference moves to the queue. An upper codec's
+     * output is the lower one's plaintext. */
+    bool upper = (c->flags & (NET_F_UPPER_IN | NET_F_UPPER_ENC)) != 0;
+    int rc = net_sendq_push(c->ns, upper ? &c->mid : &c->wire, f, off, len);
     if (rc < 0) {
         hd_frame_unref(c->shard, f);
         return rc;
@@ -101,13 +104,15 @@ int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
 
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len)
 {
-    struct net_sendq_entry *e = net_sendq_at(&c->plain, 0);
+    /* The lower codec of two takes what the upper one encoded. */
+    struct net_sendq *q = c->upper && !(c->flags & NET_F_UPPER_ENC) ? &c->mid : &c->plain;
+    struct net_sendq_entry *e = net_sendq_at(q, 0);
     if (e == NULL)
         return NULL;
     struct hd_frame *f = e->frame;
     *off = e->off;
     *len = e->len;
-    net_sendq_pop(c->ns, c->shard, &c->plain, false);
+    net_sendq_pop(c->ns, c->shard, q, false);
     return f;
 }
 
@@ -183,7 +188,17 @@ void net_conn_flush_now(struct net_conn *c)
 {
     if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
         return; /* one send in flight: its completion flushes again; a moving one waits */
-    if (c->codec && (c->plain.count || (c->flags & NET_F_ENCODE_DUE))) {
+    if (c->upper && c->plain.count) {
+        c->flags |= NET_F_ENCODING | NET_F_UPPER_ENC;
+        int rc = c->upper->encode(c, c->upper_state);
+        c->flags &= ~(NET_F_ENCODING | NET_F_UPPER_ENC);
+        if (rc < 0) {
+            net_conn_close(c, rc, false);
+            return;
+        }
+    }
+    const struct net_sendq *lower = c->upper ? &c->mid : &c->plain;
+    if (c->codec && (lower->count || (c->flags & NET_F_ENCODE_DUE))) {
         c->flags &= ~NET_F_ENCODE_DUE; /* encode asks again if it keeps plaintext back */
         c->flags |= NET_F_ENCODING;
         int rc = c->codec->encode(c, c->codec_state);

@@ -20,15 +20,15 @@ struct net_migration {
     int fd;
     const struct net_conn_handler *h;
     void *app;
-    const struct net_codec *codec;
-    void *codec_state;
-    struct hd_frame *rx_tail, *raw_tail;
+    const struct net_codec *codec, *upper;
+    void *codec_state, *upper_state;
+    struct hd_frame *rx_tail, *raw_tail, *upper_tail;
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_conn_options opt;
     bool send_paused; /* the app was told to pause (on_send_pressure) and waits for the resume */
-    struct net_sendq_entry *plain, *wire;
-    uint32_t plain_count, wire_count;
+    struct net_sendq_entry *plain, *mid, *wire;
+    uint32_t plain_count, mid_count, wire_count;
     struct hd_frame **chunks; /* raw bytes that were held in ring buffers, in order */
     uint32_t chunks_count;
     struct hd_timer retry; /* the bus was full: try again */
@@ -110,6 +110,8 @@ void net_migrate_step(struct net_conn *c)
     if (rc == 0)
         rc = take_queue(&c->plain, &m->plain, &m->plain_count);
     if (rc == 0)
+        rc = take_queue(&c->mid, &m->mid, &m->mid_count);
+    if (rc == 0)
         rc = take_queue(&c->wire, &m->wire, &m->wire_count);
     if (rc < 0) {
         if (m->codec && m->codec->move_out) { /* take the codec back before closing */
@@ -122,6 +124,7 @@ void net_migrate_step(struct net_conn *c)
             hd_frame_unref(s, m->chunks[i]);
         free(m->chunks);
         free(m->plain);
+        free(m->mid);
         free(m->wire);
         free(m);
         c->migration = NULL;
@@ -135,6 +138,9 @@ void net_migrate_step(struct net_conn *c)
     m->app = c->app;
     m->rx_tail = c->rx_tail;
     m->raw_tail = c->raw_tail;
+    m->upper = c->upper; /* no move hooks (net_conn_switch_codec): the state moves as it is */
+    m->upper_state = c->upper_state;
+    m->upper_tail = c->upper_tail;
     m->peer = c->peer;
     m->stats = c->stats;
     m->send_paused = (c->flags & NET_F_SEND_PAUSED) != 0;
@@ -144,10 +150,12 @@ void net_migrate_step(struct net_conn *c)
                                        .send_low_bytes = c->send_low,
                                        .send_max_bytes = c->send_max};
     /* Everything moved is detached; the frames' references now belong to the package. */
-    c->codec = NULL;
-    c->rx_tail = c->raw_tail = NULL;
+    c->codec = c->upper = NULL;
+    c->rx_tail = c->raw_tail = c->upper_tail = NULL;
     while (c->plain.count)
         net_sendq_pop(c->ns, s, &c->plain, false);
+    while (c->mid.count)
+        net_sendq_pop(c->ns, s, &c->mid, false);
     while (c->wire.count)
         net_sendq_pop(c->ns, s, &c->wire, false);
     c->migration = NULL;
@@ -163,6 +171,9 @@ static void package_drop(struct hd_shard *s, struct net_migration *m)
     for (uint32_t i = 0; i < m->plain_count; i++)
         if (m->plain[i].frame)
             hd_frame_unref(s, m->plain[i].frame);
+    for (uint32_t i = 0; i < m->mid_count; i++)
+        if (m->mid[i].frame)
+            hd_frame_unref(s, m->mid[i].frame);
     for (uint32_t i = 0; i < m->wire_count; i++)
         if (m->wire[i].frame)
             hd_frame_unref(s, m->wire[i].frame);
@@ -173,7 +184,12 @@ static void package_drop(struct hd_shard *s, struct net_migration *m)
         hd_frame_unref(s, m->rx_tail);
     if (m->raw_tail)
         hd_frame_unref(s, m->raw_tail);
+    if (m->upper_tail)
+        hd_frame_unref(s, m->upper_tail);
+    if (m->upper && m->upper->release) /* the connection never got it */
+        m->upper->release(NULL, m->upper_state);
     free(m->plain);
+    free(m->mid);
     free(m->wire);
     free(m);
 }
@@ -219,10 +235,16 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     }
     c->rx_tail = m->rx_tail;
     c->raw_tail = m->raw_tail;
-    m->rx_tail = m->raw_tail = NULL;
+    c->upper = m->upper;
+    c->upper_state = m->upper_state;
+    c->upper_tail = m->upper_tail;
+    m->rx_tail = m->raw_tail = m->upper_tail = NULL;
+    m->upper = NULL;
     c->state = NET_CONN_OPEN;
     if (rc == 0)
         rc = requeue(c, &c->plain, m->plain, m->plain_count);
+    if (rc == 0)
+        rc = requeue(c, &c->mid, m->mid, m->mid_count);
     if (rc == 0)
         rc = requeue(c, &c->wire, m->wire, m->wire_count);
     c->depth++;

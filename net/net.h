@@ -58,6 +58,23 @@ int net_url_parse(const char *url, struct net_url *out);
  * and numeric_only) or -ENOENT (the name did not resolve). */
 int net_url_resolve(const struct net_url *u, bool numeric_only, struct net_addr *out);
 
+/* Name lookup for a shard: getaddrinfo(host, port, TCP) on a thread of its own (it blocks for
+ * as long as DNS takes), the answer handed back with hd_runtime_post, so done runs on shard s:
+ * rc 0 with 1..NET_RESOLVE_ADDRS_MAX addresses in getaddrinfo's order, or -ENOENT (no such
+ * name, or no address), -EAGAIN (a temporary DNS failure). A numeric host is answered the same
+ * way, without DNS. One thread per lookup: meant for connection set-up (a mesh link redialing),
+ * not per packet. */
+struct net_resolve;
+typedef void net_resolve_fn(struct hd_shard *s, int rc, const struct net_addr *addrs,
+                            unsigned count, void *arg);
+/* Returns 0 (*out: the lookup, until done runs or it is cancelled), -ENAMETOOLONG, -ENOMEM or
+ * pthread_create's error (done never runs then). Shard s's thread. */
+int net_resolve_start(struct hd_shard *s, const char *host, uint16_t port, net_resolve_fn *done,
+                      void *arg, struct net_resolve **out);
+/* done will not run; the lookup's memory goes when its thread is done. Shard s's thread, before
+ * done ran. */
+void net_resolve_cancel(struct net_resolve *r);
+
 /* ---------------------------------------------------------------- connections */
 
 enum net_conn_state {
@@ -158,7 +175,12 @@ unsigned net_conn_unsent_count(const struct net_conn *c);
 uint32_t net_conn_drop_oldest(struct net_conn *c);
 size_t net_conn_queued_bytes(const struct net_conn *c);
 
-/* Stop or resume reading (backpressure from the app). */
+/* Stop or resume reading (backpressure from the app). Paused from on_data, the bytes on_data
+ * did not consume, and the rest of the read (or of the codec's output) being delivered, are kept
+ * in order as the app's tail and offered again on resume; buffers that arrive meanwhile wait
+ * unread. That tail must stay within NET_RX_TAIL_MAX (else the connection closes, -EMSGSIZE):
+ * pause before a large message is buffered (at its header), not once it is whole. Resuming
+ * offers the kept bytes at once, inside this call: the app's state may be gone after it. */
 void net_conn_pause_recv(struct net_conn *c, bool paused);
 /* Close after the queued bytes are sent (flush = true; bounded by the write timeout) or at once.
  * reason reaches on_close. Idempotent. */
@@ -183,6 +205,19 @@ void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* A protocol switch inside the byte stream (an HTTP 101 followed by WebSocket frames): from
+ * inside on_data, install codec; the bytes after what this on_data call consumes, and every
+ * byte received later, are its input (decoded once on_data returns). On a connection with a
+ * codec already (TLS) the new one goes above it: it decodes what the first one delivers, and
+ * what it encodes is the first one's plaintext; what was queued before the switch is sent as
+ * it is (below the new codec). At most two codecs; the upper one must do without move, record
+ * and quiesced hooks (its state moves with a migrating connection as it is), and its release
+ * may get c NULL (a moved connection the destination had no room for: free on the current
+ * shard). Returns 0, -EBUSY
+ * (two codecs already), -EINVAL (upper codec with move or record hooks). */
+int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* The codec installed above the first one by net_conn_switch_codec (NULL: none). */
+const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **state);
 /* The installed codec (NULL: none) and its state. */
 const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
 /* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app

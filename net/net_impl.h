@@ -69,6 +69,10 @@ enum net_conn_flag {
     NET_F_QUIET_WAIT = 1u << 10, /* ... and waits for codec->quiesced */
     NET_F_QUIET_READ = 1u << 11, /* recv_op is a net_conn_quiet_read */
     NET_F_ENCODE_DUE = 1u << 12, /* the codec holds plaintext of its own: encode at the flush */
+    NET_F_CODEC_REST = 1u << 13, /* net_conn_switch_codec in on_data: the rest is codec input */
+    NET_F_IN_DATA = 1u << 14,    /* inside on_data */
+    NET_F_UPPER_IN = 1u << 15,   /* inside upper->decode: deliveries go to the app */
+    NET_F_UPPER_ENC = 1u << 16,  /* inside upper->encode: plain -> mid */
 };
 
 struct net_conn {
@@ -83,6 +87,12 @@ struct net_conn {
     void *app;
     const struct net_codec *codec;
     void *codec_state;
+    /* A second codec above the first (WebSocket over TLS): it decodes what codec delivers and
+     * encodes the app's plain queue into mid, which codec then encodes as its plaintext. */
+    const struct net_codec *upper;
+    void *upper_state;
+    struct hd_frame *upper_tail; /* bytes codec delivered that upper has not consumed */
+    struct net_sendq mid;        /* upper's output awaiting codec */
     struct hd_op recv_op, send_op, ctl_op;
     struct hd_flush flush;
     struct hd_timer idle_timer, write_timer;
@@ -157,5 +167,8 @@ void net_conn_maybe_finish(struct net_conn *c);
 void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags);
 bool net_conn_queues_empty(const struct net_conn *c);
 void net_conn_update_pressure(struct net_conn *c);
+
+/* resolve.c: from net_shard_fini (the shard's lookups in flight are orphaned). */
+void net_resolve_shard_fini(struct hd_shard *s);
 
 #endif /* NET_IMPL_H */

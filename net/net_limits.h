@@ -37,6 +37,11 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 /* A URL's authority: a DNS name (253) or [IPv6] (41), plus ":" and a 5-digit port. */
 #define NET_URL_AUTHORITY_LEN_MAX (253 + 6)
 
+/* net_resolve: addresses kept from one lookup (getaddrinfo's order: a dual-stack name has a
+ * few of each family), and the longest host name (DNS: 253). */
+#define NET_RESOLVE_ADDRS_MAX 8
+#define NET_RESOLVE_HOST_MAX  253
+
 /* Accept: listen backlog; after EMFILE/ENFILE/ENOMEM accept again after this pause. */
 #define NET_LISTEN_BACKLOG    4096
 #define NET_ACCEPT_BACKOFF_MS 100
@@ -48,5 +53,24 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_UDP_DATAGRAM_MAX 65536u
 #define NET_UDP_SEND_MAX     1500u
 #define NET_UDP_SLOTS        32u
+
+/* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);
+ * a control frame's payload at most 125 bytes (section 5.5), a close reason 125 - 2 (status).
+ * A message may be NET_WS_MESSAGE_MAX payload bytes: DERP-SPEC section 1.5 asks for at least
+ * 64 KiB + 64 (the largest DERP frame); the reference writes one message per write of its 4 KiB
+ * buffer or one big packet, so 64 KiB + 4 KiB leaves room and refuses anything absurd. A
+ * client masks a copy of what it sends, in messages of at most NET_WS_CLIENT_CHUNK payload
+ * bytes (one pool frame each). Each encode frames at most NET_WS_ENCODE_BATCH queued entries
+ * (two wire entries each, header and payload), so the rest stays droppable for the app. */
+#define NET_WS_HEADER_MAX       14u
+#define NET_WS_CONTROL_MAX      125u
+#define NET_WS_CLOSE_REASON_MAX (NET_WS_CONTROL_MAX - 2u)
+#define NET_WS_MESSAGE_MAX      (65536u + 4096u)
+#define NET_WS_CLIENT_CHUNK     (16u * 1024u)
+#define NET_WS_ENCODE_BATCH     (NET_IOV_MAX / 2)
+/* A client that sent its close waits this long for the server's (coder/websocket: 5 s). */
+#define NET_WS_CLOSE_WAIT_MS 5000u
+_Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "DERP-SPEC 1.5: accept 64 KiB + 64 messages");
+_Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX, "a pool frame class");
 
 #endif /* NET_LIMITS_H */

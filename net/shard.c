@@ -51,6 +51,7 @@ void net_shard_fini(struct hd_shard *s)
     struct net_shard *ns = hd_shard_slot_get(s, HD_SLOT_NET);
     if (ns == NULL)
         return;
+    net_resolve_shard_fini(s); /* lookups still in DNS never post to this shard */
     net_bufring_fini(ns);
     hd_slab_destroy(ns->conns);
     hd_slab_destroy(ns->chunks);

@@ -5,7 +5,9 @@
  * reordered, duplicated and misrouted over the measured window, the delivered Mbit/s, the
  * one-way latency, and the generator's own CPU (getrusage) so a run says whether the client was
  * the bottleneck. With --relay-pid it samples the relay's utime+stime and VmRSS at the window
- * edges and reports CPU-seconds per GB delivered.
+ * edges and reports CPU-seconds per GB delivered. A pair file (bench_pairs.c) splits one
+ * experiment over several processes; --latency adds a ping/echo pair (bench_latency.c); a
+ * progress line goes to stderr once a second when it is a terminal.
  *
  * Output: one "name value unit" line per figure, then a human summary ("#" lines); --json
  * prints one JSON object instead. Plain TCP or TLS (https needs --ca FILE or --insecure;
@@ -17,25 +19,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench_relay_impl.h"
 
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: hderp-bench --server http[s]://HOST:PORT/derp [--server URL]...\n"
-            "         [--pairs K] [--peers P] [--size BYTES] [--rate-mbps R] [--duration S]\n"
-            "         [--warmup S] [--start-at T] [--shards N] [--relay-pid PID] [--relay-cpu N]\n"
-            "         [--json] [--insecure | --ca FILE] [--tls-name NAME]\n"
+            "usage: hderp-bench --server http[s]|ws[s]://HOST:PORT/derp [--server URL]...\n"
+            "         [--pairs K | --pair-file F [--instance I]] [--peers P] [--size BYTES]\n"
+            "         [--rate-mbps R] [--duration S] [--warmup S] [--start-at T] [--shards N]\n"
+            "         [--relay-pid PID] [--relay-cpu N] [--latency] [--json]\n"
+            "         [--insecure | --ca FILE] [--tls-name NAME]\n"
+            "       hderp-bench gen-pairs --pairs K --out FILE [--instances N] [--layout L]\n"
             "  --server URL    a relay; repeat it (up to %d) for a mesh: pair i's sender logs in\n"
             "                  to server i %% n and its receiver to server (i+1) %% n, so with\n"
             "                  n > 1 every packet crosses the mesh\n"
             "  --pairs K       sender->receiver pairs, 1..%d (default 4)\n"
-            "  --peers P       logged-in connections in total, 2K..%d (default 2K); the P - 2K\n"
-            "                  extra ones are idle peers (spread over the servers and shards)\n"
-            "                  that send nothing and must stay connected through the run\n"
+            "  --pair-file F   the pairs' keys and which instance runs each side, made by\n"
+            "                  gen-pairs (see perf/README.md); several processes or machines\n"
+            "                  share one experiment, each with its --instance I (default 0);\n"
+            "                  senders count sent, receivers count received/lost/reordered from\n"
+            "                  the sequence numbers, so the sides may be in different processes\n"
+            "  --peers P       logged-in connections here, 2K..%d (default 2K: a pair's two\n"
+            "                  sides; with a pair file, the sides this instance runs); the extra\n"
+            "                  ones are idle peers (spread over the servers and shards) that\n"
+            "                  send nothing and must stay connected through the run\n"
             "  --size BYTES    payload per packet, %d..%d (default 1400)\n"
-            "  --rate-mbps R   offered payload Mbit/s over all senders; 0 = unpaced (default 0)\n"
+            "  --rate-mbps R   offered payload Mbit/s over all senders of the experiment (each\n"
+            "                  sender gets R / K); 0 = unpaced (default 0)\n"
             "  --duration S    measured window in seconds (default 15)\n"
             "  --warmup S      seconds of load before the window (default 3)\n"
             "  --start-at T    unix time (float seconds): connect and log in every peer first,\n"
@@ -47,11 +59,14 @@ static void usage(FILE *out)
             "  --relay-pid PID sample the relay's CPU time and RSS at the window edges\n"
             "  --relay-cpu N   also sample CPU N's busy time (the relay pinned alone there;\n"
             "                  includes softirq work the process is not charged for)\n"
+            "  --latency       latency under load: a ping/echo pair (two more connections) beside\n"
+            "                  the bulk traffic, %d probes/s of %d B; round trips of the probes\n"
+            "                  sent in the window: p50/p90/p95/p99/p999/max, count, lost\n"
             "  --json          one JSON object instead of figure lines and a summary\n"
             "  --insecure      https: no certificate checks;  --ca FILE: verify against FILE\n"
             "  --tls-name NAME https: the SNI to send and the name to verify (default: the host)\n",
             BENCH_SERVERS_MAX, BENCH_PAIRS_MAX, BENCH_PEERS_MAX, BENCH_SIZE_MIN, BENCH_SIZE_MAX,
-            BENCH_SHARDS_MAX);
+            BENCH_SHARDS_MAX, BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE);
 }
 
 static int parse_num(const char *name, const char *v, double lo, double hi, double *out)
@@ -114,6 +129,10 @@ static int apply(struct bench_config *c, const char *name, const char *v)
         c->tls_name = v;
         return 0;
     }
+    if (strcmp(name, "pair-file") == 0) {
+        c->pair_file = v;
+        return 0;
+    }
     struct {
         const char *name;
         double lo, hi;
@@ -121,7 +140,7 @@ static int apply(struct bench_config *c, const char *name, const char *v)
                       {"rate-mbps", 0, 1e6},         {"duration", 0.1, 3600},
                       {"warmup", 0, 3600},           {"shards", 1, BENCH_SHARDS_MAX},
                       {"relay-pid", 1, 1 << 30},     {"relay-cpu", 0, 4095},
-                      {"peers", 2, BENCH_PEERS_MAX}};
+                      {"peers", 1, BENCH_PEERS_MAX}, {"instance", 0, BENCH_INSTANCES_MAX - 1}};
     size_t i = 0;
     while (i < HD_ARRAY_SIZE(nums) && strcmp(name, nums[i].name) != 0)
         i++;
@@ -134,6 +153,7 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     switch (i) {
     case 0:
         c->pairs_count = (unsigned)x;
+        c->pairs_total = 1; /* given: a pair file must not also be */
         break;
     case 1:
         c->size = (unsigned)x;
@@ -156,9 +176,44 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     case 7:
         c->relay_cpu = (int)x;
         break;
-    default:
+    case 8:
         c->peers_count = (unsigned)x;
         break;
+    default:
+        c->instance = (unsigned)x;
+        c->instances = 1; /* given: needs a pair file */
+        break;
+    }
+    return 0;
+}
+
+/* --pair-file / --instance after the flags: the file says how many pairs this process runs. */
+static int pairs_resolve(struct bench_config *c)
+{
+    if (c->pair_file == NULL) {
+        if (c->instances) {
+            fprintf(stderr, "hderp-bench: --instance needs --pair-file\n");
+            return -1;
+        }
+        c->instances = 1;
+        c->pairs_total = c->pairs_count;
+        c->sides_count = 2 * c->pairs_count;
+        return 0;
+    }
+    if (c->pairs_total) {
+        fprintf(stderr, "hderp-bench: --pairs and --pair-file: the file says how many pairs\n");
+        return -1;
+    }
+    bool instance_given = c->instances != 0;
+    c->instances = 0;
+    if (bench_pair_file_load(c) < 0)
+        return -1;
+    if (c->instances > 1 && !instance_given) {
+        fprintf(stderr,
+                "hderp-bench: --pair-file %s has %u instances: say which with "
+                "--instance I\n",
+                c->pair_file, c->instances);
+        return -1;
     }
     return 0;
 }
@@ -185,8 +240,9 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
             usage(stdout);
             return 1;
         }
-        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0) {
-            *(name[0] == 'j' ? &c->json : &c->insecure) = true;
+        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0 ||
+            strcmp(name, "latency") == 0) {
+            *(name[0] == 'j' ? &c->json : name[0] == 'i' ? &c->insecure : &c->latency) = true;
             continue;
         }
         if (eq) {
@@ -200,6 +256,7 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
         if (apply(c, name, v) < 0)
             return -1;
     }
+    c->progress = isatty(STDERR_FILENO);
     if (c->servers_count == 0) {
         fprintf(stderr, "hderp-bench: --server is required\n");
         usage(stderr);
@@ -208,11 +265,15 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
     bool tls = false;
     for (unsigned i = 0; i < c->servers_count; i++)
         tls |= c->urls[i].tls;
+    if (pairs_resolve(c) < 0)
+        return -1;
     if (c->peers_count == 0)
-        c->peers_count = 2 * c->pairs_count;
-    if (c->peers_count < 2 * c->pairs_count) {
-        fprintf(stderr, "hderp-bench: --peers %u: at least 2 per pair (%u)\n", c->peers_count,
-                2 * c->pairs_count);
+        c->peers_count = c->sides_count;
+    if (c->peers_count < c->sides_count) {
+        fprintf(stderr,
+                "hderp-bench: --peers %u: at least the %u pair connections here (2 per "
+                "pair)\n",
+                c->peers_count, c->sides_count);
         return -1;
     }
     if (tls) {
@@ -236,15 +297,20 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
 
 struct bench_totals {
     uint64_t sent, sent_bytes, received, lost, reordered, duplicated, misrouted, corrupt;
+    uint64_t expected;                             /* receiver side: what their senders sent */
+    unsigned senders, receivers, trailers_missing; /* local sides; receivers without a trailer */
+    double offered_mbps;                           /* this process's share of --rate-mbps */
     uint64_t window_bytes, window_packets, forfeited_bytes, full;
     struct hd_hist latency, tick_gap;
     double window_s, sent_mbps, delivered_mbps, loss_pct, gen_cpu_s, relay_cpu_s, core_s;
     bool behind, gen_bound, relay_ok, core_ok;
 };
 
+/* Receiver side: what its sender sent in the window (trailer) minus what arrived. */
 static uint64_t pair_lost(const struct bench_pair *p)
 {
-    return p->tx.sent > p->rx.received ? p->tx.sent - p->rx.received : 0;
+    uint64_t want = bench_rx_expected(p);
+    return p->has_rx && want > p->rx.received ? want - p->rx.received : 0;
 }
 
 static void totals_compute(const struct bench_run *r, struct bench_totals *t)
@@ -259,6 +325,12 @@ static void totals_compute(const struct bench_run *r, struct bench_totals *t)
         t->full += p->tx.full;
         t->received += p->rx.received;
         t->lost += pair_lost(p);
+        t->senders += p->has_tx;
+        t->receivers += p->has_rx;
+        if (p->has_rx) {
+            t->expected += bench_rx_expected(p);
+            t->trailers_missing += !p->rx.trailer && !p->has_tx; /* lost: a lower bound */
+        }
         t->reordered += p->rx.reordered;
         t->duplicated += p->rx.duplicated;
         t->misrouted += p->rx.misrouted;
@@ -273,9 +345,10 @@ static void totals_compute(const struct bench_run *r, struct bench_totals *t)
     t->window_s = (double)(r->window_end_ns - r->window_start_ns) / 1e9;
     t->sent_mbps = (double)t->sent_bytes * 8 / t->window_s / 1e6;
     t->delivered_mbps = (double)t->window_bytes * 8 / t->window_s / 1e6;
-    t->loss_pct = t->sent ? 100.0 * (double)t->lost / (double)t->sent : 0;
+    t->loss_pct = t->expected ? 100.0 * (double)t->lost / (double)t->expected : 0;
     t->gen_cpu_s = r->gen_end.cpu_s - r->gen_start.cpu_s;
-    t->behind = r->cfg.rate_mbps > 0 && t->sent_mbps < BENCH_BEHIND_RATIO * r->cfg.rate_mbps;
+    t->offered_mbps = r->cfg.rate_mbps * t->senders / r->cfg.pairs_total;
+    t->behind = t->offered_mbps > 0 && t->sent_mbps < BENCH_BEHIND_RATIO * t->offered_mbps;
     /* One shard is one thread: near a full core each (or each CPU it may use), the generator is
      * what limits the run. */
     unsigned cpus = hd_cpus_available();
@@ -297,14 +370,52 @@ static void line(const char *name, double v, const char *unit)
     printf("%s %.*f %s\n", name, v == (double)(uint64_t)v ? 0 : 3, v, unit);
 }
 
+/* --latency: probes sent in the window, and those whose echo never came back. */
+static uint64_t lat_count(const struct bench_latency *l)
+{
+    return l->window_closed ? l->end_seq - l->first_seq : 0;
+}
+
+static uint64_t lat_lost(const struct bench_latency *l)
+{
+    uint64_t n = lat_count(l);
+    return n > l->rx.received_measured ? n - l->rx.received_measured : 0;
+}
+
+static void print_latency_figures(const struct bench_latency *l)
+{
+    char name[64];
+    for (unsigned i = 0; i < ECHO_PROBE_QUANTILES; i++) {
+        snprintf(name, sizeof(name), "load_rtt_%s_us", echo_probe_quantile_names[i]);
+        line(name, (double)hd_hist_quantile(&l->rx.rtt_ns, echo_probe_quantiles[i]) / 1e3, "us");
+    }
+    line("load_rtt_mean_us", echo_probe_mean_ns(&l->rx) / 1e3, "us");
+    line("load_probes", (double)lat_count(l), "packets");
+    line("load_probes_lost", (double)lat_lost(l), "packets");
+}
+
+static void print_latency_json(const struct bench_latency *l)
+{
+    printf("\"latency_under_load\":{\"kind\":\"rtt\",\"rate_pps\":%d,\"size\":%d,\"count\":%llu,"
+           "\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,\"duplicated\":%llu,"
+           "\"misrouted\":%llu,\"mean_us\":%.3f",
+           BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE, (unsigned long long)lat_count(l),
+           (unsigned long long)l->rx.received_measured, (unsigned long long)lat_lost(l),
+           (unsigned long long)l->rx.reordered, (unsigned long long)l->rx.duplicated,
+           (unsigned long long)l->rx.misrouted, echo_probe_mean_ns(&l->rx) / 1e3);
+    echo_probe_json_quantiles(stdout, &l->rx);
+    printf("},");
+}
+
 static void print_figures(const struct bench_run *r, const struct bench_totals *t)
 {
-    line("offered_mbps", r->cfg.rate_mbps, "Mbit/s");
+    line("offered_mbps", t->offered_mbps, "Mbit/s");
     line("sent_mbps", t->sent_mbps, "Mbit/s");
     line("delivered_mbps", t->delivered_mbps, "Mbit/s");
     line("delivered_pps", (double)t->window_packets / t->window_s, "packets/s");
     line("sent_packets", (double)t->sent, "packets");
     line("received_packets", (double)t->received, "packets");
+    line("expected_packets", (double)t->expected, "packets");
     line("lost_packets", (double)t->lost, "packets");
     line("loss_pct", t->loss_pct, "%");
     line("reordered_packets", (double)t->reordered, "packets");
@@ -334,6 +445,8 @@ static void print_figures(const struct bench_run *r, const struct bench_totals *
         line("relay_core_busy_cores", t->core_s / t->window_s, "cores");
         line("relay_core_s_per_gb", per_gb(t->core_s, t->window_bytes), "CPU-s/GB");
     }
+    if (r->cfg.latency)
+        print_latency_figures(&r->lat);
 }
 
 static void print_summary(const struct bench_run *r, const struct bench_totals *t)
@@ -350,12 +463,30 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
            c->servers_count > 1 ? " and more" : "", rate);
     printf("#   window %.2f s after %.2f s warm-up; generator %u shard(s)\n", t->window_s,
            c->warmup_s, c->shards);
+    if (c->pair_file)
+        printf("#   pair file %s, instance %u of %u: %u of its %u pairs here (%u senders, %u "
+               "receivers); sent counts are the senders', received/lost the receivers'%s\n",
+               c->pair_file, c->instance, c->instances, c->pairs_count, c->pairs_total, t->senders,
+               t->receivers,
+               t->trailers_missing ? " (SOME TRAILERS MISSING: lost is a lower bound)" : "");
     printf("#   delivered %.1f Mbit/s (%.1f kpkt/s); loss %.3f %% (%llu of %llu); latency "
            "p50 %.0f us, p99 %.0f us, max %.0f us\n",
            t->delivered_mbps, (double)t->window_packets / t->window_s / 1e3, t->loss_pct,
            (unsigned long long)t->lost, (unsigned long long)t->sent,
            (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
            (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3);
+    if (c->latency) {
+        printf("#   latency under load (ping/echo round trip, %d x %d B/s, %llu probes in the "
+               "window, %llu lost) us:",
+               BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE, (unsigned long long)lat_count(&r->lat),
+               (unsigned long long)lat_lost(&r->lat));
+        echo_probe_text_quantiles(stdout, &r->lat.rx);
+        printf("\n");
+    }
+    if (t->receivers && t->trailers_missing)
+        printf("#   %u receiver(s) got no trailer from their sender: their lost counts only the "
+               "gaps up to the last packet seen\n",
+               t->trailers_missing);
     printf("#   generator: sent %.1f Mbit/s, CPU %.2f cores (%.2f CPU-s/GB), pacing tick gap "
            "p99 %.0f us max %.0f us%s\n",
            t->sent_mbps, t->gen_cpu_s / t->window_s, per_gb(t->gen_cpu_s, t->window_bytes),
@@ -364,7 +495,7 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
     if (t->behind)
         printf("#   GENERATOR FELL BEHIND its offered rate: sent %.1f%% of it (%.1f MB of "
                "tokens forfeited, %llu sends refused by a full queue)\n",
-               100 * t->sent_mbps / c->rate_mbps, (double)t->forfeited_bytes / 1e6,
+               100 * t->sent_mbps / t->offered_mbps, (double)t->forfeited_bytes / 1e6,
                (unsigned long long)t->full);
     if (t->relay_ok)
         printf("#   relay pid %d: %.2f CPU-s in the window = %.2f cores, %.2f CPU-s/GB "
@@ -383,7 +514,7 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
     printf("#   pair       sent   received       lost  reordered duplicated  misrouted\n");
     for (unsigned i = 0; i < c->pairs_count; i++) {
         const struct bench_pair *p = &r->pairs[i];
-        printf("#   %4u %10llu %10llu %10llu %10llu %10llu %10llu\n", i,
+        printf("#   %4u %10llu %10llu %10llu %10llu %10llu %10llu\n", p->id,
                (unsigned long long)p->tx.sent, (unsigned long long)p->rx.received,
                (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
                (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted);
@@ -399,9 +530,10 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
            "\"sent_mbps\":%.3f,\"delivered_mbps\":%.3f,\"loss_pct\":%.5f,"
            "\"latency_us\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
            "\"gen_cpu_s\":%.3f,\"gen_fell_behind\":%s,\"gen_cpu_bound\":%s,",
-           u0->tls ? "https" : "http", u0->host, u0->path, u0->tls ? "true" : "false",
-           c->pairs_count, c->size, c->rate_mbps, t->window_s, c->warmup_s, c->shards, t->sent_mbps,
-           t->delivered_mbps, t->loss_pct, (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
+           derp_client_url_scheme(u0), u0->host, u0->path, u0->tls ? "true" : "false",
+           c->pairs_count, c->size, t->offered_mbps, t->window_s, c->warmup_s, c->shards,
+           t->sent_mbps, t->delivered_mbps, t->loss_pct,
+           (double)hd_hist_quantile(&t->latency, 0.5) / 1e3,
            (double)hd_hist_quantile(&t->latency, 0.99) / 1e3, (double)t->latency.max / 1e3,
            t->gen_cpu_s, t->behind ? "true" : "false", t->gen_bound ? "true" : "false");
     if (t->relay_ok)
@@ -415,23 +547,49 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
                t->core_s, per_gb(t->core_s, t->window_bytes));
     printf("\"servers\":[");
     for (unsigned i = 0; i < c->servers_count; i++)
-        printf("%s\"%s://%s%s\"", i ? "," : "", c->urls[i].tls ? "https" : "http", c->urls[i].host,
-               c->urls[i].path);
+        printf("%s\"%s://%s%s\"", i ? "," : "", derp_client_url_scheme(&c->urls[i]),
+               c->urls[i].host, c->urls[i].path);
     printf("],\"peers\":%u,\"duration_s\":%.3f,\"window_start_unix\":%.3f,", c->peers_count,
            c->duration_s, r->window_start_unix);
-    printf("\"total\":{\"sent\":%llu,\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,"
-           "\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu,\"delivered_mbps\":%.3f,"
-           "\"offered_mbps\":%.3f,\"sent_mbps\":%.3f},",
+    /* Which side counted what: senders know what they sent, receivers (from the sequence
+     * numbers and their sender's trailer) what arrived and what was lost. */
+    printf("\"experiment_offered_mbps\":%.3f,\"pairs_total\":%u,\"instance\":%u,"
+           "\"instances\":%u,\"pair_file\":",
+           c->rate_mbps, c->pairs_total, c->instance, c->instances);
+    if (c->pair_file) {
+        putchar('"');
+        for (const char *q = c->pair_file; *q; q++)
+            printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
+        putchar('"');
+    } else {
+        printf("null");
+    }
+    printf(",\"local_senders\":%u,\"local_receivers\":%u,\"trailers_missing\":%u,"
+           "\"counted_by\":{\"sender\":[\"sent\",\"sent_mbps\",\"offered_mbps\"],"
+           "\"receiver\":[\"received\",\"expected\",\"lost\",\"loss_pct\",\"reordered\","
+           "\"duplicated\",\"misrouted\",\"corrupt\",\"delivered_mbps\",\"latency_us\"]},",
+           t->senders, t->receivers, t->trailers_missing);
+    printf("\"total\":{\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
+           "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu,"
+           "\"delivered_mbps\":%.3f,\"offered_mbps\":%.3f,\"sent_mbps\":%.3f},",
            (unsigned long long)t->sent, (unsigned long long)t->received,
-           (unsigned long long)t->lost, (unsigned long long)t->reordered,
-           (unsigned long long)t->duplicated, (unsigned long long)t->misrouted,
-           (unsigned long long)t->corrupt, t->delivered_mbps, c->rate_mbps, t->sent_mbps);
+           (unsigned long long)t->expected, (unsigned long long)t->lost,
+           (unsigned long long)t->reordered, (unsigned long long)t->duplicated,
+           (unsigned long long)t->misrouted, (unsigned long long)t->corrupt, t->delivered_mbps,
+           t->offered_mbps, t->sent_mbps);
+    if (c->latency)
+        print_latency_json(&r->lat);
+    else
+        printf("\"latency_under_load\":null,");
     printf("\"per_pair\":[");
     for (unsigned i = 0; i < c->pairs_count; i++) {
         const struct bench_pair *p = &r->pairs[i];
-        printf("%s{\"sent\":%llu,\"received\":%llu,\"lost\":%llu,\"reordered\":%llu,"
-               "\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
-               i ? "," : "", (unsigned long long)p->tx.sent, (unsigned long long)p->rx.received,
+        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
+               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
+               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
+               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
+               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
+               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
                (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
                (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
                (unsigned long long)p->rx.corrupt);
@@ -441,6 +599,8 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "gen-pairs") == 0)
+        return bench_gen_pairs_main(argc, argv);
     static struct bench_run run;
     int rc = parse_args(argc, argv, &run.cfg);
     if (rc != 0)
@@ -448,6 +608,8 @@ int main(int argc, char **argv)
     rc = bench_run_init(&run);
     if (rc == 0)
         rc = bench_run_execute(&run);
+    if (run.progress_printed)
+        fputc('\n', stderr); /* end the progress line */
     if (rc < 0) {
         fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n",
                 atomic_load(&run.failed_pair), strerror(-rc));

@@ -2,13 +2,14 @@
  * and a receiver, two connections) on the generator's shards, a token bucket per sender topped
  * up on every 1 ms tick of its shard, and per-pair accounting of what arrived (sequence window
  * for duplicates and reordering, a checksum over the whole payload, routing by pair id and
- * source key, one-way latency).
+ * source key, one-way latency). After the window each sender sends trailers carrying its
+ * window's sequence range, so a receiver in another process (pair files) can count the loss.
  *
  * Threads: bench_run_init/execute/deinit on the main thread; everything else on the shard that
- * owns the pair (pair i lives on shard i % shards). Cross-shard state is four atomics in
- * struct bench_run (who is ready, when the warm-up started, who drained, the first failure).
- * Shard 0 also samples getrusage and /proc at the window edges (a blocking procfs read of a
- * few microseconds, twice per run: acceptable for a benchmark, not for the relay).
+ * owns the pair (local pair i lives on shard i % shards). Cross-shard state is four atomics in
+ * struct bench_run (who is ready, when the warm-up started, who drained, the first failure) and
+ * the progress line's relaxed per-shard totals (written by their shard, read by shard 0).
+ * Shard 0 also samples getrusage and /proc at the window edges (bench_sample.c).
  * Owns: the pairs' buffers and bitmaps (heap, allocated before the runtime starts). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -36,7 +37,9 @@ struct bench_gen_shard {
     enum bench_phase phase;
     bool measuring, stopping;
     uint64_t start_ns, drain_start_ns, last_tick_ns;
-    double bytes_per_ns; /* per sender */
+    uint64_t progress_pub_ns, progress_print_ns;     /* last publish / print */
+    uint64_t progress_sent_bytes, progress_rx_bytes; /* shard 0: totals at the last print */
+    double bytes_per_ns;                             /* per sender */
     double bucket_bytes;
 };
 
@@ -94,20 +97,29 @@ _Static_assert(BENCH_HDR_LEN == 32, "header layout above");
 
 /* ---- Set-up (main thread) -------------------------------------------------------------------- */
 
-static int pair_init(struct bench_run *r, struct bench_pair *p, unsigned id)
+/* Local pair number index: the pair file's spec, or a fresh pair with both sides here. */
+static int pair_init(struct bench_run *r, struct bench_pair *p, unsigned index)
 {
-    p->id = id;
-    p->shard = id % r->cfg.shards;
+    const struct bench_pair_spec *spec = r->cfg.specs ? &r->cfg.specs[index] : NULL;
+    p->id = spec ? spec->id : index;
+    p->has_tx = spec ? spec->has_tx : true;
+    p->has_rx = spec ? spec->has_rx : true;
+    p->shard = index % r->cfg.shards;
     p->tx.pair = p;
     p->rx.pair = p;
-    if (derp_keypair_generate(&p->sender_kp) < 0 || derp_keypair_generate(&p->receiver_kp) < 0)
+    if (spec) {
+        p->sender_kp = spec->sender_kp;
+        p->receiver_kp = spec->receiver_kp;
+    } else if (derp_keypair_generate(&p->sender_kp) < 0 ||
+               derp_keypair_generate(&p->receiver_kp) < 0) {
         return -EIO;
+    }
     p->tx.buf = malloc(r->cfg.size);
     p->rx.seen = calloc(BENCH_SEQ_WINDOW / 64, sizeof(uint64_t));
     if (p->tx.buf == NULL || p->rx.seen == NULL)
         return -ENOMEM;
     /* Filler: xorshift64 seeded by the pair, so pairs' payloads differ. */
-    uint64_t x = 0x9e3779b97f4a7c15ull * (id + 1);
+    uint64_t x = 0x9e3779b97f4a7c15ull * (p->id + 1);
     for (unsigned i = BENCH_HDR_LEN; i < r->cfg.size; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         p->tx.buf[i] = (uint8_t)x;
@@ -131,7 +143,12 @@ int bench_run_init(struct bench_run *r)
         if (rc < 0)
             return rc;
     }
-    r->idle_count = r->cfg.peers_count - 2 * r->cfg.pairs_count;
+    r->idle_count = r->cfg.peers_count - r->cfg.sides_count;
+    if (r->cfg.latency) {
+        int rc = bench_latency_init(r);
+        if (rc < 0)
+            return rc;
+    }
     r->idle = r->idle_count ? calloc(r->idle_count, sizeof(*r->idle)) : NULL;
     if (r->idle_count && r->idle == NULL)
         return -ENOMEM;
@@ -154,6 +171,22 @@ void bench_run_deinit(struct bench_run *r)
     r->pairs = NULL;
     free(r->idle);
     r->idle = NULL;
+    free(r->cfg.specs);
+    r->cfg.specs = NULL;
+    if (r->cfg.latency)
+        bench_latency_deinit(r);
+}
+
+uint64_t bench_rx_expected(const struct bench_pair *p)
+{
+    const struct bench_receiver *rx = &p->rx;
+    if (!p->has_rx)
+        return 0; /* the receiver runs elsewhere: it counts */
+    if (rx->trailer)
+        return rx->expected;
+    if (p->has_tx) /* no trailer came, but the sender is here: its own count */
+        return p->tx.sent;
+    return rx->meas_any ? rx->meas_seq_max - rx->meas_seq_min + 1 : 0;
 }
 
 double bench_unix_now(void)
@@ -175,83 +208,22 @@ static uint64_t start_ns(const struct bench_run *r, uint64_t now)
 
 /* ---- Failure and sampling -------------------------------------------------------------------- */
 
-static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
+void bench_fail(struct bench_run *r, struct hd_shard *s, unsigned who, int reason)
 {
     int none = 0;
-    if (atomic_compare_exchange_strong(&sh->r->failure, &none, reason < 0 ? reason : -EPIPE))
-        atomic_store(&sh->r->failed_pair, pair);
-    hd_runtime_stop(hd_shard_runtime(sh->s));
+    if (atomic_compare_exchange_strong(&r->failure, &none, reason < 0 ? reason : -EPIPE))
+        atomic_store(&r->failed_pair, who);
+    hd_runtime_stop(hd_shard_runtime(s));
 }
 
-/* utime + stime and VmRSS of a process; pid 0: this one. */
-static struct bench_proc_sample proc_sample(pid_t pid)
+static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
 {
-    struct bench_proc_sample out = {0};
-    char path[64], buf[1024];
-    if (pid == 0) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        out.cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
-                    (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
-        out.ok = true;
-    } else {
-        snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        if (f)
-            fclose(f);
-        buf[n] = '\0';
-        const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
-        unsigned long ut, st;
-        /* After ")": state (3) then fields 4..13, utime (14), stime (15). */
-        if (p &&
-            sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2) {
-            out.cpu_s = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-            out.ok = true;
-        }
-    }
-    if (pid == 0)
-        snprintf(path, sizeof(path), "/proc/self/status");
-    else
-        snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    unsigned long rss;
-    while (f && fgets(buf, sizeof(buf), f))
-        if (sscanf(buf, "VmRSS: %lu", &rss) == 1) {
-            out.rss_kib = rss;
-            break;
-        }
-    if (f)
-        fclose(f);
-    return out;
+    bench_fail(sh->r, sh->s, pair, reason);
 }
 
-/* Busy seconds of one CPU (everything but idle and iowait: user, nice, system, irq, softirq,
- * steal), which counts the softirq work a pinned relay's sends cause; -1 when unreadable. */
-static double cpu_busy_s(int cpu)
+unsigned bench_clients_count(const struct bench_run *r)
 {
-    char want[16], buf[512];
-    snprintf(want, sizeof(want), "cpu%d ", cpu);
-    FILE *f = fopen("/proc/stat", "r");
-    double out = -1;
-    unsigned long long v[8];
-    while (f && fgets(buf, sizeof(buf), f))
-        if (strncmp(buf, want, strlen(want)) == 0 &&
-            sscanf(buf + strlen(want), "%llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
-                   &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
-            out = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / (double)sysconf(_SC_CLK_TCK);
-            break;
-        }
-    if (f)
-        fclose(f);
-    return out;
-}
-
-static void relay_sample(struct bench_run *r, struct bench_proc_sample *p, double *core_s)
-{
-    if (r->cfg.relay_pid > 0)
-        *p = proc_sample(r->cfg.relay_pid);
-    *core_s = r->cfg.relay_cpu >= 0 ? cpu_busy_s(r->cfg.relay_cpu) : -1;
+    return r->cfg.peers_count + (r->cfg.latency ? 2 : 0);
 }
 
 /* ---- Sending --------------------------------------------------------------------------------- */
@@ -280,6 +252,32 @@ static int send_one(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_
     return 0;
 }
 
+/* After the window: the sender's window [first_seq, end_seq) in a trailer packet (same size and
+ * checksum as the others) every BENCH_TRAILER_GAP_MS. A full queue just delays it a tick. */
+static void send_trailer(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
+{
+    const struct bench_pair *p = tx->pair;
+    if (tx->done || tx->k == NULL || derp_client_state(tx->k) != DERP_CLIENT_READY)
+        return;
+    if ((p->has_rx && p->rx.trailer) || tx->trailers_sent == BENCH_TRAILERS) {
+        tx->done = true;
+        return;
+    }
+    if (tx->trailers_sent && now - tx->trailer_last_ns < BENCH_TRAILER_GAP_MS * 1000000ull)
+        return;
+    uint8_t *b = tx->buf;
+    put32(b, BENCH_MAGIC);
+    put32(b + 4, p->id);
+    put64(b + 8, tx->end_seq);
+    put64(b + 16, tx->first_seq);
+    put32(b + 24, BENCH_F_TRAILER);
+    put32(b + 28, hash_fold(bench_hash_header(tx->body_hash, b)));
+    if (derp_client_send(tx->k, &p->receiver_kp.pub, b, sh->r->cfg.size) == 0) {
+        tx->trailers_sent++;
+        tx->trailer_last_ns = now;
+    }
+}
+
 /* One tick's worth: paced senders spend the tokens earned since the last tick; unpaced ones
  * fill their queue to the high watermark (the callback resumes them below it). */
 static void pump(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
@@ -295,7 +293,9 @@ static void pump(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t n
     }
     tx->tokens += (double)(now - tx->last_ns) * sh->bytes_per_ns;
     tx->last_ns = now;
-    double cap = sh->bucket_bytes > size ? sh->bucket_bytes : size;
+    /* Room for one packet on top of the bucket: a rate below one packet per tick would
+     * otherwise forfeit the remainder whenever a tick comes late. */
+    double cap = sh->bucket_bytes + size;
     if (tx->tokens > cap) {
         if (sh->measuring)
             tx->forfeited_bytes += (uint64_t)(tx->tokens - cap);
@@ -346,20 +346,39 @@ static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     struct bench_gen_shard *sh = p->home;
     uint64_t now = hd_clock_ns();
     rx->last_rx_ns = now;
-    if (len != sh->r->cfg.size || get32(data) != BENCH_MAGIC ||
+    /* Any size that carries the header: an instance elsewhere may run another --size; the
+     * checksum over the whole payload catches truncation. */
+    if (len < BENCH_HDR_LEN || get32(data) != BENCH_MAGIC ||
         hash_fold(bench_hash_header(
             bench_hash_bytes(BENCH_FNV_OFFSET, data + BENCH_HDR_LEN, len - BENCH_HDR_LEN), data)) !=
             get32(data + 28)) {
         rx->corrupt++;
         return;
     }
-    bool measured = get32(data + 24) & BENCH_F_MEASURED;
+    uint32_t flags = get32(data + 24);
+    bool measured = flags & BENCH_F_MEASURED;
     if (get32(data + 4) != p->id || !derp_pubkey_equal(src, &p->sender_kp.pub)) {
         rx->misrouted += measured;
         return;
     }
+    uint64_t seq = get64(data + 8);
+    if (flags & BENCH_F_TRAILER) {
+        uint64_t first = get64(data + 16);
+        rx->trailer = true;
+        rx->expected = seq >= first ? seq - first : 0;
+        return;
+    }
+    if (!rx->any || seq < rx->seq_first)
+        rx->seq_first = seq;
+    if (measured) {
+        if (!rx->meas_any || seq < rx->meas_seq_min)
+            rx->meas_seq_min = seq;
+        if (!rx->meas_any || seq > rx->meas_seq_max)
+            rx->meas_seq_max = seq;
+        rx->meas_any = true;
+    }
     bool late;
-    bool fresh = seq_note(rx, get64(data + 8), &late);
+    bool fresh = seq_note(rx, seq, &late);
     if (measured) {
         rx->duplicated += !fresh;
         rx->reordered += fresh && late;
@@ -367,6 +386,7 @@ static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     if (!fresh)
         return;
     rx->received_total++;
+    rx->received_total_bytes += len;
     if (measured) {
         rx->received++;
         rx->received_bytes += len;
@@ -448,6 +468,70 @@ static void idle_close(struct derp_client *k, int reason)
 static const struct derp_client_callbacks idle_cb = {.on_ready = idle_ready,
                                                      .on_close = idle_close};
 
+/* ---- Progress line ------------------------------------------------------------------------- */
+
+/* This shard's running totals (every packet since the warm-up; lost = sequence gaps so far). */
+static void progress_publish(struct bench_gen_shard *sh)
+{
+    const struct bench_run *r = sh->r;
+    uint64_t tx = 0, rxb = 0, lost = 0;
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        if (p->home != sh)
+            continue;
+        tx += p->tx.sent_total * r->cfg.size;
+        rxb += p->rx.received_total_bytes;
+        uint64_t span = p->rx.any ? p->rx.seq_max + 1 - p->rx.seq_first : 0;
+        lost += span > p->rx.received_total ? span - p->rx.received_total : 0;
+    }
+    struct bench_progress *pr = &sh->r->progress[hd_shard_id(sh->s)];
+    atomic_store_explicit(&pr->sent_bytes, tx, memory_order_relaxed);
+    atomic_store_explicit(&pr->received_bytes, rxb, memory_order_relaxed);
+    atomic_store_explicit(&pr->lost, lost, memory_order_relaxed);
+}
+
+/* Shard 0, once a second on a terminal: one line overwritten in place (a blocking write of a
+ * few dozen bytes to the terminal once a second: fine for a load generator). */
+static void progress_print(struct bench_gen_shard *sh, uint64_t now)
+{
+    struct bench_run *r = sh->r;
+    uint64_t tx = 0, rxb = 0, lost = 0, t0 = atomic_load(&r->t0_ns);
+    for (unsigned i = 0; i < r->cfg.shards; i++) {
+        tx += atomic_load_explicit(&r->progress[i].sent_bytes, memory_order_relaxed);
+        rxb += atomic_load_explicit(&r->progress[i].received_bytes, memory_order_relaxed);
+        lost += atomic_load_explicit(&r->progress[i].lost, memory_order_relaxed);
+    }
+    double dt = (double)(now - sh->progress_print_ns) / 1e9;
+    static const char *const names[] = {"logging in", "warm-up", "measuring", "draining", "done"};
+    if (sh->phase == BENCH_CONNECT)
+        fprintf(stderr, "\rhderp-bench: %s: %u of %u peers ready\033[K",
+                t0 ? "waiting for --start-at" : "logging in", atomic_load(&r->ready_count),
+                bench_clients_count(r));
+    else
+        fprintf(stderr,
+                "\rhderp-bench: %6.1f s %-10s sent %8.1f Mbit/s  received %8.1f Mbit/s  "
+                "lost %llu\033[K",
+                (double)(now - t0) / 1e9, names[sh->phase],
+                (double)(tx - sh->progress_sent_bytes) * 8 / dt / 1e6,
+                (double)(rxb - sh->progress_rx_bytes) * 8 / dt / 1e6, (unsigned long long)lost);
+    fflush(stderr);
+    r->progress_printed = true;
+    sh->progress_sent_bytes = tx;
+    sh->progress_rx_bytes = rxb;
+    sh->progress_print_ns = now;
+}
+
+static void progress_tick(struct bench_gen_shard *sh, uint64_t now)
+{
+    if (now - sh->progress_pub_ns >= BENCH_PROGRESS_PUBLISH_MS * 1000000ull) {
+        progress_publish(sh);
+        sh->progress_pub_ns = now;
+    }
+    if (hd_shard_id(sh->s) == 0 &&
+        now - sh->progress_print_ns >= BENCH_PROGRESS_PRINT_MS * 1000000ull)
+        progress_print(sh, now);
+}
+
 /* ---- The tick -------------------------------------------------------------------------------- */
 
 static enum bench_phase phase_at(const struct bench_run *r, uint64_t now)
@@ -468,37 +552,53 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
     sh->phase = p;
     if (p == BENCH_WARMUP) {
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
-            r->pairs[i].tx.last_ns = now;
+            if (r->pairs[i].home == sh)
+                r->pairs[i].tx.last_ns = now;
     } else if (p == BENCH_MEASURE) {
         sh->measuring = true;
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh)
+                r->pairs[i].tx.first_seq = r->pairs[i].tx.seq;
         if (sampler) {
-            r->gen_start = proc_sample(0);
-            relay_sample(r, &r->relay_start, &r->relay_core_start_s);
+            r->gen_start = bench_proc_sample(0);
+            bench_relay_sample(r, &r->relay_start, &r->relay_core_start_s);
             r->window_start_ns = hd_clock_ns();
             r->window_start_unix = bench_unix_now();
+            if (r->cfg.latency)
+                bench_latency_window(r, true);
         }
     } else if (p == BENCH_DRAIN) {
         sh->measuring = false;
         sh->drain_start_ns = now;
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh) {
+                r->pairs[i].tx.end_seq = r->pairs[i].tx.seq;
+                r->pairs[i].tx.done = !r->pairs[i].has_tx;
+            }
         if (sampler) {
             r->window_end_ns = hd_clock_ns();
-            r->gen_end = proc_sample(0);
-            relay_sample(r, &r->relay_end, &r->relay_core_end_s);
+            if (r->cfg.latency)
+                bench_latency_window(r, false);
+            r->gen_end = bench_proc_sample(0);
+            bench_relay_sample(r, &r->relay_end, &r->relay_core_end_s);
         }
     }
 }
 
-/* Drained: nothing arrived on this shard for the quiet period, or the drain bound passed. */
+/* Drained: this shard's senders sent their trailers and its receivers got theirs (the relay
+ * keeps a pair's order, so nothing measured is still on its way), or the drain bound passed. */
 static bool drained(struct bench_gen_shard *sh, uint64_t now)
 {
-    uint64_t last = sh->drain_start_ns;
+    if (now - sh->drain_start_ns > BENCH_DRAIN_MAX_MS * 1000000ull)
+        return true;
+    if (hd_shard_id(sh->s) == 0 && !bench_latency_drained(sh->r))
+        return false;
     for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
         const struct bench_pair *p = &sh->r->pairs[i];
-        if (p->home == sh && p->rx.last_rx_ns > last)
-            last = p->rx.last_rx_ns;
+        if (p->home == sh && ((p->has_tx && !p->tx.done) || (p->has_rx && !p->rx.trailer)))
+            return false;
     }
-    return now - last > BENCH_DRAIN_QUIET_MS * 1000000ull ||
-           now - sh->drain_start_ns > BENCH_DRAIN_MAX_MS * 1000000ull;
+    return true;
 }
 
 static void tick_fired(struct hd_timer *t)
@@ -510,7 +610,7 @@ static void tick_fired(struct hd_timer *t)
         return;
     if (sh->phase == BENCH_CONNECT) {
         uint64_t zero = 0;
-        if (atomic_load(&r->ready_count) == r->cfg.peers_count)
+        if (atomic_load(&r->ready_count) == bench_clients_count(r))
             atomic_compare_exchange_strong(&r->t0_ns, &zero, start_ns(r, now));
         else if (now - sh->start_ns > BENCH_LOGIN_WAIT_MS * 1000000ull) {
             fail(sh, 0, -ETIMEDOUT);
@@ -521,12 +621,21 @@ static void tick_fired(struct hd_timer *t)
         enter_phase(sh, (enum bench_phase)(sh->phase + 1), now);
     if (sh->measuring && sh->last_tick_ns)
         hd_hist_record(&r->tick_gap_ns[hd_shard_id(sh->s)], now - sh->last_tick_ns);
+    if (r->cfg.progress)
+        progress_tick(sh, now);
     sh->last_tick_ns = now;
     if (sh->phase == BENCH_WARMUP || sh->phase == BENCH_MEASURE) {
         for (unsigned i = 0; i < r->cfg.pairs_count; i++)
-            if (r->pairs[i].home == sh)
+            if (r->pairs[i].home == sh && r->pairs[i].has_tx)
                 pump(sh, &r->pairs[i].tx, now);
-    } else if (sh->phase == BENCH_DRAIN && drained(sh, now)) {
+        if (r->cfg.latency && hd_shard_id(sh->s) == 0)
+            bench_latency_pump(r, now);
+    } else if (sh->phase == BENCH_DRAIN) {
+        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+            if (r->pairs[i].home == sh && r->pairs[i].has_tx)
+                send_trailer(sh, &r->pairs[i].tx, now);
+    }
+    if (sh->phase == BENCH_DRAIN && drained(sh, now)) {
         sh->phase = BENCH_DONE;
         if (atomic_fetch_add(&r->shards_done, 1) + 1 == r->cfg.shards)
             hd_runtime_stop(hd_shard_runtime(sh->s));
@@ -537,17 +646,24 @@ static void tick_fired(struct hd_timer *t)
 
 /* ---- The module ------------------------------------------------------------------------------ */
 
+int bench_connect(struct bench_run *r, struct hd_shard *s, unsigned server,
+                  const struct derp_keypair *kp, const struct derp_client_callbacks *cb, void *user,
+                  struct derp_client **out)
+{
+    struct derp_client_config c = {0};
+    derp_client_config_set_url(&c, &r->cfg.urls[server % r->cfg.servers_count]);
+    c.keypair = kp;
+    c.tls_ctx = r->cfg.tls;
+    c.tls_server_name = r->cfg.tls_name;
+    c.app_name = "hderp-bench";
+    c.can_ack_pings = true;
+    return derp_client_connect(s, &c, cb, user, out);
+}
+
 static int connect_one(struct bench_gen_shard *sh, unsigned server, const struct derp_keypair *kp,
                        const struct derp_client_callbacks *cb, void *user, struct derp_client **out)
 {
-    struct derp_client_config c = {0};
-    derp_client_config_set_url(&c, &sh->r->cfg.urls[server % sh->r->cfg.servers_count]);
-    c.keypair = kp;
-    c.tls_ctx = sh->r->cfg.tls;
-    c.tls_server_name = sh->r->cfg.tls_name;
-    c.app_name = "hderp-bench";
-    c.can_ack_pings = true;
-    return derp_client_connect(sh->s, &c, cb, user, out);
+    return bench_connect(sh->r, sh->s, server, kp, cb, user, out);
 }
 
 static void gen_start(void *arg)
@@ -555,16 +671,20 @@ static void gen_start(void *arg)
     struct bench_gen_shard *sh = arg;
     struct bench_run *r = sh->r;
     sh->start_ns = hd_clock_ns();
+    sh->progress_print_ns = sh->start_ns;
     for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
         struct bench_pair *p = &r->pairs[i];
         if (p->shard != hd_shard_id(sh->s))
             continue;
         unsigned n = r->cfg.servers_count;
-        int rc = connect_one(sh, n > 1 ? i + 1 : i, &p->receiver_kp, &rx_cb, &p->rx, &p->rx.k);
-        if (rc == 0)
-            rc = connect_one(sh, i, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
+        int rc = 0;
+        if (p->has_rx)
+            rc = connect_one(sh, n > 1 ? p->id + 1 : p->id, &p->receiver_kp, &rx_cb, &p->rx,
+                             &p->rx.k);
+        if (rc == 0 && p->has_tx)
+            rc = connect_one(sh, p->id, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
         if (rc < 0) {
-            fail(sh, i, rc);
+            fail(sh, p->id, rc);
             return;
         }
     }
@@ -578,6 +698,8 @@ static void gen_start(void *arg)
             return;
         }
     }
+    if (r->cfg.latency && hd_shard_id(sh->s) == 0 && bench_latency_connect(r, sh->s) < 0)
+        return;
     hd_timer_start(sh->s, &sh->tick, BENCH_TICK_MS);
 }
 
@@ -590,7 +712,7 @@ static int gen_shard_init(struct hd_shard *s, void *arg, void **state)
     sh->r = r;
     sh->s = s;
     /* Offered rate in payload bits/s split evenly over the senders, in bytes per ns. */
-    sh->bytes_per_ns = r->cfg.rate_mbps * 1e6 / 8 / 1e9 / r->cfg.pairs_count;
+    sh->bytes_per_ns = r->cfg.rate_mbps * 1e6 / 8 / 1e9 / r->cfg.pairs_total;
     sh->bucket_bytes = sh->bytes_per_ns * BENCH_BUCKET_MS * 1e6;
     hd_timer_init(&sh->tick, tick_fired);
     hd_hist_init(&r->tick_gap_ns[hd_shard_id(s)]);
@@ -618,6 +740,8 @@ static void gen_shard_stop(struct hd_shard *s, void *state)
     struct bench_gen_shard *sh = state;
     sh->stopping = true;
     hd_timer_stop(s, &sh->tick);
+    if (sh->r->cfg.latency && hd_shard_id(s) == 0)
+        bench_latency_stop(sh->r);
     for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
         struct bench_pair *p = &sh->r->pairs[i];
         if (p->home != sh)

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "derp_client.h"
+#include "echo_probe.h"
 #include "hd.h"
 
 /* ---- Limits ---------------------------------------------------------------------------------- */
@@ -34,9 +35,12 @@
 /* Duplicate detection: a receiver remembers this many sequence numbers behind the highest;
  * TCP through one relay never reorders, so anything older is counted as reordered. */
 #define BENCH_SEQ_WINDOW 65536u
-/* After the window: senders stop; a shard is done when nothing arrived for QUIET ms (or after
- * MAX ms whatever happens), then the runtime stops. */
-#define BENCH_DRAIN_QUIET_MS 300
+/* After the window: senders stop and send trailers (the window's sequence range, so a receiver
+ * in another process can count what was lost) every GAP ms, TRAILERS times (fewer when the
+ * receiver is local and has its trailer); a shard is done when its senders sent theirs and its
+ * receivers got theirs, or after MAX ms whatever happens; then the runtime stops. */
+#define BENCH_TRAILER_GAP_MS 20
+#define BENCH_TRAILERS       10
 #define BENCH_DRAIN_MAX_MS   3000
 /* Every client must be logged in by then (a relay slower than this is broken, not slow). */
 #define BENCH_LOGIN_WAIT_MS 10000
@@ -51,32 +55,71 @@
 #define BENCH_START_AHEAD_MAX_S 86400
 /* Generator shards: one per core is the model; the machine has two. */
 #define BENCH_SHARDS_MAX 16
+/* Pair files: pairs in one experiment (each instance runs at most BENCH_PAIRS_MAX of them), and
+ * the longest line ("pair" + 3 numbers + two 72-character keys, with room for spaces). */
+#define BENCH_PAIR_FILE_PAIRS_MAX 65536
+#define BENCH_PAIR_FILE_LINE_MAX  512
+#define BENCH_INSTANCES_MAX       1024
 
 _Static_assert(HD_IS_POW2(BENCH_SEQ_WINDOW), "the window is indexed by a mask");
 _Static_assert(BENCH_SIZE_MAX <= DERP_PACKET_LEN_MAX, "a payload is one DERP packet");
-_Static_assert(BENCH_DRAIN_QUIET_MS < BENCH_DRAIN_MAX_MS, "quiet period inside the drain bound");
+_Static_assert(BENCH_TRAILER_GAP_MS *BENCH_TRAILERS < BENCH_DRAIN_MAX_MS,
+               "every trailer is sent inside the drain bound");
 _Static_assert(BENCH_PEERS_MAX >= 2 * BENCH_PAIRS_MAX, "every pair fits in the peer count");
 _Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many shards");
 
+/* The live progress line (stderr on a terminal only): shards publish their running totals
+ * every PUBLISH ms, shard 0 prints every PRINT ms. */
+#define BENCH_PROGRESS_PUBLISH_MS 100
+#define BENCH_PROGRESS_PRINT_MS   1000
+
+/* --latency: one ping/echo pair beside the bulk traffic, probes of this size at this rate (a
+ * modest load of its own: 100 x 64 B/s), round trips of those sent in the window. The seen
+ * bitmap covers the run's probes plus slack for late ticks. */
+#define BENCH_LATENCY_PPS   100
+#define BENCH_LATENCY_SIZE  64
+#define BENCH_LATENCY_BURST 10 /* probes one late tick may send to catch up */
+#define BENCH_LATENCY_SLACK 1000
+
+_Static_assert(BENCH_LATENCY_SIZE >= ECHO_HEADER_LEN, "a probe carries its header");
+
 /* Payload flags. */
 #define BENCH_F_MEASURED 1u /* sent inside the measured window */
+#define BENCH_F_TRAILER                                                                            \
+    2u /* after the window: seq = one past the last measured packet, send                          \
+        * time field = the first measured sequence number */
+
+/* One pair as a pair file gives it, or as generated (bench_pairs.c). A side whose key came as a
+ * public key only (nodekey:) cannot be run by this process. */
+struct bench_pair_spec {
+    unsigned id;         /* the pair's number in the experiment (carried in the payload) */
+    bool has_tx, has_rx; /* this instance runs the sender / the receiver */
+    struct derp_keypair sender_kp, receiver_kp;
+};
 
 /* ---- Configuration --------------------------------------------------------------------------- */
 
 struct bench_config {
     struct derp_client_url urls[BENCH_SERVERS_MAX];
     unsigned servers_count;
-    unsigned pairs_count;
-    unsigned peers_count; /* logged-in connections in total: 2 per pair + idle ones */
-    double start_at;      /* > 0: unix time at which the warm-up starts (after login) */
-    unsigned size;        /* payload bytes per packet */
-    double rate_mbps;     /* offered payload rate over all senders; 0 = unpaced */
-    double duration_s;    /* measured window */
-    double warmup_s;      /* before it */
-    unsigned shards;      /* generator shards */
-    pid_t relay_pid;      /* > 0: sample its CPU time and RSS at the window edges */
-    int relay_cpu;        /* >= 0: also sample that CPU's busy time (/proc/stat) */
+    unsigned pairs_count; /* pairs with a side in this process (all of them without a file) */
+    unsigned pairs_total; /* pairs in the experiment (the pair file's, or pairs_count) */
+    unsigned peers_count; /* logged-in connections here: the local pair sides + idle ones */
+    unsigned sides_count; /* local pair sides: 2 per pair without a pair file */
+    const char *pair_file;
+    unsigned instance, instances;  /* this process's instance and the file's count (0 of 1) */
+    struct bench_pair_spec *specs; /* from the pair file: the pairs_count local pairs, or NULL */
+    double start_at;               /* > 0: unix time at which the warm-up starts (after login) */
+    unsigned size;                 /* payload bytes per packet */
+    double rate_mbps;              /* offered payload rate over all senders; 0 = unpaced */
+    double duration_s;             /* measured window */
+    double warmup_s;               /* before it */
+    unsigned shards;               /* generator shards */
+    pid_t relay_pid;               /* > 0: sample its CPU time and RSS at the window edges */
+    int relay_cpu;                 /* >= 0: also sample that CPU's busy time (/proc/stat) */
     bool json;
+    bool progress;        /* stderr is a terminal: a live progress line each second */
+    bool latency;         /* --latency: the ping/echo pair (bench_latency.c) */
     bool insecure;        /* https without certificate checks */
     const char *ca_file;  /* https: CA to verify the relay against */
     const char *tls_name; /* https: SNI / name to verify (default: the URL's host) */
@@ -98,9 +141,13 @@ struct bench_sender {
     bool paused; /* send queue over its high watermark */
     /* measured window */
     uint64_t sent, sent_bytes;
-    uint64_t forfeited_bytes; /* tokens the generator could not use */
-    uint64_t full;            /* sends refused: queue at its cap or pool empty */
-    uint64_t sent_total;      /* every packet, warm-up included */
+    uint64_t forfeited_bytes;    /* tokens the generator could not use */
+    uint64_t full;               /* sends refused: queue at its cap or pool empty */
+    uint64_t sent_total;         /* every packet, warm-up included */
+    uint64_t first_seq, end_seq; /* the window's sequence numbers: [first, end) */
+    unsigned trailers_sent;
+    uint64_t trailer_last_ns;
+    bool done; /* drain: its trailers went out (or its local receiver has one) */
 };
 
 struct bench_receiver {
@@ -115,7 +162,13 @@ struct bench_receiver {
     /* payload bytes that arrived while this shard was in the window (throughput) */
     uint64_t window_bytes, window_packets;
     uint64_t reordered, duplicated, misrouted, corrupt; /* any time */
-    uint64_t received_total;
+    uint64_t received_total, received_total_bytes;
+    uint64_t seq_first; /* lowest sequence number seen at all (the progress line's loss) */
+    /* the sender's window, from its trailer; without one, from the measured packets seen */
+    bool trailer;
+    uint64_t expected; /* trailer: measured packets the sender sent (end - first) */
+    uint64_t meas_seq_min, meas_seq_max;
+    bool meas_any;
     struct hd_hist latency_ns; /* measured packets: receive time - send time */
 };
 
@@ -131,7 +184,8 @@ struct bench_idle {
 };
 
 struct bench_pair {
-    unsigned id;
+    unsigned id;                  /* in the experiment (the pair file's number) */
+    bool has_tx, has_rx;          /* sides this process runs */
     unsigned shard;               /* both clients of a pair live on this generator shard */
     struct bench_gen_shard *home; /* that shard's state (set by it at start) */
     struct derp_keypair sender_kp, receiver_kp;
@@ -145,6 +199,22 @@ struct bench_proc_sample {
     double cpu_s;     /* utime + stime */
     uint64_t rss_kib; /* VmRSS */
     bool ok;
+};
+
+/* --latency: a pinger and an echo client on generator shard 0 (bench_latency.c). */
+struct bench_latency {
+    struct derp_keypair ping_kp, echo_kp;
+    struct derp_client *ping, *echo;
+    struct echo_probe_rx rx;
+    uint64_t interval_ns, next_ns;
+    uint64_t sent, first_seq, end_seq; /* measured probes: [first_seq, end_seq) */
+    uint64_t send_failed, echo_dropped;
+    bool window_open, window_closed, stopping;
+};
+
+/* One shard's running totals since the warm-up, for the progress line (relaxed: a display). */
+struct bench_progress {
+    _Atomic uint64_t sent_bytes, received_bytes, lost;
 };
 
 struct bench_run {
@@ -165,9 +235,50 @@ struct bench_run {
     double relay_core_start_s, relay_core_end_s; /* busy seconds of cfg.relay_cpu; < 0: none */
     /* per generator shard, during the window: time between pacing ticks (burstiness) */
     struct hd_hist tick_gap_ns[BENCH_SHARDS_MAX];
+    struct bench_progress progress[BENCH_SHARDS_MAX];
+    struct bench_latency lat;
+    bool progress_printed; /* shard 0 printed a line: main ends it with a newline */
 };
 
+/* bench_pairs.c */
+/* Reads c->pair_file and keeps the pairs with a side on c->instance in c->specs (malloc'd),
+ * setting pairs_count, pairs_total, instances and sides_count. Prints one clear error naming the
+ * file, line and problem. Returns 0 or -1. */
+int bench_pair_file_load(struct bench_config *c);
+/* "hderp-bench gen-pairs ...": writes a pair file. Returns the exit code. */
+int bench_gen_pairs_main(int argc, char **argv);
+
+/* bench_latency.c: everything on shard 0 but init/deinit (main thread). */
+int bench_latency_init(struct bench_run *r); /* 0, -ENOMEM or -EIO (keys) */
+void bench_latency_deinit(struct bench_run *r);
+int bench_latency_connect(struct bench_run *r, struct hd_shard *s); /* 0 or -errno */
+/* Probes due at now while the load runs (warm-up and window). */
+void bench_latency_pump(struct bench_run *r, uint64_t now);
+/* The window opens (start) or closes: which probes are measured. */
+void bench_latency_window(struct bench_run *r, bool start);
+/* Every measured probe is back (the rest count as lost when the drain bound passes). */
+bool bench_latency_drained(const struct bench_run *r);
+void bench_latency_stop(struct bench_run *r);
+
+/* bench_sample.c: shard 0 at the window edges. */
+/* utime + stime and VmRSS of a process; pid 0: this one (getrusage). ok false: unreadable. */
+struct bench_proc_sample bench_proc_sample(pid_t pid);
+/* The relay's sample (--relay-pid) and its CPU's busy seconds (--relay-cpu; -1: none). */
+void bench_relay_sample(const struct bench_run *r, struct bench_proc_sample *p, double *core_s);
+
 /* bench_relay_gen.c */
+/* Clients this process logs in: its peers, plus the ping/echo pair with --latency. */
+unsigned bench_clients_count(const struct bench_run *r);
+/* Connects one client with the run's TLS and URL settings to server index % servers. */
+int bench_connect(struct bench_run *r, struct hd_shard *s, unsigned server,
+                  const struct derp_keypair *kp, const struct derp_client_callbacks *cb, void *user,
+                  struct derp_client **out);
+/* Records the first failure (who: a pair id, or an idle/latency client) and stops the run. */
+void bench_fail(struct bench_run *r, struct hd_shard *s, unsigned who, int reason);
+/* Measured packets the sender of p sent, as its receiver knows it: from the sender's trailer;
+ * without one, the local sender's count when the sender runs here, else the span of measured
+ * sequence numbers the receiver saw (a lower bound: a lost tail is not seen). */
+uint64_t bench_rx_expected(const struct bench_pair *p);
 /* Allocate the pairs (keys, payload buffers, bitmaps); main thread, before the runtime.
  * Returns 0, -ENOMEM, -EIO (key generation). */
 int bench_run_init(struct bench_run *r);

@@ -216,6 +216,72 @@ int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
 /* Messages this shard could still queue for dst right now (ring space + overflow space). */
 unsigned hd_bus_room(struct hd_shard *s, unsigned dst);
 
+/* ---------------------------------------------------------------- posts from other threads */
+
+/* The bus links shards to shards; a post is how a thread that is not a shard (the main thread
+ * in on_signal, a test) hands work to a shard. Each shard has one bounded inbox
+ * (HD_POST_INBOX_SIZE) that it drains every tick, right after its bus inboxes; a post wakes a
+ * sleeping shard the way the bus does (its sleeping flag, then an eventfd write). Posts to one
+ * shard run in the order they were accepted. When a shard exits it closes its inbox and runs
+ * what is left in it on its thread, before the modules' shard_fini, so an accepted post always
+ * runs exactly once (even if the shard is stopping: fn must not assume the shard still runs).
+ * fn runs on shard s; arg is fn's (ownership moves to fn on success only). */
+typedef void hd_post_fn(struct hd_shard *s, void *arg);
+/* Any thread (meant for threads that are not shards: shards use hd_bus_send). Never blocks
+ * beyond a short producer lock. Returns 0, -EINVAL (shard out of range), -EAGAIN (that shard's
+ * inbox is full: nothing queued, try again later), -ESHUTDOWN (that shard has exited). */
+int hd_runtime_post(struct hd_runtime *rt, unsigned shard, hd_post_fn *fn, void *arg);
+
+/* ---------------------------------------------------------------- shared snapshots */
+
+/* An immutable object (a reloaded config) shared by every shard without locks: the main thread
+ * builds it, publishes it to a hd_snap_var, and each shard swaps it in on its own thread (a
+ * post) and drops its reference to the one it replaces; the last reference frees it, on
+ * whichever thread drops it. Readers on a shard call hd_snap_var_get and use the snapshot
+ * until they return to the loop (it cannot change under them: swaps run between callbacks);
+ * to keep it longer (across an async wait) take a reference. Embed struct hd_snap in the
+ * object; never write the object after publishing it.
+ *
+ *   struct cfg { struct hd_snap snap; ... };               // main thread, e.g. in on_signal:
+ *   struct cfg *c = build();  hd_snap_init(&c->snap, cfg_free);
+ *   hd_snap_var_publish(var, &c->snap);                    // takes our reference
+ *   // on a shard:
+ *   const struct cfg *c = (const void *)hd_snap_var_get(var, s);  // borrowed for this call */
+struct hd_snap;
+typedef void hd_snap_free_fn(struct hd_snap *sn);
+struct hd_snap {
+    _Atomic uint32_t refs;
+    hd_snap_free_fn *free_fn;
+    struct hd_snap_var *var; /* set by hd_snap_var_publish: the swap finds its slot */
+};
+/* One reference held by the caller. */
+void hd_snap_init(struct hd_snap *sn, hd_snap_free_fn *free_fn);
+static inline void hd_snap_ref(struct hd_snap *sn)
+{
+    /* Relaxed: taking a reference needs one already held; ordering comes with the handoff. */
+    atomic_fetch_add_explicit(&sn->refs, 1, memory_order_relaxed);
+}
+/* Any thread. acq_rel on the count pairs between holders: the one that frees sees every write
+ * made before the others let go. The last reference calls free_fn(sn). NULL is ignored. */
+void hd_snap_unref(struct hd_snap *sn);
+
+/* A per-shard "current snapshot" slot for every shard of a runtime (a cache line each). */
+struct hd_snap_var;
+/* Start-up, before the shards can see v (e.g. in global_init, or before hd_runtime_start).
+ * Every shard starts with initial (may be NULL); takes the caller's reference to initial
+ * always. Returns 0 or -ENOMEM. */
+int hd_snap_var_create(struct hd_runtime *rt, struct hd_snap *initial, struct hd_snap_var **out);
+/* After hd_runtime_wait (e.g. in global_fini): drops every shard's snapshot. NULL is ignored. */
+void hd_snap_var_destroy(struct hd_snap_var *v);
+/* Shard s's current snapshot (or NULL), borrowed until s returns to its loop. On s only. */
+struct hd_snap *hd_snap_var_get(const struct hd_snap_var *v, const struct hd_shard *s);
+/* Post sn to every shard, each swapping it in and dropping the one it replaces. A thread that is
+ * not a shard (it may sleep: a full inbox is retried every millisecond for up to
+ * HD_POST_RETRY_MS). Takes the caller's reference always. Returns once every post is queued, not
+ * run. 0, -EAGAIN (some shard's inbox stayed full; that shard keeps its previous snapshot until
+ * the next publish), -ESHUTDOWN (some shard has exited). A snapshot is published to one var. */
+int hd_snap_var_publish(struct hd_snap_var *v, struct hd_snap *sn);
+
 /* ---------------------------------------------------------------- histograms */
 
 /* Log-linear histogram of uint64 values: 16 linear sub-buckets per power of two, so a bucket is
@@ -250,6 +316,7 @@ struct hd_shard_stats {
     uint64_t wakes_sent;     /* wake-ups this shard sent to sleeping shards */
     uint64_t wakes_received;
     uint64_t frames_returned; /* frames freed here that belonged to another shard */
+    uint64_t posts_run;       /* hd_runtime_post messages run on this shard */
     /* Sampled one tick in HD_TICK_SAMPLE: */
     struct hd_hist tick_ns; /* time spent working in a tick (excludes sleeping) */
     struct hd_hist cqes_per_tick;

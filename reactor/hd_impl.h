@@ -28,6 +28,22 @@ struct hd_bus_overflow {
     struct hd_msg slots[HD_BUS_OVERFLOW_SIZE];
 };
 
+/* ---- posts: one bounded inbox per shard for threads that are not shards. Producers are
+ * serialised by the lock (posts are rare: reloads), the shard consumes without it. tail is
+ * released by a producer after writing its slot and acquired by the shard; head is released by
+ * the shard after running a slot and acquired by producers checking for room. */
+struct hd_post {
+    hd_post_fn *fn;
+    void *arg;
+};
+struct hd_post_inbox {
+    pthread_mutex_t lock; /* producers; the shard only to close the inbox at exit */
+    bool closed;          /* under lock: the shard has exited, posts fail with -ESHUTDOWN */
+    _Alignas(HD_CACHELINE) _Atomic uint32_t tail;
+    _Alignas(HD_CACHELINE) _Atomic uint32_t head;
+    struct hd_post slots[HD_POST_INBOX_SIZE];
+};
+
 /* ---- timer wheel */
 struct hd_wheel {
     uint64_t current_ms; /* last millisecond processed */
@@ -85,6 +101,7 @@ struct hd_shard {
     unsigned frame_classes_count;
     struct hd_slab *slabs; /* every pool this shard created */
 
+    struct hd_post_inbox posts;      /* from threads that are not shards (post.c) */
     struct hd_collect_req *collects; /* requests this shard is waiting on */
     void **module_states;
     void *slots[HD_SLOTS_COUNT];
@@ -128,6 +145,11 @@ void hd_frames_fini(struct hd_shard *s);
 void hd_frames_flush_back(struct hd_shard *s);
 void hd_slabs_destroy_all(struct hd_shard *s);
 void hd_collects_poll(struct hd_shard *s);
+void hd_posts_init(struct hd_shard *s);
+void hd_posts_deinit(struct hd_shard *s);
+void hd_posts_drain(struct hd_shard *s);
+bool hd_posts_pending(struct hd_shard *s);
+void hd_posts_close(struct hd_shard *s);
 void hd_collects_free(struct hd_shard *s);
 void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
 uint64_t hd_clock_ms(void);

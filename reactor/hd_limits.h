@@ -35,6 +35,14 @@ _Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
 _Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");
 _Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the overflow");
 
+/* Posts (hd_runtime_post): slots in each shard's inbox for threads that are not shards. The main
+ * thread posts a handful of messages per reload (one per shard per snapshot), so 64 is plenty;
+ * a full inbox returns -EAGAIN. hd_snap_var_publish retries a full inbox every millisecond for
+ * at most HD_POST_RETRY_MS before giving up on that shard. */
+#define HD_POST_INBOX_SIZE 64
+#define HD_POST_RETRY_MS   1000
+_Static_assert(HD_IS_POW2(HD_POST_INBOX_SIZE), "inbox index masks");
+
 /* Timer wheel: 4 levels x 64 slots of 1 ms, 64^4 ms = 4.6 h; longer timers are re-cascaded. */
 #define HD_WHEEL_BITS   6
 #define HD_WHEEL_SLOTS  (1u << HD_WHEEL_BITS)

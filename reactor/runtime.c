@@ -77,6 +77,7 @@ static struct hd_shard *shard_alloc(struct hd_runtime *rt, unsigned id)
         free(s);
         return NULL;
     }
+    hd_posts_init(s);
     return s;
 }
 
@@ -284,6 +285,7 @@ static void shard_free(struct hd_shard *s)
     free(s->module_states);
     if (s->wake_fd >= 0)
         close(s->wake_fd);
+    hd_posts_deinit(s);
     free(s);
 }
 

@@ -2,13 +2,13 @@
  *
  * The tick (DESIGN.md), in this order, each stage bounded:
  *   deferred tasks (those queued before the pass) -> bus inboxes (HD_BUS_DRAIN_BUDGET each) ->
- *   finished collects -> timers due -> stop phase -> end-of-tick flushes -> frames back to their
- *   owners -> bus publish (+ wake-ups) -> one io_uring enter that submits everything and waits
- *   for a CQE until the next timer (after an optional bounded busy-poll) -> CQE dispatch
- *   (HD_CQE_BUDGET_MAX).
- * Stop: RUNNING -> STOPPING (modules' shard_stop; apps close what they own; wait for their ops
- * up to stop_grace_ms) -> CANCELLING (cancel every op left, wait up to HD_STOP_CANCEL_MS) ->
- * DONE. The thread owns its struct hd_shard; see runtime.c for start-up and the main thread. */
+ *   posts from other threads (what was in the inbox, <= HD_POST_INBOX_SIZE) -> finished collects ->
+ * timers due -> stop phase -> end-of-tick flushes -> frames back to their owners -> bus publish (+
+ * wake-ups) -> one io_uring enter that submits everything and waits for a CQE until the next timer
+ * (after an optional bounded busy-poll) -> CQE dispatch (HD_CQE_BUDGET_MAX). Stop: RUNNING ->
+ * STOPPING (modules' shard_stop; apps close what they own; wait for their ops up to stop_grace_ms)
+ * -> CANCELLING (cancel every op left, wait up to HD_STOP_CANCEL_MS) -> DONE. The thread owns its
+ * struct hd_shard; see runtime.c for start-up and the main thread. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
@@ -196,7 +196,7 @@ static bool busy_poll(struct hd_shard *s, uint32_t us)
     do {
         if (s->features & HD_FEAT_DEFER_TASKRUN)
             io_uring_get_events(&s->ring); /* deferred completions post only when asked */
-        if (io_uring_cq_ready(&s->ring) || hd_bus_pending(s))
+        if (io_uring_cq_ready(&s->ring) || hd_bus_pending(s) || hd_posts_pending(s))
             return true;
     } while (hd_clock_ns() < end);
     return false;
@@ -215,8 +215,9 @@ static void enter(struct hd_shard *s, uint64_t wait_ms)
      * fence after publishing): a message published before we announced is seen here. */
     atomic_store_explicit(&s->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
-    if (hd_bus_pending(s) || (atomic_load_explicit(&s->rt->stopping, memory_order_relaxed) &&
-                              s->phase == HD_PHASE_RUNNING)) {
+    if (hd_bus_pending(s) || hd_posts_pending(s) ||
+        (atomic_load_explicit(&s->rt->stopping, memory_order_relaxed) &&
+         s->phase == HD_PHASE_RUNNING)) {
         atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
         io_uring_submit_and_get_events(&s->ring);
         s->stats.sqes += queued;
@@ -237,6 +238,7 @@ static void tick(struct hd_shard *s)
     s->stats.ticks++;
     hd_tasks_run(s);
     hd_bus_drain(s, HD_BUS_DRAIN_BUDGET);
+    hd_posts_drain(s);
     hd_collects_poll(s);
     hd_wheel_expire(s, s->now_ms);
     phase_step(s);
@@ -372,6 +374,8 @@ void *hd_shard_main(void *arg)
             hd_flushes_run(s);
         }
     }
+    /* Posts accepted so far run once, here, while the modules' state still exists. */
+    hd_posts_close(s);
     modules_fini(s, inited);
     pthread_mutex_lock(&rt->lock);
     rt->exited++;

@@ -85,7 +85,9 @@ struct tls_client_options {
  * -EBADMSG (CA file), -ENOMEM. */
 int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **out);
 
-/* Frees the context. Main thread, after every connection that used it has closed. */
+/* Frees the context. Any thread, once no thread will start a connection on it: connections are
+ * started on a context (tls_conn_start) but do not use it after that (a handshake's SSL holds
+ * its own reference to the SSL_CTX), so it may go while they run (a certificate reload). */
 void tls_ctx_destroy(struct tls_ctx *ctx);
 /* Append a self-signed Ed25519 certificate with subject and issuer CN = common_name, the given
  * serial number, valid from validity_s before now to validity_s after, and exactly one extension

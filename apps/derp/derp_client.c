@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "derp_client_impl.h"
 
 #define DERP_CLIENT_PATH_DEFAULT    "/derp"
@@ -30,16 +32,29 @@ static uint32_t timeout_pick(uint32_t v, uint32_t def)
 int derp_client_url_parse(const char *url, struct derp_client_url *out)
 {
     struct net_url u;
+    /* ws:// and wss:// are http:// and https:// with the WebSocket carrier. */
+    char http[sizeof(out->host) + sizeof(out->path) + 16];
+    bool ws = strncmp(url, "ws://", 5) == 0 || strncmp(url, "wss://", 6) == 0;
     memset(out, 0, sizeof(*out));
-    if (net_url_parse(url, &u) < 0)
+    if (ws && snprintf(http, sizeof(http), "http%s", url + 2) >= (int)sizeof(http))
+        return -EINVAL;
+    if (net_url_parse(ws ? http : url, &u) < 0)
         return -EINVAL;
     int rc = net_url_resolve(&u, false, &out->addr);
     if (rc < 0)
         return rc;
     out->tls = u.tls;
+    out->websocket = ws;
     memcpy(out->host, u.authority, sizeof(out->host));
     snprintf(out->path, sizeof(out->path), "%s", u.path[0] ? u.path : DERP_CLIENT_PATH_DEFAULT);
     return 0;
+}
+
+const char *derp_client_url_scheme(const struct derp_client_url *url)
+{
+    if (url->websocket)
+        return url->tls ? "wss" : "ws";
+    return url->tls ? "https" : "http";
 }
 
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url)
@@ -48,6 +63,7 @@ void derp_client_config_set_url(struct derp_client_config *cfg, const struct der
     cfg->host = url->host;
     cfg->path = url->path;
     cfg->tls = url->tls;
+    cfg->websocket = url->websocket;
 }
 
 /* ---- The first write: upgrade request [+ ClientInfo] ----------------------------------------- */
@@ -57,9 +73,24 @@ static ssize_t seal_info(struct derp_client *k, uint8_t *buf, size_t size)
     return derp_client_info_seal(buf, size, &k->keypair, &k->server_key, &k->info, NULL);
 }
 
-static ssize_t write_request(const struct derp_client_config *cfg, char *buf, size_t size)
+/* The WebSocket opening handshake's headers (RFC 6455 section 4.1) with a fresh key. */
+static size_t ws_headers(struct derp_client *k, struct net_http_hdr *hdrs)
 {
-    struct net_http_hdr hdrs[DERP_CLIENT_HEADERS_MAX + 2];
+    uint8_t nonce[16];
+    randombytes_buf(nonce, sizeof(nonce));
+    sodium_bin2base64(k->ws_key, sizeof(k->ws_key), nonce, sizeof(nonce),
+                      sodium_base64_VARIANT_ORIGINAL);
+    hdrs[0] = (struct net_http_hdr){"Upgrade", NET_HTTP_LIT("websocket")};
+    hdrs[1] = (struct net_http_hdr){"Sec-WebSocket-Version", NET_HTTP_LIT("13")};
+    hdrs[2] = (struct net_http_hdr){"Sec-WebSocket-Key", {k->ws_key, NET_HTTP_WS_KEY_LEN}};
+    hdrs[3] = (struct net_http_hdr){"Sec-WebSocket-Protocol", NET_HTTP_LIT("derp")};
+    return 4;
+}
+
+static ssize_t write_request(struct derp_client *k, const struct derp_client_config *cfg, char *buf,
+                             size_t size)
+{
+    struct net_http_hdr hdrs[DERP_CLIENT_HEADERS_MAX + 4];
     size_t n = 0;
     char host[DERP_CLIENT_HOST_LEN_MAX + 8];
     const char *path = cfg->path ? cfg->path : DERP_CLIENT_PATH_DEFAULT;
@@ -70,8 +101,11 @@ static ssize_t write_request(const struct derp_client_config *cfg, char *buf, si
     if (cfg->host && strlen(cfg->host) > DERP_CLIENT_HOST_LEN_MAX)
         return -EINVAL;
     const char *h = cfg->host ? cfg->host : net_addr_format(&cfg->addr, host, sizeof(host));
-    hdrs[n++] = (struct net_http_hdr){
-        "Upgrade", net_http_cstr(cfg->upgrade ? cfg->upgrade : DERP_CLIENT_UPGRADE_DEFAULT)};
+    if (k->websocket)
+        n = ws_headers(k, hdrs);
+    else
+        hdrs[n++] = (struct net_http_hdr){
+            "Upgrade", net_http_cstr(cfg->upgrade ? cfg->upgrade : DERP_CLIENT_UPGRADE_DEFAULT)};
     if (cfg->fast_start)
         hdrs[n++] = (struct net_http_hdr){"Derp-Fast-Start", NET_HTTP_LIT("1")};
     for (size_t i = 0; i < cfg->headers_count; i++)
@@ -94,7 +128,7 @@ static ssize_t write_request(const struct derp_client_config *cfg, char *buf, si
 static int build_hello(struct derp_client *k, const struct derp_client_config *cfg)
 {
     uint8_t buf[DERP_CLIENT_REQUEST_SIZE_MAX + DERP_CLIENT_INFO_FRAME_SIZE_MAX];
-    ssize_t n = write_request(cfg, (char *)buf, DERP_CLIENT_REQUEST_SIZE_MAX);
+    ssize_t n = write_request(k, cfg, (char *)buf, DERP_CLIENT_REQUEST_SIZE_MAX);
     if (n < 0)
         return (int)n;
     size_t len = (size_t)n;
@@ -260,6 +294,7 @@ void derp_client_ready(struct derp_client *k)
 static int client_setup(struct derp_client *k, const struct derp_client_config *cfg)
 {
     k->fast_start = cfg->fast_start;
+    k->websocket = cfg->websocket;
     k->manual_login = cfg->manual_login;
     k->can_ack_pings = cfg->can_ack_pings;
     k->watch = cfg->watch;
@@ -284,6 +319,8 @@ int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg
         return -EINVAL;
     if (cfg->tls && cfg->tls_ctx == NULL)
         return -EINVAL;
+    if (cfg->websocket && cfg->fast_start)
+        return -EINVAL; /* §1.5: no fast start on the WebSocket path */
     struct derp_client *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return -ENOMEM;

@@ -56,7 +56,8 @@ _Static_assert(NET_HTTP_HEAD_SIZE_MAX + NET_BUF_SIZE <= NET_RX_TAIL_MAX,
                "an incomplete 101 head plus one more receive fits the connection's tail");
 _Static_assert(DERP_CLIENT_REQUEST_SIZE_MAX + DERP_CLIENT_INFO_FRAME_SIZE_MAX <= NET_RX_TAIL_MAX,
                "request + ClientInfo (fast start) fit one frame of the largest default class");
-_Static_assert(DERP_CLIENT_HEADERS_MAX + 2 <= NET_HTTP_HEADERS_MAX, "a server parses them all");
+_Static_assert(DERP_CLIENT_HEADERS_MAX + 6 <= NET_HTTP_HEADERS_MAX,
+               "a server parses them all (+ Host, Connection and 4 WebSocket headers)");
 
 /* ---- Configuration --------------------------------------------------------------------------- */
 
@@ -66,6 +67,11 @@ struct derp_client_config {
     const char *host;     /* Host header; NULL: addr as text ("127.0.0.1:3340", "[::1]:443") */
     const char *path;     /* request target; NULL: "/derp" */
     const char *upgrade;  /* Upgrade value; NULL: "DERP" (tests: "websocket", legacy clients) */
+    /* The WebSocket carrier (§1.5): an RFC 6455 upgrade with subprotocol derp, then the DERP
+     * stream in masked binary messages (net_ws.h), over TCP or TLS; not with fast_start;
+     * upgrade is ignored. A 101 without the right Sec-WebSocket-Accept or without
+     * "Sec-WebSocket-Protocol: derp" fails with -ENOPROTOOPT. */
+    bool websocket;
     const struct net_http_hdr *headers; /* extra request headers, written after ours */
     size_t headers_count;               /* <= DERP_CLIENT_HEADERS_MAX */
     bool tls;                           /* https: needs tls_ctx, and tls_shard_init on the shard */
@@ -100,16 +106,20 @@ struct derp_client_config {
  * strings. */
 struct derp_client_url {
     struct net_addr addr;
-    bool tls;                                /* https */
+    bool tls;                                /* https or wss */
+    bool websocket;                          /* ws or wss: the WebSocket carrier (§1.5) */
     char host[DERP_CLIENT_HOST_LEN_MAX + 1]; /* authority as written (the Host header) */
     char path[DERP_CLIENT_PATH_LEN_MAX + 1]; /* "/derp" when the URL has no path */
 };
-/* http[s]://host[:port][/path] (net_url_parse): host an IPv4 address, [IPv6] or a DNS name
- * (resolved here with getaddrinfo, which blocks: call it at start-up, never on a shard); port
- * 80/443 by default; path "/derp" when the URL has none. The TLS server name is the host.
- * Returns 0, -EINVAL (syntax, too long) or -ENOENT (the name did not resolve). */
+/* http[s]://host[:port][/path] (net_url_parse), or ws[s]:// for the same over WebSocket: host
+ * an IPv4 address, [IPv6] or a DNS name (resolved here with getaddrinfo, which blocks: call it
+ * at start-up, never on a shard); port 80/443 by default; path "/derp" when the URL has none.
+ * The TLS server name is the host. Returns 0, -EINVAL (syntax, too long) or -ENOENT (the name
+ * did not resolve). */
 int derp_client_url_parse(const char *url, struct derp_client_url *out);
-/* Points cfg's addr/host/path/tls at url (which must outlive the connect call). */
+/* "http", "https", "ws" or "wss": the URL's scheme as it was written. */
+const char *derp_client_url_scheme(const struct derp_client_url *url);
+/* Points cfg's addr/host/path/tls/websocket at url (which must outlive the connect call). */
 void derp_client_config_set_url(struct derp_client_config *cfg, const struct derp_client_url *url);
 
 /* ---- Callbacks ------------------------------------------------------------------------------- */
@@ -181,7 +191,8 @@ struct derp_client_stats {
 /* Connect on shard s and log in; callbacks report progress (cb is borrowed for the client's
  * life: keep it static). user is the caller's (derp_client_user). On success *out is the client
  * and on_close will run exactly once. Returns 0, or (nothing created, no callback runs):
- *   -EINVAL (missing on_close, bad host/path/header/app name, too many headers), -E2BIG (request
+ *   -EINVAL (missing on_close, bad host/path/header/app name, too many headers, websocket with
+ *   fast_start), -E2BIG (request
  *   larger than DERP_CLIENT_REQUEST_SIZE_MAX; tls without tls_ctx), -ENOMEM, -EIO (crypto), or
  *   net_conn_connect's error. */
 int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg,

@@ -31,6 +31,8 @@ struct derp_client {
     bool info_sent;       /* ClientInfo queued */
     bool ready;           /* the first ServerInfo was opened */
     bool has_upgrade_key;
+    bool websocket;                       /* §1.5 carrier: ws_key is our handshake key */
+    char ws_key[NET_HTTP_WS_KEY_LEN + 1]; /* Sec-WebSocket-Key, base64 of 16 random bytes */
     uint16_t http_status;
     uint32_t read_timeout_ms, write_timeout_ms; /* for net: 0 = off */
     uint32_t send_max;

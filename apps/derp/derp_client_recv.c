@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "derp_client_impl.h"
+#include "net_ws.h"
 
 /* ServerInfo plaintexts this small are opened into a stack buffer (the reference's is 13 bytes);
  * larger ones make derp_server_info_open allocate (once per login). */
@@ -22,6 +23,21 @@ static void note_upgrade_key(struct derp_client *k)
     struct net_http_str v = net_http_header_get(&k->resp.head, "Derp-Public-Key");
     if (v.ptr && derp_key_hex_parse(v.ptr, v.len, k->upgrade_key.bytes) == 0)
         k->has_upgrade_key = true;
+}
+
+/* §1.5: the 101 must prove it read our key and select derp; then the bytes after its head go
+ * through the WebSocket codec (client role). Returns 0, -ENOPROTOOPT or net_ws_start's error. */
+static int ws_accepted(struct derp_client *k)
+{
+    char want[NET_HTTP_WS_ACCEPT_LEN + 1];
+    int rc = net_http_ws_accept(net_http_cstr(k->ws_key), want);
+    HD_ASSERT(rc == 0);
+    const struct net_http_head *h = &k->resp.head;
+    if (!net_http_str_eq(net_http_header_get(h, "Sec-WebSocket-Accept"), want) ||
+        !net_http_str_eq_nocase(net_http_header_get(h, "Upgrade"), "websocket") ||
+        !net_http_str_eq(net_http_header_get(h, "Sec-WebSocket-Protocol"), "derp"))
+        return -ENOPROTOOPT;
+    return net_ws_start(k->conn, false);
 }
 
 /* Bytes of the response so far (net keeps them contiguous until we consume the head). Returns
@@ -43,6 +59,11 @@ static ssize_t upgrade_input(struct derp_client *k, const uint8_t *data, size_t 
     /* derphttp: anything but 101 (a 1xx too) is a failed upgrade. */
     if (k->resp.status != 101)
         return -ENOPROTOOPT;
+    if (k->websocket) {
+        int wrc = ws_accepted(k);
+        if (wrc < 0)
+            return wrc;
+    }
     k->state = DERP_CLIENT_SERVER_KEY;
     return rc;
 }

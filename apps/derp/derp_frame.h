@@ -123,6 +123,12 @@ void derp_splitter_init(struct derp_splitter *s, enum derp_reader_mode mode);
 void derp_splitter_set_mesh(struct derp_splitter *s, bool mesh);
 /* The largest whole frame (header included) this splitter can ask the caller to hold. */
 size_t derp_splitter_frame_size_max(const struct derp_splitter *s);
+/* Discarding a skipped frame's payload: the next step reports no new header (header_known is
+ * set then too, for the frame being skipped). */
+static inline bool derp_splitter_skipping(const struct derp_splitter *s)
+{
+    return s->skip_left > 0;
+}
 /* One step over buf (borrowed, may be empty). Returns 0 with *out filled, or the
  * derp_frame_check error (-EPROTO, -EMSGSIZE, -EPERM), sticky: the connection must close. */
 int derp_splitter_next(struct derp_splitter *s, const uint8_t *buf, size_t buf_len,

@@ -54,6 +54,15 @@
 #define DERP_MESH_RETRY_MS 5000
 /* A -mesh-with entry: [http://]host[:port][/dialhost], each host a DNS name or an address. */
 #define DERP_MESH_ENTRY_LEN_MAX 512
+/* -rate-config (spec §6.9): a frame costs min(payload, 65568) tokens, the burst floor
+ * (DERP_RATE_BURST_MIN, derp_limits.h), so one frame always fits the bucket; a waiting client
+ * checks its bucket again at least once a second (a reload applies within that time). */
+#define DERP_RATE_TAKE_MAX    DERP_RATE_BURST_MIN
+#define DERP_RATE_WAIT_MAX_MS 1000u
+/* --allow-keys: most keys in the file (32 MiB of keys; a region's tailnets are far smaller) and
+ * the longest line ("nodekey:" + 64 hex, room for white space and a comment). */
+#define DERP_ALLOW_KEYS_MAX (1u << 20)
+#define DERP_ALLOW_LINE_MAX 512u
 
 /* derper: the key file root uses without -c. */
 #define DERP_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"

@@ -25,8 +25,19 @@ struct derp_mesh_node {
     char entry[DERP_MESH_ENTRY_LEN_MAX + 1];  /* as given, for logs */
     char host[NET_URL_AUTHORITY_LEN_MAX + 1]; /* Host header: host[:port] */
     char name[NET_URL_AUTHORITY_LEN_MAX + 1]; /* TLS server name: host without port, brackets */
-    struct net_addr addr;                     /* dialed: dialhost (or host), resolved at start */
-    bool tls;                                 /* https (derper); http:// entries: plain */
+    char dial[NET_URL_AUTHORITY_LEN_MAX + 1]; /* dialhost, or host: looked up at each dial */
+    uint16_t port;                            /* the URL's (443, 80 or as written) */
+    bool numeric;                             /* dial is an address: addr, no lookups */
+    struct net_addr addr;
+    bool tls; /* https (derper); http:// entries: plain */
+};
+
+/* -rate-config (spec §6.9, server_rate.c): the per-client receive limit as read from the file,
+ * and what the buckets use (tokens a millisecond; the burst raised to DERP_RATE_BURST_MIN). */
+struct derp_rate {
+    uint64_t bytes_per_sec; /* PerClientRateLimitBytesPerSec; 0: off */
+    uint64_t burst_bytes;   /* PerClientRateBurstBytes, as configured */
+    double per_ms, burst;
 };
 
 struct derp_config {
@@ -47,17 +58,28 @@ struct derp_config {
     const char *home;             /* -home: "", "blank" or a URL */
     bool stun;                    /* -stun */
     int stun_port;                /* -stun-port */
-    struct tls_ctx *tls;          /* TLS mode (port 443 or -certmode manual); NULL: plain */
+    bool tls;                     /* TLS mode (port 443 or -certmode manual); false: plain */
     int http_port;                /* -http-port in TLS mode; -1: off */
     struct net_addr http_addr;
     bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
     char hostname[256];
     bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
+    /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
+     * the server context is a snapshot per shard, rebuilt on SIGHUP. */
+    bool self_signed;
+    char cert_file[1400], key_file[1400];
+    struct derp_tls_snap *tls_initial; /* built at start-up, until derp_certs_attach */
+    struct hd_snap_var *tls_var;
     /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
     const char *verify_url;
     struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
     struct net_addr verify_addr; /* its host, resolved */
+    struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
     bool verify_fail_open;
+    /* -verify-clients (spec §5): ask tailscaled's LocalAPI at -socket (server_admit_local.c). */
+    bool verify_local;
+    const char *verify_local_path;
+    struct net_addr verify_local_addr;
     /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
@@ -66,6 +88,15 @@ struct derp_config {
     struct derp_mesh_node *mesh;
     unsigned mesh_count;
     struct tls_ctx *mesh_tls; /* https links: system roots (SSL_CERT_FILE); NULL: none */
+    /* -rate-config FILE (NULL: none, no rate metrics), its limit at start-up, and the limit in
+     * force as a snapshot per shard (reloaded on SIGHUP; NULL without a file). */
+    const char *rate_config_path;
+    struct derp_rate rate;
+    struct hd_snap_var *rate_var;
+    /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
+    const char *allow_path;
+    struct derp_allow *allow_initial; /* loaded at start-up, until derp_allow_attach */
+    struct hd_snap_var *allow;
 };
 
 /* ---------------------------------------------------------------- metrics (per shard, summed) */
@@ -101,15 +132,18 @@ struct derp_counters {
     uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
-    uint64_t admit_refused; /* closed by admission control (§5) */
-    uint64_t admit_errors;  /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t bus_dropped;   /* packets dropped because the bus to the owner was full */
+    uint64_t websocket_accepts;
+    uint64_t admit_refused;     /* closed by admission control (§5) */
+    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */
     uint64_t multiforwarder_created, multiforwarder_deleted;
     uint64_t packet_forwarder_delete_other_value;
     uint64_t mesh_forward_dropped;
+    uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;
@@ -169,6 +203,11 @@ struct derp_sclient {
     struct hd_flush writer;
     struct hd_timer keepalive;
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
+    /* -rate-config (server_rate.c): this connection's bucket; reading paused until the timer
+     * while a frame waits for its tokens; paid: the current frame has its tokens. */
+    struct hd_tbucket rate;
+    struct hd_timer rate_timer;
+    bool rate_paid, rate_waiting;
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -200,6 +239,11 @@ struct derp_mesh_link {
     bool self;             /* the entry is this server (same key): never dialed again */
     uint64_t failures;     /* consecutive failed attempts (logging) */
     struct hd_timer retry;
+    /* A named node: the lookup in flight, and its addresses, tried in order before the next
+     * lookup (as Go's dialer tries every address of a name). */
+    struct net_resolve *resolving;
+    struct net_addr addrs[NET_RESOLVE_ADDRS_MAX];
+    unsigned addrs_count, addr_next;
 };
 
 struct derp_shard {
@@ -266,10 +310,10 @@ void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl);
 void derp_close_peer(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
- * caller's reference of f; a full bus drops the event (counted, logged). */
+ * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). */
 typedef void derp_event_fn(struct derp_shard *ds, struct hd_frame *f, uint64_t arg);
-void derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
-                     uint64_t arg);
+int derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                    uint64_t arg);
 void derp_event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
                           uint64_t arg);
 /* A frame holding key a (and b after it, when not NULL); NULL when the pool is empty. */
@@ -297,6 +341,13 @@ void derp_mesh_fini(struct derp_shard *ds);
  * link (on the link's shard). Takes the caller's reference. */
 void derp_mesh_forward(struct derp_shard *ds, struct hd_frame *f, unsigned id);
 
+/* server_certs.c: TLS mode's server context (main thread, except current) */
+int derp_certs_configure(struct derp_config *cfg, char *err, size_t err_size);
+int derp_certs_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_certs_detach(struct derp_config *cfg);
+void derp_certs_reload(struct derp_config *cfg); /* SIGHUP: a bad file keeps the old one */
+struct tls_ctx *derp_certs_current(const struct derp_shard *ds);
+
 /* server_stun.c */
 int derp_stun_start(struct derp_shard *ds);
 void derp_stun_stop(struct derp_shard *ds);
@@ -307,8 +358,50 @@ void derp_stun_stop(struct derp_shard *ds);
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size);
 bool derp_admit_needed(const struct derp_config *cfg);
+/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+bool derp_admit_needs_tls(const struct derp_config *cfg);
+void derp_admit_fini(struct derp_config *cfg); /* main thread, after the runtime stopped */
+/* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */
+#define DERP_TAILSCALED_SOCKET_DEFAULT "/var/run/tailscale/tailscaled.sock" /* derper on Linux */
+#define DERP_ADMIT_LOCAL_BODY_MAX      (256u * 1024u) /* a WhoIsResponse: node, profile, caps */
+int derp_admit_local_configure(struct derp_config *cfg, bool on, const char *socket, char *err,
+                               size_t err_size);
+/* Starts the whois request (cl->admit): 0 (derp_admit_local_done follows) or -errno. */
+int derp_admit_local_start(struct derp_sclient *cl);
+/* server_admit.c: the whois answer; why_refused NULL: known to tailscaled, go on. */
+void derp_admit_local_done(struct derp_sclient *cl, const char *why_refused);
 int derp_admit_start(struct derp_sclient *cl);
 void derp_admit_cancel(struct derp_sclient *cl);
+
+/* server_rate.c: -rate-config (spec §6.9) */
+/* Main thread: read FILE into *out. Returns 0 or -EINVAL with err naming what is wrong. */
+int derp_rate_load(const char *path, struct derp_rate *out, char *err, size_t err_size);
+void derp_rate_set(struct derp_rate *r, uint64_t bytes_per_sec, uint64_t burst_bytes);
+/* attach: after hd_runtime_create, before start (0 or -ENOMEM); reload: main thread, SIGHUP (a
+ * bad file is logged, the old limit stays); detach: after hd_runtime_wait. */
+int derp_rate_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_rate_reload(struct derp_config *cfg);
+void derp_rate_detach(struct derp_config *cfg);
+/* The limit this shard applies now (borrowed until the shard returns to its loop). */
+const struct derp_rate *derp_rate_current(const struct derp_shard *ds);
+/* At activation (a full bucket) and at close. */
+void derp_rate_client_init(struct derp_sclient *cl, uint64_t now_ms);
+void derp_rate_client_fini(struct derp_sclient *cl);
+/* Before handling a frame of payload_len bytes: true to go on (tokens taken, or no limit);
+ * false: reading is paused until the tokens are there, then the frame is offered again. */
+bool derp_rate_take(struct derp_sclient *cl, uint32_t payload_len);
+/* The frame that paid was handled (its bytes consumed). */
+void derp_rate_frame_done(struct derp_sclient *cl);
+/* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
+ * configure: main thread, before the runtime (loads the file; err names file:line; 0 or
+ * -errno). attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread
+ * (SIGHUP; a bad file is logged, the old list stays). detach: after hd_runtime_wait. admits: on
+ * the client's shard; counts and logs a refusal. */
+int derp_allow_configure(struct derp_config *cfg, const char *path, char *err, size_t err_size);
+int derp_allow_attach(struct derp_config *cfg, struct hd_runtime *rt);
+void derp_allow_reload(struct derp_config *cfg);
+void derp_allow_detach(struct derp_config *cfg);
+bool derp_allow_admits(struct derp_shard *ds, const struct derp_pubkey *key);
 
 /* server_metrics.c */
 void derp_varz_request(struct derp_shard *ds, struct net_conn *c, bool head_only);

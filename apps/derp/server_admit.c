@@ -1,9 +1,11 @@
-/* server_admit.c - admission control (spec §5): -verify-client-url. After ClientInfo a regular
+/* server_admit.c - admission control (spec §5): -verify-clients (its request is in
+ * server_admit_local.c), then -verify-client-url; both must pass. After ClientInfo a regular
  * client (mesh peers skip this) waits in DERP_SCLIENT_ADMITTING, its reading paused, while the
- * shard POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s); the answer
- * continues the login (derp_sclient_admitted) or closes the connection with one log line. The
- * URL is parsed and its host resolved once on the main thread (derp_admit_configure). Runs on
- * the client's accepting shard; owns the pending request (cancelled if the client goes first). */
+ * shard asks tailscaled and/or POSTs {"NodePublic","Source"} to the controller (net_http_client,
+ * 5 s each; https verified against the system roots); the answers continue the login
+ * (derp_sclient_admitted) or close the connection with one log line. The URL is parsed and its
+ * host resolved once on the main thread (derp_admit_configure). Runs on the client's accepting
+ * shard; owns the pending request (cancelled if the client goes first). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,7 +15,9 @@
 #include "net_http_client.h"
 #include "server.h"
 
-/* http://host[:port][/path]: host numeric (v4, [v6]) or a DNS name resolved here, once. */
+/* http[s]://host[:port][/path]: host numeric (v4, [v6]) or a DNS name resolved here, once.
+ * https: a client context on the system roots (SSL_CERT_FILE / SSL_CERT_DIR as Go reads them),
+ * the certificate checked against host. */
 int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_open, char *err,
                          size_t err_size)
 {
@@ -21,24 +25,40 @@ int derp_admit_configure(struct derp_config *cfg, const char *url, bool fail_ope
     if (url == NULL || url[0] == '\0')
         return 0;
     if (net_url_parse(url, &cfg->verify) < 0) {
-        snprintf(err, err_size, "malformed URL (http://host[:port][/path]), or too long");
-        return -EINVAL;
-    }
-    if (cfg->verify.tls) {
-        snprintf(err, err_size, "only http:// URLs are supported (https is not yet)");
+        snprintf(err, err_size, "malformed URL (http[s]://host[:port][/path]), or too long");
         return -EINVAL;
     }
     if (net_url_resolve(&cfg->verify, false, &cfg->verify_addr) < 0) {
         snprintf(err, err_size, "cannot resolve %s", cfg->verify.host);
         return -EINVAL;
     }
+    if (cfg->verify.tls) {
+        struct tls_client_options o = {.system_roots = true, .alpn = "http/1.1"};
+        int rc = tls_client_ctx_create(&o, &cfg->verify_tls);
+        if (rc < 0) {
+            snprintf(err, err_size, "cannot set up TLS: %s", strerror(-rc));
+            return rc;
+        }
+    }
     cfg->verify_url = url;
     return 0;
 }
 
+void derp_admit_fini(struct derp_config *cfg)
+{
+    if (cfg->verify_tls)
+        tls_ctx_destroy(cfg->verify_tls);
+    cfg->verify_tls = NULL;
+}
+
+bool derp_admit_needs_tls(const struct derp_config *cfg)
+{
+    return cfg->verify_tls != NULL;
+}
+
 bool derp_admit_needed(const struct derp_config *cfg)
 {
-    return cfg->verify_url != NULL;
+    return cfg->verify_url != NULL || cfg->verify_local;
 }
 
 /* 200 with {"Allow": true}: admitted; anything else a reason for the log line. */
@@ -47,7 +67,9 @@ static const char *judge(int err, const struct net_http_result *r, bool fail_ope
     *allow = false;
     if (err < 0) {
         *allow = fail_open;
-        return fail_open ? NULL : strerror(-err);
+        return fail_open        ? NULL
+               : err == -EPROTO ? "controller unreachable (TLS handshake failed)"
+                                : strerror(-err);
     }
     if (r->status != 200)
         return "controller answered non-200";
@@ -76,8 +98,15 @@ static void answered(void *arg, int err, const struct net_http_result *r)
     cl->admit = NULL;
     bool allow;
     const char *why = judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
-    if (err < 0)
+    if (err < 0) {
         cl->ds->ctr.admit_errors++;
+        if (allow) { /* derper logs each; a dead controller must not flood the log */
+            char key[DERP_PUBKEY_TEXT_SIZE];
+            derp_pubkey_format(&cl->key, key);
+            hd_log_rl(HD_LOG_INFO, "admission: controller unreachable (%s); allowing %s",
+                      err == -EPROTO ? "TLS handshake failed" : strerror(-err), key);
+        }
+    }
     if (!allow) {
         note_refused(cl, why);
         derp_sclient_close(cl, -EACCES);
@@ -88,9 +117,19 @@ static void answered(void *arg, int err, const struct net_http_result *r)
         derp_sclient_close(cl, rc);
 }
 
-/* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
- * could not start and fail-open applies) or -EACCES (refused now). */
-int derp_admit_start(struct derp_sclient *cl)
+/* https: TLS on the controller's connection before the request is queued (it waits for the
+ * handshake); a certificate that does not verify for the URL's host fails the request like any
+ * transport error (fail-open applies). */
+static int verify_tls_start(struct net_conn *c, void *arg)
+{
+    const struct derp_config *cfg = arg;
+    struct tls_conn_options o = {.server_name = cfg->verify.host};
+    return tls_conn_start(c, cfg->verify_tls, &o);
+}
+
+/* The -verify-client-url request: 0 (the answer follows), 1 (admitted now: the request could
+ * not start and fail-open applies) or -EACCES (refused now). */
+static int url_start(struct derp_sclient *cl)
 {
     struct derp_shard *ds = cl->ds;
     const struct derp_config *cfg = ds->cfg;
@@ -107,7 +146,9 @@ int derp_admit_start(struct derp_sclient *cl)
                                   .body = body,
                                   .body_len = (size_t)n,
                                   .timeout_ms = DERP_ADMIT_TIMEOUT_MS,
-                                  .resp_max = DERP_ADMIT_BODY_MAX};
+                                  .resp_max = DERP_ADMIT_BODY_MAX,
+                                  .on_connect = cfg->verify_tls ? verify_tls_start : NULL,
+                                  .on_connect_arg = (void *)cfg};
     int rc = net_http_client_start(ds->s, &cfg->verify_addr, &rq, answered, cl, &cl->admit);
     if (rc < 0) { /* nothing started: a transport error now */
         cl->admit = NULL;
@@ -117,9 +158,57 @@ int derp_admit_start(struct derp_sclient *cl)
         note_refused(cl, strerror(-rc));
         return -EACCES;
     }
+    return 0;
+}
+
+/* Reading paused while an answer is pending (once: the two checks share the phase). */
+static void wait_answer(struct derp_sclient *cl)
+{
+    if (cl->phase == DERP_SCLIENT_ADMITTING)
+        return;
     cl->phase = DERP_SCLIENT_ADMITTING;
     net_conn_pause_recv(cl->conn, true);
+}
+
+/* Called from the reader (ClientInfo): 0 (the answer follows), 1 (admitted now: the request
+ * could not start and fail-open applies) or -EACCES (refused now). -verify-clients asks first,
+ * then -verify-client-url: both must pass (§5). */
+int derp_admit_start(struct derp_sclient *cl)
+{
+    int rc;
+    if (cl->ds->cfg->verify_local) {
+        rc = derp_admit_local_start(cl);
+        if (rc < 0) { /* nothing started: no fail-open for tailscaled */
+            cl->ds->ctr.admit_errors++;
+            char why[128];
+            snprintf(why, sizeof(why), "cannot ask tailscaled: %s", strerror(-rc));
+            note_refused(cl, why);
+            return -EACCES;
+        }
+    } else if ((rc = url_start(cl)) != 0) {
+        return rc;
+    }
+    wait_answer(cl);
     return 0;
+}
+
+void derp_admit_local_done(struct derp_sclient *cl, const char *why_refused)
+{
+    if (why_refused) {
+        note_refused(cl, why_refused);
+        derp_sclient_close(cl, -EACCES);
+        return;
+    }
+    int rc = cl->ds->cfg->verify_url ? url_start(cl) : 1;
+    if (rc == 0)
+        return; /* still ADMITTING: the controller's answer follows */
+    if (rc < 0) {
+        derp_sclient_close(cl, rc);
+        return;
+    }
+    rc = derp_sclient_admitted(cl);
+    if (rc < 0)
+        derp_sclient_close(cl, rc);
 }
 
 /* The client went away while its answer was pending. */

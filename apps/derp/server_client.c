@@ -239,6 +239,7 @@ static void client_activate(struct derp_shard *ds, struct derp_sclient *cl)
     cl->phase = DERP_SCLIENT_ACTIVE;
     cl->connected_ms = hd_now_ms(ds->s);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
+    derp_rate_client_init(cl, cl->connected_ms);
     hd_flush_init(&cl->writer, writer_run);
     hd_timer_init(&cl->keepalive, keepalive_fired);
     uint32_t jitter =
@@ -287,7 +288,10 @@ static int on_client_info(struct derp_sclient *cl, const uint8_t *payload, uint3
     if (cl->mesh)
         net_conn_set_limits(cl->conn, DERP_NET_HIGH_BYTES, DERP_NET_LOW_BYTES,
                             DERP_MESH_NET_MAX_BYTES);
-    /* Admission (§5): mesh peers skip every check. */
+    /* Admission (§5): mesh peers skip every check. --allow-keys first: no controller request
+     * for a key that is not listed. */
+    if (!cl->mesh && !derp_allow_admits(ds, &cl->key))
+        return -EACCES;
     if (!cl->mesh && derp_admit_needed(ds->cfg) && (rc = derp_admit_start(cl)) <= 0)
         return rc;
     return derp_sclient_admitted(cl);
@@ -405,6 +409,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
     size_t done = 0;
     while (cl->phase != DERP_SCLIENT_MOVING && cl->phase != DERP_SCLIENT_ADMITTING) {
         struct derp_split sp;
+        bool skipping = derp_splitter_skipping(&cl->sp);
         int rc = derp_splitter_next(&cl->sp, data + done, len - done, &sp);
         if (rc < 0) {
             if (rc == -EPERM)
@@ -412,6 +417,13 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
             hd_log_rl(HD_LOG_INFO, "client: bad frame (type 0x%02x): %s", sp.type, strerror(-rc));
             return rc;
         }
+        /* §6.1, §6.9: the rate limit applies as soon as a frame's header is known, before its
+         * payload, so net keeps at most the header and one read's bytes while paused. (Waiting
+         * until the whole frame is buffered would leave net a 64 KiB frame plus the rest of the
+         * read, over NET_RX_TAIL_MAX: the connection would close; test_conformance_rate*.) */
+        if (sp.header_known && !skipping && cl->phase == DERP_SCLIENT_ACTIVE &&
+            !derp_rate_take(cl, sp.len))
+            break; /* reading paused: this frame is offered again when its tokens are there */
         if (sp.kind == DERP_SPLIT_NEED)
             break;
         if (sp.kind == DERP_SPLIT_FRAME) {
@@ -422,6 +434,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
                 return rc;
             }
         }
+        derp_rate_frame_done(cl);
         done += sp.consumed;
         if (net_conn_state(c) != NET_CONN_OPEN)
             break;
@@ -447,6 +460,7 @@ static void client_closed(struct net_conn *c, int reason)
         cl->phase = DERP_SCLIENT_HANDSHAKE; /* no more enqueues */
         hd_flush_cancel(ds->s, &cl->writer);
         hd_timer_stop(ds->s, &cl->keepalive);
+        derp_rate_client_fini(cl);
         derp_unregister(ds, cl);
         ds->ctr.current_connections--;
         if (cl->not_ideal)

@@ -13,9 +13,6 @@
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
 static const char *const unsupported[] = {
-    "verify-clients",
-    "socket",
-    "rate-config",
     "bootstrap-dns-names",
     "unpublished-bootstrap-dns-names",
     "acme-ip-certs",
@@ -43,7 +40,8 @@ static void usage(FILE *out)
         "                          root's default /var/lib/derper/derper.key\n"
         "  -certmode MODE          manual: <certdir>/<hostname>.crt and .key (an IP hostname\n"
         "                          without them gets a self-signed certificate); derper's\n"
-        "                          default letsencrypt (ACME) is not implemented\n"
+        "                          default letsencrypt (ACME) is not implemented; SIGHUP\n"
+        "                          re-reads the files (a bad file keeps the old certificate)\n"
         "  -certdir DIR            certificate directory (default\n"
         "                          $XDG_CACHE_HOME/tailscale/derper-certs)\n"
         "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
@@ -57,8 +55,9 @@ static void usage(FILE *out)
         "  -mesh-with LIST         the region's other nodes, comma-separated\n"
         "                          host[:port][/dialhost]: a watch link to https://host/derp\n"
         "                          each (dialing dialhost, same port; SSL_CERT_FILE replaces\n"
-        "                          the system CA bundle), redialed every 5s; names resolved at\n"
-        "                          start-up; this server's own entry is recognised and skipped;\n"
+        "                          the system CA bundle), redialed every 5s; names looked up\n"
+        "                          at each dial; this server's own entry is recognised and\n"
+        "                          skipped;\n"
         "                          an http://host:port entry dials plain HTTP (hderp only)\n"
         "  -tcp-keepalive-time D   TCP keepalive (default 10m)\n"
         "  -tcp-user-timeout D     TCP_USER_TIMEOUT (default 15s)\n"
@@ -69,17 +68,33 @@ static void usage(FILE *out)
         "  -version                print the version and exit\n"
         "  -verify-client-url URL  admission: POST {\"NodePublic\",\"Source\"} to URL for each\n"
         "                          client (mesh peers exempt), admit on 200 {\"Allow\": true}\n"
-        "                          within 5s; http:// only, a host name is resolved once at\n"
-        "                          start-up\n"
-        "  -verify-client-url-fail-open  admit when the URL cannot be reached or times out\n"
-        "                          (default true; a non-200 answer always refuses)\n"
+        "                          within 5s; a host name is resolved once at start-up;\n"
+        "                          https: TLS 1.3, verified against the system roots\n"
+        "                          (SSL_CERT_FILE / SSL_CERT_DIR as in Go) for the URL's host\n"
+        "  -verify-clients         admission: admit only node keys the local tailscaled\n"
+        "                          knows (LocalAPI whois over its unix socket, within 5s;\n"
+        "                          mesh peers exempt); tailscaled unreachable: refused\n"
+        "  -socket PATH            tailscaled's LocalAPI socket for -verify-clients\n"
+        "                          (default /var/run/tailscale/tailscaled.sock)\n"
+        "  -verify-client-url-fail-open  admit when the URL cannot be reached, times out or\n"
+        "                          its certificate does not verify (default true; a non-200\n"
+        "                          answer always refuses)\n"
+        "  -rate-config FILE       per-client receive limit, JSON\n"
+        "                          {\"PerClientRateLimitBytesPerSec\": N,\n"
+        "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
+        "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
+        "                          TCP, nothing dropped; N = 0: off; re-read on SIGHUP\n"
+        "                          (for every connection; a bad file keeps the old limit)\n"
+        "  --allow-keys FILE       only these node keys may log in (mesh peers exempt): one\n"
+        "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
+        "                          before -verify-clients and -verify-client-url; re-read on\n"
+        "                          SIGHUP (a bad file keeps the old list)\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
-        "derper flags not supported yet (refused if given): -verify-clients,\n"
-        "-socket, -rate-config, -bootstrap-dns-names,\n"
+        "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
 }
@@ -244,6 +259,15 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
             fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
             return -1;
         }
+    } else if (strcmp(name, "verify-clients") == 0) {
+        if (parse_bool(v, &f->verify_clients) < 0) {
+            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
+            return -1;
+        }
+    } else if (strcmp(name, "socket") == 0) {
+        f->socket = v;
+    } else if (strcmp(name, "rate-config") == 0) {
+        f->rate_config = v; /* read (and checked) at start-up: derp_rate_load */
     } else if (strcmp(name, "verify-client-url") == 0) {
         f->verify_client_url = v;
     } else if (strcmp(name, "verify-client-url-fail-open") == 0) {
@@ -251,6 +275,8 @@ static int apply(struct derp_flags *f, const char *name, const char *v, bool *ve
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
             return -1;
         }
+    } else if (strcmp(name, "allow-keys") == 0) {
+        f->allow_keys = v; /* read and checked by derp_allow_configure */
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
                strcmp(name, "verbose") == 0 || strcmp(name, "version") == 0) {
         bool b;

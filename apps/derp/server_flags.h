@@ -24,8 +24,12 @@ struct derp_flags {
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
+    bool verify_clients;              /* -verify-clients */
+    const char *socket;               /* -socket ("" or NULL: tailscaled's default path) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */
     long accept_burst;                /* -accept-connection-burst */
+    const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
+    const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

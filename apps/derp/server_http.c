@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "net_ws.h"
 #include "server.h"
 
 static const char home_html[] =
@@ -139,6 +140,49 @@ static void serve_home(struct net_conn *c, const struct derp_shard *ds,
         reply(c, body, (int)body_len);
 }
 
+/* §1.5: the WebSocket carrier (RFC 6455 handshake as coder/websocket's Accept answers it, then
+ * the DERP byte stream in binary messages, net_ws.h). Returns true when the connection became
+ * a DERP connection. */
+static bool serve_websocket(struct net_conn *c, struct derp_shard *ds,
+                            const struct net_http_req *req)
+{
+    uint16_t status;
+    if (net_http_ws_check(req, &status) < 0) {
+        hd_log_rl(HD_LOG_INFO, "websocket: bad opening handshake: %u", (unsigned)status);
+        reply_text(c, status,
+                   status == 400 ? "bad WebSocket handshake\n" : "WebSocket protocol violation\n",
+                   false, false);
+        return false;
+    }
+    /* Subprotocol selection: "derp" when the client offers it as a token; the 1008 close below
+     * covers offers that only contain the substring (derper's check before Accept). */
+    bool derp = net_http_header_has_token(&req->head, "Sec-WebSocket-Protocol", "derp");
+    char buf[512];
+    struct net_http_str key = net_http_header_get(&req->head, "Sec-WebSocket-Key");
+    int n = net_http_write_ws_101(buf, sizeof(buf), key,
+                                  derp ? NET_HTTP_LIT("derp") : (struct net_http_str){0});
+    HD_ASSERT(n > 0); /* the key was checked */
+    reply(c, buf, n);
+    int rc = net_ws_start(c, true); /* over TLS: above the TLS codec */
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return false;
+    }
+    if (!derp) {
+        net_ws_close(c, NET_WS_CLOSE_POLICY, "client must speak the derp subprotocol", 0);
+        return false;
+    }
+    ds->ctr.websocket_accepts++;
+    /* No 101 with Derp headers (the WebSocket 101 went out): the ServerKey frame comes first,
+     * as for fast start; Ideal-Node is not looked at on this path. */
+    rc = derp_sclient_start(ds, c, true, false);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return false;
+    }
+    return true;
+}
+
 /* §1.3: returns true when the connection became a DERP connection. */
 static bool serve_derp(struct net_conn *c, struct derp_shard *ds, const struct net_http_req *req)
 {
@@ -150,12 +194,8 @@ static bool serve_derp(struct net_conn *c, struct derp_shard *ds, const struct n
         return false;
     }
     struct net_http_str proto = net_http_header_get(&req->head, "Sec-WebSocket-Protocol");
-    if (ws && proto.ptr && memmem(proto.ptr, proto.len, "derp", 4)) {
-        /* The WebSocket carrier (spec §1.5) is not built yet: refuse it plainly. */
-        reply_text(c, 501, "WebSocket carrier not supported by this hderp-server yet\n", false,
-                   false);
-        return false;
-    }
+    if (ws && proto.ptr && memmem(proto.ptr, proto.len, "derp", 4))
+        return serve_websocket(c, ds, req);
     bool fast = net_http_str_eq(net_http_header_get(&req->head, "Derp-Fast-Start"), "1");
     struct net_http_str ideal = net_http_header_get(&req->head, "Ideal-Node");
     int rc = derp_sclient_start(ds, c, fast, ideal.ptr != NULL && ideal.len > 0);
@@ -302,7 +342,7 @@ static void accept_with(struct net_listener *l, int fd, struct derp_shard *ds,
     struct tls_conn_options to = {.idle_timeout_ms = DERP_HTTP_READ_TIMEOUT_MS,
                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
                                   .on_handshake = ds->cfg->sni_required ? check_sni : NULL};
-    int rc = tls_conn_start(c, ds->cfg->tls, &to);
+    int rc = tls_conn_start(c, derp_certs_current(ds), &to);
     if (rc < 0)
         net_conn_close(c, rc, false);
 }
@@ -335,7 +375,7 @@ void derp_http_accept(struct net_listener *l, int fd, const struct net_addr *pee
         close(fd);
         return;
     }
-    accept_with(l, fd, ds, &http_handler, ds->cfg->tls != NULL);
+    accept_with(l, fd, ds, &http_handler, ds->cfg->tls);
 }
 
 void derp_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)

@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     int rc = net_shard_init(s, NULL);
     if (rc < 0)
         return rc;
-    if ((config.tls || config.mesh_tls) && (rc = tls_shard_init(s, NULL)) < 0)
+    if ((config.tls || config.mesh_tls || derp_admit_needs_tls(&config)) &&
+        (rc = tls_shard_init(s, NULL)) < 0)
         return rc;
     struct derp_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
@@ -97,7 +99,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     derp_peers_fini(&ds->peers);
     free(ds->scratch);
     free(ds);
-    if (config.tls || config.mesh_tls)
+    if (config.tls || config.mesh_tls || derp_admit_needs_tls(&config))
         tls_shard_fini(s);
     net_shard_fini(s);
 }
@@ -108,6 +110,17 @@ static int global_init(struct hd_runtime *rt, void *arg)
     return derp_crypto_init();
 }
 
+/* Main thread, SIGHUP: reload what can be reloaded. */
+static void on_signal(struct hd_runtime *rt, int signo, void *arg)
+{
+    (void)rt, (void)arg;
+    if (signo != SIGHUP)
+        return;
+    derp_allow_reload(&config); /* --allow-keys */
+    derp_certs_reload(&config); /* TLS mode: the certificate files */
+    derp_rate_reload(&config);  /* -rate-config */
+}
+
 const struct hd_module derp_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
@@ -115,6 +128,7 @@ const struct hd_module derp_module = {
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,
+    .on_signal = on_signal,
 };
 
 /* ---------------------------------------------------------------- start-up */
@@ -176,31 +190,26 @@ static int configure_tls(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
         return -1;
     }
-    char host[256], crt[1400], key[1400];
+    char host[256];
     size_t n = 0;
     for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
         if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
             *p == '.' || *p == '-')
             host[n++] = *p;
     host[n] = '\0';
-    snprintf(crt, sizeof(crt), "%s/%s.crt", certdir, host);
-    snprintf(key, sizeof(key), "%s/%s.key", certdir, host);
+    snprintf(config.cert_file, sizeof(config.cert_file), "%s/%s.crt", certdir, host);
+    snprintf(config.key_file, sizeof(config.key_file), "%s/%s.key", certdir, host);
     config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
-    struct tls_server_options o = {.cert_file = crt, .key_file = key};
-    if (access(crt, R_OK) != 0 && !config.sni_required) {
+    if (access(config.cert_file, R_OK) != 0 && !config.sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",
-               crt, f->hostname);
-        o = (struct tls_server_options){.self_signed_host = f->hostname};
+               config.cert_file, f->hostname);
+        config.self_signed = true;
     }
-    int rc = tls_server_ctx_create(&o, &config.tls);
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: TLS certificate %s / key %s: %s\n", crt, key, strerror(-rc));
-        return -1;
-    }
-    config.meta_cert = true; /* added once the key is known (configure) */
+    config.tls = true; /* the context is built once the key is known (configure) */
+    config.meta_cert = true;
     config.http_port = f->http_port;
     config.http_addr = config.addr;
     if (config.http_addr.sa.sa_family == AF_INET)
@@ -258,22 +267,37 @@ static int configure(const struct derp_flags *f)
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (derp_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -EINVAL;
+    }
     if (derp_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
         return -EINVAL;
+    }
+    if (f->rate_config) { /* -rate-config (spec §6.9): a bad file refuses to start */
+        char rerr[256];
+        if (derp_rate_load(f->rate_config, &config.rate, rerr, sizeof(rerr)) < 0) {
+            fprintf(stderr, "hderp-server: -rate-config %s: %s\n", f->rate_config, rerr);
+            return -EINVAL;
+        }
+        config.rate_config_path = f->rate_config;
+    }
+    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
+        char err[512];
+        if (derp_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+            return -EINVAL;
+        }
     }
     int rc = load_key(f);
     if (rc < 0)
         return rc;
     derp_key_hex_format(config.key.pub.bytes, config.key_hex);
-    if (config.meta_cert) { /* §1.2: CN derpkey<hex>, serial = protocol version, +-30 days */
-        char cn[8 + DERP_KEY_HEX_SIZE];
-        snprintf(cn, sizeof(cn), "derpkey%s", config.key_hex);
-        if (tls_server_ctx_add_meta_cert(config.tls, cn, DERP_PROTOCOL_VERSION,
-                                         DERP_META_CERT_VALIDITY_S) < 0) {
-            fprintf(stderr, "hderp-server: cannot build the meta certificate\n");
-            return -1;
-        }
+    char terr[1024];
+    if (derp_certs_configure(&config, terr, sizeof(terr)) < 0) {
+        fprintf(stderr, "hderp-server: %s\n", terr);
+        return -1;
     }
     return 0;
 }
@@ -336,17 +360,40 @@ int main(int argc, char **argv)
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
+    if ((rc = derp_allow_attach(&config, rt)) < 0) { /* --allow-keys: every shard's list */
+        fprintf(stderr, "hderp-server: --allow-keys: %s\n", strerror(-rc));
+        hd_runtime_destroy(rt);
+        return 1;
+    }
+    if ((rc = derp_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
+        fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
+        derp_allow_detach(&config);
+        hd_runtime_destroy(rt);
+        return 1;
+    }
+    if ((rc = derp_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
+        fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
+        derp_rate_detach(&config);
+        derp_allow_detach(&config);
+        hd_runtime_destroy(rt);
+        return 1;
+    }
     rc = hd_runtime_start(rt);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        derp_rate_detach(&config);
+        derp_allow_detach(&config);
+        derp_certs_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
+    derp_rate_detach(&config);
+    derp_allow_detach(&config);
+    derp_certs_detach(&config);
     hd_runtime_destroy(rt);
-    if (config.tls)
-        tls_ctx_destroy(config.tls);
+    derp_admit_fini(&config);
     derp_mesh_config_free(&config);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;

@@ -3,8 +3,9 @@
  * lives on shard id % shards and redials every 5 s. Its PeerPresent/PeerGone stream becomes
  * "key K reachable via node id" on K's owner shard (server_peers.c); a packet for a key only the
  * mesh has comes here from the owner shard and leaves once as ForwardPacket on the node's link.
- * Configuration runs on the main thread at start-up (names are resolved there, once); the rest
- * on the links' shards. */
+ * Configuration runs on the main thread at start-up (syntax only); a named node is looked up at
+ * each dial (net_resolve, off the shard) and its addresses tried in turn; the rest runs on the
+ * links' shards. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,18 @@
 #include "server.h"
 
 /* ---------------------------------------------------------------- -mesh-with */
+
+/* A DNS name: letters, digits, '-', '_' and dots (looked up at each dial, not here). */
+static bool valid_name(const char *name)
+{
+    if (name[0] == '\0' || name[0] == '.' || name[0] == '-')
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '-' || *p == '_' || *p == '.'))
+            return false;
+    return true;
+}
 
 /* [http://|https://]host[:port][/dialhost]: the URL is <scheme>://host[:port]/derp, dialed at
  * dialhost (or host) on the same port. http:// is hderp's addition (plain-HTTP labs); derper
@@ -61,8 +74,11 @@ static int parse_entry(const char *entry, struct derp_mesh_node *n, char *err, s
         memcpy(u.host, dial, len);
         u.host[len] = '\0';
     }
-    if (net_url_resolve(&u, false, &n->addr) < 0) {
-        snprintf(err, err_size, "\"%s\": cannot resolve %s", entry, u.host);
+    memcpy(n->dial, u.host, sizeof(n->dial));
+    n->port = u.port;
+    n->numeric = net_url_resolve(&u, true, &n->addr) == 0;
+    if (!n->numeric && !valid_name(n->dial)) {
+        snprintf(err, err_size, "\"%s\": %s is neither an address nor a host name", entry, n->dial);
         return -1;
     }
     return 0;
@@ -195,16 +211,18 @@ static void remove_node_event(struct derp_shard *ds, struct hd_frame *f, uint64_
     derp_forwarder_remove_node(ds, (unsigned)id);
 }
 
+/* A lost update would leave a route missing or stale until the link redials: so a lost one
+ * closes the link, whose redial replays the node's whole snapshot. */
 static void to_owner(struct derp_mesh_link *l, const uint8_t key[DERP_KEY_LEN], derp_event_fn *fn)
 {
     struct derp_shard *ds = l->ds;
     struct hd_frame *f = derp_key_frame(ds, key, NULL);
-    if (f == NULL) {
-        hd_log_rl(HD_LOG_WARN, "mesh: frame pool exhausted: an update from %s was lost",
-                  l->node->entry);
+    if (f && derp_event_send(ds, derp_owner(ds, key), fn, f, l->id) == 0)
         return;
-    }
-    derp_event_send(ds, derp_owner(ds, key), fn, f, l->id);
+    hd_log_rl(HD_LOG_WARN, "mesh: an update from %s was lost (%s): relinking to resync",
+              l->node->entry, f ? "bus full" : "frame pool exhausted");
+    if (l->k)
+        derp_client_abort(l->k, -ENOBUFS);
 }
 
 static void link_present(struct derp_client *k, const struct derp_peer_present *p)
@@ -229,7 +247,7 @@ static void link_closed(struct derp_client *k, int reason)
     struct derp_mesh_link *l = link_of(k);
     struct derp_shard *ds = l->ds;
     l->k = NULL;
-    bool stopping = hd_shard_stopping(ds->s);
+    bool stopping = hd_shard_stopping(ds->s), was_ready = l->ready;
     if (l->ready && stopping) {
         l->ready = false;
         ds->ctr.mesh_links_ready--;
@@ -247,8 +265,14 @@ static void link_closed(struct derp_client *k, int reason)
     struct hd_frame *f = hd_frame_get(ds->s, 1);
     if (f)
         derp_event_broadcast(ds, remove_node_event, f, l->id);
-    if (!l->self && !stopping)
-        hd_timer_start(ds->s, &l->retry, DERP_MESH_RETRY_MS);
+    if (l->self || stopping)
+        return;
+    if (!was_ready && l->addr_next < l->addrs_count) {
+        link_dial(l); /* the name's next address at once */
+        return;
+    }
+    l->addrs_count = l->addr_next = 0; /* look the name up again */
+    hd_timer_start(ds->s, &l->retry, DERP_MESH_RETRY_MS);
 }
 
 static const struct derp_client_callbacks link_callbacks = {
@@ -259,12 +283,13 @@ static const struct derp_client_callbacks link_callbacks = {
     .on_close = link_closed,
 };
 
-static void link_dial(struct derp_mesh_link *l)
+/* Dial one address; on a failure to start, the next one or the 5 s retry. */
+static void link_connect(struct derp_mesh_link *l, const struct net_addr *addr)
 {
     const struct derp_config *cfg = l->ds->cfg;
     const struct derp_mesh_node *n = l->node;
     struct derp_client_config c = {
-        .addr = n->addr,
+        .addr = *addr,
         .host = n->host,
         .path = "/derp",
         .tls = n->tls,
@@ -278,11 +303,54 @@ static void link_dial(struct derp_mesh_link *l)
         .send_max_bytes = DERP_NET_MAX_BYTES, /* like a client: past it forwards drop */
     };
     int rc = derp_client_connect(l->ds->s, &c, &link_callbacks, l, &l->k);
+    if (rc == 0)
+        return;
+    l->k = NULL;
+    char text[64];
+    if (l->failures++ % 12 == 0)
+        hd_log(HD_LOG_WARN, "mesh: cannot dial %s (%s): %s; retrying every %ds", n->entry,
+               net_addr_format(addr, text, sizeof(text)), strerror(-rc), DERP_MESH_RETRY_MS / 1000);
+    hd_timer_start(l->ds->s, &l->retry, DERP_MESH_RETRY_MS);
+}
+
+static void link_resolved(struct hd_shard *s, int rc, const struct net_addr *addrs, unsigned count,
+                          void *arg)
+{
+    (void)s;
+    struct derp_mesh_link *l = arg;
+    l->resolving = NULL;
     if (rc < 0) {
-        l->k = NULL;
         if (l->failures++ % 12 == 0)
-            hd_log(HD_LOG_WARN, "mesh: cannot dial %s: %s; retrying every %ds", n->entry,
-                   strerror(-rc), DERP_MESH_RETRY_MS / 1000);
+            hd_log(HD_LOG_WARN, "mesh: cannot look up %s for %s: %s; retrying every %ds",
+                   l->node->dial, l->node->entry,
+                   rc == -EAGAIN ? "temporary DNS failure" : "no such name",
+                   DERP_MESH_RETRY_MS / 1000);
+        hd_timer_start(l->ds->s, &l->retry, DERP_MESH_RETRY_MS);
+        return;
+    }
+    memcpy(l->addrs, addrs, count * sizeof(*addrs));
+    l->addrs_count = count;
+    l->addr_next = 1;
+    link_connect(l, &l->addrs[0]);
+}
+
+/* The node's address, the next one of its name, or a fresh lookup. */
+static void link_dial(struct derp_mesh_link *l)
+{
+    const struct derp_mesh_node *n = l->node;
+    if (n->numeric) {
+        link_connect(l, &n->addr);
+        return;
+    }
+    if (l->addr_next < l->addrs_count) {
+        link_connect(l, &l->addrs[l->addr_next++]);
+        return;
+    }
+    l->addrs_count = l->addr_next = 0;
+    int rc = net_resolve_start(l->ds->s, n->dial, n->port, link_resolved, l, &l->resolving);
+    if (rc < 0) {
+        l->resolving = NULL;
+        hd_log_rl(HD_LOG_WARN, "mesh: cannot start a lookup of %s: %s", n->dial, strerror(-rc));
         hd_timer_start(l->ds->s, &l->retry, DERP_MESH_RETRY_MS);
     }
 }
@@ -313,6 +381,9 @@ void derp_mesh_stop(struct derp_shard *ds)
     for (unsigned i = 0; ds->links && i < ds->cfg->mesh_count; i++) {
         struct derp_mesh_link *l = &ds->links[i];
         hd_timer_stop(ds->s, &l->retry);
+        if (l->resolving)
+            net_resolve_cancel(l->resolving);
+        l->resolving = NULL;
         if (l->k)
             derp_client_abort(l->k, 0);
     }
@@ -345,10 +416,9 @@ static void forward_event(struct derp_shard *ds, struct hd_frame *f, uint64_t id
         memcpy(src, d + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN, DERP_KEY_LEN);
         memcpy(dst, d, DERP_KEY_LEN);
         derp_frame_forward_packet_prefix_encode(d + FWD_OFF, pkt_off - FWD_OFF, src, dst, len);
-        if (derp_client_send_frame(l->k, f, FWD_OFF, (uint32_t)(f->len - FWD_OFF)) == 0) {
-            ds->ctr.packets_forwarded_out++;
+        ds->ctr.packets_forwarded_out++; /* derper counts the attempt */
+        if (derp_client_send_frame(l->k, f, FWD_OFF, (uint32_t)(f->len - FWD_OFF)) == 0)
             return;
-        }
     }
     /* derper ignores the error (the packet is lost); we count it. */
     ds->ctr.mesh_forward_dropped++;

@@ -19,6 +19,7 @@ struct varz_slot {
     struct derp_counters ctr;
     struct hd_shard_stats loop;
     uint64_t frames_in_use, frames_exhausted;
+    struct derp_rate rate; /* -rate-config as the shard applies it */
 };
 
 struct varz_req {
@@ -34,6 +35,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
     if (ds) {
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
+        v->rate = *derp_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
     for (unsigned i = 0; i < hd_frame_classes_count(s); i++) {
@@ -110,6 +112,7 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "current_dup_client_keys", "gauge", SUM(current_dup_client_keys));
     put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
     put_metric(o, "watchers", "gauge", SUM(watchers));
+    put_metric(o, "websocket_accepts", "counter", SUM(websocket_accepts)); /* §1.5 */
     put(o, "# TYPE derp_packets_dropped counter\n");
     for (unsigned r = 0; r < DERP_DROPS; r++)
         for (unsigned k = 0; k < DERP_KINDS; k++)
@@ -129,6 +132,16 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
                 kind_names[k], (long long)SUM(bytes_dropped[r][k]));
 }
 
+/* -rate-config (spec §9): only with a config file. The limit as shard 0 applies it (the burst
+ * after raising it to 65568), and the frames that waited for their tokens. */
+static void format_rate(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    put_metric(o, "rate_limit_per_client_bytes_per_second", "gauge",
+               (int64_t)v[0].rate.bytes_per_sec);
+    put_metric(o, "rate_limit_per_client_burst_bytes", "gauge", (int64_t)v[0].rate.burst);
+    put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
+}
+
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
 {
@@ -141,6 +154,8 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(admit_refused));
     put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
         (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
+        (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
@@ -182,6 +197,8 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
     o.buf = malloc(o.cap);
     if (o.buf) {
         format_derp(&o, slots, count);
+        if (derp_shard_here()->cfg->rate_config_path)
+            format_rate(&o, slots, count);
         format_hderp(&o, slots, count);
         char head[256];
         struct net_http_hdr ct = {"Content-Type", NET_HTTP_LIT("text/plain; version=0.0.4")};

@@ -104,20 +104,22 @@ static void event_msg(struct hd_shard *s, const struct hd_msg *m)
     hd_frame_unref(s, m->ptr);
 }
 
-void derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
-                     uint64_t arg)
+int derp_event_send(struct derp_shard *ds, unsigned to, derp_event_fn *fn, struct hd_frame *f,
+                    uint64_t arg)
 {
     if (to == hd_shard_id(ds->s)) {
         fn(ds, f, arg);
         hd_frame_unref(ds->s, f);
-        return;
+        return 0;
     }
     struct hd_msg m = {.fn = event_msg, .ptr = f, .u64 = {arg, (uint64_t)(uintptr_t)fn}};
-    if (hd_bus_send(ds->s, to, &m) < 0) {
+    int rc = hd_bus_send(ds->s, to, &m);
+    if (rc < 0) {
         ds->ctr.bus_dropped++;
         hd_log_rl(HD_LOG_WARN, "bus to shard %u full: an event was dropped", to);
         hd_frame_unref(ds->s, f);
     }
+    return rc;
 }
 
 void derp_event_broadcast(struct derp_shard *ds, derp_event_fn *fn, struct hd_frame *f,
@@ -437,8 +439,9 @@ void derp_forwarder_remove(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN
 {
     struct derp_peer *p = derp_peers_find(&ds->peers, key);
     int at = p ? fwd_index(p, id) : -1;
-    if (at < 0) {
-        ds->ctr.packet_forwarder_delete_other_value++;
+    if (at < 0) { /* derper counts a key held by one other forwarder, or only locally */
+        if (p && p->fwd_count <= 1)
+            ds->ctr.packet_forwarder_delete_other_value++;
         return;
     }
     fwd_drop(ds, p, at);
@@ -469,9 +472,13 @@ static void snapshot_event(struct derp_shard *ds, struct hd_frame *f, uint64_t a
 }
 
 /* Every shard: count the watcher and send it this shard's active keys. */
-static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t watcher_shard)
+#define WATCH_NEW (1ull << 32) /* watch_add_event's arg: a new watcher (count it), or a repeat */
+
+static void watch_add_event(struct derp_shard *ds, struct hd_frame *kf, uint64_t arg)
 {
-    ds->watchers_total++;
+    unsigned watcher_shard = (unsigned)(arg & 0xffffffffu);
+    if (arg & WATCH_NEW)
+        ds->watchers_total++;
     const size_t one = DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN;
     struct hd_frame *f = NULL;
     for (uint32_t i = 0; i < ds->peers.cap; i++) {
@@ -505,16 +512,19 @@ static void watch_remove_event(struct derp_shard *ds, struct hd_frame *f, uint64
         ds->watchers_total--;
 }
 
+/* A repeated WatchConns gets the snapshot again, as derper's addWatcher sends it each time. */
 void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
 {
-    if (cl->watcher)
-        return;
     struct hd_frame *f = derp_key_frame(ds, cl->key.bytes, NULL);
     if (f == NULL)
         return;
-    cl->watcher = true;
-    ds->ctr.watchers++;
-    derp_event_broadcast(ds, watch_add_event, f, hd_shard_id(ds->s));
+    uint64_t arg = hd_shard_id(ds->s);
+    if (!cl->watcher) {
+        cl->watcher = true;
+        ds->ctr.watchers++;
+        arg |= WATCH_NEW;
+    }
+    derp_event_broadcast(ds, watch_add_event, f, arg);
 }
 
 void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl)

@@ -6,15 +6,14 @@
 #include <stdint.h>
 
 #include "derp_client.h"
+#include "echo_probe.h"
 #include "hd.h"
 
-/* Payload: "HDPG" magic, sequence, send time (CLOCK_MONOTONIC ns), zero padding. */
-#define ECHO_MAGIC      "HDPG"
-#define ECHO_HEADER_LEN 20
-#define ECHO_SIZE_MAX   DERP_PACKET_LEN_MAX
-#define ECHO_COUNT_MAX  10000000u /* the seen-bitmap is count bits */
-#define ECHO_BURST_MAX  1000u     /* packets one tick may send to catch up with the rate */
-#define ECHO_TICK_MS    1u
+/* Payload: echo_probe.h ("HDPG" magic, sequence, send time, zero padding). */
+#define ECHO_SIZE_MAX  DERP_PACKET_LEN_MAX
+#define ECHO_COUNT_MAX 10000000u /* the seen-bitmap is count bits */
+#define ECHO_BURST_MAX 1000u     /* packets one tick may send to catch up with the rate */
+#define ECHO_TICK_MS   1u
 
 struct echo_opts {
     const char *mode; /* "echo" or "ping" */
@@ -36,10 +35,8 @@ struct echo_ping_state {
     const struct echo_opts *o;
     struct hd_timer tick;
     uint64_t start_ns, end_ns, interval_ns;
-    uint64_t sent, received, received_measured, reordered, duplicated, misrouted, send_failed;
-    uint64_t highest_seq;
-    uint8_t *seen; /* one bit per sequence number */
-    struct hd_hist rtt_ns;
+    uint64_t sent, send_failed;
+    struct echo_probe_rx rx; /* echoes: counts and round trips after the warm-up */
     bool ready, sending_done, done, peer_gone;
 };
 

@@ -8,20 +8,6 @@
 
 #include "echo.h"
 
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static void finish(struct echo_ping_state *p)
 {
     if (p->done)
@@ -42,10 +28,8 @@ static void send_due(struct echo_ping_state *p)
         due = o->count;
     uint8_t buf[ECHO_SIZE_MAX];
     memset(buf, 0, o->size);
-    memcpy(buf, ECHO_MAGIC, 4);
     for (unsigned burst = 0; p->sent < due && burst < ECHO_BURST_MAX; burst++) {
-        put_u64(buf + 4, p->sent);
-        put_u64(buf + 12, hd_clock_ns());
+        echo_probe_fill(buf, p->sent, hd_clock_ns());
         if (derp_client_send(p->client, &o->peer, buf, o->size) < 0) {
             p->send_failed++; /* counted as lost: the queue to the relay is full */
         }
@@ -82,8 +66,7 @@ void echo_ping_init(struct echo_ping_state *p, const struct echo_opts *o, struct
         o->rate_pps > 0 ? (uint64_t)(1e9 / o->rate_pps) : (uint64_t)o->interval_ms * 1000000u;
     if (p->interval_ns == 0)
         p->interval_ns = 1;
-    p->seen = calloc((o->count + 7) / 8, 1);
-    hd_hist_init(&p->rtt_ns);
+    echo_probe_rx_init(&p->rx, o->count); /* out of memory: every echo counts as misrouted */
     hd_timer_init(&p->tick, tick_fired);
 }
 
@@ -117,31 +100,12 @@ void echo_ping_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     uint64_t now = hd_clock_ns();
     if (len >= sizeof(probe_magic) && memcmp(data, probe_magic, sizeof(probe_magic)) == 0)
         return; /* the probe's echo */
-    if (!derp_pubkey_equal(src, &p->o->peer) || len < ECHO_HEADER_LEN ||
-        memcmp(data, ECHO_MAGIC, 4) != 0) {
-        p->misrouted++;
+    if (!derp_pubkey_equal(src, &p->o->peer)) {
+        p->rx.misrouted++;
         return;
     }
-    uint64_t seq = get_u64(data + 4), t = get_u64(data + 12);
-    if (seq >= p->sent || p->seen == NULL) {
-        p->misrouted++;
-        return;
-    }
-    if (p->seen[seq / 8] & (1u << (seq % 8))) {
-        p->duplicated++;
-        return;
-    }
-    p->seen[seq / 8] |= (uint8_t)(1u << (seq % 8));
-    p->received++;
-    if (seq < p->highest_seq)
-        p->reordered++;
-    else
-        p->highest_seq = seq;
-    if (seq >= p->o->warmup) {
-        p->received_measured++;
-        hd_hist_record(&p->rtt_ns, now - t);
-    }
-    if (p->sending_done && p->received == p->sent)
+    echo_probe_rx_note(&p->rx, data, len, p->sent, now, p->o->warmup, UINT64_MAX);
+    if (p->sending_done && p->rx.received == p->sent)
         finish(p); /* everything is back: no need to wait for the deadline */
 }
 
@@ -166,36 +130,33 @@ void echo_ping_stop(struct echo_ping_state *p)
 
 int echo_ping_report(struct echo_ping_state *p, const struct echo_opts *o)
 {
-    static const double qs[] = {0.5, 0.9, 0.95, 0.99, 0.999, 1.0};
-    static const char *const names[] = {"p50", "p90", "p95", "p99", "p999", "max"};
+    const struct echo_probe_rx *rx = &p->rx;
     uint64_t measured = p->sent > o->warmup ? p->sent - o->warmup : 0;
-    uint64_t lost = measured - p->received_measured;
-    double mean = p->rtt_ns.count ? (double)p->rtt_ns.sum / (double)p->rtt_ns.count : 0;
+    uint64_t lost = measured - rx->received_measured;
+    double mean = echo_probe_mean_ns(rx);
     if (o->json) {
         printf("{\"server\":\"%s\",\"count\":%u,\"warmup\":%u,\"size\":%u,\"sent\":%llu,"
                "\"received\":%llu,\"measured\":%llu,\"lost\":%llu,\"reordered\":%llu,"
                "\"duplicated\":%llu,\"misrouted\":%llu,\"mean_us\":%.3f",
                o->server, o->count, o->warmup, o->size, (unsigned long long)p->sent,
-               (unsigned long long)p->received, (unsigned long long)measured,
-               (unsigned long long)lost, (unsigned long long)p->reordered,
-               (unsigned long long)p->duplicated, (unsigned long long)p->misrouted, mean / 1e3);
-        for (unsigned i = 0; i < HD_ARRAY_SIZE(qs); i++)
-            printf(",\"%s_us\":%.3f", names[i], (double)hd_hist_quantile(&p->rtt_ns, qs[i]) / 1e3);
+               (unsigned long long)rx->received, (unsigned long long)measured,
+               (unsigned long long)lost, (unsigned long long)rx->reordered,
+               (unsigned long long)rx->duplicated, (unsigned long long)rx->misrouted, mean / 1e3);
+        echo_probe_json_quantiles(stdout, rx);
         printf(",\"peer_gone\":%s}\n", p->peer_gone ? "true" : "false");
     } else {
         printf("hderp-echo ping %s: %llu sent, %llu measured after %u warm-up, %llu lost, "
                "%llu reordered, %llu duplicated\n",
                o->server, (unsigned long long)p->sent, (unsigned long long)measured, o->warmup,
-               (unsigned long long)lost, (unsigned long long)p->reordered,
-               (unsigned long long)p->duplicated);
+               (unsigned long long)lost, (unsigned long long)rx->reordered,
+               (unsigned long long)rx->duplicated);
         printf("  rtt us:");
-        for (unsigned i = 0; i < HD_ARRAY_SIZE(qs); i++)
-            printf(" %s %.1f", names[i], (double)hd_hist_quantile(&p->rtt_ns, qs[i]) / 1e3);
+        echo_probe_text_quantiles(stdout, rx);
         printf("  mean %.1f\n", mean / 1e3);
     }
-    free(p->seen);
-    p->seen = NULL;
-    if (p->peer_gone || p->received_measured == 0) {
+    bool none = rx->received_measured == 0;
+    echo_probe_rx_deinit(&p->rx);
+    if (p->peer_gone || none) {
         fprintf(stderr, "hderp-echo: %s\n",
                 p->peer_gone ? "the peer is not on this relay" : "no echo came back");
         return -1;

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """A -verify-client-url controller for test_conformance_admit (spec section 5).
 
-usage: admit_controller.py PORT_FILE RULES_FILE
-Listens on 127.0.0.1, port 0, writes the port to PORT_FILE. Each POST body is appended (one line)
+usage: admit_controller.py PORT_FILE RULES_FILE [CERT_FILE KEY_FILE]
+Listens on 127.0.0.1, port 0, writes the port to PORT_FILE; with CERT_FILE and KEY_FILE (PEM) it
+serves https with that certificate (a client that refuses it is only a failed accept). Each POST body is appended (one line)
 to RULES_FILE.log; the answer depends on the NodePublic's line "nodekey:<hex> MODE" in RULES_FILE
 (read per request): allow, deny, slow (3 s, then allow), 500, junk; no line: deny.
 """
 import json
 import os
+import ssl
 import sys
 import threading
 import time
@@ -64,6 +66,10 @@ def orphan_watch(parent):
 
 threading.Thread(target=orphan_watch, args=(os.getppid(),), daemon=True).start()
 srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+if len(sys.argv) == 5:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[3], sys.argv[4])
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
 tmp = PORT_FILE + ".tmp"
 with open(tmp, "w") as f:
     f.write(str(srv.server_address[1]))

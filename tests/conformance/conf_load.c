@@ -162,6 +162,7 @@ static void body(struct hd_shard *s, void *arg)
     cfg.addr.in4.sin_port = htons(g.o->srv->port);
     for (uint32_t i = id; i < LOAD_CLIENTS; i += TEST_SHARDS) {
         cfg.keypair = &g.kp[i];
+        cfg.websocket = g.o->websocket_half && (i & 1);
         if (derp_client_connect(s, &cfg, &cb, (void *)(uintptr_t)i, &g.k[i]) != 0) {
             atomic_fetch_add(&g.connect_errors, 1);
             atomic_fetch_add(&g.closed, 1);
@@ -223,6 +224,10 @@ static void check_results(const struct conf_load_opts *o)
     cr_assert_eq(v, 0, "derp_packets_dropped");
     cr_assert_eq(conf_varz_wait(o->srv, "derp_current_connections", 0, CONF_IO_TIMEOUT_MS, &v), 0,
                  "derp_current_connections %lld", (long long)v);
+    if (o->websocket_half) {
+        cr_assert_eq(conf_varz(o->srv, "derp_websocket_accepts", false, &v), 0);
+        cr_assert_eq(v, LOAD_CLIENTS / 2, "derp_websocket_accepts");
+    }
 }
 
 void conf_load_run(const struct conf_load_opts *o)

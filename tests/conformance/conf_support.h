@@ -200,6 +200,7 @@ struct conf_load_opts {
     struct tls_ctx *tls_ctx;       /* NULL: plain TCP; else TLS verified with it (borrowed) */
     const char *host;              /* with tls_ctx: the Host header, its name also the SNI */
     uint64_t deadline_ms;          /* the whole exchange, from each test shard's start */
+    bool websocket_half;           /* odd-numbered clients use the WebSocket carrier (§1.5) */
 };
 
 /* Runs CONF_LOAD_CLIENTS DERP clients on 2 test shards (the TLS ones with tls_shard_init), each

@@ -2,7 +2,9 @@
  * real controller process (admit_controller.py, python3 http.server on a free port) that answers
  * per NodePublic: admitted clients log in and exchange packets; "Allow": false, non-200 and bad
  * JSON refuse; an unreachable controller admits iff -verify-client-url-fail-open; a controller
- * slow for one key does not hold up another client already in. */
+ * slow for one key does not hold up another client already in. https: the controller serves a
+ * leaf from a test CA (openssl CLI) and the server trusts it through SSL_CERT_FILE (the system
+ * roots as Go reads them); a controller whose CA is not trusted is a transport error. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -27,8 +29,8 @@ extern char **environ;
 #define CTL_START_MS 15000 /* python3 start-up on a loaded machine */
 
 static struct conf_server srv;
-static pid_t ctl_pid;
-static int64_t last; /* conf_varz_wait's last value */
+static pid_t ctl_pid, tls_ctl_pid; /* the http and the https controller */
+static int64_t last;               /* conf_varz_wait's last value */
 static char dir[256], rules[300], url[64];
 
 static int64_t now_ms(void)
@@ -38,21 +40,19 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void ctl_up(void)
+/* Starts admit_controller.py (https with cert/key when given) with its port file dir/NAME.port;
+ * returns its PID and writes its port. */
+static pid_t ctl_spawn(const char *name, const char *cert, const char *key, int *port_out)
 {
-    signal(SIGPIPE, SIG_IGN); /* the server closes refused clients while they write */
-    mkdir(CONF_WORK_DIR, 0755);
-    snprintf(dir, sizeof(dir), "%s/admit-XXXXXX", CONF_WORK_DIR);
-    cr_assert_not_null(mkdtemp(dir));
     char port_file[300];
-    snprintf(port_file, sizeof(port_file), "%s/port", dir);
-    snprintf(rules, sizeof(rules), "%s/rules", dir);
-    const char *argv[] = {"python3", ADMIT_CTL, port_file, rules, NULL};
+    snprintf(port_file, sizeof(port_file), "%s/%s.port", dir, name);
+    const char *argv[] = {"python3", ADMIT_CTL, port_file, rules, cert, key, NULL};
     posix_spawn_file_actions_t fa; /* not the test's stdout: ctest waits for its pipe */
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawnp(&ctl_pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     cr_assert_eq(rc, 0);
     int port = 0;
@@ -63,17 +63,33 @@ static void ctl_up(void)
         if (f)
             fclose(f);
     }
-    cr_assert_gt(port, 0, "the controller did not start");
+    cr_assert_gt(port, 0, "the %s controller did not start", name);
+    *port_out = port;
+    return pid;
+}
+
+static void ctl_up(void)
+{
+    signal(SIGPIPE, SIG_IGN); /* the server closes refused clients while they write */
+    mkdir(CONF_WORK_DIR, 0755);
+    snprintf(dir, sizeof(dir), "%s/admit-XXXXXX", CONF_WORK_DIR);
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(rules, sizeof(rules), "%s/rules", dir);
+    int port;
+    ctl_pid = ctl_spawn("http", NULL, NULL, &port);
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/verify", port);
 }
 
 static void ctl_down(void)
 {
     conf_server_down(&srv);
-    if (ctl_pid > 0) {
-        kill(ctl_pid, SIGTERM);
-        waitpid(ctl_pid, NULL, 0);
-        ctl_pid = 0;
+    pid_t *pids[] = {&ctl_pid, &tls_ctl_pid};
+    for (size_t i = 0; i < sizeof(pids) / sizeof(pids[0]); i++) {
+        if (*pids[i] > 0) {
+            kill(*pids[i], SIGTERM);
+            waitpid(*pids[i], NULL, 0);
+            *pids[i] = 0;
+        }
     }
 }
 
@@ -236,5 +252,181 @@ Test(test_conformance_admit, slow_answer_does_not_block_others)
     conf_raw_close(&a);
     conf_raw_close(&b);
     conf_raw_close(&s);
+    conf_server_stop_clean(&srv);
+}
+
+/* ---------------------------------------------------------------- https */
+
+static void openssl_run(const char *const argv[])
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0);
+    int st;
+    cr_assert_eq(waitpid(pid, &st, 0), pid);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "openssl %s failed", argv[1]);
+}
+
+static char ca_pem[300], other_pem[300], empty_dir[300];
+
+/* dir/ca.pem (the test CA), dir/other.pem (a CA that signed nothing here), dir/empty, and the
+ * https controller with a leaf from ca.pem for 127.0.0.1: its URL in out. */
+static void https_ctl_up(char *out, size_t size)
+{
+    char ca_key[300], other_key[300], leaf[300], leaf_key[300];
+    snprintf(ca_pem, sizeof(ca_pem), "%s/ca.pem", dir);
+    snprintf(ca_key, sizeof(ca_key), "%s/ca.key", dir);
+    snprintf(other_pem, sizeof(other_pem), "%s/other.pem", dir);
+    snprintf(other_key, sizeof(other_key), "%s/other.key", dir);
+    snprintf(leaf, sizeof(leaf), "%s/leaf.pem", dir);
+    snprintf(leaf_key, sizeof(leaf_key), "%s/leaf.key", dir);
+    snprintf(empty_dir, sizeof(empty_dir), "%s/empty", dir);
+    cr_assert_eq(mkdir(empty_dir, 0700), 0);
+    const char *cas[][3] = {{ca_pem, ca_key, "/CN=admit test CA"},
+                            {other_pem, other_key, "/CN=admit other CA"}};
+    for (size_t i = 0; i < 2; i++) {
+        const char *argv[] = {"openssl",
+                              "req",
+                              "-x509",
+                              "-newkey",
+                              "ec",
+                              "-pkeyopt",
+                              "ec_paramgen_curve:prime256v1",
+                              "-nodes",
+                              "-keyout",
+                              cas[i][1],
+                              "-out",
+                              cas[i][0],
+                              "-days",
+                              "2",
+                              "-subj",
+                              cas[i][2],
+                              "-addext",
+                              "basicConstraints=critical,CA:TRUE",
+                              "-addext",
+                              "keyUsage=critical,keyCertSign",
+                              NULL};
+        openssl_run(argv);
+    }
+    const char *argv[] = {"openssl",
+                          "req",
+                          "-x509",
+                          "-CA",
+                          ca_pem,
+                          "-CAkey",
+                          ca_key,
+                          "-newkey",
+                          "ec",
+                          "-pkeyopt",
+                          "ec_paramgen_curve:prime256v1",
+                          "-nodes",
+                          "-keyout",
+                          leaf_key,
+                          "-out",
+                          leaf,
+                          "-days",
+                          "2",
+                          "-subj",
+                          "/CN=127.0.0.1",
+                          "-addext",
+                          "subjectAltName=IP:127.0.0.1",
+                          "-addext",
+                          "basicConstraints=CA:FALSE",
+                          NULL};
+    openssl_run(argv);
+    int port;
+    tls_ctl_pid = ctl_spawn("https", leaf, leaf_key, &port);
+    snprintf(out, size, "https://127.0.0.1:%d/verify", port);
+}
+
+/* The server with SSL_CERT_FILE = cert_file and an empty SSL_CERT_DIR: it trusts only that. */
+static void server_up_trusting(const char *cert_file, const char *u, const char *fail_open)
+{
+    setenv("SSL_CERT_FILE", cert_file, 1);
+    setenv("SSL_CERT_DIR", empty_dir, 1);
+    server_up(u, fail_open);
+    unsetenv("SSL_CERT_FILE");
+    unsetenv("SSL_CERT_DIR");
+}
+
+/* Whether the controller saw a request for kp (its log of bodies). */
+static bool ctl_asked(const struct derp_keypair *kp)
+{
+    char key[DERP_PUBKEY_TEXT_SIZE], log[320], line[512];
+    derp_pubkey_format(&kp->pub, key);
+    snprintf(log, sizeof(log), "%s.log", rules);
+    FILE *f = fopen(log, "r");
+    if (f == NULL)
+        return false;
+    bool seen = false;
+    while (!seen && fgets(line, sizeof(line), f))
+        seen = strstr(line, key) != NULL;
+    fclose(f);
+    return seen;
+}
+
+Test(test_conformance_admit, https_allow_and_deny)
+{
+    char u[64];
+    https_ctl_up(u, sizeof(u));
+    server_up_trusting(ca_pem, u, "-verify-client-url-fail-open=false");
+    struct derp_keypair ka, kb;
+    keyed(&ka, "allow");
+    keyed(&kb, "allow");
+    struct conf_raw a, b;
+    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    exchange(&a, &b, "admitted over https");
+    cr_assert(ctl_asked(&ka) && ctl_asked(&kb));
+    refused("deny", 1);
+    refused("500", 2);
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_admit_errors", false, &v));
+    cr_assert_eq(v, 0, "https answers are not transport errors");
+    conf_raw_close(&a);
+    conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
+}
+
+/* The controller's CA is not among the roots: the handshake fails, nothing is asked, and
+ * fail-closed refuses an "allow" key. */
+Test(test_conformance_admit, https_untrusted_fail_closed_refuses)
+{
+    char u[64];
+    https_ctl_up(u, sizeof(u));
+    server_up_trusting(other_pem, u, "-verify-client-url-fail-open=false");
+    struct derp_keypair kp;
+    keyed(&kp, "allow");
+    struct conf_raw r;
+    cr_assert_neq(conf_raw_login(&r, &srv, &kp, NULL), 0, "admitted through an untrusted TLS");
+    conf_raw_close(&r);
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_refused", 1, CONF_IO_TIMEOUT_MS, &last));
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_errors", 1, CONF_IO_TIMEOUT_MS, &last));
+    cr_assert(!ctl_asked(&kp), "the request went to a controller that did not verify");
+    conf_server_stop_clean(&srv);
+}
+
+/* Same, fail-open: a "deny" key is admitted, since the controller was never reached. */
+Test(test_conformance_admit, https_untrusted_fail_open_admits)
+{
+    char u[64];
+    https_ctl_up(u, sizeof(u));
+    server_up_trusting(other_pem, u, "-verify-client-url-fail-open=true");
+    struct derp_keypair ka, kb;
+    keyed(&ka, "deny");
+    keyed(&kb, "deny");
+    struct conf_raw a, b;
+    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    exchange(&a, &b, "fail open over https");
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_errors", 2, CONF_IO_TIMEOUT_MS, &last));
+    cr_assert(!ctl_asked(&ka) && !ctl_asked(&kb));
+    conf_raw_close(&a);
+    conf_raw_close(&b);
     conf_server_stop_clean(&srv);
 }

@@ -195,6 +195,35 @@ Test(test_conformance_mesh, watch_snapshot_and_stream)
     conf_server_stop_clean(&srv);
 }
 
+/* derper's addWatcher sends the snapshot on every WatchConns: a repeated one gets it again (a
+ * mesh client that resyncs), and the watcher is still counted once. */
+Test(test_conformance_mesh, watch_conns_again)
+{
+    struct conf_raw w, c;
+    mesh_login(&w, NULL);
+    CONF_OK(conf_raw_login(&c, &srv, NULL, NULL));
+    for (int round = 0; round < 2; round++) {
+        CONF_OK(conf_raw_send_frame(&w, DERP_FRAME_WATCH_CONNS, NULL, 0));
+        bool seen_w = false, seen_c = false;
+        for (int i = 0; i < 2; i++) {
+            uint8_t key[DERP_KEY_LEN];
+            expect_present(&w, NULL, 0, key);
+            seen_w |= memcmp(key, w.kp.pub.bytes, DERP_KEY_LEN) == 0;
+            seen_c |= memcmp(key, c.kp.pub.bytes, DERP_KEY_LEN) == 0;
+        }
+        cr_assert(seen_w && seen_c, "round %d: the snapshot holds the watcher and the client",
+                  round);
+        expect_silence(&w, "after a snapshot");
+    }
+    int64_t v = -1;
+    CONF_OK(conf_varz_wait(&srv, "derp_watchers", 1, CONF_IO_TIMEOUT_MS, &v));
+    conf_raw_close(&c);
+    expect_gone(&w, &c.kp.pub, DERP_PEER_GONE_DISCONNECTED);
+    conf_raw_close(&w);
+    CONF_OK(conf_varz_wait(&srv, "derp_watchers", 0, CONF_IO_TIMEOUT_MS, &v));
+    conf_server_stop_clean(&srv);
+}
+
 /* Row 24: ClosePeer(K) from a mesh peer closes every connection of K; the mesh peer stays, and
  * an unknown target is harmless. */
 Test(test_conformance_mesh, close_peer)

@@ -682,6 +682,17 @@ Test(test_derpclient_fake, url_parse)
     cr_assert_eq(derp_client_url_parse("ftp://1.2.3.4/", &u), -EINVAL);
     cr_assert_eq(derp_client_url_parse("http:///derp", &u), -EINVAL);
     cr_assert_eq(derp_client_url_parse("http://1.2.3.4:99999/", &u), -EINVAL);
+    cr_assert_eq(derp_client_url_parse("ws://127.0.0.1:3340", &u), 0);
+    cr_assert(u.websocket && !u.tls);
+    cr_assert_str_eq(u.host, "127.0.0.1:3340");
+    cr_assert_str_eq(u.path, "/derp");
+    cr_assert_eq(derp_client_url_parse("wss://[::1]/derp", &u), 0);
+    cr_assert(u.websocket && u.tls);
+    cr_assert_str_eq(derp_client_url_scheme(&u), "wss");
+    cr_assert_eq(net_addr_port(&u.addr), 443);
+    cr_assert_eq(derp_client_url_parse("wsx://1.2.3.4/", &u), -EINVAL);
+    cr_assert_eq(derp_client_url_parse("http://127.0.0.1/", &u), 0);
+    cr_assert(!u.websocket);
 
     struct derp_client_config cfg = {0};
     derp_client_config_set_url(&cfg, &u);
@@ -692,4 +703,6 @@ Test(test_derpclient_fake, url_parse)
     cfg.tls = false;
     cr_assert_eq(derp_client_connect(NULL, &cfg, &(struct derp_client_callbacks){0}, NULL, &k),
                  -EINVAL, "on_close is required");
+    cfg.websocket = cfg.fast_start = true; /* §1.5: no fast start over WebSocket */
+    cr_assert_eq(derp_client_connect(NULL, &cfg, &cb, NULL, &k), -EINVAL);
 }

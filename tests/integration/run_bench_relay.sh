@@ -3,7 +3,7 @@
 # hderp-server (-dev style, loopback, free port): at a low offered rate (2 Mbit/s, 2 pairs,
 # 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
 # misrouted, and its JSON carries the documented keys; --peers, two --server URLs and
-# --start-at do what --help says. Bounded waits; the server is stopped by PID.
+# --start-at and --latency (a ping/echo pair beside the load) do what --help says; a progress line appears on a terminal and only there. Bounded waits; the server is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
 bench=$bin/hderp-bench
@@ -16,24 +16,37 @@ url=http://127.0.0.1:$p/derp
 pids+=($!)
 wait_probe "${url%/derp}" || fail "server did not come up on port $p"
 out=$(timeout 60 "$bench" --server "$url" --pairs 2 --rate-mbps 2 --duration 3 --warmup 1 \
-      --json 2>"$work/bench.log") || fail "bench failed"
+      --latency --json 2>"$work/bench.log") || fail "bench failed"
 echo "$out"
 python3 - "$out" <<'PY' || fail "bench result"
 import json, sys
 r = json.loads(sys.argv[1])
 t = r["total"]
-keys = {"sent", "received", "lost", "reordered", "duplicated", "misrouted", "corrupt",
+keys = {"sent", "received", "expected", "lost", "reordered", "duplicated", "misrouted", "corrupt",
         "delivered_mbps", "offered_mbps", "sent_mbps"}
 assert set(t) == keys, sorted(t)
 assert r["peers"] == 4 and r["duration_s"] == 3 and len(r["servers"]) == 1, r
 assert t["offered_mbps"] == 2, t
 assert 0.8 * 2 <= t["delivered_mbps"] <= 1.2 * 2, t
 assert t["sent"] > 0 and t["lost"] == 0 and t["misrouted"] == 0, t
-assert t["received"] == t["sent"] and t["corrupt"] == 0 and t["duplicated"] == 0, t
+assert t["received"] == t["sent"] == t["expected"] and t["corrupt"] == 0 and t["duplicated"] == 0, t
 assert len(r["per_pair"]) == 2 and sum(x["sent"] for x in r["per_pair"]) == t["sent"], r
 for k in ("server", "pairs", "delivered_mbps", "latency_us", "window_s"):
     assert k in r, k
+# --latency: 100 probes/s through the window (3 s), every echo back, ordered percentiles
+l = r["latency_under_load"]
+assert l["rate_pps"] == 100 and l["size"] == 64 and 250 <= l["count"] <= 350, l
+assert l["received"] == l["count"] and l["lost"] == 0 and l["misrouted"] == 0, l
+assert 0 < l["p50_us"] <= l["p90_us"] <= l["p99_us"] <= l["p999_us"] <= l["max_us"] < 1e6, l
 PY
+# the progress line: on stderr once a second on a terminal (script gives it one), never
+# otherwise (bench.log above is a file)
+! grep -q 'Mbit/s' "$work/bench.log" || fail "a progress line on stderr that is not a terminal"
+command -v script >/dev/null || fail "script(1) (util-linux) is needed for the terminal check"
+timeout 60 script -qec "$bench --server $url --pairs 1 --rate-mbps 1 --duration 2 --warmup 0.5" \
+    "$work/tty.txt" >/dev/null || fail "bench on a terminal failed"
+grep -aq 'hderp-bench: .* s measuring .*sent .*Mbit/s .*received .*Mbit/s .*lost 0' \
+    "$work/tty.txt" || fail "no progress line on a terminal: $(cat -v "$work/tty.txt")"
 # --peers: 6 idle peers stay logged in beside the 2 pairs; delivery is unchanged
 out=$(timeout 60 "$bench" --server "$url" --pairs 2 --peers 10 --rate-mbps 2 --duration 1 \
       --warmup 0.5 --json 2>"$work/peers.log") || fail "bench --peers 10 failed"
@@ -41,6 +54,7 @@ python3 - "$out" <<'PY' || fail "bench --peers result"
 import json, sys
 r = json.loads(sys.argv[1]); t = r["total"]
 assert r["peers"] == 10 and t["sent"] > 0 and t["lost"] == 0 and t["misrouted"] == 0, r
+assert r["latency_under_load"] is None, r  # only with --latency
 PY
 # two --server URLs: receivers log in to the other server; these two are not meshed, so
 # nothing may arrive (every packet crossed to a relay that does not know its receiver)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# run_echo_ping.sh BIN_DIR WORK_DIR plain|tls - hderp-echo echo + ping through a real
-# hderp-server: zero loss, sane percentiles, a clear error for an unknown peer. Bounded waits;
-# every process is stopped by PID.
+# run_echo_ping.sh BIN_DIR WORK_DIR plain|tls|wss - hderp-echo echo + ping through a real
+# hderp-server: zero loss, sane percentiles, a clear error for an unknown peer. wss: TLS with
+# the echo on the WebSocket carrier (wss://) and the pinger on plain DERP. Bounded waits; every
+# process is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2 mode=$3
 mkdir -p "$work"
@@ -10,7 +11,7 @@ p=$(port)
 args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2)
 url=http://127.0.0.1:$p/derp
 tlsargs=()
-if [ "$mode" = tls ]; then
+if [ "$mode" = tls ] || [ "$mode" = wss ]; then
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
         -keyout "$work/127.0.0.1.key" -out "$work/127.0.0.1.crt" -subj /CN=127.0.0.1 \
         -addext subjectAltName=IP:127.0.0.1 2>/dev/null
@@ -20,7 +21,9 @@ if [ "$mode" = tls ]; then
 fi
 "$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 & pids+=($!)
 wait_probe "${url%/derp}" -k || fail "server did not come up on port $p"
-"$bin/hderp-echo" echo --server "$url" "${tlsargs[@]}" >"$work/echo.out" 2>"$work/echo.log" &
+echo_url=$url
+[ "$mode" = wss ] && echo_url=wss://${url#https://}
+"$bin/hderp-echo" echo --server "$echo_url" "${tlsargs[@]}" >"$work/echo.out" 2>"$work/echo.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/echo.out" ] && break; sleep 0.05; done
 key=$(head -1 "$work/echo.out")
@@ -44,4 +47,7 @@ grep -q 'not on this relay' "$work/unknown.log" || fail "no clear error for an u
 # bare hex keys are accepted too
 timeout 30 "$bin/hderp-echo" ping --server "$url" "${tlsargs[@]}" --peer "$bare" --count 50 \
     --warmup 5 >/dev/null 2>>"$work/ping.log" || fail "ping with a bare hex key"
+if [ "$mode" = wss ]; then
+    grep -q "logged in to wss://" "$work/echo.log" || fail "the echo did not log in over wss"
+fi
 echo "ok: echo/ping $mode"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # run_server_flags.sh BIN WORK - hderp-server refuses bad -mesh-with lists at start-up with a
-# message naming the entry (exit 1, nothing listening), and starts with a good one. Each server
-# is bounded by timeout(1); the one that starts is stopped by PID.
+# message naming the entry (exit 1, nothing listening), and starts with a good one; a name that
+# does not resolve is not fatal (looked up at each dial, as derper does) but logged. Each server
+# is bounded by timeout(1); the ones that start are stopped by PID.
 set -u
 bin=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
@@ -24,7 +25,7 @@ refused "derp1.example.com:443/10.0.0.1:443" "is not host[:port][/dialhost]" $mk
 refused "derp1.example.com/" "is not host[:port][/dialhost]" $mk
 refused "127.0.0.1:99999" "bad host or port" $mk
 refused "[::1" "bad host or port" $mk
-refused "no-such-host.invalid." "cannot resolve" $mk
+refused "derp1.example.com/bad*name" "is neither an address nor a host name" $mk
 refused "$(printf 'http://127.0.0.1:%d,' $(seq 1 33))" "more than 32 nodes" $mk
 
 # A good list (own entry, empty entries, spaces, IPv6 dial host, an https entry) starts.
@@ -39,4 +40,17 @@ kill "${pids[0]}"
 wait "${pids[0]}"
 rc=$?
 [ "$rc" = 0 ] || fail "exit code $rc after SIGTERM"
+
+# A name that does not resolve: the server runs, the link's lookup fails and says so.
+p=$(port)
+"$bin/hderp-server" -a "127.0.0.1:$p" -stun=false -c "$work/key" $mk \
+    -mesh-with "no-such-host.invalid." >"$work/noname.log" 2>&1 &
+pids+=($!)
+wait_probe "http://127.0.0.1:$p" || fail "the server with an unresolvable node did not start"
+for _ in $(seq 100); do grep -q "cannot look up no-such-host.invalid." "$work/noname.log" && break; sleep 0.1; done
+grep -q "cannot look up no-such-host.invalid." "$work/noname.log" || fail "no lookup failure logged"
+kill "${pids[1]}"
+wait "${pids[1]}"
+rc=$?
+[ "$rc" = 0 ] || fail "exit code $rc after SIGTERM (unresolvable node)"
 echo "PASS: -mesh-with checks"
