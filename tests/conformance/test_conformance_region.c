@@ -1050,6 +1050,9 @@ static void fake_expect_forwards(struct fake_node *f, const struct derp_pubkey *
 
 static struct fake_node fake = {.lfd = -1, .link.fd = -1};
 
+/* RFC 6761: never resolves. */
+#define UNRESOLVABLE "unresolvable.invalid"
+
 static void fake_down(void)
 {
     down();
@@ -1063,12 +1066,18 @@ Test(test_conformance_region, scripted_node_link, .fini = fake_down)
 {
     fake_listen(&fake);
     pick_ports(ports, 1);
-    snprintf(mesh_list, sizeof(mesh_list), "http://127.0.0.1:%u,http://127.0.0.1:%u", ports[0],
+    /* A name that does not resolve does not stop the node: that link just keeps failing. */
+    snprintf(mesh_list, sizeof(mesh_list),
+             "http://127.0.0.1:%u,http://127.0.0.1:%u,http://" UNRESOLVABLE ":3340", ports[0],
              fake.port);
     node_start(0, NULL);
     fake_accept(&fake, LINK_MS);
     fake_handshake(&fake, &node[0]);
     wait_links(0, 1, LINK_MS);
+    int64_t lookup_deadline = now_ms() + LINK_MS;
+    while (!log_has(&node[0], "cannot look up " UNRESOLVABLE) && now_ms() < lookup_deadline)
+        sleep_ms(SETTLE_STEP_MS);
+    cr_assert(log_has(&node[0], "cannot look up " UNRESOLVABLE), "no log line for the bad name");
     read_gauges(0, &base[0]);
 
     struct conf_raw a, m;
