@@ -178,7 +178,7 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
  * Linux 6.1 fails the socket (EBADMSG) before the codec could answer with a close_notify. */
 static void record_arm(struct net_conn *c, struct io_uring_sqe *sqe)
 {
-    struct net_recv_msg *m = &c->rmsg;
+    struct net_recv_msg *m = c->rmsg;
     memset(m, 0, sizeof(*m));
     m->msg.msg_control = m->control.buf;
     m->msg.msg_controllen = sizeof(m->control.buf);
@@ -197,7 +197,7 @@ static void record_arm(struct net_conn *c, struct io_uring_sqe *sqe)
 /* The record type of the recvmsg that just completed (kTLS puts it in a cmsg). */
 static uint8_t record_type(const struct net_conn *c)
 {
-    const struct msghdr *m = &c->rmsg.msg;
+    const struct msghdr *m = &c->rmsg->msg;
     for (struct cmsghdr *h = CMSG_FIRSTHDR(m); h != NULL; h = CMSG_NXTHDR((struct msghdr *)m, h))
         if (h->cmsg_level == SOL_TLS && h->cmsg_type == TLS_GET_RECORD_TYPE &&
             h->cmsg_len >= CMSG_LEN(sizeof(uint8_t)))
@@ -217,12 +217,19 @@ void net_conn_recv_arm(struct net_conn *c)
             return;
         }
     }
+    /* The recvmsg state of record-typed reads (kTLS) lives until the connection is freed;
+     * connections without them (plain, userspace TLS) never carry it. */
+    bool record = c->codec && c->codec->record;
+    if (record && c->rmsg == NULL && (c->rmsg = malloc(sizeof(*c->rmsg))) == NULL) {
+        net_conn_close(c, -ENOMEM, false);
+        return;
+    }
     struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->recv_op);
     if (sqe == NULL) {
         net_conn_close(c, -EBUSY, false);
         return;
     }
-    if (c->codec && c->codec->record) {
+    if (record) {
         record_arm(c, sqe);
         return;
     }
@@ -796,6 +803,7 @@ void net_conn_release(struct net_conn *c, bool notify)
     if (c->all_next)
         c->all_next->all_pprev = c->all_pprev;
     free(c->migration); /* closed while waiting to move: the package was never filled */
+    free(c->rmsg);
     ns->conns_count--;
     hd_slab_put(ns->conns, c);
 }

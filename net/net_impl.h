@@ -108,7 +108,7 @@ struct net_conn {
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
     struct net_addr peer;
     struct net_conn_stats stats;
-    struct net_recv_msg rmsg;               /* record-typed receive only */
+    struct net_recv_msg *rmsg;              /* record-typed receive only: from its first read */
     struct net_migration *migration;        /* while NET_F_MIGRATING */
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
 };

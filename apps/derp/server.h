@@ -160,15 +160,17 @@ struct derp_counters {
 struct derp_shard;
 struct derp_peer;
 
-/* A bounded FIFO of packet frames waiting for the connection (derper: two per client). */
+/* A bounded FIFO of packet frames waiting for the connection (derper: two per client). Its
+ * DERP_QUEUE_DEPTH slots are the k-th half of the connection's qslots. */
 struct derp_pktq {
-    struct hd_frame *f[DERP_QUEUE_DEPTH];
     uint8_t head, count;
 };
 
-/* Keys this connection has received packets from: they get PeerGone when those leave. */
+/* Keys this connection has received packets from: they get PeerGone when those leave
+ * (server_sources.c). One block: cap key prefixes (0 = empty), then cap uint32 positions of
+ * the connection in that key's subscriber list (struct derp_subs_entry). */
 struct derp_keyset {
-    uint64_t *slots; /* key prefixes; 0 = empty */
+    uint64_t *slots;
     uint32_t cap, count;
 };
 
@@ -198,6 +200,10 @@ struct derp_sclient {
     struct derp_sclient *peer_next; /* the key's other connections (dups) */
     uint64_t activity;              /* shard-wide sequence of its last frame */
     uint64_t connected_ms;
+    /* Both queues' slots (DERP_KINDS * DERP_QUEUE_DEPTH), allocated when a packet has to wait
+     * (the connection is backed up) and freed when both queues are empty again: a connection
+     * that keeps up, idle ones above all, pays 8 bytes here, not 512. */
+    struct hd_frame **qslots;
     struct derp_pktq q[DERP_KINDS];
     struct derp_keyset sources;
     struct hd_flush writer;
@@ -227,6 +233,21 @@ struct derp_peer_table {
     uint32_t cap, count;
 };
 
+/* The reverse of the keysets, per shard: a source key's subscribers on this shard. */
+struct derp_subs_entry {
+    uint64_t prefix;     /* 0 = empty slot */
+    uint32_t count, cap; /* cap 0: the one subscriber is inline */
+    union {
+        struct derp_sclient *one;
+        struct derp_sclient **many;
+    };
+};
+
+struct derp_subs {
+    struct derp_subs_entry *slots;
+    uint32_t cap, count;
+};
+
 struct derp_client; /* derp_client.h: the DERP client library */
 
 /* The outbound watch connection to mesh node `id` (on shard id % shards). */
@@ -253,6 +274,7 @@ struct derp_shard {
     struct net_listener *http_listener; /* -http-port in TLS mode */
     struct net_udp *stun;
     struct derp_peer_table peers;
+    struct derp_subs subs; /* source key -> connections here that received from it (§6.7) */
     /* Watchers anywhere in the process (every shard hears of each WatchConns and of each
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;
@@ -291,9 +313,18 @@ void derp_sclient_send_ctl(struct derp_sclient *cl, const uint8_t *frame, size_t
 void derp_sclient_close(struct derp_sclient *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int derp_sclient_admitted(struct derp_sclient *cl);
-bool derp_keyset_add(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
-bool derp_keyset_remove(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN]);
-void derp_keyset_free(struct derp_keyset *ks);
+
+/* server_sources.c: PeerGone subscriptions (§6.7). A RecvPacket from key was written to cl. */
+void derp_source_subscribe(struct derp_sclient *cl, const uint8_t key[DERP_KEY_LEN]);
+/* cl closes: out of every subscriber list, its keyset freed. */
+void derp_sources_drop(struct derp_sclient *cl);
+/* key left: its subscribers here, moved to *out (each one's keyset forgets key); false when it
+ * had none. The caller walks derp_subs_vec(out)[0..out->count) and frees it. */
+bool derp_sources_take(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN],
+                       struct derp_subs_entry *out);
+struct derp_sclient **derp_subs_vec(struct derp_subs_entry *e);
+void derp_subs_entry_free(struct derp_subs_entry *e);
+void derp_subs_fini(struct derp_subs *t);
 
 /* server_peers.c: the peer table, routing, PeerGone and watchers */
 int derp_peers_init(struct derp_peer_table *t);

@@ -11,87 +11,6 @@
 
 static const struct net_conn_handler client_handler;
 
-/* ---------------------------------------------------------------- sources (PeerGone §6.7) */
-
-static uint64_t key_prefix(const uint8_t key[DERP_KEY_LEN])
-{
-    uint64_t h;
-    memcpy(&h, key + 16, sizeof(h)); /* not the shard bits (bytes 0..8) */
-    return h ? h : 1;
-}
-
-static bool keyset_grow(struct derp_keyset *ks)
-{
-    uint32_t cap = ks->cap ? ks->cap * 2 : 16;
-    uint64_t *slots = calloc(cap, sizeof(*slots));
-    if (slots == NULL)
-        return false;
-    for (uint32_t i = 0; i < ks->cap; i++) {
-        if (!ks->slots[i])
-            continue;
-        uint32_t j = (uint32_t)(ks->slots[i] * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
-        while (slots[j])
-            j = (j + 1) & (cap - 1);
-        slots[j] = ks->slots[i];
-    }
-    free(ks->slots);
-    ks->slots = slots;
-    ks->cap = cap;
-    return true;
-}
-
-/* True if the key was not in the set (now it is). Keys are remembered by a 64-bit prefix: a
- * collision makes one PeerGone go missing or arrive for a key never heard from — harmless. */
-bool derp_keyset_add(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN])
-{
-    uint64_t p = key_prefix(key);
-    if (ks->cap && ks->count < ks->cap / 2) {
-        /* fast path below */
-    } else if (ks->count >= DERP_SOURCES_MAX || !keyset_grow(ks)) {
-        return false;
-    }
-    uint32_t j = (uint32_t)(p * 0x9E3779B97F4A7C15ull >> 32) & (ks->cap - 1);
-    while (ks->slots[j]) {
-        if (ks->slots[j] == p)
-            return false;
-        j = (j + 1) & (ks->cap - 1);
-    }
-    ks->slots[j] = p;
-    ks->count++;
-    return true;
-}
-
-bool derp_keyset_remove(struct derp_keyset *ks, const uint8_t key[DERP_KEY_LEN])
-{
-    if (!ks->count)
-        return false;
-    uint64_t p = key_prefix(key);
-    uint32_t mask = ks->cap - 1;
-    uint32_t j = (uint32_t)(p * 0x9E3779B97F4A7C15ull >> 32) & mask;
-    while (ks->slots[j] && ks->slots[j] != p)
-        j = (j + 1) & mask;
-    if (!ks->slots[j])
-        return false;
-    /* Backward-shift deletion keeps every probe chain unbroken. */
-    uint32_t hole = j;
-    for (uint32_t k = (j + 1) & mask; ks->slots[k]; k = (k + 1) & mask) {
-        uint32_t home = (uint32_t)(ks->slots[k] * 0x9E3779B97F4A7C15ull >> 32) & mask;
-        if (((k - home) & mask) >= ((k - hole) & mask)) {
-            ks->slots[hole] = ks->slots[k];
-            hole = k;
-        }
-    }
-    ks->slots[hole] = 0;
-    ks->count--;
-    return true;
-}
-
-void derp_keyset_free(struct derp_keyset *ks)
-{
-    free(ks->slots);
-    *ks = (struct derp_keyset){0};
-}
-
 /* ---------------------------------------------------------------- sending */
 
 static void writer_run(struct hd_flush *f);
@@ -123,7 +42,7 @@ static void write_packet(struct derp_sclient *cl, struct hd_frame *f)
     cl->ds->ctr.packets_sent++;
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
     /* §6.7: the receiver now hears when this source leaves. */
-    derp_keyset_add(&cl->sources, f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
+    derp_source_subscribe(cl, f->data + DERP_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
     hd_frame_unref(cl->ds->s, f);
 }
 
@@ -143,14 +62,22 @@ int derp_sclient_enqueue(struct derp_sclient *cl, struct hd_frame *f, uint32_t o
         write_packet(cl, f);
         return 0;
     }
+    if (cl->qslots == NULL) {
+        cl->qslots = malloc(DERP_KINDS * DERP_QUEUE_DEPTH * sizeof(*cl->qslots));
+        if (cl->qslots == NULL) { /* no room to wait: as a full queue */
+            drop_frame(cl, f, DERP_DROP_QUEUE_TAIL);
+            return -ENOBUFS;
+        }
+    }
+    struct hd_frame **slots = cl->qslots + (size_t)kind * DERP_QUEUE_DEPTH;
     for (unsigned t = 0; t < DERP_QUEUE_TRIES; t++) {
         if (q->count < DERP_QUEUE_DEPTH) {
-            q->f[(q->head + q->count) % DERP_QUEUE_DEPTH] = f;
+            slots[(q->head + q->count) % DERP_QUEUE_DEPTH] = f;
             q->count++;
             hd_flush_request(cl->ds->s, &cl->writer);
             return 0;
         }
-        struct hd_frame *old = q->f[q->head];
+        struct hd_frame *old = slots[q->head];
         q->head = (uint8_t)((q->head + 1) % DERP_QUEUE_DEPTH);
         q->count--;
         drop_frame(cl, old, DERP_DROP_QUEUE_HEAD);
@@ -159,13 +86,20 @@ int derp_sclient_enqueue(struct derp_sclient *cl, struct hd_frame *f, uint32_t o
     return -ENOBUFS;
 }
 
-static struct hd_frame *queue_pop(struct derp_pktq *q)
+/* The oldest packet of queue k, or NULL; the slots go when both queues are empty. */
+static struct hd_frame *queue_pop(struct derp_sclient *cl, unsigned k)
 {
+    struct derp_pktq *q = &cl->q[k];
     if (q->count == 0)
         return NULL;
-    struct hd_frame *f = q->f[q->head];
+    struct hd_frame *f = cl->qslots[k * DERP_QUEUE_DEPTH + q->head];
     q->head = (uint8_t)((q->head + 1) % DERP_QUEUE_DEPTH);
     q->count--;
+    if (cl->q[0].count == 0 && cl->q[1].count == 0) {
+        free(cl->qslots);
+        cl->qslots = NULL;
+        cl->q[0].head = cl->q[1].head = 0;
+    }
     return f;
 }
 
@@ -186,8 +120,7 @@ static void writer_run(struct hd_flush *fl)
     unsigned turn = 0;
     while (!cl->send_paused && cl->phase == DERP_SCLIENT_ACTIVE &&
            (cl->q[0].count || cl->q[1].count)) {
-        struct derp_pktq *q = &cl->q[turn++ & 1];
-        struct hd_frame *f = queue_pop(q);
+        struct hd_frame *f = queue_pop(cl, turn++ & 1);
         if (f)
             write_packet(cl, f);
     }
@@ -469,12 +402,12 @@ static void client_closed(struct net_conn *c, int reason)
             ds->ctr.current_home_connections--;
         for (unsigned k = 0; k < DERP_KINDS; k++) {
             struct hd_frame *f;
-            while ((f = queue_pop(&cl->q[k])) != NULL)
+            while ((f = queue_pop(cl, k)) != NULL)
                 drop_frame(cl, f, DERP_DROP_GONE_DISCONNECTED);
         }
     }
     derp_admit_cancel(cl);
-    derp_keyset_free(&cl->sources);
+    derp_sources_drop(cl);
     free(cl);
 }
 

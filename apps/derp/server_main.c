@@ -97,6 +97,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     struct derp_shard *ds = state;
     derp_mesh_fini(ds);
     derp_peers_fini(&ds->peers);
+    derp_subs_fini(&ds->subs);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || derp_admit_needs_tls(&config))

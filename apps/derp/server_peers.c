@@ -167,17 +167,34 @@ static void send_peer_gone(struct derp_shard *ds, struct derp_sclient *cl, const
 #define GONE_WATCHERS 1u /* its last local connection went: watchers (local presence only) */
 #define GONE_SOURCES  2u /* it left the region (§6.7): connections that received from it */
 
-/* A key went: tell the watchers and/or the connections that received packets from it (arg:
- * GONE_*). Runs on every shard. */
+/* Keys went (f->data: one or more keys): tell the watchers and/or the connections that
+ * received packets from them (arg: GONE_*), once each per key. Runs on every shard. The
+ * subscribers come from the shard's reverse index (server_sources.c): a departure costs its
+ * subscribers, not every connection; watchers (GONE_WATCHERS) are found by a walk, and only
+ * on a shard that has some. */
 static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
 {
-    DERP_EACH_CLIENT(ds, cl)
-    {
-        bool tell = (arg & GONE_WATCHERS) && cl->watcher;
-        if ((arg & GONE_SOURCES) && derp_keyset_remove(&cl->sources, f->data))
-            tell = true;
-        if (tell)
-            send_peer_gone(ds, cl, f->data, DERP_PEER_GONE_DISCONNECTED);
+    for (uint32_t off = 0; off + DERP_KEY_LEN <= f->len; off += DERP_KEY_LEN) {
+        const uint8_t *key = f->data + off;
+        bool watchers = (arg & GONE_WATCHERS) && ds->ctr.watchers > 0;
+        struct derp_subs_entry e;
+        if ((arg & GONE_SOURCES) && derp_sources_take(ds, key, &e)) {
+            struct derp_sclient **v = derp_subs_vec(&e);
+            for (uint32_t i = 0; i < e.count; i++) {
+                /* Not the closing connection itself (it received from its own key): like the
+                 * walk, which no longer found it in the table. A watcher hears it below. */
+                if (v[i]->phase == DERP_SCLIENT_ACTIVE && !(watchers && v[i]->watcher))
+                    send_peer_gone(ds, v[i], key, DERP_PEER_GONE_DISCONNECTED);
+            }
+            derp_subs_entry_free(&e);
+        }
+        if (watchers) {
+            DERP_EACH_CLIENT(ds, cl)
+            {
+                if (cl->watcher)
+                    send_peer_gone(ds, cl, key, DERP_PEER_GONE_DISCONNECTED);
+            }
+        }
     }
 }
 
@@ -419,9 +436,36 @@ void derp_forwarder_add(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN], 
         ds->ctr.multiforwarder_created++;
 }
 
-/* Drops node id from p (which must have it); p is freed when nothing is left. Returns true
- * when p was removed from the table. */
-static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at)
+/* Departures collected into one frame of keys, broadcast when full (and at the end): a dropped
+ * mesh link makes every key learned only from it leave at once (§6.7, §7). */
+struct gone_batch {
+    struct hd_frame *f;
+};
+
+static void gone_batch_flush(struct derp_shard *ds, struct gone_batch *b)
+{
+    if (b->f)
+        derp_event_broadcast(ds, gone_event, b->f, GONE_SOURCES);
+    b->f = NULL;
+}
+
+static void gone_batch_add(struct derp_shard *ds, struct gone_batch *b,
+                           const uint8_t key[DERP_KEY_LEN])
+{
+    if (b->f && b->f->len + DERP_KEY_LEN > b->f->size)
+        gone_batch_flush(ds, b);
+    if (b->f == NULL && (b->f = hd_frame_get(ds->s, 65536)) == NULL) {
+        broadcast_gone(ds, key, GONE_SOURCES); /* no big frame: one key at a time */
+        return;
+    }
+    memcpy(b->f->data + b->f->len, key, DERP_KEY_LEN);
+    b->f->len += DERP_KEY_LEN;
+}
+
+/* Drops node id from p (which must have it); p is freed when nothing is left, its departure
+ * broadcast at once or added to batch (when not NULL). Returns true when p was removed from
+ * the table. */
+static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at, struct gone_batch *batch)
 {
     memmove(p->fwd + at, p->fwd + at + 1, (size_t)(p->fwd_count - at - 1));
     p->fwd_count--;
@@ -429,7 +473,10 @@ static bool fwd_drop(struct derp_shard *ds, struct derp_peer *p, int at)
         ds->ctr.multiforwarder_deleted++;
     if (p->fwd_count > 0 || p->clients_count > 0)
         return false;
-    broadcast_gone(ds, p->key.bytes, GONE_SOURCES); /* it left the region */
+    if (batch) /* it left the region */
+        gone_batch_add(ds, batch, p->key.bytes);
+    else
+        broadcast_gone(ds, p->key.bytes, GONE_SOURCES);
     table_remove(&ds->peers, p);
     free(p);
     return true;
@@ -444,19 +491,21 @@ void derp_forwarder_remove(struct derp_shard *ds, const uint8_t key[DERP_KEY_LEN
             ds->ctr.packet_forwarder_delete_other_value++;
         return;
     }
-    fwd_drop(ds, p, at);
+    fwd_drop(ds, p, at, NULL);
 }
 
 void derp_forwarder_remove_node(struct derp_shard *ds, unsigned id)
 {
+    struct gone_batch batch = {0};
     /* A removal shifts later entries of the probe chain back into slot i: look at it again. */
     for (uint32_t i = 0; i < ds->peers.cap;) {
         struct derp_peer *p = ds->peers.slots[i];
         int at = p ? fwd_index(p, id) : -1;
-        if (at >= 0 && fwd_drop(ds, p, at))
+        if (at >= 0 && fwd_drop(ds, p, at, &batch))
             continue;
         i++;
     }
+    gone_batch_flush(ds, &batch);
 }
 
 /* ---------------------------------------------------------------- watchers */

@@ -131,6 +131,72 @@ Test(test_conformance_peers, peer_gone_disconnected)
     conf_server_stop_clean(&srv);
 }
 
+/* A key that received packets from itself leaves: its own (closing) connection is not told,
+ * the other receiver is, and the counter says one PeerGone. */
+Test(test_conformance_peers, peer_gone_not_to_itself)
+{
+    struct conf_raw a, b;
+    login_on_shard(&a, 0);
+    login_on_shard(&b, 1);
+    CONF_OK(conf_raw_send_packet(&a, &a.kp.pub, "a2a", 3));
+    expect_packet(&a, &a.kp.pub, "a2a");
+    CONF_OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
+    expect_packet(&b, &a.kp.pub, "a2b");
+    conf_raw_close(&a);
+    expect_gone(&b, &a.kp.pub, DERP_PEER_GONE_DISCONNECTED);
+    expect_silence(&b, "B after A left");
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "derp_peer_gone_disconnected_frames", false, &v));
+    cr_assert_eq(v, 1, "PeerGone frames: %lld, want 1", (long long)v);
+    conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
+}
+
+/* Row 17 with many subscribers: 4 sources (2 per shard) send to 6 receivers (3 per shard), so
+ * each shard's list of a source's subscribers has 3 entries; receivers leave from the middle
+ * and the front of those lists (the last entry moves into the hole, then leaves too), then the
+ * sources leave: each remaining receiver gets one PeerGone per source, nobody else anything. */
+#define CHURN_SRC 4
+#define CHURN_RCV 6
+Test(test_conformance_peers, peer_gone_many_subscribers)
+{
+    static struct conf_raw src[CHURN_SRC], rcv[CHURN_RCV];
+    for (unsigned i = 0; i < CHURN_SRC; i++)
+        login_on_shard(&src[i], i % SHARDS);
+    for (unsigned j = 0; j < CHURN_RCV; j++)
+        login_on_shard(&rcv[j], j % SHARDS);
+    for (unsigned i = 0; i < CHURN_SRC; i++)
+        for (unsigned j = 0; j < CHURN_RCV; j++)
+            CONF_OK(conf_raw_send_packet(&src[i], &rcv[j].kp.pub, "p", 1));
+    for (unsigned j = 0; j < CHURN_RCV; j++)
+        for (unsigned i = 0; i < CHURN_SRC; i++) {
+            struct derp_pubkey got;
+            const uint8_t *data;
+            size_t len;
+            CONF_OK(conf_raw_read_packet(&rcv[j], CONF_IO_TIMEOUT_MS, &got, &data, &len));
+        }
+    /* shard 0's lists: rcv 0, 2, 4 (2 leaves, 4 moves, 4 leaves); shard 1's: 1, 3, 5 (1
+     * leaves, 5 moves to the front, 5 leaves). rcv 0 and 3 stay. */
+    const unsigned leave[] = {2, 4, 1, 5};
+    for (unsigned k = 0; k < sizeof(leave) / sizeof(leave[0]); k++)
+        conf_raw_close(&rcv[leave[k]]);
+    int64_t v = -1;
+    CONF_OK(
+        conf_varz_wait(&srv, "derp_current_connections", CHURN_SRC + 2, CONF_IO_TIMEOUT_MS, &v));
+    for (unsigned i = 0; i < CHURN_SRC; i++) {
+        conf_raw_close(&src[i]);
+        expect_gone(&rcv[0], &src[i].kp.pub, DERP_PEER_GONE_DISCONNECTED);
+        expect_gone(&rcv[3], &src[i].kp.pub, DERP_PEER_GONE_DISCONNECTED);
+    }
+    expect_silence(&rcv[0], "rcv 0 after every source left");
+    expect_silence(&rcv[3], "rcv 3 after every source left");
+    CONF_OK(conf_varz_wait(&srv, "derp_peer_gone_disconnected_frames", 2 * CHURN_SRC,
+                           CONF_IO_TIMEOUT_MS, &v));
+    conf_raw_close(&rcv[0]);
+    conf_raw_close(&rcv[3]);
+    conf_server_stop_clean(&srv);
+}
+
 /* Row 18: disco to an unknown key -> PeerGone(NotHere); non-disco -> nothing; 6 rapid disco
  * sends -> 3 NotHere (burst 3, refill 1/s: the 6 go out well within a second). */
 Test(test_conformance_peers, peer_gone_not_here_limited)

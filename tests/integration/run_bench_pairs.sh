@@ -53,8 +53,14 @@ assert rs["sent"] == 0 and rx["trailers_missing"] == 0, rx
 assert rs["expected"] == ts["sent"], (rs, ts)  # the trailers carry the senders' windows
 assert rs["received"] == rs["expected"] and rs["lost"] == 0, rs
 assert rs["misrouted"] == 0 and rs["corrupt"] == 0 and rs["duplicated"] == 0, rs
-assert 0.8 * 3 <= rx["delivered_mbps"] <= 1.2 * 3, rx
-assert 0.8 * 3 <= tx["sent_mbps"] <= 1.2 * 3 and tx["offered_mbps"] == 3, tx
+assert tx["offered_mbps"] == 3, tx
+# Rates only when the senders kept up (they say when they did not: on a loaded box, ASan):
+# counting is checked either way.
+if not tx["gen_fell_behind"]:
+    assert 0.8 * 3 <= rx["delivered_mbps"] <= 1.2 * 3, rx
+    assert 0.8 * 3 <= tx["sent_mbps"] <= 1.2 * 3, tx
+else:
+    print("note: the senders fell behind their offered rate: rates not checked")
 assert abs(tx["window_start_unix"] - rx["window_start_unix"]) < 0.5, (tx, rx)
 by_id = {p["pair"]: p for p in tx["per_pair"]}
 for p in tx["per_pair"]:

@@ -27,7 +27,12 @@ keys = {"sent", "received", "expected", "lost", "reordered", "duplicated", "misr
 assert set(t) == keys, sorted(t)
 assert r["peers"] == 4 and r["duration_s"] == 3 and len(r["servers"]) == 1, r
 assert t["offered_mbps"] == 2, t
-assert 0.8 * 2 <= t["delivered_mbps"] <= 1.2 * 2, t
+# The rate only when the generator kept up (it says when it did not: on a loaded box, ASan):
+# counting is checked either way.
+if not r["gen_fell_behind"]:
+    assert 0.8 * 2 <= t["delivered_mbps"] <= 1.2 * 2, t
+else:
+    print("note: the generator fell behind its offered rate: delivered rate not checked")
 assert t["sent"] > 0 and t["lost"] == 0 and t["misrouted"] == 0, t
 assert t["received"] == t["sent"] == t["expected"] and t["corrupt"] == 0 and t["duplicated"] == 0, t
 assert len(r["per_pair"]) == 2 and sum(x["sent"] for x in r["per_pair"]) == t["sent"], r

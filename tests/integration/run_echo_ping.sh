@@ -5,7 +5,7 @@
 # process is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2 mode=$3
-mkdir -p "$work"
+rm -rf "$work" && mkdir -p "$work" # a stale echo.out would pass the wait before echo writes it
 . "$(dirname "$0")/lib.sh"
 p=$(port)
 args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2)
