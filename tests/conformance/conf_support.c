@@ -6,6 +6,7 @@
 #include "conf_support.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -32,6 +33,8 @@ extern char **environ;
 #define CONF_PORT_TRIES 8
 /* argv: the fixed flags (about 20 entries) plus the caller's extras. */
 #define CONF_ARGV_MAX 48
+/* opts.env entries. */
+#define CONF_ENV_MAX 16
 
 static int64_t now_ms(void)
 {
@@ -211,15 +214,25 @@ bool conf_server_alive(const struct conf_server *srv)
            si.si_pid == 0;
 }
 
-/* A test that crashes (abort in a shard thread) must not leave its server running. */
-static pid_t crash_pid;
+/* A test that crashes (abort in a shard thread) must not leave its servers running. */
+static pid_t crash_pids[CONF_SERVERS_MAX];
 
 static void on_crash(int sig)
 {
-    if (crash_pid > 0)
-        kill(crash_pid, SIGKILL);
+    for (size_t i = 0; i < CONF_SERVERS_MAX; i++)
+        if (crash_pids[i] > 0)
+            kill(crash_pids[i], SIGKILL);
     signal(sig, SIG_DFL);
     raise(sig);
+}
+
+static void crash_track(pid_t pid, pid_t replace)
+{
+    for (size_t i = 0; i < CONF_SERVERS_MAX; i++)
+        if (crash_pids[i] == replace) {
+            crash_pids[i] = pid;
+            return;
+        }
 }
 
 /* Runs argv (a PATH lookup) with stdout and stderr appended to log, waits (bounded). */
@@ -247,20 +260,32 @@ static int run_tool(const char *const *argv, const char *log)
     return p < 0 ? -errno : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
-/* TLS mode: <dir>/CONF_TLS_HOSTNAME.crt and .key, an ECDSA P-256 self-signed certificate whose
- * SAN is the host name (what -certmode manual loads, and what clients verify against). */
-static int make_cert(struct conf_server *srv)
+static bool is_ip_literal(const char *name)
 {
-    char key[300], log[300];
-    snprintf(srv->cert_file, sizeof(srv->cert_file), "%s/%s.crt", srv->dir, CONF_TLS_HOSTNAME);
-    snprintf(key, sizeof(key), "%s/%s.key", srv->dir, CONF_TLS_HOSTNAME);
+    struct in6_addr a6;
+    struct in_addr a4;
+    return inet_pton(AF_INET, name, &a4) == 1 || inet_pton(AF_INET6, name, &a6) == 1;
+}
+
+/* TLS mode: <dir>/<name>.crt and .key, an ECDSA P-256 self-signed certificate whose SAN is the
+ * host name (what -certmode manual loads, and what clients verify against); an IP name also
+ * gets DNS:CONF_TLS_HOSTNAME. */
+static int make_cert(struct conf_server *srv, const char *name)
+{
+    char key[300], log[300], subj[128], san[160];
+    snprintf(srv->cert_file, sizeof(srv->cert_file), "%s/%s.crt", srv->dir, name);
+    snprintf(key, sizeof(key), "%s/%s.key", srv->dir, name);
     snprintf(log, sizeof(log), "%s/openssl.log", srv->dir);
+    snprintf(subj, sizeof(subj), "/CN=%s", name);
+    if (is_ip_literal(name))
+        snprintf(san, sizeof(san), "subjectAltName=IP:%s,DNS:" CONF_TLS_HOSTNAME, name);
+    else
+        snprintf(san, sizeof(san), "subjectAltName=DNS:%s", name);
     /* clang-format off */
     const char *argv[] = {"openssl", "req", "-x509", "-newkey", "ec",
                           "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
                           "-keyout", key, "-out", srv->cert_file,
-                          "-subj", "/CN=" CONF_TLS_HOSTNAME,
-                          "-addext", "subjectAltName=DNS:" CONF_TLS_HOSTNAME, NULL};
+                          "-subj", subj, "-addext", san, NULL};
     /* clang-format on */
     int rc = run_tool(argv, log);
     if (rc < 0)
@@ -268,14 +293,73 @@ static int make_cert(struct conf_server *srv)
     return rc;
 }
 
+/* Copies the key file src to dst (a restart with the same key). */
+static int copy_file(const char *src, const char *dst)
+{
+    char buf[4096];
+    FILE *in = fopen(src, "r");
+    if (!in)
+        return -errno;
+    size_t n = fread(buf, 1, sizeof(buf), in);
+    fclose(in);
+    int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -errno;
+    int rc = write(fd, buf, n) == (ssize_t)n ? 0 : -EIO;
+    close(fd);
+    return rc;
+}
+
+/* environ with o->env's entries replacing the inherited ones of the same name, plus
+ * SSL_CERT_FILE for trust_own_cert; NULL-terminated, malloc'd (the strings are borrowed). */
+static char **child_env(const struct conf_server *srv, const struct conf_server_opts *o,
+                        char *own_ca, size_t own_ca_size)
+{
+    size_t n_env = 0, n_add = 0;
+    while (environ[n_env])
+        n_env++;
+    while (o->env && o->env[n_add])
+        n_add++;
+    if (n_add >= CONF_ENV_MAX)
+        return NULL;
+    char **env = calloc(n_env + n_add + 2, sizeof(*env));
+    if (!env)
+        return NULL;
+    const char *add[CONF_ENV_MAX + 1];
+    for (size_t i = 0; i < n_add; i++)
+        add[i] = o->env[i];
+    if (o->trust_own_cert && srv->tls) {
+        snprintf(own_ca, own_ca_size, "SSL_CERT_FILE=%s", srv->cert_file);
+        add[n_add++] = own_ca;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < n_env; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t name_len = eq ? (size_t)(eq - environ[i]) + 1 : strlen(environ[i]);
+        bool replaced = false;
+        for (size_t j = 0; j < n_add && !replaced; j++)
+            replaced = strncmp(environ[i], add[j], name_len) == 0;
+        if (!replaced)
+            env[n++] = environ[i];
+    }
+    for (size_t j = 0; j < n_add; j++)
+        env[n++] = (char *)add[j];
+    env[n] = NULL;
+    return env;
+}
+
 static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
 {
-    char addr[32], stun[16], shards[16], key[300], log[300], mesh[300], http[16];
+    char addr[32], stun[16], shards[16], key[300], log[300], mesh[300], http[16], own_ca[340];
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", srv->port);
     snprintf(stun, sizeof(stun), "%u", srv->stun_port);
     snprintf(shards, sizeof(shards), "%u", o->shards ? o->shards : 2);
     snprintf(key, sizeof(key), "%s/derper.key", srv->dir);
     snprintf(log, sizeof(log), "%s/server.log", srv->dir);
+    if (o->key_file && copy_file(o->key_file, key) < 0) {
+        fprintf(stderr, "conf_server_start: cannot copy the key file %s\n", o->key_file);
+        return -EIO;
+    }
     const char *argv[CONF_ARGV_MAX];
     size_t n = 0;
     argv[n++] = CONF_BIN_DIR "/hderp-server";
@@ -302,8 +386,9 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
     }
     if (o->tls) {
         snprintf(http, sizeof(http), "%u", srv->http_port);
-        const char *tls[] = {"-certmode", "manual",          "-certdir",   srv->dir,
-                             "-hostname", CONF_TLS_HOSTNAME, "-http-port", http};
+        const char *name = o->tls_hostname ? o->tls_hostname : CONF_TLS_HOSTNAME;
+        const char *tls[] = {"-certmode", "manual", "-certdir",   srv->dir,
+                             "-hostname", name,     "-http-port", http};
         for (size_t i = 0; i < sizeof(tls) / sizeof(tls[0]); i++)
             argv[n++] = tls[i];
     }
@@ -314,10 +399,12 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    int rc = posix_spawn(&srv->pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    char **env = child_env(srv, o, own_ca, sizeof(own_ca));
+    int rc = env ? posix_spawn(&srv->pid, argv[0], &fa, NULL, (char *const *)argv, env) : ENOMEM;
+    free(env);
     posix_spawn_file_actions_destroy(&fa);
     if (rc == 0) {
-        crash_pid = srv->pid;
+        crash_track(srv->pid, 0);
         signal(SIGABRT, on_crash);
         signal(SIGSEGV, on_crash);
     }
@@ -358,8 +445,12 @@ int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o)
     if (!mkdtemp(srv->dir))
         return -errno;
     srv->tls = o->tls;
-    int rc = free_port(SOCK_STREAM, &srv->port);
-    srv->http_port = srv->port;
+    snprintf(srv->key_file, sizeof(srv->key_file), "%s/derper.key", srv->dir);
+    int rc = 0;
+    srv->port = o->port;
+    if (srv->port == 0)
+        rc = free_port(SOCK_STREAM, &srv->port);
+    srv->http_port = o->tls && o->http_port ? o->http_port : srv->port;
     if (rc == 0)
         rc = free_port(SOCK_DGRAM, &srv->stun_port);
     for (int i = 0; rc == 0 && o->tls && srv->http_port == srv->port && i < CONF_PORT_TRIES; i++)
@@ -367,27 +458,57 @@ int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o)
     if (rc == 0 && o->tls && srv->http_port == srv->port)
         rc = -EADDRINUSE;
     if (rc == 0 && o->tls)
-        rc = make_cert(srv);
+        rc = make_cert(srv, o->tls_hostname ? o->tls_hostname : CONF_TLS_HOSTNAME);
     if (rc == 0)
         rc = spawn(srv, o);
     if (rc == 0)
         rc = wait_probe(srv);
-    char key[300], err[128];
+    char err[128];
     struct derp_privkey priv;
-    snprintf(key, sizeof(key), "%s/derper.key", srv->dir);
-    if (rc == 0 && (derp_key_file_load(key, &priv, err, sizeof(err)) != 0 ||
+    if (rc == 0 && (derp_key_file_load(srv->key_file, &priv, err, sizeof(err)) != 0 ||
                     derp_pubkey_from_privkey(&srv->key, &priv) != 0))
         rc = -EIO;
     if (rc != 0) {
         fprintf(stderr, "conf_server_start: %s\n", strerror(-rc));
         conf_server_dump_log(srv);
-        if (srv->pid > 0) {
-            kill(srv->pid, SIGKILL);
-            waitpid(srv->pid, NULL, 0);
-            srv->pid = 0;
-        }
+        if (srv->pid > 0)
+            conf_server_kill(srv);
     }
     return rc;
+}
+
+int conf_free_port(uint16_t *out)
+{
+    return free_port(SOCK_STREAM, out);
+}
+
+int conf_server_kill(struct conf_server *srv)
+{
+    if (srv->pid <= 0)
+        return -ECHILD;
+    kill(srv->pid, SIGKILL);
+    waitpid(srv->pid, NULL, 0);
+    crash_track(0, srv->pid);
+    srv->pid = 0;
+    return 0;
+}
+
+/* A clean run leaves nothing behind: every file in the work dir (key, log, certificate), then
+ * the dir. */
+void conf_dir_remove(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    char path[600];
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
 }
 
 int conf_server_stop(struct conf_server *srv)
@@ -410,25 +531,14 @@ int conf_server_stop(struct conf_server *srv)
     } else {
         rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
+    crash_track(0, srv->pid);
     srv->pid = 0;
-    crash_pid = 0;
     if (rc != 0) {
         fprintf(stderr, "conf_server_stop: status %d\n", rc);
         conf_server_dump_log(srv);
         return rc;
     }
-    static const char *files[] = {"derper.key",
-                                  "mesh.key",
-                                  "server.log",
-                                  "openssl.log",
-                                  CONF_TLS_HOSTNAME ".crt",
-                                  CONF_TLS_HOSTNAME ".key"};
-    char path[300];
-    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        snprintf(path, sizeof(path), "%s/%s", srv->dir, files[i]);
-        unlink(path);
-    }
-    rmdir(srv->dir); /* a clean run leaves nothing behind */
+    conf_dir_remove(srv->dir);
     return 0;
 }
 

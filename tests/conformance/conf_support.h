@@ -43,7 +43,24 @@ struct conf_server_opts {
     /* TLS on the main port: a fresh self-signed certificate for CONF_TLS_HOSTNAME (openssl
      * CLI) in the work dir, -certmode manual, and -http-port for plain HTTP (probe, varz). */
     bool tls;
+    /* TLS: -hostname and the certificate's name instead of CONF_TLS_HOSTNAME. An IP literal
+     * (no SNI required) gets a certificate valid for that IP and for DNS:CONF_TLS_HOSTNAME. */
+    const char *tls_hostname;
+    /* TLS: SSL_CERT_FILE=<its own certificate> in its environment (a node that dials itself
+     * over https, e.g. its own entry in a -mesh-with list). */
+    bool trust_own_cert;
+    /* Several servers whose ports must be known before any starts (a mesh list): the main port
+     * (0: a free one, see conf_free_port) and, in TLS mode, the plain HTTP port (0: free). */
+    uint16_t port, http_port;
+    /* More environment entries ("NAME=value", NULL-terminated, or NULL); they replace inherited
+     * entries of the same name. */
+    const char *const *env;
+    /* Start with a copy of this key file (a restart keeping its key) instead of a fresh key. */
+    const char *key_file;
 };
+
+/* Most servers one test runs at a time (their PIDs are killed if the test crashes). */
+#define CONF_SERVERS_MAX 8
 
 struct conf_server {
     pid_t pid;
@@ -52,6 +69,7 @@ struct conf_server {
     bool tls;                      /* port speaks TLS: the raw client cannot use it */
     char cert_file[300];           /* TLS: the certificate, also the clients' CA file */
     char dir[256];                 /* work dir: key file, server.log */
+    char key_file[300];            /* dir/derper.key */
     struct derp_pubkey key;        /* read back from the key file */
     struct derp_mesh_key mesh_key; /* what opts gave, zero if none */
 };
@@ -60,6 +78,13 @@ struct conf_server {
  * or -errno (-ETIMEDOUT: never answered; -ECHILD: exited early). The log is dumped to stderr on
  * failure. */
 int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o);
+/* A TCP port on 127.0.0.1 that nobody uses right now (for opts.port). 0 or -errno. */
+int conf_free_port(uint16_t *out);
+/* SIGKILL (a crash), reaped; the work dir stays (its key file can restart it: opts.key_file).
+ * Returns 0 or -ECHILD (not running). */
+int conf_server_kill(struct conf_server *srv);
+/* Removes a work dir left by conf_server_kill and its files (once its key file was reused). */
+void conf_dir_remove(const char *dir);
 /* SIGTERM, wait (bounded), return the exit status (0 = clean) or -ETIMEDOUT (then SIGKILL). A
  * signal death returns 128 + signo. Dumps the log when the status is not 0. */
 int conf_server_stop(struct conf_server *srv);
