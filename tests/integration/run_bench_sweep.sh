@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # run_bench_sweep.sh ROOT BIN_DIR WORK_DIR plain|tls - perf/run-bench runs a tiny sweep end to
-# end against hderp-server (2 rates x 2 repeats, 2 s each after 1 s warm-up, 1 shard) and
-# writes one JSON per run, summary.json/summary.txt and five PNG plots. Checked: every point
+# end against hderp-server (tls: 2 rates x 2 repeats; plain: 2 rates x 2 peer counts, --peers
+# 8,40 with the default 4 pairs, so 0 and 32 idle peers, x 1 repeat; 2 s each after 1 s warm-up,
+# 1 shard) and writes one JSON per run, summary.json/summary.txt and five PNG plots. Checked
+# (plain): a run file and a summary row per peer count, the generator ran that many peers, a
+# `peers` column in summary.txt and one plot curve per peer count. Checked (both): every point
 # delivered > 0 Mbit/s, the paced point delivered about its offered rate with zero loss, the
 # latency under load (run-bench's default --latency) is there and sane (> 0, p50 <= p99 <=
 # p999) in every run file and the summary, every PNG is a real PNG of some size. run-bench bounds every child with a timeout and stops the
@@ -11,27 +14,40 @@ root=$1 bin=$2 work=$3 mode=$4
 rm -rf "$work" && mkdir -p "$work"
 bench=$bin/hderp-bench
 tls=()
+sweep=(--rates 20,0 --repeats 2)
 [ "$mode" = tls ] && tls=(--tls)
+[ "$mode" = plain ] && sweep=(--rates 20,0 --repeats 1 --peers 8,40)
 python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" \
     --relay "hderp=$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}$(
         [ "$mode" = tls ] && echo ' -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1')" \
-    --rates 20,0 --repeats 2 --duration 2 --warmup 1 --shards 1 --out "$work" >"$work/run.out" 2>&1 ||
+    "${sweep[@]}" --duration 2 --warmup 1 --shards 1 --out "$work" >"$work/run.out" 2>&1 ||
     { cat "$work/run.out"; exit 1; }
 cat "$work/run.out"
-python3 - "$work" <<'PY'
-import glob, json, os, sys
-w = sys.argv[1]
+python3 - "$work" "$mode" <<'PY'
+import glob, json, os, re, sys
+w, mode = sys.argv[1], sys.argv[2]
 runs = [f for f in glob.glob(os.path.join(w, "run-*.json"))]
 assert len(runs) == 5, f"expected smoke + 4 run files, got {runs}"
 s = json.load(open(os.path.join(w, "summary.json")))
 pts = s["points"]
-assert len(pts) == 2, pts
+peers = [8, 40] if mode == "plain" else [8]  # 8 = 2 x the default 4 pairs: no idle peers
+repeats = 1 if mode == "plain" else 2
+assert len(pts) == 2 * len(peers), pts
+assert sorted({p["peers"] for p in pts}) == peers, pts
 for p in pts:
-    assert p["runs"] == 2 and p["delivered_mbps_mean"] > 0, p
-paced = [p for p in pts if p["offered_mbps"] == 20][0]
-assert 16 <= paced["delivered_mbps_mean"] <= 24, paced
-assert paced["loss_pct_mean"] == 0, paced
-assert paced["relay_cpu_s_per_gb_mean"] is not None, paced
+    assert p["runs"] == repeats and p["delivered_mbps_mean"] > 0, p
+for n in peers:
+    paced = [p for p in pts if p["offered_mbps"] == 20 and p["peers"] == n][0]
+    assert 16 <= paced["delivered_mbps_mean"] <= 24, paced
+    assert paced["loss_pct_mean"] == 0, paced
+    assert paced["relay_cpu_s_per_gb_mean"] is not None, paced
+for f in runs:
+    m = re.search(r"-p(\d+)-r", os.path.basename(f))
+    if mode == "plain":  # --peers given: the peer count is in the name, the generator ran it
+        assert m and int(m.group(1)) in peers, f
+        assert json.load(open(f))["peers"] == int(m.group(1)), f
+    else:  # no --peers: today's names, the generator's default
+        assert m is None and json.load(open(f))["peers"] == 8, f
 for f in runs:
     l = json.load(open(f))["latency_under_load"]
     assert l and l["count"] > 0 and l["received"] > 0, (f, l)
@@ -47,5 +63,11 @@ for name in ("throughput", "loss", "latency_p99", "cpu_per_gb", "latency_under_l
     assert len(data) > 1024, (png, len(data))
 txt = open(os.path.join(w, "summary.txt")).read()
 assert "hderp" in txt and "load999" in txt, txt
+head, *rows = txt.splitlines()
+assert head.split()[:3] == ["relay", "shards", "peers"], head
+assert sorted(int(r.split()[2]) for r in rows if r.startswith("hderp")) == sorted(peers * 2), txt
+# one curve per peer count when several were swept, one (today's label) otherwise
+curves = glob.glob(os.path.join(w, "plot-throughput-*-0.dat"))
+assert len(curves) == len(peers), curves
 print("ok: sweep files and figures")
 PY
