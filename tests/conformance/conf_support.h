@@ -2,7 +2,9 @@
  * loopback ports (spawned from the build's bin/, stopped by PID with SIGTERM, exit 0 required),
  * plain HTTP requests to it (probe, varz), and a blocking raw DERP client for the test thread
  * that speaks the protocol byte by byte, so negative cases (bad frames, bad ClientInfo, stalled
- * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared. */
+ * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared.
+ * conf_server.c: the process, ports, HTTP and varz; conf_raw.c: the raw client, keys, payloads;
+ * conf_load.c: the load driver and the criterion fixtures. */
 #ifndef CONF_SUPPORT_H
 #define CONF_SUPPORT_H
 
@@ -31,6 +33,12 @@
 
 _Static_assert(CONF_RAW_BUF_SIZE >= 2 * (DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX),
                "a whole RecvPacket plus the next one fit the raw buffer");
+
+/* ---- Time ------------------------------------------------------------------------------------ */
+
+/* CLOCK_MONOTONIC in milliseconds (deadlines of the bounded waits). */
+int64_t conf_now_ms(void);
+void conf_sleep_ms(int ms);
 
 /* ---- The server process ---------------------------------------------------------------------- */
 
