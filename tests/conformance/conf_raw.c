@@ -188,8 +188,8 @@ int conf_raw_read_server_info(struct conf_raw *r, int64_t *version)
     return rc;
 }
 
-int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
-                   const char *json)
+int conf_raw_login_send(struct conf_raw *r, const struct conf_server *srv,
+                        const struct derp_keypair *kp, const char *json, int64_t *sent_ms)
 {
     uint8_t ci[2048];
     int rc = conf_raw_open(r, srv, kp);
@@ -200,7 +200,15 @@ int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const stru
     if (rc == 0)
         rc = conf_raw_read_server_key(r);
     ssize_t n = rc == 0 ? conf_raw_client_info(r, json, ci, sizeof(ci)) : rc;
-    rc = n < 0 ? (int)n : conf_raw_write(r, ci, (size_t)n);
+    if (n >= 0 && sent_ms)
+        *sent_ms = conf_now_ms();
+    return n < 0 ? (int)n : conf_raw_write(r, ci, (size_t)n);
+}
+
+int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
+                   const char *json)
+{
+    int rc = conf_raw_login_send(r, srv, kp, json, NULL);
     return rc == 0 ? conf_raw_read_server_info(r, NULL) : rc;
 }
 

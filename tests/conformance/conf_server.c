@@ -236,29 +236,38 @@ static void crash_track(pid_t pid, pid_t replace)
         }
 }
 
-/* Runs argv (a PATH lookup) with stdout and stderr appended to log, waits (bounded). */
-static int run_tool(const char *const *argv, const char *log)
+int conf_run(const char *const *argv, const char *log, int timeout_ms, int *status)
 {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0)
         return -rc;
-    int64_t deadline = conf_now_ms() + CONF_START_TIMEOUT_MS;
-    int status = 0;
+    int64_t deadline = conf_now_ms() + timeout_ms;
+    int st = 0;
     pid_t p;
-    while ((p = waitpid(pid, &status, WNOHANG)) == 0 && conf_now_ms() < deadline)
+    while ((p = waitpid(pid, &st, WNOHANG)) == 0 && conf_now_ms() < deadline)
         conf_sleep_ms(CONF_POLL_MS);
-    if (p == 0) {
+    int e = p < 0 ? errno : 0;
+    if (p == 0) { /* still running: stopped by its PID */
         kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -ETIMEDOUT;
+        waitpid(pid, &st, 0);
     }
-    return p < 0 ? -errno : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+    if (status)
+        *status = st;
+    return p == 0 ? -ETIMEDOUT : p < 0 ? -e : 0;
+}
+
+/* Runs a tool (openssl) to completion: 0 when it exited 0, else -errno or -EIO. */
+static int run_tool(const char *const *argv, const char *log)
+{
+    int status = 0;
+    int rc = conf_run(argv, log, CONF_START_TIMEOUT_MS, &status);
+    return rc < 0 ? rc : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
 static bool is_ip_literal(const char *name)
