@@ -2,7 +2,9 @@
  * loopback ports (spawned from the build's bin/, stopped by PID with SIGTERM, exit 0 required),
  * plain HTTP requests to it (probe, varz), and a blocking raw DERP client for the test thread
  * that speaks the protocol byte by byte, so negative cases (bad frames, bad ClientInfo, stalled
- * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared. */
+ * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared.
+ * conf_server.c: the process, ports, HTTP and varz; conf_raw.c: the raw client, keys, payloads;
+ * conf_load.c: the load driver and the criterion fixtures. */
 #ifndef CONF_SUPPORT_H
 #define CONF_SUPPORT_H
 
@@ -31,6 +33,12 @@
 
 _Static_assert(CONF_RAW_BUF_SIZE >= 2 * (DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX),
                "a whole RecvPacket plus the next one fit the raw buffer");
+
+/* ---- Time ------------------------------------------------------------------------------------ */
+
+/* CLOCK_MONOTONIC in milliseconds (deadlines of the bounded waits). */
+int64_t conf_now_ms(void);
+void conf_sleep_ms(int ms);
 
 /* ---- The server process ---------------------------------------------------------------------- */
 
@@ -88,6 +96,11 @@ void conf_dir_remove(const char *dir);
 /* SIGTERM, wait (bounded), return the exit status (0 = clean) or -ETIMEDOUT (then SIGKILL). A
  * signal death returns 128 + signo. Dumps the log when the status is not 0. */
 int conf_server_stop(struct conf_server *srv);
+/* Runs argv (a PATH lookup; hderp-server with flags that must refuse to start, or a tool) with
+ * stdout and stderr to log (truncated) and waits at most timeout_ms for it to exit. Returns 0
+ * with its wait status in *status (may be NULL), -ETIMEDOUT when it was still running (then
+ * SIGKILLed and reaped by its PID), or -errno when it could not be spawned. */
+int conf_run(const char *const *argv, const char *log, int timeout_ms, int *status);
 /* The server's log to stderr (a failing test's context). */
 void conf_server_dump_log(const struct conf_server *srv);
 /* Is the process still running? */
@@ -144,8 +157,12 @@ int conf_raw_read_server_key(struct conf_raw *r);
 ssize_t conf_raw_client_info(const struct conf_raw *r, const char *json, uint8_t *buf, size_t size);
 /* Reads ServerInfo (must be next, KeepAlives not allowed), opens it; version into *version. */
 int conf_raw_read_server_info(struct conf_raw *r, int64_t *version);
-/* open (kp NULL: fresh keys) + upgrade + ServerKey + ClientInfo(json) + ServerInfo. r must be
- * closed (conf_raw_close) even when this fails. */
+/* The login up to ClientInfo, not waiting for ServerInfo (a slow admission): open (kp NULL:
+ * fresh keys) + upgrade (101 required) + ServerKey + ClientInfo(json) written; *sent_ms (may be
+ * NULL) is conf_now_ms() just before that write. r must be closed even when this fails. */
+int conf_raw_login_send(struct conf_raw *r, const struct conf_server *srv,
+                        const struct derp_keypair *kp, const char *json, int64_t *sent_ms);
+/* conf_raw_login_send + ServerInfo. r must be closed (conf_raw_close) even when this fails. */
 int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
                    const char *json);
 /* Waits for the server to close: frames are read and discarded. 0 when closed (EOF or RST),

@@ -114,6 +114,16 @@ static void keyed(struct derp_keypair *kp, const char *mode)
     fclose(f);
 }
 
+/* Two fresh key pairs in mode (keyed), both logged in as a and b. */
+static void two_in(const char *mode, struct derp_keypair *ka, struct derp_keypair *kb,
+                   struct conf_raw *a, struct conf_raw *b)
+{
+    keyed(ka, mode);
+    keyed(kb, mode);
+    CONF_OK(conf_raw_login(a, &srv, ka, NULL));
+    CONF_OK(conf_raw_login(b, &srv, kb, NULL));
+}
+
 static void exchange(struct conf_raw *a, struct conf_raw *b, const char *text)
 {
     struct derp_pubkey src;
@@ -140,11 +150,8 @@ Test(test_conformance_admit, allow_then_packets_and_the_request_body)
 {
     server_up(url, "-verify-client-url-fail-open=true");
     struct derp_keypair ka, kb;
-    keyed(&ka, "allow");
-    keyed(&kb, "allow");
     struct conf_raw a, b;
-    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
-    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    two_in("allow", &ka, &kb, &a, &b);
     exchange(&a, &b, "admitted a to b");
     exchange(&b, &a, "admitted b to a");
     CONF_OK(conf_raw_ping_pong(&a, 7, CONF_IO_TIMEOUT_MS));
@@ -223,21 +230,12 @@ Test(test_conformance_admit, slow_answer_does_not_block_others)
 {
     server_up(url, "-verify-client-url-fail-open=false");
     struct derp_keypair ka, kb, ks;
-    keyed(&ka, "allow");
-    keyed(&kb, "allow");
-    keyed(&ks, "slow");
     struct conf_raw a, b, s;
-    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
-    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    two_in("allow", &ka, &kb, &a, &b);
+    keyed(&ks, "slow");
     /* The slow one: up to ClientInfo, not waiting for ServerInfo. */
-    uint8_t ci[2048];
-    CONF_OK(conf_raw_open(&s, &srv, &ks));
-    CONF_OK(conf_raw_upgrade(&s, NULL));
-    CONF_OK(conf_raw_read_server_key(&s));
-    ssize_t n = conf_raw_client_info(&s, NULL, ci, sizeof(ci));
-    cr_assert_gt(n, 0);
-    int64_t t0 = now_ms();
-    CONF_OK(conf_raw_write(&s, ci, (size_t)n));
+    int64_t t0 = 0;
+    CONF_OK(conf_raw_login_send(&s, &srv, &ks, NULL, &t0));
     for (int i = 0; i < 20; i++) {
         exchange(&a, &b, "while the controller thinks");
         exchange(&b, &a, "still moving");
@@ -376,11 +374,8 @@ Test(test_conformance_admit, https_allow_and_deny)
     https_ctl_up(u, sizeof(u));
     server_up_trusting(ca_pem, u, "-verify-client-url-fail-open=false");
     struct derp_keypair ka, kb;
-    keyed(&ka, "allow");
-    keyed(&kb, "allow");
     struct conf_raw a, b;
-    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
-    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    two_in("allow", &ka, &kb, &a, &b);
     exchange(&a, &b, "admitted over https");
     cr_assert(ctl_asked(&ka) && ctl_asked(&kb));
     refused("deny", 1);
@@ -418,11 +413,8 @@ Test(test_conformance_admit, https_untrusted_fail_open_admits)
     https_ctl_up(u, sizeof(u));
     server_up_trusting(other_pem, u, "-verify-client-url-fail-open=true");
     struct derp_keypair ka, kb;
-    keyed(&ka, "deny");
-    keyed(&kb, "deny");
     struct conf_raw a, b;
-    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
-    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    two_in("deny", &ka, &kb, &a, &b);
     exchange(&a, &b, "fail open over https");
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_errors", 2, CONF_IO_TIMEOUT_MS, &last));
     cr_assert(!ctl_asked(&ka) && !ctl_asked(&kb));

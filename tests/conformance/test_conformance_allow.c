@@ -7,10 +7,8 @@
  * -verify-client-url (an unlisted key never reaches the controller). */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +20,6 @@
 
 #include "conf_support.h"
 #include "derp_keys.h"
-
-extern char **environ;
 
 #define SHARDS      2
 #define LOG_WAIT_MS 10000 /* hang guard: a reload is one file read and a few posts */
@@ -264,24 +260,10 @@ Test(test_conformance_allow, bad_file_at_start_up_refuses_to_start)
                           "-allow-keys",
                           list,
                           NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0);
     int status = 0;
-    pid_t p;
-    int64_t end = now_ms() + CONF_START_TIMEOUT_MS;
-    while ((p = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() < end)
-        usleep(20 * 1000);
-    if (p == 0) { /* it started: stop it by its PID */
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-    }
-    cr_assert_eq(p, pid, "hderp-server kept running with a broken --allow-keys file");
+    int rc = conf_run(argv, log, CONF_START_TIMEOUT_MS, &status); /* if it started: killed */
+    cr_assert(rc == 0 || rc == -ETIMEDOUT, "spawn %s: %s", argv[0], strerror(-rc));
+    cr_assert_eq(rc, 0, "hderp-server kept running with a broken --allow-keys file");
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0, "exit status %d", status);
     FILE *f = fopen(log, "r");
     cr_assert_not_null(f);

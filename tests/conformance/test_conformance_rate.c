@@ -7,10 +7,8 @@
  * Raw blocking clients; the paced flow's sender and receiver have a thread each. */
 #include <criterion/criterion.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,8 +19,6 @@
 #include <unistd.h>
 
 #include "conf_support.h"
-
-extern char **environ;
 
 #define MESH_HEX  "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 #define MESH_JSON "{\"meshKey\":\"" MESH_HEX "\",\"version\":2,\"CanAckPings\":false}"
@@ -388,30 +384,15 @@ static int run_refused(const char *path, char *out, size_t size)
                           "-rate-config",
                           path,
                           NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0);
     int status = 0;
-    pid_t p = 0;
-    for (int64_t end = now_ms() + EXIT_MS; (p = waitpid(pid, &status, WNOHANG)) == 0;) {
-        if (now_ms() > end) {
-            kill(pid, SIGKILL); /* it started: the test fails below */
-            waitpid(pid, &status, 0);
-            break;
-        }
-        usleep(20 * 1000);
-    }
+    int rc = conf_run(argv, log, EXIT_MS, &status); /* if it started: killed, fails below */
+    cr_assert(rc == 0 || rc == -ETIMEDOUT, "spawn %s: %s", argv[0], strerror(-rc));
     FILE *f = fopen(log, "r");
     size_t n = f ? fread(out, 1, size - 1, f) : 0;
     out[n] = '\0';
     if (f)
         fclose(f);
-    return p == pid && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return rc == 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 static void refused(const char *json, const char *want)

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "tlsconn_client.h"
 #include "tlsconn_server.h"
 #include "tlsconn_util.h"
 
@@ -178,39 +179,10 @@ Test(test_tlsconn_peers, curl_https_get)
 
 /* ---------------------------------------------------------------- our client, s_server */
 
-static struct {
-    struct tls_ctx *ctx;
-    uint16_t port;
-    const char *server_name;
-    char got[256];
-    size_t got_len;
-    _Atomic int handshakes, reason, closed;
-} cl;
-
-static ssize_t cl_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    size_t n = len < sizeof(cl.got) - 1 - cl.got_len ? len : sizeof(cl.got) - 1 - cl.got_len;
-    memcpy(cl.got + cl.got_len, data, n);
-    cl.got_len += n;
-    cl.got[cl.got_len] = '\0';
-    if (strchr(cl.got, '\n'))
-        net_conn_close(c, 0, false);
-    return (ssize_t)len;
-}
-
-static void cl_close(struct net_conn *c, int reason)
-{
-    atomic_store(&cl.reason, reason);
-    atomic_store(&cl.closed, 1);
-    hd_runtime_stop(hd_shard_runtime(net_conn_shard(c)));
-}
-
-static const struct net_conn_handler cl_handler = {.on_data = cl_data, .on_close = cl_close};
-
 static void cl_handshake(struct net_conn *c, const struct tls_conn_info *info)
 {
     HDT_CHECK(info->mode == TLS_MODE_USERSPACE && info->version == 0x0304);
-    atomic_fetch_add(&cl.handshakes, 1);
+    atomic_fetch_add(&tc.handshakes, 1);
     HDT_CHECK(net_conn_send_copy(c, "hello world\n", 12) == 0);
 }
 
@@ -219,24 +191,24 @@ static void cl_body(struct hd_shard *s, void *arg)
     (void)arg;
     struct net_addr a;
     char text[32];
-    snprintf(text, sizeof(text), "127.0.0.1:%u", cl.port);
+    snprintf(text, sizeof(text), "127.0.0.1:%u", tc.port);
     HDT_CHECK(net_addr_parse(text, &a) == 0);
     struct net_conn *c;
-    HDT_CHECK(net_conn_connect(s, &a, 5000, &cl_handler, NULL, NULL, &c) == 0);
-    struct tls_conn_options o = {.server_name = cl.server_name, .on_handshake = cl_handshake};
-    HDT_CHECK(tls_conn_start(c, cl.ctx, &o) == 0);
+    HDT_CHECK(net_conn_connect(s, &a, 5000, &tc_handler, NULL, NULL, &c) == 0);
+    struct tls_conn_options o = {.server_name = tc.server_name, .on_handshake = cl_handshake};
+    HDT_CHECK(tls_conn_start(c, tc.ctx, &o) == 0);
 }
 
 /* s_server -rev answers each line reversed; it also sends two session tickets we ignore. */
 static void run_client(const char *server_name, bool insecure)
 {
     tu_make_cert();
-    memset(&cl, 0, sizeof(cl));
-    cl.port = tu_free_port();
-    cl.server_name = server_name;
+    memset(&tc, 0, sizeof(tc));
+    tc.port = tu_free_port();
+    tc.server_name = server_name;
     char accept_addr[32], buf[4096];
     size_t len = 0;
-    snprintf(accept_addr, sizeof(accept_addr), "127.0.0.1:%u", cl.port);
+    snprintf(accept_addr, sizeof(accept_addr), "127.0.0.1:%u", tc.port);
     char *argv[] = {"openssl",  "s_server",
                     "-accept",  accept_addr,
                     "-cert",    (char *)tu_cert_path(),
@@ -249,48 +221,48 @@ static void run_client(const char *server_name, bool insecure)
     cr_assert(tu_read_until(out, buf, sizeof(buf), &len, "ACCEPT", 10000), "s_server not up");
     struct tls_client_options co = {.ca_file = insecure ? NULL : tu_cert_path(),
                                     .insecure = insecure};
-    cr_assert_eq(tls_client_ctx_create(&co, &cl.ctx), 0);
+    cr_assert_eq(tls_client_ctx_create(&co, &tc.ctx), 0);
     struct hdt_options o = {.shards = 1, .shard_init = ts_shard_init, .shard_fini = ts_shard_fini};
     int rc = hdt_run(&o, cl_body, NULL, NULL);
     tu_stop(pid);
     close(out);
-    tls_ctx_destroy(cl.ctx);
+    tls_ctx_destroy(tc.ctx);
     cr_assert_eq(rc, 0);
-    cr_assert_eq(atomic_load(&cl.closed), 1);
+    cr_assert_eq(atomic_load(&tc.closed), 1);
 }
 
 Test(test_tlsconn_peers, client_verifies_against_s_server)
 {
     ts_reset(); /* ts_shard_init reads ts.handshakes_max */
     run_client("localhost", false);
-    cr_assert_eq(atomic_load(&cl.handshakes), 1);
-    cr_assert_str_eq(cl.got, "dlrow olleh\n");
-    cr_assert_eq(atomic_load(&cl.reason), 0);
+    cr_assert_eq(atomic_load(&tc.handshakes), 1);
+    cr_assert_str_eq(tc.got, "dlrow olleh\n");
+    cr_assert_eq(atomic_load(&tc.reason), 0);
 }
 
 Test(test_tlsconn_peers, client_verifies_ip_literal)
 {
     ts_reset();
     run_client("127.0.0.1", false);
-    cr_assert_eq(atomic_load(&cl.handshakes), 1);
-    cr_assert_str_eq(cl.got, "dlrow olleh\n");
+    cr_assert_eq(atomic_load(&tc.handshakes), 1);
+    cr_assert_str_eq(tc.got, "dlrow olleh\n");
 }
 
 Test(test_tlsconn_peers, client_insecure_accepts_any_name)
 {
     ts_reset();
     run_client("wrong.example", true);
-    cr_assert_eq(atomic_load(&cl.handshakes), 1);
-    cr_assert_str_eq(cl.got, "dlrow olleh\n");
+    cr_assert_eq(atomic_load(&tc.handshakes), 1);
+    cr_assert_str_eq(tc.got, "dlrow olleh\n");
 }
 
 Test(test_tlsconn_peers, client_refuses_wrong_name)
 {
     ts_reset();
     run_client("wrong.example", false);
-    cr_assert_eq(atomic_load(&cl.handshakes), 0, "a certificate for another name was accepted");
-    cr_assert_eq(atomic_load(&cl.reason), -EPROTO);
-    cr_assert_eq(cl.got_len, 0);
+    cr_assert_eq(atomic_load(&tc.handshakes), 0, "a certificate for another name was accepted");
+    cr_assert_eq(atomic_load(&tc.reason), -EPROTO);
+    cr_assert_eq(tc.got_len, 0);
 }
 
 /* ---------------------------------------------------------------- cap and deadline */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tlsconn_client.h"
 #include "tlsconn_server.h"
 #include "tlsconn_util.h"
 
@@ -26,42 +27,14 @@ static const char *path_in(const char *name)
     return b;
 }
 
-static void openssl_run(char *const argv[])
-{
-    pid_t pid = tu_spawn(argv, NULL, NULL);
-    int st = tu_wait(pid, 20000);
-    if (st < 0)
-        tu_stop(pid);
-    cr_assert_eq(st, 0, "openssl %s failed (%d)", argv[1], st);
-}
-
 /* A CA (CA:TRUE, keyCertSign) and a leaf for localhost / 127.0.0.1 signed by it. */
 static void make_ca(const char *ca, const char *ca_key, const char *cn)
 {
     char subj[64];
     snprintf(subj, sizeof(subj), "/CN=%s", cn);
-    char *argv[] = {"openssl",
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-keyout",
-                    (char *)ca_key,
-                    "-out",
-                    (char *)ca,
-                    "-days",
-                    "2",
-                    "-subj",
-                    subj,
-                    "-addext",
-                    "basicConstraints=critical,CA:TRUE",
-                    "-addext",
-                    "keyUsage=critical,keyCertSign",
-                    NULL};
-    openssl_run(argv);
+    const char *const extra[] = {"-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+                                 "keyUsage=critical,keyCertSign", NULL};
+    tu_openssl_req(ca_key, ca, subj, extra);
 }
 
 static void suite_init(void)
@@ -77,32 +50,12 @@ static void suite_init(void)
     cr_assert_eq(mkdir(path_in("cadir"), 0700), 0);
     make_ca(path_in("ca.pem"), path_in("ca.key"), "hderp test CA");
     make_ca(path_in("other.pem"), path_in("other.key"), "hderp other CA");
-    char *argv[] = {"openssl",
-                    "req",
-                    "-x509",
-                    "-CA",
-                    (char *)path_in("ca.pem"),
-                    "-CAkey",
-                    (char *)path_in("ca.key"),
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-keyout",
-                    (char *)path_in("leaf.key"),
-                    "-out",
-                    (char *)path_in("leaf.pem"),
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=localhost",
-                    "-addext",
-                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-addext",
-                    "basicConstraints=CA:FALSE",
-                    NULL};
-    openssl_run(argv);
+    const char *const leaf[] = {"-CA",     path_in("ca.pem"),
+                                "-CAkey",  path_in("ca.key"),
+                                "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                                "-addext", "basicConstraints=CA:FALSE",
+                                NULL};
+    tu_openssl_req(path_in("leaf.key"), path_in("leaf.pem"), "/CN=localhost", leaf);
     /* cadir: a junk file (ignored) and a symlink to the CA outside the directory, as Debian's
      * /etc/ssl/certs/NAME.pem links into /usr/share/ca-certificates (followed). */
     char cmd[512];
@@ -124,39 +77,10 @@ TestSuite(test_tlsconn_roots, .init = suite_init, .fini = suite_fini, .timeout =
 
 /* ---------------------------------------------------------------- our client, s_server */
 
-static struct {
-    struct tls_ctx *ctx;
-    uint16_t port;
-    const char *server_name;
-    char got[256];
-    size_t got_len;
-    _Atomic int handshakes, reason, closed, start_rc;
-} cl;
-
-static ssize_t cl_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    size_t n = len < sizeof(cl.got) - 1 - cl.got_len ? len : sizeof(cl.got) - 1 - cl.got_len;
-    memcpy(cl.got + cl.got_len, data, n);
-    cl.got_len += n;
-    cl.got[cl.got_len] = '\0';
-    if (strchr(cl.got, '\n'))
-        net_conn_close(c, 0, false);
-    return (ssize_t)len;
-}
-
-static void cl_close(struct net_conn *c, int reason)
-{
-    atomic_store(&cl.reason, reason);
-    atomic_store(&cl.closed, 1);
-    hd_runtime_stop(hd_shard_runtime(net_conn_shard(c)));
-}
-
-static const struct net_conn_handler cl_handler = {.on_data = cl_data, .on_close = cl_close};
-
 static void cl_handshake(struct net_conn *c, const struct tls_conn_info *info)
 {
     (void)info;
-    atomic_fetch_add(&cl.handshakes, 1);
+    atomic_fetch_add(&tc.handshakes, 1);
     HDT_CHECK(net_conn_send_copy(c, "hello world\n", 12) == 0);
 }
 
@@ -165,13 +89,13 @@ static void cl_body(struct hd_shard *s, void *arg)
     (void)arg;
     struct net_addr a;
     char text[32];
-    snprintf(text, sizeof(text), "127.0.0.1:%u", cl.port);
+    snprintf(text, sizeof(text), "127.0.0.1:%u", tc.port);
     HDT_CHECK(net_addr_parse(text, &a) == 0);
     struct net_conn *c;
-    HDT_CHECK(net_conn_connect(s, &a, 5000, &cl_handler, NULL, NULL, &c) == 0);
-    struct tls_conn_options o = {.server_name = cl.server_name, .on_handshake = cl_handshake};
-    int rc = tls_conn_start(c, cl.ctx, &o);
-    atomic_store(&cl.start_rc, rc);
+    HDT_CHECK(net_conn_connect(s, &a, 5000, &tc_handler, NULL, NULL, &c) == 0);
+    struct tls_conn_options o = {.server_name = tc.server_name, .on_handshake = cl_handshake};
+    int rc = tls_conn_start(c, tc.ctx, &o);
+    atomic_store(&tc.start_rc, rc);
     if (rc < 0) {
         net_conn_close(c, rc, true);
         hd_runtime_stop(hd_shard_runtime(s));
@@ -183,9 +107,9 @@ static void cl_body(struct hd_shard *s, void *arg)
 static void run_client(const char *cert_file, const char *cert_dir, const char *server_name)
 {
     ts_reset(); /* ts_shard_init reads ts.handshakes_max */
-    memset(&cl, 0, sizeof(cl));
-    cl.port = tu_free_port();
-    cl.server_name = server_name;
+    memset(&tc, 0, sizeof(tc));
+    tc.port = tu_free_port();
+    tc.server_name = server_name;
     if (cert_file)
         setenv("SSL_CERT_FILE", cert_file, 1);
     else
@@ -195,13 +119,13 @@ static void run_client(const char *cert_file, const char *cert_dir, const char *
     else
         unsetenv("SSL_CERT_DIR");
     struct tls_client_options co = {.system_roots = true};
-    cr_assert_eq(tls_client_ctx_create(&co, &cl.ctx), 0);
+    cr_assert_eq(tls_client_ctx_create(&co, &tc.ctx), 0);
     unsetenv("SSL_CERT_FILE");
     unsetenv("SSL_CERT_DIR");
 
     char accept_addr[32], buf[4096];
     size_t len = 0;
-    snprintf(accept_addr, sizeof(accept_addr), "127.0.0.1:%u", cl.port);
+    snprintf(accept_addr, sizeof(accept_addr), "127.0.0.1:%u", tc.port);
     char *argv[] = {"openssl",  "s_server",
                     "-accept",  accept_addr,
                     "-cert",    (char *)path_in("leaf.pem"),
@@ -216,25 +140,25 @@ static void run_client(const char *cert_file, const char *cert_dir, const char *
     int rc = hdt_run(&o, cl_body, NULL, NULL);
     tu_stop(pid);
     close(out);
-    tls_ctx_destroy(cl.ctx);
+    tls_ctx_destroy(tc.ctx);
     cr_assert_eq(rc, 0);
 }
 
 static void assert_ok(void)
 {
-    cr_assert_eq(atomic_load(&cl.start_rc), 0);
-    cr_assert_eq(atomic_load(&cl.handshakes), 1, "the test CA's certificate was refused");
-    cr_assert_str_eq(cl.got, "dlrow olleh\n");
-    cr_assert_eq(atomic_load(&cl.reason), 0);
+    cr_assert_eq(atomic_load(&tc.start_rc), 0);
+    cr_assert_eq(atomic_load(&tc.handshakes), 1, "the test CA's certificate was refused");
+    cr_assert_str_eq(tc.got, "dlrow olleh\n");
+    cr_assert_eq(atomic_load(&tc.reason), 0);
 }
 
 static void assert_refused(void)
 {
-    cr_assert_eq(atomic_load(&cl.start_rc), 0);
-    cr_assert_eq(atomic_load(&cl.closed), 1);
-    cr_assert_eq(atomic_load(&cl.handshakes), 0, "an untrusted certificate was accepted");
-    cr_assert_eq(atomic_load(&cl.reason), -EPROTO);
-    cr_assert_eq(cl.got_len, 0);
+    cr_assert_eq(atomic_load(&tc.start_rc), 0);
+    cr_assert_eq(atomic_load(&tc.closed), 1);
+    cr_assert_eq(atomic_load(&tc.handshakes), 0, "an untrusted certificate was accepted");
+    cr_assert_eq(atomic_load(&tc.reason), -EPROTO);
+    cr_assert_eq(tc.got_len, 0);
 }
 
 Test(test_tlsconn_roots, cert_file_env_trusts_the_test_ca)
@@ -296,8 +220,8 @@ Test(test_tlsconn_roots, cert_dir_env_replaces_default_dirs)
 Test(test_tlsconn_roots, no_server_name_refused)
 {
     run_client(path_in("ca.pem"), path_in("empty"), NULL);
-    cr_assert_eq(atomic_load(&cl.start_rc), -EINVAL);
-    cr_assert_eq(atomic_load(&cl.handshakes), 0);
+    cr_assert_eq(atomic_load(&tc.start_rc), -EINVAL);
+    cr_assert_eq(atomic_load(&tc.handshakes), 0);
 }
 
 Test(test_tlsconn_roots, options_that_make_no_sense)

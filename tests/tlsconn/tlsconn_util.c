@@ -47,6 +47,9 @@ uint16_t tu_free_port(void)
     return ntohs(a.sin_port);
 }
 
+/* openssl req: its 16 fixed arguments and a few extras. */
+#define TU_REQ_ARGV_MAX 32
+
 static char dir[64], cert[96], key[96];
 
 const char *tu_cert_path(void)
@@ -59,36 +62,48 @@ const char *tu_key_path(void)
     return key;
 }
 
+void tu_openssl_req(const char *key_out, const char *cert_out, const char *subj,
+                    const char *const *extra)
+{
+    const char *argv[TU_REQ_ARGV_MAX] = {"openssl",
+                                         "req",
+                                         "-x509",
+                                         "-newkey",
+                                         "ec",
+                                         "-pkeyopt",
+                                         "ec_paramgen_curve:prime256v1",
+                                         "-nodes",
+                                         "-keyout",
+                                         key_out,
+                                         "-out",
+                                         cert_out,
+                                         "-days",
+                                         "2",
+                                         "-subj",
+                                         subj};
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    for (size_t i = 0; extra && extra[i]; i++) {
+        cr_assert_lt(n + 1, TU_REQ_ARGV_MAX, "tu_openssl_req: too many arguments");
+        argv[n++] = extra[i];
+    }
+    argv[n] = NULL;
+    pid_t pid = tu_spawn((char *const *)argv, NULL, NULL);
+    int st = tu_wait(pid, 20000);
+    if (st < 0)
+        tu_stop(pid);
+    cr_assert_eq(st, 0, "openssl req failed (%d)", st);
+}
+
 const char *tu_make_cert(void)
 {
     snprintf(dir, sizeof(dir), "/tmp/hd-tlsconn-XXXXXX");
     cr_assert(mkdtemp(dir) != NULL);
     snprintf(cert, sizeof(cert), "%s/c.pem", dir);
     snprintf(key, sizeof(key), "%s/k.pem", dir);
-    char *argv[] = {"openssl",
-                    "req",
-                    "-x509",
-                    "-newkey",
-                    "ec",
-                    "-pkeyopt",
-                    "ec_paramgen_curve:prime256v1",
-                    "-nodes",
-                    "-keyout",
-                    key,
-                    "-out",
-                    cert,
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=localhost",
-                    "-addext",
-                    "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    NULL};
-    pid_t pid = tu_spawn(argv, NULL, NULL);
-    int st = tu_wait(pid, 20000);
-    if (st < 0)
-        tu_stop(pid);
-    cr_assert_eq(st, 0, "openssl req failed (%d)", st);
+    const char *const san[] = {"-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", NULL};
+    tu_openssl_req(key, cert, "/CN=localhost", san);
     return dir;
 }
 

@@ -17,6 +17,11 @@ void tu_check_boringssl(void);
 /* A loopback TCP port nobody listens on right now. */
 uint16_t tu_free_port(void);
 
+/* `openssl req -x509` for a fresh P-256 key (key_out) and its certificate (cert_out, 2 days)
+ * with subject subj and more arguments (extra, NULL-terminated, or NULL: "-addext" lines, or
+ * "-CA" / "-CAkey" to sign it with a CA instead of by itself). Bounded; fails the test. */
+void tu_openssl_req(const char *key_out, const char *cert_out, const char *subj,
+                    const char *const *extra);
 /* A fresh directory under /tmp (removed by tu_cleanup) with c.pem / k.pem: a self-signed P-256
  * certificate for CN localhost, SAN DNS:localhost and IP:127.0.0.1, made by `openssl req`.
  * Returns the directory. */

@@ -1,20 +1,20 @@
-/* conf_support.c - a real hderp-server for the conformance tests (spawn on free loopback ports,
- * plain or TLS with a fresh certificate, wait for the probe, SIGTERM by PID, varz) and a
- * blocking raw DERP client. Runs on the test thread only; owns the child process, its work dir
- * and the raw clients' sockets and buffers. */
+/* conf_server.c - a real hderp-server for the conformance tests: spawned on free loopback ports,
+ * plain or TLS with a fresh certificate, waited for on its probe, stopped by PID (SIGTERM, or
+ * SIGKILL for a crash), plain HTTP requests to it and varz; also the blocking socket primitives
+ * the raw client (conf_raw.c) shares (conf_support_impl.h). Runs on the test thread only; owns
+ * the child processes and their work dirs. */
 #define _GNU_SOURCE
 #include "conf_support.h"
+#include "conf_support_impl.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
-#include <sodium.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,14 +36,16 @@ extern char **environ;
 /* opts.env entries. */
 #define CONF_ENV_MAX 16
 
-static int64_t now_ms(void)
+/* ---------------------------------------------------------------- time, sockets */
+
+int64_t conf_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void sleep_ms(int ms)
+void conf_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
@@ -66,7 +68,7 @@ static int free_port(int type, uint16_t *out)
     return rc;
 }
 
-static int tcp_connect(uint16_t port)
+int conf_tcp_connect(uint16_t port)
 {
     struct sockaddr_in a = {
         .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -85,7 +87,7 @@ static int tcp_connect(uint16_t port)
     return fd;
 }
 
-static int write_all(int fd, const void *data, size_t len)
+int conf_write_all(int fd, const void *data, size_t len)
 {
     const uint8_t *p = data;
     while (len > 0) {
@@ -100,11 +102,10 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-/* Waits until fd is readable or deadline (ms, monotonic) passes. */
-static int wait_readable(int fd, int64_t deadline)
+int conf_wait_readable(int fd, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - conf_now_ms();
         if (left <= 0)
             return -ETIMEDOUT;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -120,14 +121,14 @@ static int wait_readable(int fd, int64_t deadline)
 
 ssize_t conf_http(const struct conf_server *srv, const char *req, char *resp, size_t size)
 {
-    int fd = tcp_connect(srv->http_port);
+    int fd = conf_tcp_connect(srv->http_port);
     if (fd < 0)
         return fd;
-    int rc = write_all(fd, req, strlen(req));
+    int rc = conf_write_all(fd, req, strlen(req));
     size_t got = 0;
-    int64_t deadline = now_ms() + CONF_IO_TIMEOUT_MS;
+    int64_t deadline = conf_now_ms() + CONF_IO_TIMEOUT_MS;
     while (rc == 0 && got + 1 < size) {
-        rc = wait_readable(fd, deadline);
+        rc = conf_wait_readable(fd, deadline);
         if (rc < 0)
             break;
         ssize_t n = recv(fd, resp + got, size - 1 - got, 0);
@@ -179,7 +180,7 @@ int conf_varz(const struct conf_server *srv, const char *name, bool sum_labels, 
 int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want, int timeout_ms,
                    int64_t *last)
 {
-    int64_t deadline = now_ms() + timeout_ms, scratch;
+    int64_t deadline = conf_now_ms() + timeout_ms, scratch;
     int rc;
     if (last == NULL)
         last = &scratch;
@@ -187,8 +188,8 @@ int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want
         rc = conf_varz(srv, name, false, last);
         if (rc == 0 && *last == want)
             return 0;
-        sleep_ms(CONF_POLL_MS);
-    } while (now_ms() < deadline);
+        conf_sleep_ms(CONF_POLL_MS);
+    } while (conf_now_ms() < deadline);
     return rc < 0 ? rc : -ETIMEDOUT;
 }
 
@@ -235,29 +236,38 @@ static void crash_track(pid_t pid, pid_t replace)
         }
 }
 
-/* Runs argv (a PATH lookup) with stdout and stderr appended to log, waits (bounded). */
-static int run_tool(const char *const *argv, const char *log)
+int conf_run(const char *const *argv, const char *log, int timeout_ms, int *status)
 {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
     pid_t pid;
     int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0)
         return -rc;
-    int64_t deadline = now_ms() + CONF_START_TIMEOUT_MS;
-    int status = 0;
+    int64_t deadline = conf_now_ms() + timeout_ms;
+    int st = 0;
     pid_t p;
-    while ((p = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() < deadline)
-        sleep_ms(CONF_POLL_MS);
-    if (p == 0) {
+    while ((p = waitpid(pid, &st, WNOHANG)) == 0 && conf_now_ms() < deadline)
+        conf_sleep_ms(CONF_POLL_MS);
+    int e = p < 0 ? errno : 0;
+    if (p == 0) { /* still running: stopped by its PID */
         kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return -ETIMEDOUT;
+        waitpid(pid, &st, 0);
     }
-    return p < 0 ? -errno : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
+    if (status)
+        *status = st;
+    return p == 0 ? -ETIMEDOUT : p < 0 ? -e : 0;
+}
+
+/* Runs a tool (openssl) to completion: 0 when it exited 0, else -errno or -EIO. */
+static int run_tool(const char *const *argv, const char *log)
+{
+    int status = 0;
+    int rc = conf_run(argv, log, CONF_START_TIMEOUT_MS, &status);
+    return rc < 0 ? rc : WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -EIO;
 }
 
 static bool is_ip_literal(const char *name)
@@ -420,14 +430,14 @@ static int wait_probe(struct conf_server *srv)
                           ? "GET /generate_204 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
                           : "GET /derp/probe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     const char *want = srv->tls ? "HTTP/1.1 204" : "HTTP/1.1 200";
-    int64_t deadline = now_ms() + CONF_START_TIMEOUT_MS;
-    while (now_ms() < deadline) {
+    int64_t deadline = conf_now_ms() + CONF_START_TIMEOUT_MS;
+    while (conf_now_ms() < deadline) {
         if (!conf_server_alive(srv))
             return -ECHILD;
         ssize_t n = conf_http(srv, req, resp, sizeof(resp));
         if (n > 0 && strncmp(resp, want, 12) == 0)
             return 0;
-        sleep_ms(CONF_POLL_MS);
+        conf_sleep_ms(CONF_POLL_MS);
     }
     return -ETIMEDOUT;
 }
@@ -516,11 +526,11 @@ int conf_server_stop(struct conf_server *srv)
     if (srv->pid <= 0)
         return -ECHILD;
     kill(srv->pid, SIGTERM);
-    int64_t deadline = now_ms() + CONF_STOP_TIMEOUT_MS;
+    int64_t deadline = conf_now_ms() + CONF_STOP_TIMEOUT_MS;
     int status = 0;
     pid_t p;
-    while ((p = waitpid(srv->pid, &status, WNOHANG)) == 0 && now_ms() < deadline)
-        sleep_ms(CONF_POLL_MS);
+    while ((p = waitpid(srv->pid, &status, WNOHANG)) == 0 && conf_now_ms() < deadline)
+        conf_sleep_ms(CONF_POLL_MS);
     int rc;
     if (p == 0) {
         kill(srv->pid, SIGKILL);
@@ -540,293 +550,4 @@ int conf_server_stop(struct conf_server *srv)
     }
     conf_dir_remove(srv->dir);
     return 0;
-}
-
-/* ---------------------------------------------------------------- raw client */
-
-int conf_raw_open(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp)
-{
-    memset(r, 0, sizeof(*r));
-    r->fd = -1;
-    if (kp)
-        r->kp = *kp;
-    else if (derp_keypair_generate(&r->kp) != 0)
-        return -EIO;
-    r->buf = malloc(CONF_RAW_BUF_SIZE);
-    if (!r->buf)
-        return -ENOMEM;
-    r->fd = tcp_connect(srv->port);
-    return r->fd < 0 ? r->fd : 0;
-}
-
-void conf_raw_close(struct conf_raw *r)
-{
-    if (r->fd >= 0)
-        close(r->fd);
-    r->fd = -1;
-    free(r->buf);
-    r->buf = NULL;
-}
-
-void conf_raw_abort(struct conf_raw *r)
-{
-    struct linger l = {.l_onoff = 1, .l_linger = 0};
-    if (r->fd >= 0)
-        setsockopt(r->fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-    conf_raw_close(r);
-}
-
-int conf_raw_write(struct conf_raw *r, const void *data, size_t len)
-{
-    return write_all(r->fd, data, len);
-}
-
-int conf_raw_send_frame(struct conf_raw *r, uint8_t type, const void *payload, size_t len)
-{
-    uint8_t h[DERP_FRAME_HEADER_LEN] = {type, (uint8_t)(len >> 24), (uint8_t)(len >> 16),
-                                        (uint8_t)(len >> 8), (uint8_t)len};
-    int rc = write_all(r->fd, h, sizeof(h));
-    return rc == 0 && len > 0 ? write_all(r->fd, payload, len) : rc;
-}
-
-/* Reads more bytes into the buffer (compacting first). */
-static int fill(struct conf_raw *r, int64_t deadline)
-{
-    if (r->off > 0) {
-        memmove(r->buf, r->buf + r->off, r->len);
-        r->off = 0;
-    }
-    if (r->len == CONF_RAW_BUF_SIZE)
-        return -EMSGSIZE;
-    int rc = wait_readable(r->fd, deadline);
-    if (rc < 0)
-        return rc;
-    ssize_t n = recv(r->fd, r->buf + r->len, CONF_RAW_BUF_SIZE - r->len, MSG_DONTWAIT);
-    if (n == 0)
-        return -ESHUTDOWN;
-    if (n < 0)
-        return errno == EINTR || errno == EAGAIN ? 0 : -errno;
-    r->len += (size_t)n;
-    return 0;
-}
-
-int conf_raw_upgrade(struct conf_raw *r, const char *extra_headers)
-{
-    char req[1024];
-    int n = snprintf(req, sizeof(req),
-                     "GET /derp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\n"
-                     "Upgrade: DERP\r\n%s\r\n",
-                     extra_headers ? extra_headers : "");
-    int rc = write_all(r->fd, req, (size_t)n);
-    int64_t deadline = now_ms() + CONF_IO_TIMEOUT_MS;
-    while (rc == 0) {
-        uint8_t *end = memmem(r->buf + r->off, r->len, "\r\n\r\n", 4);
-        if (end) {
-            size_t hl = (size_t)(end + 4 - (r->buf + r->off));
-            if (hl >= sizeof(r->head))
-                return -EMSGSIZE;
-            memcpy(r->head, r->buf + r->off, hl);
-            r->head[hl] = '\0';
-            r->off += hl;
-            r->len -= hl;
-            r->http_status = (unsigned)strtoul(r->head + 9, NULL, 10);
-            return 0;
-        }
-        rc = fill(r, deadline);
-    }
-    return rc;
-}
-
-int conf_raw_read(struct conf_raw *r, int timeout_ms, struct conf_frame *f)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        if (r->len >= DERP_FRAME_HEADER_LEN) {
-            const uint8_t *h = r->buf + r->off;
-            uint32_t len = (uint32_t)h[1] << 24 | (uint32_t)h[2] << 16 | (uint32_t)h[3] << 8 | h[4];
-            if (len > CONF_RAW_BUF_SIZE - DERP_FRAME_HEADER_LEN)
-                return -EMSGSIZE;
-            if (r->len >= DERP_FRAME_HEADER_LEN + (size_t)len) {
-                f->type = h[0];
-                f->len = len;
-                f->p = h + DERP_FRAME_HEADER_LEN;
-                r->off += DERP_FRAME_HEADER_LEN + len;
-                r->len -= DERP_FRAME_HEADER_LEN + len;
-                return 0;
-            }
-        }
-        int rc = fill(r, deadline);
-        if (rc < 0)
-            return rc;
-    }
-}
-
-int conf_raw_read_nka(struct conf_raw *r, int timeout_ms, struct conf_frame *f)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        int rc = conf_raw_read(r, left > 0 ? (int)left : 0, f);
-        if (rc < 0 || f->type != DERP_FRAME_KEEP_ALIVE)
-            return rc;
-    }
-}
-
-int conf_raw_read_server_key(struct conf_raw *r)
-{
-    struct conf_frame f;
-    int rc = conf_raw_read(r, CONF_IO_TIMEOUT_MS, &f);
-    if (rc < 0)
-        return rc;
-    if (f.type != DERP_FRAME_SERVER_KEY)
-        return -EPROTO;
-    return derp_server_key_decode(f.p, f.len, &r->server_key);
-}
-
-ssize_t conf_raw_client_info(const struct conf_raw *r, const char *json, uint8_t *buf, size_t size)
-{
-    if (!json)
-        json = "{\"version\":2,\"CanAckPings\":false}";
-    size_t jl = strlen(json);
-    size_t payload = DERP_KEY_LEN + DERP_NONCE_LEN + crypto_box_MACBYTES + jl;
-    if (size < DERP_FRAME_HEADER_LEN + payload)
-        return -ENOSPC;
-    uint8_t *p = buf + DERP_FRAME_HEADER_LEN;
-    derp_frame_header_encode(buf, size, DERP_FRAME_CLIENT_INFO, (uint32_t)payload);
-    memcpy(p, r->kp.pub.bytes, DERP_KEY_LEN);
-    randombytes_buf(p + DERP_KEY_LEN, DERP_NONCE_LEN);
-    if (crypto_box_easy(p + DERP_KEY_LEN + DERP_NONCE_LEN, (const uint8_t *)json, jl,
-                        p + DERP_KEY_LEN, r->server_key.bytes, r->kp.priv.bytes) != 0)
-        return -EIO;
-    return (ssize_t)(DERP_FRAME_HEADER_LEN + payload);
-}
-
-int conf_raw_read_server_info(struct conf_raw *r, int64_t *version)
-{
-    struct conf_frame f;
-    int rc = conf_raw_read(r, CONF_IO_TIMEOUT_MS, &f);
-    if (rc < 0)
-        return rc;
-    if (f.type != DERP_FRAME_SERVER_INFO)
-        return -EPROTO;
-    struct derp_server_info info;
-    uint8_t scratch[1024];
-    rc = derp_server_info_open(f.p, f.len, &r->kp, &r->server_key, &info, scratch, sizeof(scratch));
-    if (rc == 0 && version)
-        *version = info.version;
-    return rc;
-}
-
-int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
-                   const char *json)
-{
-    uint8_t ci[2048];
-    int rc = conf_raw_open(r, srv, kp);
-    if (rc == 0)
-        rc = conf_raw_upgrade(r, NULL);
-    if (rc == 0 && r->http_status != 101)
-        rc = -ENOPROTOOPT;
-    if (rc == 0)
-        rc = conf_raw_read_server_key(r);
-    ssize_t n = rc == 0 ? conf_raw_client_info(r, json, ci, sizeof(ci)) : rc;
-    rc = n < 0 ? (int)n : conf_raw_write(r, ci, (size_t)n);
-    return rc == 0 ? conf_raw_read_server_info(r, NULL) : rc;
-}
-
-int conf_raw_wait_closed(struct conf_raw *r, int timeout_ms)
-{
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        r->off = 0;
-        r->len = 0; /* discard */
-        int rc = fill(r, deadline);
-        if (rc == -ESHUTDOWN || rc == -ECONNRESET)
-            return 0;
-        if (rc < 0)
-            return rc;
-    }
-}
-
-int conf_raw_expect_silence(struct conf_raw *r, int ms, struct conf_frame *f)
-{
-    int rc = conf_raw_read_nka(r, ms, f);
-    if (rc == -ETIMEDOUT)
-        return 0;
-    return rc == 0 ? -EEXIST : rc;
-}
-
-int conf_raw_send_packet(struct conf_raw *r, const struct derp_pubkey *dst, const void *data,
-                         size_t len)
-{
-    uint8_t h[DERP_FRAME_HEADER_LEN + DERP_KEY_LEN];
-    derp_frame_header_encode(h, sizeof(h), DERP_FRAME_SEND_PACKET, (uint32_t)(DERP_KEY_LEN + len));
-    memcpy(h + DERP_FRAME_HEADER_LEN, dst->bytes, DERP_KEY_LEN);
-    int rc = write_all(r->fd, h, sizeof(h));
-    return rc == 0 && len > 0 ? write_all(r->fd, data, len) : rc;
-}
-
-int conf_raw_read_packet(struct conf_raw *r, int timeout_ms, struct derp_pubkey *src,
-                         const uint8_t **data, size_t *len)
-{
-    struct conf_frame f;
-    int64_t deadline = now_ms() + timeout_ms;
-    for (;;) {
-        int64_t left = deadline - now_ms();
-        int rc = conf_raw_read(r, left > 0 ? (int)left : 0, &f);
-        if (rc < 0)
-            return rc;
-        if (f.type != DERP_FRAME_RECV_PACKET)
-            continue;
-        if (f.len < DERP_KEY_LEN)
-            return -EPROTO;
-        memcpy(src->bytes, f.p, DERP_KEY_LEN);
-        *data = f.p + DERP_KEY_LEN;
-        *len = f.len - DERP_KEY_LEN;
-        return 0;
-    }
-}
-
-int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms)
-{
-    uint8_t d[DERP_PING_LEN];
-    memcpy(d, &value, sizeof(d));
-    int rc = conf_raw_send_frame(r, DERP_FRAME_PING, d, sizeof(d));
-    int64_t deadline = now_ms() + timeout_ms;
-    while (rc == 0) {
-        struct conf_frame f;
-        int64_t left = deadline - now_ms();
-        rc = conf_raw_read(r, left > 0 ? (int)left : 0, &f);
-        if (rc == 0 && f.type == DERP_FRAME_PONG && f.len == DERP_PING_LEN &&
-            memcmp(f.p, d, DERP_PING_LEN) == 0)
-            return 0;
-    }
-    return rc;
-}
-
-/* ---------------------------------------------------------------- keys, payloads */
-
-unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards)
-{
-    uint64_t h = 0;
-    for (int i = 7; i >= 0; i--)
-        h = h << 8 | k->bytes[i];
-    return (unsigned)(h % shards);
-}
-
-int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards)
-{
-    for (int i = 0; i < 1000; i++) {
-        if (derp_keypair_generate(kp) != 0)
-            return -EIO;
-        if (conf_key_shard(&kp->pub, shards) == shard)
-            return 0;
-    }
-    return -EAGAIN;
-}
-
-void conf_disco_payload(uint8_t out[CONF_DISCO_LEN])
-{
-    static const uint8_t magic[] = {0x54, 0x53, 0xf0, 0x9f, 0x92, 0xac};
-    memset(out, 0x5a, CONF_DISCO_LEN);
-    memcpy(out, magic, sizeof(magic));
 }
