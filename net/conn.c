@@ -1,9 +1,10 @@
 /* conn.c - a connection's life: adopt or connect, receive (multishot recv into the shard's
  * buffer ring, or one recv at a time into a pool frame without it; record-typed recvmsg for
- * codecs with a record hook), hand bytes to the codec and the app with only a partial tail
- * copied, timeouts, and close — which frees the connection only after the kernel returned every
- * op. Runs on the connection's shard. Sending is in conn_send.c, quiet points in conn_quiet.c,
- * accessors in conn_access.c. */
+ * codecs with a record hook), bytes held while paused or carried by a move and their replay,
+ * timeouts, and close — which frees the connection only after the kernel returned every op.
+ * Runs on the connection's shard. What received bytes go through (codecs, tails, on_data) is in
+ * conn_codec.c, sending in conn_send.c, quiet points in conn_quiet.c, accessors in
+ * conn_access.c. */
 #include <errno.h>
 #include <linux/tls.h>
 #include <netinet/tcp.h>
@@ -243,220 +244,6 @@ void net_conn_recv_arm(struct net_conn *c)
     io_uring_prep_recv(sqe, c->fd, c->recv_frame->data, NET_RECV_FALLBACK_SIZE, 0);
 }
 
-/* Keep data[0..len) as the app's (or codec's) unconsumed tail. */
-static int tail_keep(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
-{
-    struct hd_frame *t = *tailp;
-    if (len > NET_RX_TAIL_MAX)
-        return -EMSGSIZE;
-    if (t && len <= t->size) {
-        memmove(t->data, data, len);
-        t->len = (uint32_t)len;
-        return 0;
-    }
-    struct hd_frame *n = hd_frame_get(c->shard, len);
-    if (n == NULL)
-        return -ENOBUFS;
-    memcpy(n->data, data, len);
-    n->len = (uint32_t)len;
-    if (t)
-        hd_frame_unref(c->shard, t);
-    *tailp = n;
-    return 0;
-}
-
-/* Append data to the tail (growing it into a bigger class when needed). */
-static int tail_append(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
-{
-    struct hd_frame *t = *tailp;
-    size_t total = (size_t)t->len + len;
-    if (total > NET_RX_TAIL_MAX)
-        return -EMSGSIZE;
-    if (total > t->size) {
-        struct hd_frame *n = hd_frame_get(c->shard, total);
-        if (n == NULL)
-            return -ENOBUFS;
-        memcpy(n->data, t->data, t->len);
-        n->len = t->len;
-        hd_frame_unref(c->shard, t);
-        *tailp = t = n;
-    }
-    memcpy(t->data + t->len, data, len);
-    t->len = (uint32_t)total;
-    return 0;
-}
-
-static void tail_drop(struct net_conn *c, struct hd_frame **tailp)
-{
-    if (*tailp) {
-        hd_frame_unref(c->shard, *tailp);
-        *tailp = NULL;
-    }
-}
-
-/* Append data[0..len) to a tail (creating it). */
-static int tail_add(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
-{
-    if (len == 0)
-        return 0;
-    return *tailp ? tail_append(c, tailp, data, len) : tail_keep(c, tailp, data, len);
-}
-
-/* What the lower codec delivered, through the upper one (which may modify its input, so it
- * decodes a copy in upper_tail). Returns 0 or -errno. */
-static int upper_input(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    int rc = tail_add(c, &c->upper_tail, data, len);
-    struct hd_frame *t = c->upper_tail;
-    if (rc < 0 || t == NULL || t->len == 0)
-        return rc;
-    c->flags |= NET_F_UPPER_IN;
-    ssize_t n = c->upper->decode(c, c->upper_state, t->data, t->len);
-    c->flags &= ~NET_F_UPPER_IN;
-    if (n < 0)
-        return (int)n;
-    HD_ASSERT((size_t)n <= t->len && t == c->upper_tail);
-    memmove(t->data, t->data + n, t->len - (size_t)n);
-    t->len -= (uint32_t)n;
-    return 0;
-}
-
-/* After net_conn_switch_codec: data[0..len) arrived as plaintext but is the new codec's input,
- * kept as its tail (decoded by rest_decode). */
-static int rest_to_codec(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    return tail_add(c, c->upper ? &c->upper_tail : &c->raw_tail, data, len);
-}
-
-/* The switch is complete: decode what was kept for the new codec (unless paused: replay then). */
-static int rest_decode(struct net_conn *c, int rc)
-{
-    c->flags &= ~NET_F_CODEC_REST;
-    if (rc < 0 || c->state != NET_CONN_OPEN || (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
-        return rc;
-    if (c->upper)
-        return upper_input(c, NULL, 0);
-    if (c->raw_tail && c->raw_tail->len > 0)
-        rc = net_conn_input(c, NULL, 0);
-    return rc;
-}
-
-int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state)
-{
-    if (c->upper)
-        return -EBUSY;
-    if (c->codec && (codec->move_out || codec->move_in || codec->record || codec->quiesced))
-        return -EINVAL;
-    HD_ASSERT(c->flags & NET_F_IN_DATA); /* only on_data knows where the new protocol starts */
-    if (c->codec == NULL) {
-        c->codec = codec;
-        c->codec_state = state;
-    } else {
-        /* Queued before the switch: the lower codec's plaintext as it is. */
-        uint32_t off, len;
-        struct hd_frame *f;
-        while ((f = net_conn_plain_take(c, &off, &len)) != NULL) {
-            int rc = net_sendq_push(c->ns, &c->mid, f, off, len);
-            if (rc < 0) {
-                hd_frame_unref(c->shard, f);
-                return rc;
-            }
-        }
-        c->upper = codec;
-        c->upper_state = state;
-    }
-    c->flags |= NET_F_CODEC_REST;
-    return 0;
-}
-
-/* Offer bytes to on_data until it consumes nothing more; keep the rest as the tail (or, after
- * a codec switch, as the codec's input). */
-static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool from_tail)
-{
-    size_t done = 0;
-    while (done < len && c->state == NET_CONN_OPEN && !(c->flags & NET_F_RECV_PAUSED)) {
-        uint32_t in_data = c->flags & NET_F_IN_DATA;
-        c->flags |= NET_F_IN_DATA;
-        ssize_t n = c->h->on_data(c, data + done, len - done);
-        c->flags = (c->flags & ~NET_F_IN_DATA) | in_data;
-        if (n < 0)
-            return (int)n;
-        HD_ASSERT((size_t)n <= len - done);
-        done += (size_t)n;
-        if (c->flags & NET_F_CODEC_REST) {
-            int rc = rest_to_codec(c, data + done, len - done);
-            if (from_tail)
-                c->rx_tail->len = 0;
-            return rc;
-        }
-        if (n == 0)
-            break;
-    }
-    if (done == len) {
-        if (from_tail)
-            c->rx_tail->len = 0;
-        return 0;
-    }
-    return tail_keep(c, &c->rx_tail, data + done, len - done);
-}
-
-int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    if (c->upper && !(c->flags & NET_F_UPPER_IN))
-        return upper_input(c, data, len); /* from the lower codec: the upper one is next */
-    /* With a tail, add only what fits under NET_RX_TAIL_MAX, offer it, and go on with the rest:
-     * a partial frame near the limit plus a whole new buffer must not overflow the tail when the
-     * frame completes inside that buffer. */
-    int rc = 0;
-    while (len > 0 && c->rx_tail && c->rx_tail->len > 0) {
-        if (c->state != NET_CONN_OPEN || (c->flags & NET_F_RECV_PAUSED))
-            return tail_append(c, &c->rx_tail, data, len); /* offered again on resume */
-        size_t room = NET_RX_TAIL_MAX - c->rx_tail->len;
-        if (room == 0)
-            return -EMSGSIZE; /* the app's message is larger than any tail may be */
-        size_t take = len < room ? len : room;
-        rc = tail_append(c, &c->rx_tail, data, take);
-        if (rc == 0)
-            rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
-        data += take;
-        len -= take;
-        if (rc < 0 || (c->flags & NET_F_CODEC_REST))
-            break;
-    }
-    if (rc == 0 && len > 0 && !(c->flags & NET_F_CODEC_REST)) {
-        rc = app_offer(c, data, len, false);
-        len = 0;
-    }
-    if (!(c->flags & NET_F_CODEC_REST))
-        return rc;
-    if (rc == 0)
-        rc = rest_to_codec(c, data, len); /* bytes the tail loop did not offer */
-    return rest_decode(c, rc);
-}
-
-/* Raw bytes from the socket: through the codec if there is one. */
-int net_conn_input(struct net_conn *c, uint8_t *data, size_t len)
-{
-    c->stats.bytes_in += len;
-    if (c->codec == NULL)
-        return net_conn_deliver(c, data, len);
-    if (c->raw_tail && c->raw_tail->len > 0) {
-        int rc = len ? tail_append(c, &c->raw_tail, data, len) : 0;
-        if (rc < 0)
-            return rc;
-        data = c->raw_tail->data;
-        len = c->raw_tail->len;
-    }
-    ssize_t n = c->codec->decode(c, c->codec_state, data, len);
-    if (n < 0)
-        return (int)n;
-    if (c->raw_tail && data == c->raw_tail->data && (size_t)n == len) {
-        c->raw_tail->len = 0;
-        return 0;
-    }
-    return (size_t)n == len ? 0 : tail_keep(c, &c->raw_tail, data + n, len - (size_t)n);
-}
-
 /* A read of a known record type: data to the codec's decode (or the app), others to the
  * codec's record hook. type 0: an untyped read. */
 static int input_typed(struct net_conn *c, uint8_t type, uint8_t *data, size_t len)
@@ -593,16 +380,7 @@ static int pending_drain(struct net_conn *c, bool deliver)
  * the codec's tail, pending frames, held ring buffers. Stops where the app pauses. */
 int net_conn_replay(struct net_conn *c)
 {
-    int rc = 0;
-    if (c->rx_tail && c->rx_tail->len > 0)
-        rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
-    c->flags &= ~NET_F_CODEC_REST; /* a switch: its bytes are the codec's tail, decoded next */
-    if (rc == 0 && c->upper && c->upper_tail && c->upper_tail->len > 0 &&
-        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
-        rc = upper_input(c, NULL, 0);
-    if (rc == 0 && c->codec && c->raw_tail && c->raw_tail->len > 0 &&
-        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
-        rc = net_conn_input(c, NULL, 0);
+    int rc = net_conn_tails_replay(c);
     if (rc == 0)
         rc = pending_drain(c, true);
     if (rc == 0)
@@ -791,12 +569,12 @@ void net_conn_release(struct net_conn *c, bool notify)
         c->codec->release(c, c->codec_state);
     c->codec = NULL;
     net_sendq_clear(ns, s, &c->mid);
-    tail_drop(c, &c->upper_tail);
+    net_conn_tail_drop(c, &c->upper_tail);
     net_sendq_clear(ns, s, &c->plain);
     net_sendq_clear(ns, s, &c->wire);
-    tail_drop(c, &c->rx_tail);
-    tail_drop(c, &c->raw_tail);
-    tail_drop(c, &c->recv_frame);
+    net_conn_tail_drop(c, &c->rx_tail);
+    net_conn_tail_drop(c, &c->raw_tail);
+    net_conn_tail_drop(c, &c->recv_frame);
     if (notify && c->h->on_close)
         c->h->on_close(c, c->close_reason);
     *c->all_pprev = c->all_next;

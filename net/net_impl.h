@@ -152,10 +152,14 @@ void net_bufring_recycle(struct net_shard *ns, uint16_t bid);
 /* migrate.c */
 void net_migrate_step(struct net_conn *c);
 
+/* conn_codec.c */
+int net_conn_input(struct net_conn *c, uint8_t *data, size_t len);
+int net_conn_tails_replay(struct net_conn *c);
+void net_conn_tail_drop(struct net_conn *c, struct hd_frame **tailp);
+
 /* conn.c / conn_send.c */
 struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
                               void *app, const struct net_conn_options *opt);
-int net_conn_input(struct net_conn *c, uint8_t *data, size_t len);
 void net_conn_recv_arm(struct net_conn *c);
 void net_conn_release(struct net_conn *c, bool notify);
 int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *count);

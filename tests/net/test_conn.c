@@ -15,27 +15,7 @@
 
 #include "harness.h"
 #include "net.h"
-
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-/* The byte at position i of stream `seed`: cheap to recompute on the receiving side. */
-static inline uint8_t stream_byte(uint64_t seed, uint64_t i)
-{
-    uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull + seed;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (uint8_t)(x >> ((i & 7) * 8));
-}
+#include "net_test_util.h"
 
 static struct {
     uint16_t port;
@@ -174,7 +154,7 @@ static void client_fill(struct client *k)
         HDT_CHECK(f != NULL);
         uint32_t n = (uint32_t)((k->total - k->sent) < CHUNK ? k->total - k->sent : CHUNK);
         for (uint32_t i = 0; i < n; i++)
-            f->data[i] = stream_byte(k->seed, k->sent + i);
+            f->data[i] = nt_stream_byte(k->seed, k->sent + i);
         int rc = net_conn_send(k->c, f, 0, n);
         hd_frame_unref(k->s, f);
         HDT_CHECK(rc == 0);
@@ -189,7 +169,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct client *k = net_conn_app(c);
     for (size_t i = 0; i < len; i++)
-        if (data[i] != stream_byte(k->seed, k->got + i))
+        if (data[i] != nt_stream_byte(k->seed, k->got + i))
             k->bad = true;
     k->got += len;
     if (k->got == k->total)
@@ -256,7 +236,7 @@ static void run_bulk_msgs(bool no_buf_ring, uint64_t bytes_per_client, bool migr
     g.migrate = migrate;
     g.msg_size = msg_size;
     memset(clients, 0, sizeof(clients));
-    g.port = free_port();
+    g.port = nt_free_port();
     g.no_buf_ring = no_buf_ring;
     bulk_bytes = bytes_per_client;
     atomic_store(&clients_left, 2 * CLIENTS_PER_SHARD);
@@ -379,7 +359,7 @@ static void run_raw_cfg(void (*fn)(void), uint32_t idle_ms, bool half_close, uns
 {
     memset(&g, 0, sizeof(g));
     g.conns_max = conns_max;
-    g.port = free_port();
+    g.port = nt_free_port();
     g.idle_ms = idle_ms;
     g.half_close = half_close;
     raw_fn = fn;
@@ -505,7 +485,7 @@ static void refused_body(struct hd_shard *s, void *arg)
 Test(test_net_conn, connect_refused, .timeout = 30)
 {
     memset(&g, 0, sizeof(g));
-    g.port = free_port();
+    g.port = nt_free_port();
     struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
     cr_assert_eq(hdt_run(&o, refused_body, NULL, NULL), 0);
     cr_assert_eq(atomic_load(&refused_res), -ECONNREFUSED);
@@ -610,7 +590,7 @@ Test(test_net_conn, emfile_backs_off_and_recovers, .timeout = 60)
     cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
     cr_assert_eq(pipe(emfile_to_child), 0);
     cr_assert_eq(pipe(emfile_from_child), 0);
-    uint16_t port = free_port();
+    uint16_t port = nt_free_port();
     pid_t child = fork();
     cr_assert_geq(child, 0);
     if (child == 0)

@@ -6,7 +6,6 @@
  * back and checked byte by byte, while every server connection moves to the other shard
  * mid-stream; the client ends with a close frame that the server echoes (-ESHUTDOWN there, 0
  * here). With and without the buffer ring (2 KiB receives: headers split everywhere). */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -16,6 +15,7 @@
 
 #include "harness.h"
 #include "net.h"
+#include "net_test_util.h"
 #include "net_ws.h"
 
 #define SHARDS            2
@@ -35,15 +35,6 @@ static struct {
     struct net_listener *listeners[SHARDS];
     _Atomic unsigned server_closed, server_bad_reason, migrated, left;
 } g;
-
-static inline uint8_t stream_byte(uint64_t seed, uint64_t i)
-{
-    uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull + seed;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (uint8_t)(x >> ((i & 7) * 8));
-}
 
 static int net_init(struct hd_shard *s)
 {
@@ -144,7 +135,7 @@ static void client_fill(struct client *k)
         HDT_CHECK(f != NULL);
         uint32_t n = (uint32_t)(TOTAL - k->sent < CHUNK ? TOTAL - k->sent : CHUNK);
         for (uint32_t i = 0; i < n; i++)
-            f->data[i] = stream_byte(k->seed, k->sent + i);
+            f->data[i] = nt_stream_byte(k->seed, k->sent + i);
         int rc = net_conn_send(k->c, f, 0, n);
         hd_frame_unref(k->s, f);
         HDT_CHECK(rc == 0);
@@ -165,7 +156,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
         return (ssize_t)(sizeof(response) - 1);
     }
     for (size_t i = 0; i < len; i++)
-        HDT_CHECK(data[i] == stream_byte(k->seed, k->got + i));
+        HDT_CHECK(data[i] == nt_stream_byte(k->seed, k->got + i));
     k->got += len;
     HDT_CHECK(k->got <= TOTAL);
     if (k->got == TOTAL)
@@ -192,7 +183,7 @@ static void client_connected(struct net_conn *c, int res)
     memcpy(buf, request, n);
     n += net_ws_header_write(buf + n, NET_WS_OP_BINARY, true, EARLY, key);
     for (uint32_t i = 0; i < EARLY; i++)
-        buf[n + i] = stream_byte(k->seed, i);
+        buf[n + i] = nt_stream_byte(k->seed, i);
     net_ws_mask(buf + n, EARLY, key, 0);
     HDT_CHECK(net_conn_send_copy(c, buf, n + EARLY) == 0);
     k->sent = EARLY;
@@ -233,22 +224,11 @@ static void body(struct hd_shard *s, void *arg)
     }
 }
 
-static uint16_t free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static void run(bool no_buf_ring)
 {
     memset(&g, 0, sizeof(g));
     memset(clients, 0, sizeof(clients));
-    g.port = free_port();
+    g.port = nt_free_port();
     g.no_buf_ring = no_buf_ring;
     g.left = CLIENTS;
     struct hdt_options o = {
