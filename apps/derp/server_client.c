@@ -340,6 +340,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct derp_sclient *cl = net_conn_app(c);
     size_t done = 0;
+    const bool rate_on = cl->ds->cfg->rate_var != NULL; /* -rate-config given (§6.9) */
     while (cl->phase != DERP_SCLIENT_MOVING && cl->phase != DERP_SCLIENT_ADMITTING) {
         struct derp_split sp;
         bool skipping = derp_splitter_skipping(&cl->sp);
@@ -354,7 +355,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
          * payload, so net keeps at most the header and one read's bytes while paused. (Waiting
          * until the whole frame is buffered would leave net a 64 KiB frame plus the rest of the
          * read, over NET_RX_TAIL_MAX: the connection would close; test_conformance_rate*.) */
-        if (sp.header_known && !skipping && cl->phase == DERP_SCLIENT_ACTIVE &&
+        if (rate_on && sp.header_known && !skipping && cl->phase == DERP_SCLIENT_ACTIVE &&
             !derp_rate_take(cl, sp.len))
             break; /* reading paused: this frame is offered again when its tokens are there */
         if (sp.kind == DERP_SPLIT_NEED)
@@ -367,7 +368,8 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
                 return rc;
             }
         }
-        derp_rate_frame_done(cl);
+        if (rate_on)
+            derp_rate_frame_done(cl);
         done += sp.consumed;
         if (net_conn_state(c) != NET_CONN_OPEN)
             break;
