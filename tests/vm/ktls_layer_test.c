@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -429,6 +430,9 @@ static bool setup(void)
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* An openssl peer that exits early makes the driver's pipe write fail: EPIPE, reported by
+     * the row's checks, instead of a SIGPIPE that kills the test without a word (seen: 141). */
+    signal(SIGPIPE, SIG_IGN);
     log_capture();
     struct lt_tls_stat before, after;
     if (tls_stat_read(&before) < 0)
