@@ -178,6 +178,12 @@ void ts_run_with(unsigned shards, void (*driver)(void), hdt_body_fn *body, unsig
                             .shard_fini = ts_shard_fini};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, driver_main, NULL), 0);
-    cr_assert_eq(hdt_run(&o, run_body, NULL, NULL), 0);
+    /* The runtime outlives the driver thread, which may still call hd_runtime_stop on it when
+     * the runtime stopped by itself (ASan saw that use after free in a CI dry run). */
+    struct hd_runtime *rt = NULL;
+    int rc = hdt_run(&o, run_body, NULL, &rt);
     pthread_join(t, NULL);
+    if (rt)
+        hd_runtime_destroy(rt);
+    cr_assert_eq(rc, 0);
 }
