@@ -150,7 +150,7 @@ struct derp_counters {
     int64_t current_notideal_connections;
     int64_t clients_local; /* keys with at least one connection here */
     int64_t current_dup_client_keys, current_dup_client_conns;
-    int64_t watchers;
+    int64_t watchers;         /* ds->watch_count, set when read */
     int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
     int64_t mesh_links_ready; /* outbound mesh links logged in */
 };
@@ -259,6 +259,7 @@ struct derp_mesh_link {
     struct derp_client *k; /* NULL: not connected (retry pending, or self) */
     bool ready;            /* logged in: ForwardPacket goes out on it */
     bool self;             /* the entry is this server (same key): never dialed again */
+    bool reported;         /* this connection sent PeerPresent: its close forgets routes */
     uint64_t failures;     /* consecutive failed attempts (logging) */
     struct hd_timer retry;
     /* A named node: the lookup in flight, and its addresses, tried in order before the next

@@ -227,6 +227,7 @@ static void to_owner(struct derp_mesh_link *l, const uint8_t key[DERP_KEY_LEN], 
 
 static void link_present(struct derp_client *k, const struct derp_peer_present *p)
 {
+    link_of(k)->reported = true;
     to_owner(link_of(k), p->key, add_event);
 }
 
@@ -248,21 +249,20 @@ static void link_closed(struct derp_client *k, int reason)
     struct derp_shard *ds = l->ds;
     l->k = NULL;
     bool stopping = hd_shard_stopping(ds->s), was_ready = l->ready;
-    if (l->ready && stopping) {
+    if (was_ready) {
         l->ready = false;
         ds->ctr.mesh_links_ready--;
-    } else if (l->ready) {
-        l->ready = false;
-        ds->ctr.mesh_links_ready--;
-        hd_log(HD_LOG_WARN, "mesh: link to %s lost (%s): forgetting its clients, redial in %ds",
-               l->node->entry, why(reason), DERP_MESH_RETRY_MS / 1000);
-    } else if (!l->self && !stopping &&
-               l->failures++ % 12 == 0) { /* once a minute while it stays down */
+        if (!stopping)
+            hd_log(HD_LOG_WARN, "mesh: link to %s lost (%s): forgetting its clients, redial in %ds",
+                   l->node->entry, why(reason), DERP_MESH_RETRY_MS / 1000);
+    } else if (!l->self && !stopping && l->failures++ % 12 == 0) { /* once a minute */
         hd_log(HD_LOG_WARN, "mesh: cannot link to %s: %s; retrying every %ds", l->node->entry,
                why(reason), DERP_MESH_RETRY_MS / 1000);
     }
-    /* Everything it told us, on every shard; after its earlier updates on the same bus. */
-    struct hd_frame *f = hd_frame_get(ds->s, 1);
+    /* Everything it told us, on every shard; after its earlier updates on the same bus. A
+     * link that reported nothing (a failed dial) has nothing to forget. */
+    struct hd_frame *f = l->reported ? hd_frame_get(ds->s, 1) : NULL;
+    l->reported = false;
     if (f)
         derp_event_broadcast(ds, remove_node_event, f, l->id);
     if (l->self || stopping)

@@ -35,6 +35,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
     if (ds) {
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
+        v->ctr.watchers = ds->watch_count;
         v->rate = *derp_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);

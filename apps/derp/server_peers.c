@@ -171,7 +171,7 @@ static void gone_event(struct derp_shard *ds, struct hd_frame *f, uint64_t arg)
 {
     for (uint32_t off = 0; off + DERP_KEY_LEN <= f->len; off += DERP_KEY_LEN) {
         const uint8_t *key = f->data + off;
-        bool watchers = (arg & GONE_WATCHERS) && ds->ctr.watchers > 0;
+        bool watchers = (arg & GONE_WATCHERS) && ds->watch_count > 0;
         struct derp_subs_entry e;
         if ((arg & GONE_SOURCES) && derp_sources_take(ds, key, &e)) {
             struct derp_sclient **v = derp_subs_vec(&e);
@@ -568,7 +568,6 @@ void derp_watch_start(struct derp_shard *ds, struct derp_sclient *cl)
         cl->watch_idx = ds->watch_count;
         ds->watch_list[ds->watch_count++] = cl;
         cl->watcher = true;
-        ds->ctr.watchers++;
         arg |= WATCH_NEW;
     }
     derp_event_broadcast(ds, watch_add_event, f, arg);
@@ -580,7 +579,6 @@ void derp_watch_stop(struct derp_shard *ds, struct derp_sclient *cl)
     ds->watch_list[cl->watch_idx] = last;
     last->watch_idx = cl->watch_idx;
     cl->watcher = false;
-    ds->ctr.watchers--;
     struct hd_frame *f = derp_key_frame(ds, cl->key.bytes, NULL);
     if (f)
         derp_event_broadcast(ds, watch_remove_event, f, 0);
