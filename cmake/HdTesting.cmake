@@ -6,7 +6,7 @@ function(hd_add_criterion_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} hd::criterion)
-  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
   # --jobs=1 keeps tests that pin threads or start shards from fighting over the two cores.
   add_test(NAME ${name} COMMAND ${name} --jobs=1 --ascii)
   if(NOT T_TIMEOUT)

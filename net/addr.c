@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
+#include <hd/net.h>
 
 static int parse_port(const char *p, uint16_t *out)
 {

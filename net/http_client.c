@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
-#include "net_http.h"
-#include "net_http_client.h"
+#include <hd/net.h>
+#include <hd/net_http.h>
+#include <hd/net_http_client.h>
 
 struct net_http_client {
     struct hd_shard *s;

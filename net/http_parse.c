@@ -7,12 +7,12 @@
  * at once, and every syntax decision depends only on the bytes before it, so feeding a head in
  * any number of pieces gives the same answer as feeding it whole. Semantic checks (framing, Host,
  * Connection) run once, when the empty line that ends the head has been seen. */
-#include "net_http.h"
+#include <hd/net_http.h>
 
 #include <errno.h>
 #include <string.h>
 
-#include "hd_base.h"
+#include <hd/hd_base.h>
 
 enum http_state {
     ST_INIT = 0,    /* not initialised: init sets the first state */

@@ -2,7 +2,7 @@
  * derper 101, the WebSocket handshake (RFC 6455), and client request heads. Runs on the shard
  * that owns the connection; writes only into the caller's buffer, owns nothing. Every value is
  * checked before it is written so no caller-supplied text can inject a header or end the head. */
-#include "net_http.h"
+#include <hd/net_http.h>
 
 #include <errno.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 #include <openssl/base64.h>
 #include <openssl/sha.h>
 
-#include "hd_base.h"
+#include <hd/hd_base.h>
 
 /* Bounded output: records overflow instead of writing past size, so callers check once. */
 struct wbuf {

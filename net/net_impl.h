@@ -3,8 +3,8 @@
 #ifndef NET_IMPL_H
 #define NET_IMPL_H
 
-#include "hd_uring.h"
-#include "net.h"
+#include <hd/hd_uring.h>
+#include <hd/net.h>
 
 /* ---- send queues: chunks of (frame, off, len) entries */
 struct net_sendq_entry {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "net.h"
+#include <hd/net.h>
 
 #define NET_URL_HTTP_PORT  80
 #define NET_URL_HTTPS_PORT 443

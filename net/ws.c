@@ -9,7 +9,7 @@
 
 #include <openssl/rand.h>
 
-#include "net_ws.h"
+#include <hd/net_ws.h>
 
 struct net_ws {
     struct hd_frame *self; /* the frame holding this struct */

@@ -4,7 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "net_ws.h"
+#include <hd/net_ws.h>
 
 void net_ws_decoder_init(struct net_ws_decoder *d, bool from_client)
 {

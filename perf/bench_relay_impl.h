@@ -12,7 +12,7 @@
 
 #include "derp_client.h"
 #include "echo_probe.h"
-#include "hd.h"
+#include <hd/hd.h>
 
 /* ---- Limits ---------------------------------------------------------------------------------- */
 

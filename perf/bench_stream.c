@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "net.h"
-#include "tls.h"
+#include <hd/net.h>
+#include <hd/tls.h>
 #include "tls_keys.h"
 #include "tls_record.h"
 

@@ -5,7 +5,7 @@
 
 #include <pthread.h>
 
-#include "hd_uring.h"
+#include <hd/hd_uring.h>
 
 /* Reserved CQE tags: never valid op pointers. */
 #define HD_TAG_IGNORE 0u /* our own cancel requests and MSG_RING source completions */

@@ -2,7 +2,7 @@
  * split into 2^SUB linear buckets. Plain data, owned by whoever embeds it. */
 #include <string.h>
 
-#include "hd.h"
+#include <hd/hd.h>
 
 #define SUB       HD_HIST_SUB_BITS
 #define SUB_COUNT (1u << SUB)

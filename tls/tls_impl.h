@@ -6,7 +6,7 @@
 
 #include <openssl/ssl.h>
 
-#include "tls.h"
+#include <hd/tls.h>
 #include "tls_keys.h"
 #include "tls_record.h"
 

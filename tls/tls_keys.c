@@ -14,7 +14,7 @@
 #include <openssl/hkdf.h>
 #include <openssl/mem.h>
 
-#include "hd_base.h"
+#include <hd/hd_base.h>
 
 /* What each suite is made of (RFC 8446 §B.4). */
 struct tls_suite_desc {

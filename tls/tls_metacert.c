@@ -13,7 +13,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
-#include "tls.h"
+#include <hd/tls.h>
 #include "tls_impl.h"
 
 /* A fresh Ed25519 key per start (derper: only the certificate's content matters). */

@@ -12,7 +12,7 @@
 #include <openssl/err.h>
 #include <openssl/mem.h>
 
-#include "hd_base.h"
+#include <hd/hd_base.h>
 
 /* RFC 8446 §5.1: legacy_record_version of every protected record. */
 #define TLS_LEGACY_VERSION_MAJOR 3

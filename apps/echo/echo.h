@@ -7,7 +7,7 @@
 
 #include "derp_client.h"
 #include "echo_probe.h"
-#include "hd.h"
+#include <hd/hd.h>
 
 /* Payload: echo_probe.h ("HDPG" magic, sequence, send time, zero padding). */
 #define ECHO_SIZE_MAX  DERP_PACKET_LEN_MAX

@@ -2,8 +2,8 @@
  *   hderp-echo echo --server URL [--key-file F]        bounce every packet back to its sender
  *   hderp-echo ping --server URL --peer KEY [...]      timestamped packets to an echo peer,
  *                                                      percentiles after a warm-up
- * One shard; the DERP client (apps/derp/derp_client.h) over plain TCP or TLS. Main thread parses
- * flags; everything else runs on the shard. */
+ * One shard; the DERP client (apps/derp/client/derp_client.h) over plain TCP or TLS. Main thread
+ * parses flags; everything else runs on the shard. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "hd.h"
+#include <hd/hd.h>
 
 #define ECHO_MAGIC      "HDPG"
 #define ECHO_HEADER_LEN 20

@@ -16,7 +16,7 @@
 #include "conf_support.h"
 #include "derp_client.h"
 #include "harness.h"
-#include "tls.h"
+#include <hd/tls.h>
 
 #define LOAD_CLIENTS CONF_LOAD_CLIENTS
 #define LOAD_PACKETS CONF_LOAD_PACKETS

@@ -1,6 +1,6 @@
 /* test_conformance_peers.c - DERP-SPEC §14 rows 11, 17, 18, 21 and 40 against a real
  * hderp-server with 2 shards, raw blocking clients on the test thread whose keys are chosen so
- * both shards own some (derp_owner = low 64 bits of the key % shards): packets across shards
+ * both shards own some (srv_owner = low 64 bits of the key % shards): packets across shards
  * with the right source key, PeerGone(Disconnected) and NotHere with its rate limit, duplicate
  * connections for one key, and gauges returning to zero after everyone left. */
 #include <criterion/criterion.h>

@@ -16,7 +16,7 @@
 #include "conf_support.h"
 #include "derp_client.h"
 #include "harness.h"
-#include "tls.h"
+#include <hd/tls.h>
 
 #define RATE     (256 * 1024)
 #define BURST    65568

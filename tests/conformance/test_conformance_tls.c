@@ -18,7 +18,7 @@
 #include "conf_support.h"
 #include "derp_client.h"
 #include "harness.h"
-#include "tls.h"
+#include <hd/tls.h>
 
 /* A few logins and packets on one shard: far beyond any local round trip, even under ASan. */
 #define SMALL_DEADLINE_MS 30000

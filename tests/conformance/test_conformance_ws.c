@@ -20,8 +20,8 @@
 #include "conf_support.h"
 #include "derp_frame.h"
 #include "derp_handshake.h"
-#include "net_http.h"
-#include "tls.h"
+#include <hd/net_http.h>
+#include <hd/tls.h>
 
 static struct conf_server srv;
 

@@ -13,7 +13,7 @@
 #include "derp_disco.h"
 #include "derp_frame.h"
 #include "derp_test_util.h"
-#include "hd_base.h"
+#include <hd/hd_base.h>
 
 static uint8_t key_a[DERP_KEY_LEN], key_b[DERP_KEY_LEN];
 

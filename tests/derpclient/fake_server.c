@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "net_http.h"
+#include <hd/net_http.h>
 
 #define FAKE_CONNS_MAX 8
 #define FAKE_IN_MAX    (2u << 20)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "derp_proto.h"
-#include "net.h"
+#include <hd/net.h>
 
 struct fake_opts {
     bool close_at_accept;       /* close each connection as soon as it is accepted */

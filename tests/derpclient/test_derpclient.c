@@ -1,4 +1,4 @@
-/* test_derpclient.c - the DERP client (apps/derp/derp_client.h) against the fake server of
+/* test_derpclient.c - the DERP client (apps/derp/client/derp_client.h) against the fake server of
  * fake_server.c on one real shard over loopback: normal and fast-start login (with and without
  * a known server key), the read-ahead case (101 + ServerKey in one write) and its opposite,
  * dribbled input, packet and ping round trips, every server->client frame type including

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net_http.h"
+#include <hd/net_http.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

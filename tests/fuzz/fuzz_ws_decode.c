@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net_ws.h"
+#include <hd/net_ws.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net_http.h"
+#include <hd/net_http.h>
 
 #define OK_HEAD 0 /* expected rc in the tables: success, consumed up to the first empty line */
 

@@ -6,7 +6,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "net_http.h"
+#include <hd/net_http.h>
 
 /* DERP-SPEC Appendix A server public key. */
 static const uint8_t derp_key[NET_HTTP_DERP_KEY_SIZE] = {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "net.h"
+#include <hd/net.h>
 #include "net_test_util.h"
 
 static struct {

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "net.h"
-#include "net_http_client.h"
+#include <hd/net.h>
+#include <hd/net_http_client.h>
 
 static struct {
     char path[108];

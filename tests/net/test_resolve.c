@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "net.h"
+#include <hd/net.h>
 
 struct result {
     pthread_t shard_thread;

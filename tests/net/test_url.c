@@ -5,7 +5,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "net.h"
+#include <hd/net.h>
 
 Test(net_url, parts)
 {

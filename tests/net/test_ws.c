@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "net_ws.h"
+#include <hd/net_ws.h>
 
 /* What a sink saw: payload bytes concatenated, control frames as "opcode:len" records. */
 struct seen {

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "net.h"
+#include <hd/net.h>
 #include "net_test_util.h"
-#include "net_ws.h"
+#include <hd/net_ws.h>
 
 #define SHARDS            2
 #define CLIENTS_PER_SHARD 2

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "hd.h"
+#include <hd/hd.h>
 
 #define HDT_CHECK(cond)                                                                            \
     do {                                                                                           \

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "hd_uring.h"
+#include <hd/hd_uring.h>
 
 static const struct hdt_options one = {.shards = 1};
 

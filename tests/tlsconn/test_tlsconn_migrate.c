@@ -14,8 +14,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "net.h"
-#include "tls.h"
+#include <hd/net.h>
+#include <hd/tls.h>
 #include "tlsconn_util.h"
 
 static void suite_init(void)

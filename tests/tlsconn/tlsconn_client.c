@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "hd.h"
+#include <hd/hd.h>
 
 struct tc_state tc;
 

@@ -9,8 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "net.h"
-#include "tls.h"
+#include <hd/net.h>
+#include <hd/tls.h>
 
 struct tc_state {
     struct tls_ctx *ctx;

@@ -6,8 +6,8 @@
 #include <stdatomic.h>
 
 #include "harness.h"
-#include "net.h"
-#include "tls.h"
+#include <hd/net.h>
+#include <hd/tls.h>
 
 #define TS_SHARDS_MAX 2
 #define TS_CLOSES_MAX 16

@@ -11,7 +11,7 @@
 #include <sys/types.h>
 
 #include "harness.h"
-#include "tls.h"
+#include <hd/tls.h>
 
 #define LT_SHARDS          2
 #define LT_BULK_BYTES      (16ull << 20) /* x 4 connections = 64 MiB each way */

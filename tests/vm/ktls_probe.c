@@ -24,7 +24,7 @@
 
 #include <openssl/aead.h>
 
-#include "hd_base.h"
+#include <hd/hd_base.h>
 
 #ifndef SOL_TLS
 #define SOL_TLS 282 /* include/linux/socket.h; older libc headers lack it */

@@ -1,0 +1,310 @@
+/* server.h - hderp-server's private structures (the .c files of apps/derp/server only).
+ *
+ * Where things live: a client connection is accepted on any shard, speaks HTTP there, and after
+ * the DERP handshake moves (net_conn_migrate) to the shard that owns its key,
+ * srv_owner(key) = hash(key) % shards. Each shard's peer table is authoritative for the keys it
+ * owns, so routing a packet is one hash: local delivery, or one bus message to the owner.
+ * Per-client state is heap memory because it is born on the accepting shard and dies on the
+ * owner shard. */
+#ifndef SERVER_H
+#define SERVER_H
+
+#include <arpa/inet.h>
+
+#include "derp_proto.h"
+#include "server_config.h"
+#include "server_counters.h"
+#include "server_limits.h"
+#include <hd/hd.h>
+#include <hd/net.h>
+#include <hd/net_http.h>
+#include <hd/tls.h>
+
+/* ---------------------------------------------------------------- clients and peers */
+
+struct srv_shard;
+struct srv_peer;
+
+/* A bounded FIFO of packet frames waiting for the connection (derper: two per client). Its
+ * SRV_QUEUE_DEPTH slots are the k-th half of the connection's qslots. */
+struct srv_pktq {
+    uint8_t head, count;
+};
+
+/* Keys this connection has received packets from: they get PeerGone when those leave
+ * (server_sources.c). One block: cap key prefixes (0 = empty), then cap uint32 positions of
+ * the connection in that key's subscriber list (struct srv_subs_entry). */
+struct srv_keyset {
+    uint64_t *slots;
+    uint32_t cap, count;
+};
+
+/* ADMITTING: ClientInfo read, admission's answer pending (reading paused, §5). */
+enum srv_client_phase {
+    SRV_CLIENT_HANDSHAKE,
+    SRV_CLIENT_ADMITTING,
+    SRV_CLIENT_MOVING,
+    SRV_CLIENT_ACTIVE
+};
+
+struct net_http_client;
+
+struct srv_client {
+    struct net_conn *conn;
+    struct srv_shard *ds;
+    enum srv_client_phase phase;
+    struct derp_pubkey key;
+    bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
+    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
+    bool send_paused;   /* net queue over its high watermark */
+    bool pong_pending;
+    uint8_t pong[DERP_PING_LEN];
+    struct derp_addr remote;
+    struct derp_splitter sp;
+    struct net_http_client *admit; /* pending admission request (§5) */
+    struct srv_peer *peer;
+    struct srv_client *peer_next; /* the key's other connections (dups) */
+    uint64_t activity;            /* shard-wide sequence of its last frame */
+    uint64_t connected_ms;
+    /* Both queues' slots (SRV_KINDS * SRV_QUEUE_DEPTH), allocated when a packet has to wait
+     * (the connection is backed up) and freed when both queues are empty again: a connection
+     * that keeps up, idle ones above all, pays 8 bytes here, not 512. */
+    struct hd_frame **qslots;
+    struct srv_pktq q[SRV_KINDS];
+    struct srv_keyset sources;
+    struct hd_flush writer;
+    struct hd_timer keepalive;
+    struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
+    /* -rate-config (server_rate.c): this connection's bucket; reading paused until the timer
+     * while a frame waits for its tokens; paid: the current frame has its tokens. */
+    struct hd_tbucket rate;
+    struct hd_timer rate_timer;
+    bool rate_paid, rate_waiting;
+};
+
+/* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
+struct srv_peer {
+    struct derp_pubkey key;
+    struct srv_client *clients; /* dup list, newest first */
+    struct srv_client *active;  /* the one that receives; NULL: none (dup_client drops) */
+    uint32_t clients_count;
+    /* Mesh nodes that reported the key (PeerPresent on their watch stream), in the order
+     * they did: fwd[0] is the one packets go to while the key has no local connection. */
+    uint8_t fwd_count;
+    uint8_t fwd[SRV_MESH_NODES_MAX];
+};
+
+struct srv_peer_table {
+    struct srv_peer **slots;
+    uint32_t cap, count;
+};
+
+/* The reverse of the keysets, per shard: a source key's subscribers on this shard. */
+struct srv_subs_entry {
+    uint64_t prefix;     /* 0 = empty slot */
+    uint32_t count, cap; /* cap 0: the one subscriber is inline */
+    union {
+        struct srv_client *one;
+        struct srv_client **many;
+    };
+};
+
+struct srv_subs {
+    struct srv_subs_entry *slots;
+    uint32_t cap, count;
+};
+
+struct derp_client; /* derp_client.h: the DERP client library */
+
+/* The outbound watch connection to mesh node `id` (on shard id % shards). */
+struct srv_mesh_link {
+    struct srv_shard *ds;
+    const struct srv_mesh_node *node;
+    unsigned id;
+    struct derp_client *k; /* NULL: not connected (retry pending, or self) */
+    bool ready;            /* logged in: ForwardPacket goes out on it */
+    bool self;             /* the entry is this server (same key): never dialed again */
+    bool reported;         /* this connection sent PeerPresent: its close forgets routes */
+    uint64_t failures;     /* consecutive failed attempts (logging) */
+    struct hd_timer retry;
+    /* A named node: the lookup in flight, and its addresses, tried in order before the next
+     * lookup (as Go's dialer tries every address of a name). */
+    struct net_resolve *resolving;
+    struct net_addr addrs[NET_RESOLVE_ADDRS_MAX];
+    unsigned addrs_count, addr_next;
+};
+
+struct srv_shard {
+    struct hd_shard *s;
+    const struct srv_config *cfg;
+    struct net_listener *listener;
+    struct net_listener *http_listener; /* -http-port in TLS mode */
+    struct net_udp *stun;
+    struct srv_peer_table peers;
+    struct srv_subs subs; /* source key -> connections here that received from it (§6.7) */
+    /* This shard's watchers (WatchConns), so presence events reach them without a walk over
+     * every connection; allocated at the first one (SRV_WATCHERS_MAX slots). */
+    struct srv_client **watch_list;
+    uint32_t watch_count;
+    /* Watchers anywhere in the process (every shard hears of each WatchConns and of each
+     * watcher's end): presence events are broadcast only while this is non-zero. */
+    uint32_t watchers_total;
+    uint64_t activity_seq;
+    uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
+    struct hd_tbucket accept;
+    double accept_per_ms, accept_burst;
+    struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_counters ctr;
+};
+
+/* ---------------------------------------------------------------- functions */
+
+extern const struct hd_module srv_module;
+
+static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t h;
+    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
+    return (unsigned)(h % hd_shard_count(ds->s));
+}
+
+/* server_http.c: a fresh connection's HTTP phase */
+void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+/* The plain -http-port listener of TLS mode (spec §1.1). */
+void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+/* -accept-connection-limit: this shard's bucket, before its listener starts. */
+void srv_accept_limit_init(struct srv_shard *ds);
+
+/* server_client.c: the DERP connection */
+int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
+int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
+                       enum srv_kind kind);
+void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+void srv_client_close(struct srv_client *cl, int reason);
+/* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
+int srv_client_admitted(struct srv_client *cl);
+
+/* server_sources.c: PeerGone subscriptions (§6.7). A RecvPacket from key was written to cl. */
+void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
+/* cl closes: out of every subscriber list, its keyset freed. */
+void srv_sources_drop(struct srv_client *cl);
+/* key left: its subscribers here, moved to *out (each one's keyset forgets key); false when it
+ * had none. The caller walks srv_subs_vec(out)[0..out->count) and frees it. */
+bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
+                      struct srv_subs_entry *out);
+struct srv_client **srv_subs_vec(struct srv_subs_entry *e);
+void srv_subs_entry_free(struct srv_subs_entry *e);
+void srv_subs_fini(struct srv_subs *t);
+
+/* server_peers.c: the peer table, routing, PeerGone and watchers */
+int srv_peers_init(struct srv_peer_table *t);
+void srv_peers_fini(struct srv_peer_table *t);
+struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN]);
+void srv_register(struct srv_shard *ds, struct srv_client *cl);
+void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
+void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
+/* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
+ * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
+void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
+               bool forwarded);
+void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
+void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
+void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
+/* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
+ * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). */
+typedef void srv_event_fn(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
+int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct hd_frame *f,
+                   uint64_t arg);
+void srv_event_broadcast(struct srv_shard *ds, srv_event_fn *fn, struct hd_frame *f, uint64_t arg);
+/* A frame holding key a (and b after it, when not NULL); NULL when the pool is empty. */
+struct hd_frame *srv_key_frame(struct srv_shard *ds, const uint8_t *a, const uint8_t *b);
+/* Mesh forwarders (owner shard of the key): node `id` reported key / no longer has it / went
+ * away (every shard: forget all it reported). The key's correspondents get PeerGone when it
+ * leaves the region (§6.7). */
+void srv_forwarder_add(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id);
+void srv_forwarder_remove(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id);
+void srv_forwarder_remove_node(struct srv_shard *ds, unsigned id);
+/* A disco packet from src had no destination: tell src's connection (on its owner shard). */
+void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
+                  const uint8_t dst[DERP_KEY_LEN]);
+struct srv_shard *srv_shard_here(void);
+
+/* server_mesh.c: -mesh-with (spec §7) */
+/* Main thread: parse and resolve the list (needs the mesh key). 0 or -1 with err set. */
+int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size_t err_size);
+void srv_mesh_config_free(struct srv_config *cfg);
+/* On each shard: dial this shard's links / close them. */
+int srv_mesh_start(struct srv_shard *ds);
+void srv_mesh_stop(struct srv_shard *ds);
+void srv_mesh_fini(struct srv_shard *ds);
+/* Owner shard: send the routed frame f (layout of srv_route) as ForwardPacket on node id's
+ * link (on the link's shard). Takes the caller's reference. */
+void srv_mesh_forward(struct srv_shard *ds, struct hd_frame *f, unsigned id);
+
+/* server_certs.c: TLS mode's server context (main thread, except current) */
+int srv_certs_configure(struct srv_config *cfg, char *err, size_t err_size);
+int srv_certs_attach(struct srv_config *cfg, struct hd_runtime *rt);
+void srv_certs_detach(struct srv_config *cfg);
+void srv_certs_reload(struct srv_config *cfg); /* SIGHUP: a bad file keeps the old one */
+struct tls_ctx *srv_certs_current(const struct srv_shard *ds);
+
+/* server_stun.c */
+int srv_stun_start(struct srv_shard *ds);
+void srv_stun_stop(struct srv_shard *ds);
+
+/* server_admit.c: admission control (§5) */
+#define SRV_ADMIT_TIMEOUT_MS 5000 /* derper's -verify-client-url timeout */
+#define SRV_ADMIT_BODY_MAX   4096 /* derper reads at most 4 KiB of the answer */
+int srv_admit_configure(struct srv_config *cfg, const char *url, bool fail_open, char *err,
+                        size_t err_size);
+bool srv_admit_needed(const struct srv_config *cfg);
+/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+bool srv_admit_needs_tls(const struct srv_config *cfg);
+void srv_admit_fini(struct srv_config *cfg); /* main thread, after the runtime stopped */
+/* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */
+#define SRV_TAILSCALED_SOCKET_DEFAULT "/var/run/tailscale/tailscaled.sock" /* derper on Linux */
+#define SRV_ADMIT_LOCAL_BODY_MAX      (256u * 1024u) /* a WhoIsResponse: node, profile, caps */
+int srv_admit_local_configure(struct srv_config *cfg, bool on, const char *socket, char *err,
+                              size_t err_size);
+/* Starts the whois request (cl->admit): 0 (srv_admit_local_done follows) or -errno. */
+int srv_admit_local_start(struct srv_client *cl);
+/* server_admit.c: the whois answer; why_refused NULL: known to tailscaled, go on. */
+void srv_admit_local_done(struct srv_client *cl, const char *why_refused);
+int srv_admit_start(struct srv_client *cl);
+void srv_admit_cancel(struct srv_client *cl);
+
+/* server_rate.c: -rate-config (spec §6.9) */
+/* Main thread: read FILE into *out. Returns 0 or -EINVAL with err naming what is wrong. */
+int srv_rate_load(const char *path, struct srv_rate *out, char *err, size_t err_size);
+void srv_rate_set(struct srv_rate *r, uint64_t bytes_per_sec, uint64_t burst_bytes);
+/* attach: after hd_runtime_create, before start (0 or -ENOMEM); reload: main thread, SIGHUP (a
+ * bad file is logged, the old limit stays); detach: after hd_runtime_wait. */
+int srv_rate_attach(struct srv_config *cfg, struct hd_runtime *rt);
+void srv_rate_reload(struct srv_config *cfg);
+void srv_rate_detach(struct srv_config *cfg);
+/* The limit this shard applies now (borrowed until the shard returns to its loop). */
+const struct srv_rate *srv_rate_current(const struct srv_shard *ds);
+/* At activation (a full bucket) and at close. */
+void srv_rate_client_init(struct srv_client *cl, uint64_t now_ms);
+void srv_rate_client_fini(struct srv_client *cl);
+/* Before handling a frame of payload_len bytes: true to go on (tokens taken, or no limit);
+ * false: reading is paused until the tokens are there, then the frame is offered again. */
+bool srv_rate_take(struct srv_client *cl, uint32_t payload_len);
+/* The frame that paid was handled (its bytes consumed). */
+void srv_rate_frame_done(struct srv_client *cl);
+/* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
+ * configure: main thread, before the runtime (loads the file; err names file:line; 0 or
+ * -errno). attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread
+ * (SIGHUP; a bad file is logged, the old list stays). detach: after hd_runtime_wait. admits: on
+ * the client's shard; counts and logs a refusal. */
+int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
+int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt);
+void srv_allow_reload(struct srv_config *cfg);
+void srv_allow_detach(struct srv_config *cfg);
+bool srv_allow_admits(struct srv_shard *ds, const struct derp_pubkey *key);
+
+/* server_metrics.c */
+void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only);
+
+#endif /* SERVER_H */

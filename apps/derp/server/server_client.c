@@ -1,0 +1,425 @@
+/* server_client.c - one DERP connection on the server: the login (ServerKey, ClientInfo,
+ * the move to the key's owner shard, ServerInfo; spec §4), the reader's frame dispatch (§6.1),
+ * the two 32-packet queues with derper's drop policy (§6.3) and the writer that feeds them to
+ * the connection once per tick (§6.4), Ping/Pong, KeepAlive. Runs on the connection's shard;
+ * owns its struct srv_client (heap: born on the accepting shard, freed on the owner). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+static const struct net_conn_handler client_handler;
+
+/* ---------------------------------------------------------------- sending */
+
+static void writer_run(struct hd_flush *f);
+
+void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
+{
+    if (net_conn_send_copy(cl->conn, frame, len) < 0)
+        srv_client_close(cl, -ENOBUFS);
+}
+
+static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop why)
+{
+    enum srv_kind kind = (f->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+    cl->ds->ctr.packets_dropped[why][kind]++;
+    cl->ds->ctr.bytes_dropped[why][kind] +=
+        f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    hd_frame_unref(cl->ds->s, f);
+}
+
+/* Hand one packet frame to the connection (it goes out with this tick's sendmsg). */
+static void write_packet(struct srv_client *cl, struct hd_frame *f)
+{
+    uint32_t len = f->len - SRV_ROUTE_OFF;
+    int rc = net_conn_send(cl->conn, f, SRV_ROUTE_OFF, len);
+    if (rc < 0) {
+        drop_frame(cl, f, SRV_DROP_WRITE_ERROR);
+        return;
+    }
+    cl->ds->ctr.packets_sent++;
+    cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    /* §6.7: the receiver now hears when this source leaves. */
+    srv_source_subscribe(cl, f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
+    hd_frame_unref(cl->ds->s, f);
+}
+
+/* While the connection keeps up (its send queue under the high watermark), packets go straight
+ * to it; the two 32-packet queues fill only while it is backed up, and there derper's policy
+ * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one. */
+int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
+                       enum srv_kind kind)
+{
+    (void)off, (void)len;
+    struct srv_pktq *q = &cl->q[kind];
+    if (cl->phase != SRV_CLIENT_ACTIVE) {
+        drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
+        return -EPIPE;
+    }
+    if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0) {
+        write_packet(cl, f);
+        return 0;
+    }
+    if (cl->qslots == NULL) {
+        cl->qslots = malloc(SRV_KINDS * SRV_QUEUE_DEPTH * sizeof(*cl->qslots));
+        if (cl->qslots == NULL) { /* no room to wait: as a full queue */
+            drop_frame(cl, f, SRV_DROP_QUEUE_TAIL);
+            return -ENOBUFS;
+        }
+    }
+    struct hd_frame **slots = cl->qslots + (size_t)kind * SRV_QUEUE_DEPTH;
+    for (unsigned t = 0; t < SRV_QUEUE_TRIES; t++) {
+        if (q->count < SRV_QUEUE_DEPTH) {
+            slots[(q->head + q->count) % SRV_QUEUE_DEPTH] = f;
+            q->count++;
+            hd_flush_request(cl->ds->s, &cl->writer);
+            return 0;
+        }
+        struct hd_frame *old = slots[q->head];
+        q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
+        q->count--;
+        drop_frame(cl, old, SRV_DROP_QUEUE_HEAD);
+    }
+    drop_frame(cl, f, SRV_DROP_QUEUE_TAIL);
+    return -ENOBUFS;
+}
+
+/* The oldest packet of queue k, or NULL; the slots go when both queues are empty. */
+static struct hd_frame *queue_pop(struct srv_client *cl, unsigned k)
+{
+    struct srv_pktq *q = &cl->q[k];
+    if (q->count == 0)
+        return NULL;
+    struct hd_frame *f = cl->qslots[k * SRV_QUEUE_DEPTH + q->head];
+    q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
+    q->count--;
+    if (cl->q[0].count == 0 && cl->q[1].count == 0) {
+        free(cl->qslots);
+        cl->qslots = NULL;
+        cl->q[0].head = cl->q[1].head = 0;
+    }
+    return f;
+}
+
+/* End of tick: Pong, then packets from both queues (alternating) until the connection's send
+ * queue reaches its high watermark; on_send_pressure(false) runs the writer again. */
+static void writer_run(struct hd_flush *fl)
+{
+    struct srv_client *cl = hd_container_of(fl, struct srv_client, writer);
+    if (cl->phase != SRV_CLIENT_ACTIVE)
+        return;
+    if (cl->pong_pending) {
+        uint8_t pong[DERP_FRAME_HEADER_LEN + DERP_PING_LEN];
+        derp_frame_pong_encode(pong, sizeof(pong), cl->pong);
+        cl->pong_pending = false;
+        cl->ds->ctr.sent_pong++;
+        srv_client_send_ctl(cl, pong, sizeof(pong));
+    }
+    unsigned turn = 0;
+    while (!cl->send_paused && cl->phase == SRV_CLIENT_ACTIVE &&
+           (cl->q[0].count || cl->q[1].count)) {
+        struct hd_frame *f = queue_pop(cl, turn++ & 1);
+        if (f)
+            write_packet(cl, f);
+    }
+}
+
+static void keepalive_fired(struct hd_timer *t)
+{
+    struct srv_client *cl = hd_container_of(t, struct srv_client, keepalive);
+    uint8_t ka[DERP_FRAME_HEADER_LEN];
+    derp_frame_keep_alive_encode(ka, sizeof(ka));
+    srv_client_send_ctl(cl, ka, sizeof(ka));
+    if (cl->phase == SRV_CLIENT_ACTIVE)
+        hd_timer_start(cl->ds->s, t, cl->ds->cfg->keepalive_ms);
+}
+
+/* ---------------------------------------------------------------- login */
+
+int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal)
+{
+    struct srv_client *cl = calloc(1, sizeof(*cl));
+    if (cl == NULL)
+        return -ENOMEM;
+    cl->conn = c;
+    cl->ds = ds;
+    cl->phase = SRV_CLIENT_HANDSHAKE;
+    cl->fast_start = fast_start;
+    cl->not_ideal = not_ideal;
+    const struct net_addr *peer = net_conn_peer(c);
+    if (peer->len)
+        derp_addr_from_sockaddr(&cl->remote, &peer->sa, peer->len);
+    derp_splitter_init(&cl->sp, DERP_READER_SERVER_HELLO);
+    net_conn_set_app(c, &client_handler, cl);
+    net_conn_set_timeouts(c, DERP_HANDSHAKE_TIMEOUT_MS, ds->cfg->write_timeout_ms);
+    /* §1.3 + §4 step 1: the 101 (not for fast start) and the ServerKey frame, in one write. */
+    char buf[NET_HTTP_DERP_101_LEN + DERP_FRAME_HEADER_LEN + DERP_SERVER_KEY_LEN];
+    int n = 0;
+    if (!fast_start)
+        n = net_http_write_derp_101(buf, sizeof(buf), ds->cfg->key.pub.bytes);
+    ssize_t k =
+        derp_server_key_encode((uint8_t *)buf + n, sizeof(buf) - (size_t)n, &ds->cfg->key.pub);
+    HD_ASSERT(n >= 0 && k > 0);
+    return net_conn_send_copy(c, buf, (size_t)n + (size_t)k);
+}
+
+/* On the owner shard: the client is registered and hears ServerInfo (§4 step 7). */
+static void client_activate(struct srv_shard *ds, struct srv_client *cl)
+{
+    cl->ds = ds;
+    cl->phase = SRV_CLIENT_ACTIVE;
+    cl->connected_ms = hd_now_ms(ds->s);
+    hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
+    srv_rate_client_init(cl, cl->connected_ms);
+    hd_flush_init(&cl->writer, writer_run);
+    hd_timer_init(&cl->keepalive, keepalive_fired);
+    uint32_t jitter =
+        ds->cfg->keepalive_jitter_ms ? (uint32_t)rand() % ds->cfg->keepalive_jitter_ms : 0;
+    hd_timer_start(ds->s, &cl->keepalive, ds->cfg->keepalive_ms + jitter);
+    net_conn_set_timeouts(cl->conn, 0,
+                          cl->mesh ? DERP_MESH_WRITE_TIMEOUT_MS : ds->cfg->write_timeout_ms);
+    ds->ctr.current_connections++;
+    if (cl->not_ideal)
+        ds->ctr.current_notideal_connections++;
+    uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_SERVER_INFO_JSON_MAX + DERP_SEALED_OVERHEAD];
+    ssize_t n = derp_server_info_seal(buf, sizeof(buf), &ds->cfg->key, &cl->key, NULL, NULL);
+    if (n < 0) {
+        srv_client_close(cl, (int)n);
+        return;
+    }
+    srv_register(ds, cl);
+    srv_client_send_ctl(cl, buf, (size_t)n);
+}
+
+static void client_adopt(struct net_conn *c, void *arg)
+{
+    struct srv_client *cl = arg;
+    if (c == NULL) { /* the owner shard could not take the connection */
+        free(cl);
+        return;
+    }
+    cl->conn = c;
+    net_conn_set_app(c, &client_handler, cl);
+    client_activate(srv_shard_here(), cl);
+}
+
+static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_t len)
+{
+    struct srv_shard *ds = cl->ds;
+    struct derp_client_info info;
+    int rc = derp_client_info_open(payload, len, &ds->cfg->key, &cl->key, &info, ds->scratch,
+                                   DERP_CLIENT_INFO_PLAIN_MAX);
+    if (rc < 0)
+        return rc;
+    cl->mesh = ds->cfg->have_mesh_key && info.has_mesh_key &&
+               derp_mesh_key_admits(&ds->cfg->mesh_key, &info.mesh_key);
+    cl->prober = info.is_prober;
+    cl->can_ack_pings = info.can_ack_pings;
+    derp_splitter_set_mesh(&cl->sp, cl->mesh);
+    if (cl->mesh)
+        net_conn_set_limits(cl->conn, SRV_NET_HIGH_BYTES, SRV_NET_LOW_BYTES,
+                            SRV_MESH_NET_MAX_BYTES);
+    /* Admission (§5): mesh peers skip every check. --allow-keys first: no controller request
+     * for a key that is not listed. */
+    if (!cl->mesh && !srv_allow_admits(ds, &cl->key))
+        return -EACCES;
+    if (!cl->mesh && srv_admit_needed(ds->cfg) && (rc = srv_admit_start(cl)) <= 0)
+        return rc;
+    return srv_client_admitted(cl);
+}
+
+int srv_client_admitted(struct srv_client *cl)
+{
+    struct srv_shard *ds = cl->ds;
+    bool waited = cl->phase == SRV_CLIENT_ADMITTING; /* reading paused: resume it */
+    unsigned owner = srv_owner(ds, cl->key.bytes);
+    if (owner == hd_shard_id(ds->s)) {
+        client_activate(ds, cl);
+        if (waited && cl->phase == SRV_CLIENT_ACTIVE && net_conn_state(cl->conn) == NET_CONN_OPEN)
+            net_conn_pause_recv(cl->conn, false); /* replays kept bytes: cl may be gone */
+        return 0;
+    }
+    cl->phase = SRV_CLIENT_MOVING;
+    if (waited)
+        net_conn_pause_recv(cl->conn, false); /* kept bytes travel with the move */
+    return net_conn_migrate(cl->conn, owner, client_adopt, cl);
+}
+
+/* ---------------------------------------------------------------- steady state (§6.1) */
+
+static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32_t len,
+                           bool forward)
+{
+    struct srv_shard *ds = cl->ds;
+    const uint8_t *src = forward ? payload : cl->key.bytes;
+    const uint8_t *dst = forward ? payload + DERP_KEY_LEN : payload;
+    const uint8_t *pkt = dst + DERP_KEY_LEN;
+    uint32_t pkt_len = len - (uint32_t)(pkt - payload);
+    enum srv_kind kind = derp_disco_is_packet(pkt, pkt_len) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+    if (forward) {
+        ds->ctr.packets_forwarded_in++;
+    } else {
+        ds->ctr.packets_received++;
+        ds->ctr.bytes_received += pkt_len;
+        ds->ctr.packets_received_kind[kind]++;
+    }
+    /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
+    uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;
+    struct hd_frame *f = hd_frame_get(ds->s, SRV_ROUTE_OFF + out_len);
+    if (f == NULL) {
+        ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
+        ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] += pkt_len;
+        hd_log_rl(HD_LOG_WARN, "frame pool exhausted: packet dropped");
+        return;
+    }
+    memcpy(f->data, dst, DERP_KEY_LEN);
+    memcpy(f->data + SRV_ROUTE_REPLY_OFF, cl->key.bytes, DERP_KEY_LEN);
+    derp_frame_recv_packet_prefix_encode(f->data + SRV_ROUTE_OFF,
+                                         DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, src, pkt_len);
+    memcpy(f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);
+    f->len = SRV_ROUTE_OFF + out_len;
+    f->app_flags = kind == SRV_KIND_DISCO ? 1 : 0;
+    srv_route(ds, f, out_len, kind, forward);
+}
+
+static void on_note_preferred(struct srv_client *cl, const uint8_t *payload)
+{
+    bool pref = payload[0] != 0;
+    if (pref == cl->preferred)
+        return;
+    struct srv_shard *ds = cl->ds;
+    cl->preferred = pref;
+    ds->ctr.current_home_connections += pref ? 1 : -1;
+    if (hd_now_ms(ds->s) - cl->connected_ms > 5000) {
+        if (pref)
+            ds->ctr.home_moves_in++;
+        else
+            ds->ctr.home_moves_out++;
+    }
+}
+
+static int on_frame(struct srv_client *cl, uint8_t type, const uint8_t *payload, uint32_t len)
+{
+    struct srv_shard *ds = cl->ds;
+    if (cl->phase == SRV_CLIENT_HANDSHAKE)
+        return on_client_info(cl, payload, len); /* the splitter allows nothing else first */
+    srv_note_activity(ds, cl);
+    switch (type) {
+    case DERP_FRAME_SEND_PACKET:
+        on_send_packet(cl, payload, len, false);
+        return 0;
+    case DERP_FRAME_FORWARD_PACKET:
+        on_send_packet(cl, payload, len, true);
+        return 0;
+    case DERP_FRAME_NOTE_PREFERRED:
+        on_note_preferred(cl, payload);
+        return 0;
+    case DERP_FRAME_WATCH_CONNS:
+        if (!derp_pubkey_equal(&cl->key, &ds->cfg->key.pub))
+            srv_watch_start(ds, cl);
+        return 0;
+    case DERP_FRAME_CLOSE_PEER:
+        srv_close_peer(ds, payload);
+        return 0;
+    case DERP_FRAME_PING:
+        ds->ctr.got_ping++;
+        if (!cl->pong_pending) { /* one Pong pending at most: further Pings are dropped */
+            cl->pong_pending = true;
+            memcpy(cl->pong, payload, DERP_PING_LEN);
+            hd_flush_request(ds->s, &cl->writer);
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    struct srv_client *cl = net_conn_app(c);
+    size_t done = 0;
+    const bool rate_on = cl->ds->cfg->rate_var != NULL; /* -rate-config given (§6.9) */
+    while (cl->phase != SRV_CLIENT_MOVING && cl->phase != SRV_CLIENT_ADMITTING) {
+        struct derp_split sp;
+        bool skipping = derp_splitter_skipping(&cl->sp);
+        int rc = derp_splitter_next(&cl->sp, data + done, len - done, &sp);
+        if (rc < 0) {
+            if (rc == -EPERM)
+                cl->ds->ctr.mesh_refused++;
+            hd_log_rl(HD_LOG_INFO, "client: bad frame (type 0x%02x): %s", sp.type, strerror(-rc));
+            return rc;
+        }
+        /* §6.1, §6.9: the rate limit applies as soon as a frame's header is known, before its
+         * payload, so net keeps at most the header and one read's bytes while paused. (Waiting
+         * until the whole frame is buffered would leave net a 64 KiB frame plus the rest of the
+         * read, over NET_RX_TAIL_MAX: the connection would close; test_conformance_rate*.) */
+        if (rate_on && sp.header_known && !skipping && cl->phase == SRV_CLIENT_ACTIVE &&
+            !srv_rate_take(cl, sp.len))
+            break; /* reading paused: this frame is offered again when its tokens are there */
+        if (sp.kind == DERP_SPLIT_NEED)
+            break;
+        if (sp.kind == DERP_SPLIT_FRAME) {
+            rc = on_frame(cl, sp.type, data + done + sp.payload_offset, sp.len);
+            if (rc < 0) {
+                if (cl->phase == SRV_CLIENT_HANDSHAKE)
+                    cl->ds->ctr.handshake_errors++;
+                return rc;
+            }
+        }
+        if (rate_on)
+            srv_rate_frame_done(cl);
+        done += sp.consumed;
+        if (net_conn_state(c) != NET_CONN_OPEN)
+            break;
+    }
+    return (ssize_t)done;
+}
+
+static void client_pressure(struct net_conn *c, bool paused)
+{
+    struct srv_client *cl = net_conn_app(c);
+    cl->send_paused = paused;
+    if (!paused && cl->phase == SRV_CLIENT_ACTIVE)
+        hd_flush_request(cl->ds->s, &cl->writer);
+}
+
+static void client_closed(struct net_conn *c, int reason)
+{
+    struct srv_client *cl = net_conn_app(c);
+    struct srv_shard *ds = cl->ds;
+    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_ACTIVE)
+        ds->ctr.sclient_write_timeouts++;
+    if (cl->phase == SRV_CLIENT_ACTIVE) {
+        cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
+        hd_flush_cancel(ds->s, &cl->writer);
+        hd_timer_stop(ds->s, &cl->keepalive);
+        srv_rate_client_fini(cl);
+        srv_unregister(ds, cl);
+        ds->ctr.current_connections--;
+        if (cl->not_ideal)
+            ds->ctr.current_notideal_connections--;
+        if (cl->preferred)
+            ds->ctr.current_home_connections--;
+        for (unsigned k = 0; k < SRV_KINDS; k++) {
+            struct hd_frame *f;
+            while ((f = queue_pop(cl, k)) != NULL)
+                drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
+        }
+    }
+    srv_admit_cancel(cl);
+    srv_sources_drop(cl);
+    free(cl);
+}
+
+void srv_client_close(struct srv_client *cl, int reason)
+{
+    net_conn_close(cl->conn, reason, false);
+}
+
+static const struct net_conn_handler client_handler = {
+    .on_data = client_data,
+    .on_send_pressure = client_pressure,
+    .on_close = client_closed,
+};

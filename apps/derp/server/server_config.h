@@ -1,0 +1,94 @@
+/* server_config.h - hderp-server's configuration: what the flags and files say, read-only on
+ * the shards once the runtime runs (reloadable parts are hd_snap snapshots). */
+#ifndef SERVER_CONFIG_H
+#define SERVER_CONFIG_H
+
+#include "derp_proto.h"
+#include "server_limits.h"
+#include <hd/hd.h>
+#include <hd/net.h>
+
+struct srv_tls_snap;
+struct srv_allow;
+struct tls_ctx;
+
+/* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
+struct srv_mesh_node {
+    char entry[SRV_MESH_ENTRY_LEN_MAX + 1];  /* as given, for logs */
+    char host[NET_URL_AUTHORITY_LEN_MAX + 1]; /* Host header: host[:port] */
+    char name[NET_URL_AUTHORITY_LEN_MAX + 1]; /* TLS server name: host without port, brackets */
+    char dial[NET_URL_AUTHORITY_LEN_MAX + 1]; /* dialhost, or host: looked up at each dial */
+    uint16_t port;                            /* the URL's (443, 80 or as written) */
+    bool numeric;                             /* dial is an address: addr, no lookups */
+    struct net_addr addr;
+    bool tls; /* https (derper); http:// entries: plain */
+};
+
+/* -rate-config (spec §6.9, server_rate.c): the per-client receive limit as read from the file,
+ * and what the buckets use (tokens a millisecond; the burst raised to DERP_RATE_BURST_MIN). */
+struct srv_rate {
+    uint64_t bytes_per_sec; /* PerClientRateLimitBytesPerSec; 0: off */
+    uint64_t burst_bytes;   /* PerClientRateBurstBytes, as configured */
+    double per_ms, burst;
+};
+
+struct srv_config {
+    struct net_addr addr;
+    char addr_text[64];
+    bool dev;
+    bool verbose;
+    unsigned shards;
+    struct derp_keypair key;
+    char key_hex[DERP_KEY_HEX_SIZE];
+    bool have_mesh_key;
+    struct derp_mesh_key mesh_key;
+    uint32_t write_timeout_ms;    /* -tcp-write-timeout (regular clients) */
+    uint32_t keepalive_ms;        /* DERP KeepAlive frame period (60 s) */
+    uint32_t keepalive_jitter_ms; /* + random [0, jitter) per connection */
+    int tcp_user_timeout_ms;      /* -tcp-user-timeout */
+    int tcp_keepalive_s;          /* -tcp-keepalive-time */
+    const char *home;             /* -home: "", "blank" or a URL */
+    bool stun;                    /* -stun */
+    int stun_port;                /* -stun-port */
+    bool tls;                     /* TLS mode (port 443 or -certmode manual); false: plain */
+    int http_port;                /* -http-port in TLS mode; -1: off */
+    struct net_addr http_addr;
+    bool sni_required; /* manual mode with a DNS -hostname: SNI must equal it (spec §1.2) */
+    char hostname[256];
+    bool meta_cert; /* TLS: send the meta certificate (spec §1.2) */
+    /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
+     * the server context is a snapshot per shard, rebuilt on SIGHUP. */
+    bool self_signed;
+    char cert_file[1400], key_file[1400];
+    struct srv_tls_snap *tls_initial; /* built at start-up, until srv_certs_attach */
+    struct hd_snap_var *tls_var;
+    /* -verify-client-url (spec §5); NULL: off. Resolved once at start-up (server_admit.c). */
+    const char *verify_url;
+    struct net_url verify;       /* its parts: authority (Host), path ("" means "/") */
+    struct net_addr verify_addr; /* its host, resolved */
+    struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
+    bool verify_fail_open;
+    /* -verify-clients (spec §5): ask tailscaled's LocalAPI at -socket (server_admit_local.c). */
+    bool verify_local;
+    const char *verify_local_path;
+    struct net_addr verify_local_addr;
+    /* -accept-connection-limit/-burst, process-wide; each shard's bucket gets 1/shards of both
+     * (reuseport spreads accepts over shards), so no shared state on accept. */
+    double accept_rate; /* tokens per ms; 0: off */
+    double accept_burst;
+    /* -mesh-with (server_mesh.c): node i's link lives on shard i % shards. */
+    struct srv_mesh_node *mesh;
+    unsigned mesh_count;
+    struct tls_ctx *mesh_tls; /* https links: system roots (SSL_CERT_FILE); NULL: none */
+    /* -rate-config FILE (NULL: none, no rate metrics), its limit at start-up, and the limit in
+     * force as a snapshot per shard (reloaded on SIGHUP; NULL without a file). */
+    const char *rate_config_path;
+    struct srv_rate rate;
+    struct hd_snap_var *rate_var;
+    /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
+    const char *allow_path;
+    struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
+    struct hd_snap_var *allow;
+};
+
+#endif /* SERVER_CONFIG_H */

@@ -1,0 +1,62 @@
+/* server_counters.h - hderp-server's per-shard counters (summed on read by server_metrics.c)
+ * and the packet kinds and drop reasons derper's metrics are labelled by. */
+#ifndef SERVER_COUNTERS_H
+#define SERVER_COUNTERS_H
+
+#include <stdint.h>
+
+enum srv_kind { SRV_KIND_DISCO = 0, SRV_KIND_OTHER = 1, SRV_KINDS };
+enum srv_drop {
+    SRV_DROP_UNKNOWN_DEST,
+    SRV_DROP_UNKNOWN_DEST_ON_FWD,
+    SRV_DROP_GONE_DISCONNECTED,
+    SRV_DROP_QUEUE_HEAD,
+    SRV_DROP_QUEUE_TAIL,
+    SRV_DROP_WRITE_ERROR,
+    SRV_DROP_DUP_CLIENT,
+    SRV_DROPS
+};
+extern const char *const srv_drop_names[SRV_DROPS];
+
+struct srv_counters {
+    uint64_t accepts;
+    uint64_t accepts_refused; /* closed by -accept-connection-limit */
+    uint64_t bytes_received, packets_received;
+    uint64_t packets_received_kind[SRV_KINDS];
+    uint64_t bytes_sent, packets_sent;
+    uint64_t packets_dropped[SRV_DROPS][SRV_KINDS];
+    uint64_t bytes_dropped[SRV_DROPS][SRV_KINDS];
+    uint64_t got_ping, sent_pong;
+    uint64_t peer_gone_disconnected_frames, peer_gone_not_here_frames;
+    uint64_t home_moves_in, home_moves_out;
+    uint64_t sclient_write_timeouts;
+    uint64_t total_dup_client_conns;
+    uint64_t unknown_frames;
+    uint64_t packets_forwarded_in, packets_forwarded_out;
+    uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
+    uint64_t handshake_errors; /* connections that failed the login */
+    uint64_t http_requests;
+    uint64_t websocket_accepts;
+    uint64_t admit_refused;     /* closed by admission control (§5) */
+    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
+    uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
+    /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
+     * forwarder the key did not have; forwards lost because the link was down or full */
+    uint64_t multiforwarder_created, multiforwarder_deleted;
+    uint64_t packet_forwarder_delete_other_value;
+    uint64_t mesh_forward_dropped;
+    uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
+    /* gauges (this shard's share) */
+    int64_t current_connections;
+    int64_t current_home_connections;
+    int64_t current_notideal_connections;
+    int64_t clients_local; /* keys with at least one connection here */
+    int64_t current_dup_client_keys, current_dup_client_conns;
+    int64_t watchers;         /* ds->watch_count, set when read */
+    int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
+    int64_t mesh_links_ready; /* outbound mesh links logged in */
+};
+
+#endif /* SERVER_COUNTERS_H */

@@ -1,0 +1,365 @@
+/* server_flags.c - derper-compatible flag parsing (spec §11): -flag, --flag, -flag=value,
+ * -flag value; booleans as -flag or -flag=true|false; Go durations. Flags derper has that this
+ * server does not implement yet are listed in --help as such and refused when given. Main
+ * thread, before start-up. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "derp_limits.h"
+#include "server_flags.h"
+
+/* derper flags that exist but are not implemented here: refused with a clear message. */
+static const char *const unsupported[] = {
+    "bootstrap-dns-names",
+    "unpublished-bootstrap-dns-names",
+    "acme-ip-certs",
+    "acme-eab-kid",
+    "acme-eab-key",
+    "acme-email",
+    "secrets-url",
+    "secrets-path-prefix",
+    "secrets-cache-dir",
+    "ace",
+    "derp",
+};
+
+static void usage(FILE *out)
+{
+    static const char text[] =
+        "usage: hderp-server [flags]\n"
+        "A DERP relay for Tailscale clients (a drop-in for derper), on io_uring shards.\n\n"
+        "  -a ADDR                 listen address (default \":443\"); TLS 1.3 when the port\n"
+        "                          is 443 or -certmode manual, plain HTTP otherwise\n"
+        "  -dev                    development mode: plain HTTP on 127.0.0.1:3340, ephemeral\n"
+        "                          key, mesh key from $TAILSCALE_DERPER_MESH_KEY\n"
+        "  -c FILE                 server key file, derper's JSON\n"
+        "                          {\"PrivateKey\": \"privkey:...\"}, created 0600 if missing;\n"
+        "                          root's default /var/lib/derper/derper.key\n"
+        "  -certmode MODE          manual: <certdir>/<hostname>.crt and .key (an IP hostname\n"
+        "                          without them gets a self-signed certificate); derper's\n"
+        "                          default letsencrypt (ACME) is not implemented; SIGHUP\n"
+        "                          re-reads the files (a bad file keeps the old certificate)\n"
+        "  -certdir DIR            certificate directory (default\n"
+        "                          $XDG_CACHE_HOME/tailscale/derper-certs)\n"
+        "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
+        "                          must be the clients' SNI\n"
+        "  -http-port N            plain HTTP port in TLS mode (default 80; -1 off)\n"
+        "  -stun                   run STUN (default true)\n"
+        "  -stun-port N            STUN UDP port (default 3478)\n"
+        "  -home VALUE             home page: \"\" default, \"blank\", or a URL to redirect to\n"
+        "  -mesh-psk-file FILE     mesh pre-shared key (64 hex digits): clients presenting it\n"
+        "                          may watch, forward and close peers\n"
+        "  -mesh-with LIST         the region's other nodes, comma-separated\n"
+        "                          host[:port][/dialhost]: a watch link to https://host/derp\n"
+        "                          each (dialing dialhost, same port; SSL_CERT_FILE replaces\n"
+        "                          the system CA bundle), redialed every 5s; names looked up\n"
+        "                          at each dial; this server's own entry is recognised and\n"
+        "                          skipped;\n"
+        "                          an http://host:port entry dials plain HTTP (hderp only)\n"
+        "  -tcp-keepalive-time D   TCP keepalive (default 10m)\n"
+        "  -tcp-user-timeout D     TCP_USER_TIMEOUT (default 15s)\n"
+        "  -tcp-write-timeout D    per-frame write deadline (default 2s; 0 = none; mesh 30s)\n"
+        "  -accept-connection-limit R  accepted connections per second (default +Inf: off);\n"
+        "                          over it a new connection is closed at once (split per shard)\n"
+        "  -accept-connection-burst N  token bucket burst for the above (default math.MaxInt)\n"
+        "  -version                print the version and exit\n"
+        "  -verify-client-url URL  admission: POST {\"NodePublic\",\"Source\"} to URL for each\n"
+        "                          client (mesh peers exempt), admit on 200 {\"Allow\": true}\n"
+        "                          within 5s; a host name is resolved once at start-up;\n"
+        "                          https: TLS 1.3, verified against the system roots\n"
+        "                          (SSL_CERT_FILE / SSL_CERT_DIR as in Go) for the URL's host\n"
+        "  -verify-clients         admission: admit only node keys the local tailscaled\n"
+        "                          knows (LocalAPI whois over its unix socket, within 5s;\n"
+        "                          mesh peers exempt); tailscaled unreachable: refused\n"
+        "  -socket PATH            tailscaled's LocalAPI socket for -verify-clients\n"
+        "                          (default /var/run/tailscale/tailscaled.sock)\n"
+        "  -verify-client-url-fail-open  admit when the URL cannot be reached, times out or\n"
+        "                          its certificate does not verify (default true; a non-200\n"
+        "                          answer always refuses)\n"
+        "  -rate-config FILE       per-client receive limit, JSON\n"
+        "                          {\"PerClientRateLimitBytesPerSec\": N,\n"
+        "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
+        "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
+        "                          TCP, nothing dropped; N = 0: off; re-read on SIGHUP\n"
+        "                          (for every connection; a bad file keeps the old limit)\n"
+        "  --allow-keys FILE       only these node keys may log in (mesh peers exempt): one\n"
+        "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
+        "                          before -verify-clients and -verify-client-url; re-read on\n"
+        "                          SIGHUP (a bad file keeps the old list)\n"
+        "  --shards N              shards (threads; default: one per CPU)\n"
+        "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
+        "                          tests)\n"
+        "  --verbose               debug logging\n"
+        "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
+        "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
+        "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
+    fputs(text, out);
+}
+
+int64_t srv_parse_duration_ms(const char *t)
+{
+    if (strcmp(t, "0") == 0)
+        return 0;
+    double total = 0;
+    const char *p = t;
+    if (*p == '\0')
+        return -1;
+    while (*p) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || v < 0)
+            return -1;
+        p = end;
+        double unit;
+        if (strncmp(p, "ms", 2) == 0) {
+            unit = 1, p += 2;
+        } else if (strncmp(p, "us", 2) == 0) {
+            unit = 0.001, p += 2;
+        } else if (*p == 's') {
+            unit = 1000, p++;
+        } else if (*p == 'm') {
+            unit = 60000, p++;
+        } else if (*p == 'h') {
+            unit = 3600000, p++;
+        } else {
+            return -1;
+        }
+        total += v * unit;
+    }
+    return (int64_t)total;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+    if (v == NULL || strcmp(v, "true") == 0 || strcmp(v, "1") == 0) {
+        *out = true;
+        return 0;
+    }
+    if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0) {
+        *out = false;
+        return 0;
+    }
+    return -1;
+}
+
+static int parse_int(const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < lo || x > hi)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+static bool is_bool_flag(const char *name)
+{
+    static const char *const bools[] = {"dev",
+                                        "stun",
+                                        "version",
+                                        "verbose",
+                                        "h",
+                                        "help",
+                                        "verify-clients",
+                                        "acme-ip-certs",
+                                        "ace",
+                                        "derp",
+                                        "verify-client-url-fail-open"};
+    for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
+        if (strcmp(name, bools[i]) == 0)
+            return true;
+    return false;
+}
+
+static int set_duration(const char *name, const char *v, uint64_t *out)
+{
+    int64_t ms = srv_parse_duration_ms(v);
+    if (ms < 0) {
+        fprintf(stderr, "hderp-server: -%s %s: not a duration (like 2s, 500ms, 10m)\n", name, v);
+        return -1;
+    }
+    *out = (uint64_t)ms;
+    return 0;
+}
+
+/* One flag with its value (NULL for a bare boolean). */
+static int apply(struct srv_flags *f, const char *name, const char *v, bool *version)
+{
+    long n;
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        if (strcmp(name, unsupported[i]) == 0) {
+            bool on = true;
+            if (strcmp(name, "derp") == 0 && parse_bool(v, &on) == 0 && on)
+                return 0; /* -derp=true is what we do anyway */
+            fprintf(stderr,
+                    "hderp-server: -%s is a derper flag this hderp-server does not "
+                    "support yet\n",
+                    name);
+            return -1;
+        }
+    }
+    if (strcmp(name, "a") == 0) {
+        f->addr = v;
+    } else if (strcmp(name, "c") == 0) {
+        f->config_path = v;
+    } else if (strcmp(name, "certmode") == 0) {
+        if (strcmp(v, "letsencrypt") && strcmp(v, "manual") && strcmp(v, "gcp")) {
+            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt or manual\n", v);
+            return -1;
+        }
+        f->certmode = v;
+    } else if (strcmp(name, "certdir") == 0) {
+        f->certdir = v;
+    } else if (strcmp(name, "hostname") == 0) {
+        f->hostname = v;
+    } else if (strcmp(name, "home") == 0) {
+        f->home = v;
+    } else if (strcmp(name, "mesh-psk-file") == 0) {
+        f->mesh_psk_file = v;
+    } else if (strcmp(name, "mesh-with") == 0) {
+        f->mesh_with = v;
+    } else if (strcmp(name, "http-port") == 0 || strcmp(name, "stun-port") == 0) {
+        if (parse_int(v, -1, 65535, &n) < 0) {
+            fprintf(stderr, "hderp-server: -%s %s: not a port\n", name, v);
+            return -1;
+        }
+        *(name[0] == 'h' ? &f->http_port : &f->stun_port) = (int)n;
+    } else if (strcmp(name, "accept-connection-limit") == 0) {
+        char *end;
+        double r = strtod(v, &end);
+        if (end == v || *end || !(r >= 0)) {
+            fprintf(stderr, "hderp-server: -%s %s: expected a rate >= 0\n", name, v);
+            return -1;
+        }
+        f->accept_limit = r;
+    } else if (strcmp(name, "accept-connection-burst") == 0) {
+        if (parse_int(v, 0, 1L << 30, &n) < 0) {
+            fprintf(stderr, "hderp-server: -%s %s: expected 0..2^30\n", name, v);
+            return -1;
+        }
+        f->accept_burst = n;
+    } else if (strcmp(name, "shards") == 0) {
+        if (parse_int(v, 1, 64, &n) < 0) {
+            fprintf(stderr, "hderp-server: --shards %s: expected 1..64\n", v);
+            return -1;
+        }
+        f->shards = (unsigned)n;
+    } else if (strcmp(name, "tcp-keepalive-time") == 0) {
+        return set_duration(name, v, &f->tcp_keepalive_ms);
+    } else if (strcmp(name, "tcp-user-timeout") == 0) {
+        return set_duration(name, v, &f->tcp_user_timeout_ms);
+    } else if (strcmp(name, "tcp-write-timeout") == 0) {
+        return set_duration(name, v, &f->tcp_write_timeout_ms);
+    } else if (strcmp(name, "keepalive-interval") == 0) {
+        if (set_duration(name, v, &f->keepalive_ms) < 0 || f->keepalive_ms == 0) {
+            fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
+            return -1;
+        }
+    } else if (strcmp(name, "verify-clients") == 0) {
+        if (parse_bool(v, &f->verify_clients) < 0) {
+            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
+            return -1;
+        }
+    } else if (strcmp(name, "socket") == 0) {
+        f->socket = v;
+    } else if (strcmp(name, "rate-config") == 0) {
+        f->rate_config = v; /* read (and checked) at start-up: srv_rate_load */
+    } else if (strcmp(name, "verify-client-url") == 0) {
+        f->verify_client_url = v;
+    } else if (strcmp(name, "verify-client-url-fail-open") == 0) {
+        if (parse_bool(v, &f->verify_client_url_fail_open) < 0) {
+            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
+            return -1;
+        }
+    } else if (strcmp(name, "allow-keys") == 0) {
+        f->allow_keys = v; /* read and checked by srv_allow_configure */
+    } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
+               strcmp(name, "verbose") == 0 || strcmp(name, "version") == 0) {
+        bool b;
+        if (parse_bool(v, &b) < 0) {
+            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
+            return -1;
+        }
+        if (name[0] == 'd')
+            f->dev = b;
+        else if (name[0] == 's')
+            f->stun = b;
+        else if (name[1] == 'e' && name[2] == 'r' && name[3] == 'b')
+            f->verbose = b;
+        else
+            *version = b;
+    } else {
+        fprintf(stderr, "hderp-server: unknown flag -%s (see --help)\n", name);
+        return -1;
+    }
+    return 0;
+}
+
+int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
+{
+    *f = (struct srv_flags){.addr = ":443",
+                            .certmode = "letsencrypt",
+                            .hostname = "derp.tailscale.com",
+                            .http_port = 80,
+                            .stun = true,
+                            .stun_port = 3478,
+                            .home = "",
+                            .tcp_keepalive_ms = 10 * 60 * 1000,
+                            .tcp_user_timeout_ms = 15000,
+                            .tcp_write_timeout_ms = 2000,
+                            .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
+                            .verify_client_url_fail_open = true,
+                            .accept_limit = INFINITY,
+                            .accept_burst = 1L << 30};
+    bool version = false, addr_given = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (arg[0] != '-' || arg[1] == '\0') {
+            fprintf(stderr, "hderp-server: unexpected argument %s (see --help)\n", arg);
+            return -1;
+        }
+        const char *name = arg + (arg[1] == '-' ? 2 : 1);
+        char buf[64];
+        const char *eq = strchr(name, '=');
+        const char *v = NULL;
+        if (eq) {
+            snprintf(buf, sizeof(buf), "%.*s", (int)(eq - name), name);
+            name = buf;
+            v = eq + 1;
+        }
+        if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0) {
+            usage(stdout);
+            return 1;
+        }
+        if (v == NULL && !is_bool_flag(name)) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "hderp-server: -%s needs a value\n", name);
+                return -1;
+            }
+            v = argv[++i];
+        }
+        if (strcmp(name, "a") == 0)
+            addr_given = true;
+        if (apply(f, name, v, &version) < 0)
+            return -1;
+    }
+    if (version) {
+        printf("hderp-server 0.1.0\n");
+        return 1;
+    }
+    if (f->dev && !addr_given)
+        f->addr = "127.0.0.1:3340";
+    return 0;
+}
+
+bool srv_flags_tls_mode(const struct srv_flags *f)
+{
+    const char *colon = strrchr(f->addr, ':');
+    const char *port = colon ? colon + 1 : f->addr;
+    return strcmp(port, "443") == 0 || strcmp(port, "https") == 0 ||
+           strcmp(f->certmode, "manual") == 0;
+}

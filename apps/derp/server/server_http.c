@@ -1,0 +1,385 @@
+/* server_http.c - a fresh connection's HTTP/1.1 phase on the accepting shard: the /derp upgrade
+ * (spec §1.3) and derper's small endpoints (§8): /derp/probe, /derp/latency-check,
+ * /generate_204, /robots.txt, /debug/varz (loopback only) and the home page. The connection's
+ * app pointer is the shard's srv_shard: an HTTP connection owns no memory of its own. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <hd/net_ws.h>
+#include "server.h"
+
+static const char home_html[] =
+    "<html><head><title>hderp</title></head><body>\n"
+    "<h1>DERP</h1>\n"
+    "<p>This is a <a href=\"https://tailscale.com/kb/1232/derp-servers\">Tailscale DERP</a> "
+    "relay (hderp).</p>\n"
+    "</body></html>\n";
+
+static void reply(struct net_conn *c, const char *buf, int n)
+{
+    if (n > 0 && net_conn_send_copy(c, buf, (size_t)n) < 0)
+        net_conn_close(c, -ENOBUFS, false);
+}
+
+static void reply_text(struct net_conn *c, uint16_t status, const char *text, bool keep,
+                       bool head_only)
+{
+    char buf[1024];
+    int n = net_http_write_text(buf, sizeof(buf), status, net_http_cstr(text),
+                                keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE, head_only);
+    reply(c, buf, n);
+}
+
+static bool peer_is_loopback(const struct net_conn *c)
+{
+    const struct net_addr *a = net_conn_peer(c);
+    if (a->sa.sa_family == AF_INET)
+        return (ntohl(a->in4.sin_addr.s_addr) >> 24) == 127;
+    if (a->sa.sa_family == AF_INET6) {
+        const struct in6_addr *ip = &a->in6.sin6_addr;
+        if (IN6_IS_ADDR_LOOPBACK(ip))
+            return true;
+        return IN6_IS_ADDR_V4MAPPED(ip) && ip->s6_addr[12] == 127;
+    }
+    return false;
+}
+
+/* §8: a challenge of at most 64 characters of [A-Za-z0-9._:-] is echoed. */
+static bool challenge_ok(struct net_http_str ch)
+{
+    if (ch.ptr == NULL || ch.len == 0 || ch.len > 64)
+        return false;
+    for (size_t i = 0; i < ch.len; i++) {
+        char x = ch.ptr[i];
+        bool ok = (x >= 'a' && x <= 'z') || (x >= 'A' && x <= 'Z') || (x >= '0' && x <= '9') ||
+                  x == '.' || x == '_' || x == ':' || x == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+static void serve_204(struct net_conn *c, const struct net_http_req *req, bool keep)
+{
+    char buf[512], resp[160];
+    struct net_http_hdr hdrs[2] = {
+        {"Cache-Control", NET_HTTP_LIT("no-cache, no-store, must-revalidate, no-transform, "
+                                       "max-age=0")},
+    };
+    size_t count = 1;
+    struct net_http_str ch = net_http_header_get(&req->head, "X-Tailscale-Challenge");
+    if (challenge_ok(ch)) {
+        int m = snprintf(resp, sizeof(resp), "response %.*s", (int)ch.len, ch.ptr);
+        hdrs[count++] = (struct net_http_hdr){"X-Tailscale-Response", {resp, (size_t)m}};
+    }
+    struct net_http_resp_spec spec = {.status = 204,
+                                      .headers = hdrs,
+                                      .headers_count = count,
+                                      .content_length = -1,
+                                      .connection =
+                                          keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE};
+    reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
+}
+
+static void serve_probe(struct net_conn *c, const struct net_http_req *req, bool keep)
+{
+    if (req->method != NET_HTTP_METHOD_GET && req->method != NET_HTTP_METHOD_HEAD) {
+        reply_text(c, 405, "bogus probe method\n", keep, false);
+        return;
+    }
+    char buf[256];
+    struct net_http_hdr acao = {"Access-Control-Allow-Origin", NET_HTTP_LIT("*")};
+    struct net_http_resp_spec spec = {.status = 200,
+                                      .headers = &acao,
+                                      .headers_count = 1,
+                                      .content_length = 0,
+                                      .connection =
+                                          keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE};
+    reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
+}
+
+static void serve_home(struct net_conn *c, const struct srv_shard *ds,
+                       const struct net_http_req *req, bool keep)
+{
+    const char *home = ds->cfg->home;
+    bool head_only = req->method == NET_HTTP_METHOD_HEAD;
+    char buf[2048];
+    if (home && (strncmp(home, "http://", 7) == 0 || strncmp(home, "https://", 8) == 0)) {
+        struct net_http_hdr loc = {"Location", net_http_cstr(home)};
+        struct net_http_resp_spec spec = {.status = 302,
+                                          .headers = &loc,
+                                          .headers_count = 1,
+                                          .content_length = 0,
+                                          .connection =
+                                              keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE};
+        reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
+        return;
+    }
+    const char *body = (home && strcmp(home, "blank") == 0) ? "" : home_html;
+    size_t body_len = strlen(body);
+    struct net_http_hdr hdrs[] = {
+        {"Content-Type", NET_HTTP_LIT("text/html; charset=utf-8")},
+        {"X-Frame-Options", NET_HTTP_LIT("DENY")},
+        {"X-Content-Type-Options", NET_HTTP_LIT("nosniff")},
+        {"Strict-Transport-Security", NET_HTTP_LIT("max-age=63072000; includeSubDomains")},
+        {"Content-Security-Policy", NET_HTTP_LIT("default-src 'self'; frame-ancestors 'none'")},
+    };
+    struct net_http_resp_spec spec = {.status = 200,
+                                      .headers = hdrs,
+                                      .headers_count = HD_ARRAY_SIZE(hdrs),
+                                      .content_length = (int64_t)body_len,
+                                      .connection =
+                                          keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE};
+    int n = net_http_write_resp(buf, sizeof(buf), &spec);
+    reply(c, buf, n);
+    if (n > 0 && !head_only && body_len)
+        reply(c, body, (int)body_len);
+}
+
+/* §1.5: the WebSocket carrier (RFC 6455 handshake as coder/websocket's Accept answers it, then
+ * the DERP byte stream in binary messages, net_ws.h). Returns true when the connection became
+ * a DERP connection. */
+static bool serve_websocket(struct net_conn *c, struct srv_shard *ds,
+                            const struct net_http_req *req)
+{
+    uint16_t status;
+    if (net_http_ws_check(req, &status) < 0) {
+        hd_log_rl(HD_LOG_INFO, "websocket: bad opening handshake: %u", (unsigned)status);
+        reply_text(c, status,
+                   status == 400 ? "bad WebSocket handshake\n" : "WebSocket protocol violation\n",
+                   false, false);
+        return false;
+    }
+    /* Subprotocol selection: "derp" when the client offers it as a token; the 1008 close below
+     * covers offers that only contain the substring (derper's check before Accept). */
+    bool derp = net_http_header_has_token(&req->head, "Sec-WebSocket-Protocol", "derp");
+    char buf[512];
+    struct net_http_str key = net_http_header_get(&req->head, "Sec-WebSocket-Key");
+    int n = net_http_write_ws_101(buf, sizeof(buf), key,
+                                  derp ? NET_HTTP_LIT("derp") : (struct net_http_str){0});
+    HD_ASSERT(n > 0); /* the key was checked */
+    reply(c, buf, n);
+    int rc = net_ws_start(c, true); /* over TLS: above the TLS codec */
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return false;
+    }
+    if (!derp) {
+        net_ws_close(c, NET_WS_CLOSE_POLICY, "client must speak the derp subprotocol", 0);
+        return false;
+    }
+    ds->ctr.websocket_accepts++;
+    /* No 101 with Derp headers (the WebSocket 101 went out): the ServerKey frame comes first,
+     * as for fast start; Ideal-Node is not looked at on this path. */
+    rc = srv_client_start(ds, c, true, false);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return false;
+    }
+    return true;
+}
+
+/* §1.3: returns true when the connection became a DERP connection. */
+static bool serve_derp(struct net_conn *c, struct srv_shard *ds, const struct net_http_req *req)
+{
+    struct net_http_str up = net_http_header_get(&req->head, "Upgrade");
+    bool derp = net_http_str_eq_nocase(up, "derp");
+    bool ws = net_http_str_eq_nocase(up, "websocket");
+    if (!derp && !ws) {
+        reply_text(c, 426, "DERP requires connection upgrade\n", false, false);
+        return false;
+    }
+    struct net_http_str proto = net_http_header_get(&req->head, "Sec-WebSocket-Protocol");
+    if (ws && proto.ptr && memmem(proto.ptr, proto.len, "derp", 4))
+        return serve_websocket(c, ds, req);
+    bool fast = net_http_str_eq(net_http_header_get(&req->head, "Derp-Fast-Start"), "1");
+    struct net_http_str ideal = net_http_header_get(&req->head, "Ideal-Node");
+    int rc = srv_client_start(ds, c, fast, ideal.ptr != NULL && ideal.len > 0);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return false;
+    }
+    return true;
+}
+
+/* Port 80 in TLS mode (§1.1): /generate_204 and /debug as on the main port, other GET/HEAD
+ * redirected to https, anything else refused. Returns true when it answered. */
+static bool serve_port80(struct net_conn *c, const struct net_http_req *req, bool keep)
+{
+    if (net_http_str_eq(req->path, "/generate_204") ||
+        (req->path.len >= 6 && memcmp(req->path.ptr, "/debug", 6) == 0))
+        return false;
+    if (req->method != NET_HTTP_METHOD_GET && req->method != NET_HTTP_METHOD_HEAD) {
+        reply_text(c, 400, "Use HTTPS\n", keep, false);
+        return true;
+    }
+    char loc[NET_HTTP_HEAD_SIZE_MAX], buf[NET_HTTP_HEAD_SIZE_MAX + 256];
+    int n = snprintf(loc, sizeof(loc), "https://%.*s%.*s", (int)req->host.len,
+                     req->host.ptr ? req->host.ptr : "", (int)req->target.len, req->target.ptr);
+    struct net_http_hdr h = {"Location", {loc, n > 0 ? (size_t)n : 0}};
+    struct net_http_resp_spec spec = {.status = 302,
+                                      .headers = &h,
+                                      .headers_count = 1,
+                                      .content_length = 0,
+                                      .connection =
+                                          keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE};
+    reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
+    return true;
+}
+
+static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len, bool port80)
+{
+    struct srv_shard *ds = net_conn_app(c);
+    struct net_http_req req;
+    net_http_req_init(&req);
+    int n = net_http_req_parse(&req, (const char *)data, len);
+    if (n == -EAGAIN)
+        return 0; /* the head is not complete: net keeps the bytes and offers them again */
+    if (n < 0) {
+        char buf[256];
+        reply(c, buf, net_http_write_error(buf, sizeof(buf), req.head.error_status, false));
+        hd_log_rl(HD_LOG_INFO, "http: bad request (%s): %u", req.head.error_reason,
+                  req.head.error_status);
+        net_conn_close(c, 0, true);
+        return (ssize_t)len;
+    }
+    if (len < (size_t)n + req.body_size)
+        return 0; /* wait for the (small, bounded) body */
+    size_t used = (size_t)n + req.body_size;
+    ds->ctr.http_requests++;
+    bool keep = req.keep_alive;
+    bool head_only = req.method == NET_HTTP_METHOD_HEAD;
+    if (port80 && serve_port80(c, &req, keep)) {
+        /* answered */
+    } else if (net_http_str_eq(req.path, "/derp")) {
+        if (serve_derp(c, ds, &req))
+            return (ssize_t)used; /* what follows the head is DERP: the new handler gets it */
+        keep = false;
+    } else if (net_http_str_eq(req.path, "/derp/probe") ||
+               net_http_str_eq(req.path, "/derp/latency-check")) {
+        serve_probe(c, &req, keep);
+    } else if (net_http_str_eq(req.path, "/generate_204")) {
+        serve_204(c, &req, keep);
+    } else if (net_http_str_eq(req.path, "/robots.txt")) {
+        reply_text(c, 200, "User-agent: *\nDisallow: /\n", keep, head_only);
+    } else if (req.path.len >= 6 && memcmp(req.path.ptr, "/debug", 6) == 0) {
+        bool forwarded = net_http_header_get(&req.head, "X-Forwarded-For").ptr != NULL;
+        if (!peer_is_loopback(c) || forwarded) {
+            reply_text(c, 403, "debug access denied\n", keep, head_only);
+        } else if (net_http_str_eq(req.path, "/debug/varz")) {
+            srv_varz_request(ds, c, head_only);
+            net_conn_pause_recv(c, true); /* one request at a time: the answer comes later */
+            return (ssize_t)used;
+        } else {
+            reply_text(c, 404, "not found\n", keep, head_only);
+        }
+    } else {
+        serve_home(c, ds, &req, keep);
+    }
+    if (!keep)
+        net_conn_close(c, 0, true);
+    return (ssize_t)used;
+}
+
+static ssize_t http_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    return http_request(c, data, len, false);
+}
+
+static ssize_t http80_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    return http_request(c, data, len, true);
+}
+
+static void http_close(struct net_conn *c, int reason)
+{
+    (void)c, (void)reason;
+}
+
+static const struct net_conn_handler http_handler = {
+    .on_data = http_data,
+    .on_close = http_close,
+};
+
+static const struct net_conn_handler http80_handler = {
+    .on_data = http80_data,
+    .on_close = http_close,
+};
+
+/* derper's manual mode with a DNS hostname: a handshake with another (or no) SNI fails. */
+static void check_sni(struct net_conn *c, const struct tls_conn_info *info)
+{
+    struct srv_shard *ds = net_conn_app(c);
+    if (strcmp(info->server_name, ds->cfg->hostname) != 0) {
+        hd_log_rl(HD_LOG_INFO, "tls: SNI \"%s\" is not %s: connection refused", info->server_name,
+                  ds->cfg->hostname);
+        net_conn_close(c, -EACCES, false);
+    }
+}
+
+static void accept_with(struct net_listener *l, int fd, struct srv_shard *ds,
+                        const struct net_conn_handler *h, bool tls)
+{
+    struct net_conn_options opt = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
+                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
+                                   .send_high_bytes = SRV_NET_HIGH_BYTES,
+                                   .send_low_bytes = SRV_NET_LOW_BYTES,
+                                   .send_max_bytes = SRV_NET_MAX_BYTES};
+    struct net_conn *c;
+    if (net_conn_adopt(net_listener_shard(l), fd, h, ds, &opt, &c) < 0) {
+        hd_log_rl(HD_LOG_WARN, "accept: connection pool exhausted: refused a connection");
+        close(fd);
+        return;
+    }
+    ds->ctr.accepts++;
+    if (!tls)
+        return;
+    /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
+    struct tls_conn_options to = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
+                                  .write_timeout_ms = ds->cfg->write_timeout_ms,
+                                  .on_handshake = ds->cfg->sni_required ? check_sni : NULL};
+    int rc = tls_conn_start(c, srv_certs_current(ds), &to);
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+}
+
+/* -accept-connection-limit: this shard's token bucket (srv_accept_limit_init). A refused
+ * connection is closed and the accept loop goes on (derper's loop stopped on it, spec §6.9). */
+static bool accept_allowed(struct srv_shard *ds)
+{
+    return ds->accept_per_ms <= 0 ||
+           hd_tbucket_take(&ds->accept, ds->accept_per_ms, ds->accept_burst, hd_now_ms(ds->s), 1);
+}
+
+/* Each shard gets 1/shards of the rate and of the burst (at least 1): reuseport spreads
+ * accepts over the shards, so accepting shares no state. */
+void srv_accept_limit_init(struct srv_shard *ds)
+{
+    double n = (double)hd_shard_count(ds->s);
+    ds->accept_per_ms = ds->cfg->accept_rate / n;
+    ds->accept_burst = ds->cfg->accept_burst / n < 1 ? 1 : ds->cfg->accept_burst / n;
+    hd_tbucket_fill(&ds->accept, ds->accept_burst, hd_now_ms(ds->s));
+}
+
+void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
+{
+    (void)peer;
+    struct srv_shard *ds = arg;
+    if (!accept_allowed(ds)) {
+        ds->ctr.accepts_refused++;
+        hd_log_rl(HD_LOG_INFO, "accept: over -accept-connection-limit: connection closed");
+        close(fd);
+        return;
+    }
+    accept_with(l, fd, ds, &http_handler, ds->cfg->tls);
+}
+
+void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
+{
+    (void)peer;
+    accept_with(l, fd, arg, &http80_handler, false);
+}

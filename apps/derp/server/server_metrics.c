@@ -1,0 +1,260 @@
+/* server_metrics.c - /debug/varz: derper's metric names (spec §9) in Prometheus text, summed
+ * over shards with hd_collect, plus hderp's own per-shard loop figures. Runs on the shard that
+ * got the request; the answer is written once every shard has filled its slot. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+const char *const srv_drop_names[SRV_DROPS] = {
+    "unknown_dest", "unknown_dest_on_fwd", "gone_disconnected", "queue_head",
+    "queue_tail",   "write_error",         "dup_client",
+};
+static const char *const kind_names[SRV_KINDS] = {"disco", "other"};
+
+struct varz_slot {
+    struct srv_counters ctr;
+    struct hd_shard_stats loop;
+    uint64_t frames_in_use, frames_exhausted;
+    struct srv_rate rate; /* -rate-config as the shard applies it */
+};
+
+struct varz_req {
+    struct net_conn *conn; /* NULL once the connection closed */
+    bool head_only, done;
+};
+
+static void fill(struct hd_shard *s, void *slot, void *arg)
+{
+    (void)arg;
+    struct varz_slot *v = slot;
+    struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    if (ds) {
+        v->ctr = ds->ctr;
+        v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
+        v->ctr.watchers = ds->watch_count;
+        v->rate = *srv_rate_current(ds);
+    }
+    v->loop = *hd_shard_stats(s);
+    for (unsigned i = 0; i < hd_frame_classes_count(s); i++) {
+        struct hd_pool_stats st;
+        hd_frame_stats(s, i, &st);
+        v->frames_in_use += st.in_use;
+        v->frames_exhausted += st.exhausted;
+    }
+}
+
+struct out {
+    char *buf;
+    size_t len, cap;
+};
+
+__attribute__((format(printf, 2, 3))) static void put(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->len += (size_t)n < o->cap - o->len ? (size_t)n : o->cap - o->len - 1;
+}
+
+#define SUM(field)                                                                                 \
+    ({                                                                                             \
+        int64_t s_ = 0;                                                                            \
+        for (unsigned i_ = 0; i_ < count; i_++)                                                    \
+            s_ += (int64_t)v[i_].ctr.field;                                                        \
+        s_;                                                                                        \
+    })
+
+static void put_metric(struct out *o, const char *name, const char *type, int64_t value)
+{
+    put(o, "# TYPE derp_%s %s\nderp_%s %lld\n", name, type, name, (long long)value);
+}
+
+static void format_derp(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    put_metric(o, "accepts", "counter", SUM(accepts));
+    put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
+    put_metric(o, "bytes_received", "counter", SUM(bytes_received));
+    put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
+    put_metric(o, "packets_received", "counter", SUM(packets_received));
+    put_metric(o, "packets_sent", "counter", SUM(packets_sent));
+    put(o, "# TYPE derp_packets_received_kind counter\n");
+    for (unsigned k = 0; k < SRV_KINDS; k++)
+        put(o, "derp_packets_received_kind{kind=\"%s\"} %lld\n", kind_names[k],
+            (long long)SUM(packets_received_kind[k]));
+    put_metric(o, "got_ping", "counter", SUM(got_ping));
+    put_metric(o, "sent_pong", "counter", SUM(sent_pong));
+    put_metric(o, "unknown_frames", "counter", SUM(unknown_frames));
+    put_metric(o, "home_moves_in", "counter", SUM(home_moves_in));
+    put_metric(o, "home_moves_out", "counter", SUM(home_moves_out));
+    put_metric(o, "peer_gone_disconnected_frames", "counter", SUM(peer_gone_disconnected_frames));
+    put_metric(o, "peer_gone_not_here_frames", "counter", SUM(peer_gone_not_here_frames));
+    put_metric(o, "packets_forwarded_in", "counter", SUM(packets_forwarded_in));
+    put_metric(o, "packets_forwarded_out", "counter", SUM(packets_forwarded_out));
+    put_metric(o, "sclient_write_timeouts", "counter", SUM(sclient_write_timeouts));
+    put_metric(o, "total_dup_client_conns", "counter", SUM(total_dup_client_conns));
+    put_metric(o, "current_connections", "gauge", SUM(current_connections));
+    put_metric(o, "current_home_connections", "gauge", SUM(current_home_connections));
+    put_metric(o, "current_notideal_connections", "gauge", SUM(current_notideal_connections));
+    put_metric(o, "clients_total", "gauge", SUM(clients_total));
+    put_metric(o, "clients_local", "gauge", SUM(clients_local));
+    put_metric(o, "clients_remote", "gauge", SUM(clients_total) - SUM(clients_local));
+    put_metric(o, "multiforwarder_created", "counter", SUM(multiforwarder_created));
+    put_metric(o, "multiforwarder_deleted", "counter", SUM(multiforwarder_deleted));
+    put_metric(o, "packet_forwarder_delete_other_value", "counter",
+               SUM(packet_forwarder_delete_other_value));
+    put_metric(o, "mesh_links_ready", "gauge", SUM(mesh_links_ready));
+    put_metric(o, "mesh_forward_dropped", "counter", SUM(mesh_forward_dropped));
+    put_metric(o, "current_dup_client_keys", "gauge", SUM(current_dup_client_keys));
+    put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
+    put_metric(o, "watchers", "gauge", SUM(watchers));
+    put_metric(o, "websocket_accepts", "counter", SUM(websocket_accepts)); /* §1.5 */
+    put(o, "# TYPE derp_packets_dropped counter\n");
+    for (unsigned r = 0; r < SRV_DROPS; r++)
+        for (unsigned k = 0; k < SRV_KINDS; k++)
+            put(o, "derp_packets_dropped{reason=\"%s\",kind=\"%s\"} %lld\n", srv_drop_names[r],
+                kind_names[k], (long long)SUM(packets_dropped[r][k]));
+    put(o, "# TYPE stun_requests counter\n");
+    put(o, "stun_requests{disposition=\"success\"} %lld\n", (long long)SUM(stun_success));
+    put(o, "stun_requests{disposition=\"not_stun\"} %lld\n", (long long)SUM(stun_not_stun));
+    put(o, "stun_requests{disposition=\"write_error\"} %lld\n", (long long)SUM(stun_write_error));
+    put(o, "# TYPE stun_addrfamily counter\n");
+    put(o, "stun_addrfamily{family=\"ipv4\"} %lld\n", (long long)SUM(stun_ipv4));
+    put(o, "stun_addrfamily{family=\"ipv6\"} %lld\n", (long long)SUM(stun_ipv6));
+    put(o, "# TYPE derp_bytes_dropped counter\n");
+    for (unsigned r = 0; r < SRV_DROPS; r++)
+        for (unsigned k = 0; k < SRV_KINDS; k++)
+            put(o, "derp_bytes_dropped{reason=\"%s\",kind=\"%s\"} %lld\n", srv_drop_names[r],
+                kind_names[k], (long long)SUM(bytes_dropped[r][k]));
+}
+
+/* -rate-config (spec §9): only with a config file. The limit as shard 0 applies it (the burst
+ * after raising it to 65568), and the frames that waited for their tokens. */
+static void format_rate(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    put_metric(o, "rate_limit_per_client_bytes_per_second", "gauge",
+               (int64_t)v[0].rate.bytes_per_sec);
+    put_metric(o, "rate_limit_per_client_burst_bytes", "gauge", (int64_t)v[0].rate.burst);
+    put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
+}
+
+/* hderp's own figures: per shard, so an uneven load shows. */
+static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
+    put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
+        (long long)SUM(mesh_refused));
+    put(o, "# TYPE hderp_handshake_errors counter\nhderp_handshake_errors %lld\n",
+        (long long)SUM(handshake_errors));
+    put(o, "# TYPE hderp_admit_refused counter\nhderp_admit_refused %lld\n",
+        (long long)SUM(admit_refused));
+    put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
+        (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
+        (long long)SUM(allowlist_refused));
+    put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
+        (long long)SUM(bus_dropped));
+    put(o, "# TYPE hderp_loop_tick_ns summary\n");
+    for (unsigned i = 0; i < count; i++)
+        for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
+            put(o, "hderp_loop_tick_ns{shard=\"%u\",quantile=\"%g\"} %llu\n", i, qs[q],
+                (unsigned long long)hd_hist_quantile(&v[i].loop.tick_ns, qs[q]));
+    put(o, "# TYPE hderp_loop_cqes_per_tick summary\n");
+    for (unsigned i = 0; i < count; i++)
+        for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
+            put(o, "hderp_loop_cqes_per_tick{shard=\"%u\",quantile=\"%g\"} %llu\n", i, qs[q],
+                (unsigned long long)hd_hist_quantile(&v[i].loop.cqes_per_tick, qs[q]));
+    put(o, "# TYPE hderp_loop_ticks counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
+    put(o, "# TYPE hderp_bus_full counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.bus_full);
+    put(o, "# TYPE hderp_frames_in_use gauge\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_frames_in_use{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].frames_in_use);
+    put(o, "# TYPE hderp_frames_exhausted counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_frames_exhausted{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].frames_exhausted);
+}
+
+static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
+{
+    (void)s;
+    struct varz_req *r = arg;
+    r->done = true;
+    if (r->conn == NULL) {
+        free(r);
+        return;
+    }
+    struct out o = {.cap = 64 * 1024};
+    o.buf = malloc(o.cap);
+    if (o.buf) {
+        format_derp(&o, slots, count);
+        if (srv_shard_here()->cfg->rate_config_path)
+            format_rate(&o, slots, count);
+        format_hderp(&o, slots, count);
+        char head[256];
+        struct net_http_hdr ct = {"Content-Type", NET_HTTP_LIT("text/plain; version=0.0.4")};
+        struct net_http_resp_spec spec = {.status = 200,
+                                          .headers = &ct,
+                                          .headers_count = 1,
+                                          .content_length = (int64_t)o.len,
+                                          .connection = NET_HTTP_CONN_CLOSE};
+        int n = net_http_write_resp(head, sizeof(head), &spec);
+        if (n > 0)
+            net_conn_send_copy(r->conn, head, (size_t)n);
+        if (!r->head_only)
+            net_conn_send_copy(r->conn, o.buf, o.len);
+        free(o.buf);
+    }
+    net_conn_close(r->conn, 0, true); /* on_close frees r */
+}
+
+static ssize_t varz_data(struct net_conn *c, const uint8_t *data, size_t len)
+{
+    (void)c, (void)data;
+    return (ssize_t)len; /* nothing more is read on this connection */
+}
+
+static void varz_closed(struct net_conn *c, int reason)
+{
+    (void)reason;
+    struct varz_req *r = net_conn_app(c);
+    r->conn = NULL;
+    if (r->done)
+        free(r);
+}
+
+static const struct net_conn_handler varz_handler = {
+    .on_data = varz_data,
+    .on_close = varz_closed,
+};
+
+void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
+{
+    struct varz_req *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        net_conn_close(c, -ENOMEM, false);
+        return;
+    }
+    r->conn = c;
+    r->head_only = head_only;
+    net_conn_set_app(c, &varz_handler, r);
+    int rc = hd_collect(ds->s, sizeof(struct varz_slot), fill, done, r);
+    if (rc < 0) {
+        r->done = true;
+        char buf[256];
+        int n = net_http_write_error(buf, sizeof(buf), 503, head_only);
+        if (n > 0)
+            net_conn_send_copy(c, buf, (size_t)n);
+        net_conn_close(c, 0, true);
+    }
+}

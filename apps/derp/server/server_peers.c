@@ -1,0 +1,584 @@
+/* server_peers.c - each shard's peer table (the keys it owns), duplicate connections (§6.6),
+ * packet routing between shards (§6.2), PeerGone to former correspondents (§6.7), watchers
+ * (§6.8), ClosePeer and NotHere. Runs on each shard for its own table; other shards are reached
+ * only through bus messages, whose payloads travel in refcounted frames. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+/* ---------------------------------------------------------------- the table */
+
+static uint32_t slot_of(const struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t h;
+    memcpy(&h, key + 8, sizeof(h)); /* not bytes 0..8: those chose the shard */
+    return (uint32_t)(h * 0x9E3779B97F4A7C15ull >> 32) & (t->cap - 1);
+}
+
+int srv_peers_init(struct srv_peer_table *t)
+{
+    t->cap = SRV_PEERS_INITIAL;
+    t->count = 0;
+    t->slots = calloc(t->cap, sizeof(*t->slots));
+    return t->slots ? 0 : -ENOMEM;
+}
+
+void srv_peers_fini(struct srv_peer_table *t)
+{
+    for (uint32_t i = 0; i < t->cap; i++)
+        free(t->slots[i]);
+    free(t->slots);
+    t->slots = NULL;
+}
+
+struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
+{
+    for (uint32_t i = slot_of(t, key);; i = (i + 1) & (t->cap - 1)) {
+        struct srv_peer *p = t->slots[i];
+        if (p == NULL)
+            return NULL;
+        if (memcmp(p->key.bytes, key, DERP_KEY_LEN) == 0)
+            return p;
+    }
+}
+
+static void table_put(struct srv_peer_table *t, struct srv_peer *p)
+{
+    uint32_t i = slot_of(t, p->key.bytes);
+    while (t->slots[i])
+        i = (i + 1) & (t->cap - 1);
+    t->slots[i] = p;
+}
+
+static int table_insert(struct srv_peer_table *t, struct srv_peer *p)
+{
+    if ((t->count + 1) * 2 > t->cap) { /* grow at half load: probes stay short */
+        struct srv_peer_table n = {.cap = t->cap * 2};
+        n.slots = calloc(n.cap, sizeof(*n.slots));
+        if (n.slots == NULL)
+            return -ENOMEM;
+        for (uint32_t i = 0; i < t->cap; i++)
+            if (t->slots[i])
+                table_put(&n, t->slots[i]);
+        free(t->slots);
+        t->slots = n.slots;
+        t->cap = n.cap;
+    }
+    table_put(t, p);
+    t->count++;
+    return 0;
+}
+
+static void table_remove(struct srv_peer_table *t, struct srv_peer *p)
+{
+    uint32_t mask = t->cap - 1, i = slot_of(t, p->key.bytes);
+    while (t->slots[i] != p)
+        i = (i + 1) & mask;
+    uint32_t hole = i;
+    for (uint32_t k = (i + 1) & mask; t->slots[k]; k = (k + 1) & mask) {
+        uint32_t home = slot_of(t, t->slots[k]->key.bytes);
+        if (((k - home) & mask) >= ((k - hole) & mask)) {
+            t->slots[hole] = t->slots[k];
+            hole = k;
+        }
+    }
+    t->slots[hole] = NULL;
+    t->count--;
+}
+
+struct srv_shard *srv_shard_here(void)
+{
+    return hd_shard_module_state(hd_shard_current(), &srv_module);
+}
+
+/* ---------------------------------------------------------------- broadcasts */
+
+static void event_msg(struct hd_shard *s, const struct hd_msg *m)
+{
+    struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    srv_event_fn *fn = (srv_event_fn *)(uintptr_t)m->u64[1];
+    if (ds && !hd_shard_stopping(s))
+        fn(ds, m->ptr, m->u64[0]);
+    hd_frame_unref(s, m->ptr);
+}
+
+int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct hd_frame *f,
+                   uint64_t arg)
+{
+    if (to == hd_shard_id(ds->s)) {
+        fn(ds, f, arg);
+        hd_frame_unref(ds->s, f);
+        return 0;
+    }
+    struct hd_msg m = {.fn = event_msg, .ptr = f, .u64 = {arg, (uint64_t)(uintptr_t)fn}};
+    int rc = hd_bus_send(ds->s, to, &m);
+    if (rc < 0) {
+        ds->ctr.bus_dropped++;
+        hd_log_rl(HD_LOG_WARN, "bus to shard %u full: an event was dropped", to);
+        hd_frame_unref(ds->s, f);
+    }
+    return rc;
+}
+
+void srv_event_broadcast(struct srv_shard *ds, srv_event_fn *fn, struct hd_frame *f, uint64_t arg)
+{
+    unsigned n = hd_shard_count(ds->s);
+    for (unsigned i = 1; i < n; i++)
+        hd_frame_ref(f);
+    for (unsigned i = 0; i < n; i++)
+        srv_event_send(ds, i, fn, f, arg);
+}
+
+struct hd_frame *srv_key_frame(struct srv_shard *ds, const uint8_t *a, const uint8_t *b)
+{
+    struct hd_frame *f = hd_frame_get(ds->s, 2 * DERP_KEY_LEN);
+    if (f == NULL)
+        return NULL;
+    memcpy(f->data, a, DERP_KEY_LEN);
+    if (b)
+        memcpy(f->data + DERP_KEY_LEN, b, DERP_KEY_LEN);
+    f->len = b ? 2 * DERP_KEY_LEN : DERP_KEY_LEN;
+    return f;
+}
+
+/* ---------------------------------------------------------------- presence */
+
+static void send_peer_gone(struct srv_shard *ds, struct srv_client *cl, const uint8_t *key,
+                           uint8_t reason)
+{
+    uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_PEER_GONE_LEN];
+    derp_frame_peer_gone_encode(buf, sizeof(buf), key, reason);
+    if (reason == DERP_PEER_GONE_NOT_HERE)
+        ds->ctr.peer_gone_not_here_frames++;
+    else
+        ds->ctr.peer_gone_disconnected_frames++;
+    srv_client_send_ctl(cl, buf, sizeof(buf));
+}
+
+/* Who hears that a key went (gone_event's arg). */
+#define GONE_WATCHERS 1u /* its last local connection went: watchers (local presence only) */
+#define GONE_SOURCES  2u /* it left the region (§6.7): connections that received from it */
+
+/* Keys went (f->data: one or more keys): tell the watchers and/or the connections that
+ * received packets from them (arg: GONE_*), once each per key. Runs on every shard. The
+ * subscribers come from the shard's reverse index (server_sources.c): a departure costs its
+ * subscribers, not every connection; watchers (GONE_WATCHERS) come from the shard's watcher
+ * list. */
+static void gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    for (uint32_t off = 0; off + DERP_KEY_LEN <= f->len; off += DERP_KEY_LEN) {
+        const uint8_t *key = f->data + off;
+        bool watchers = (arg & GONE_WATCHERS) && ds->watch_count > 0;
+        struct srv_subs_entry e;
+        if ((arg & GONE_SOURCES) && srv_sources_take(ds, key, &e)) {
+            struct srv_client **v = srv_subs_vec(&e);
+            for (uint32_t i = 0; i < e.count; i++) {
+                /* Not the closing connection itself (it received from its own key): like the
+                 * walk, which no longer found it in the table. A watcher hears it below. */
+                if (v[i]->phase == SRV_CLIENT_ACTIVE && !(watchers && v[i]->watcher))
+                    send_peer_gone(ds, v[i], key, DERP_PEER_GONE_DISCONNECTED);
+            }
+            srv_subs_entry_free(&e);
+        }
+        for (uint32_t i = 0; watchers && i < ds->watch_count; i++)
+            send_peer_gone(ds, ds->watch_list[i], key, DERP_PEER_GONE_DISCONNECTED);
+    }
+}
+
+static void broadcast_gone(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned who)
+{
+    struct hd_frame *f = srv_key_frame(ds, key, NULL);
+    if (f)
+        srv_event_broadcast(ds, gone_event, f, who);
+}
+
+/* A PeerPresent frame (f->data) for this shard's watchers. */
+static void present_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    for (uint32_t i = 0; i < ds->watch_count; i++)
+        srv_client_send_ctl(ds->watch_list[i], f->data, f->len);
+}
+
+static void broadcast_present(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct hd_frame *f = hd_frame_get(ds->s, DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN);
+    if (f == NULL)
+        return;
+    uint8_t flags = derp_peer_present_flags(cl->mesh, cl->prober, cl->not_ideal);
+    f->len = (uint32_t)derp_frame_peer_present_encode(f->data, f->size, cl->key.bytes, &cl->remote,
+                                                      flags);
+    srv_event_broadcast(ds, present_event, f, 0);
+}
+
+/* ---------------------------------------------------------------- registration */
+
+void srv_register(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, cl->key.bytes);
+    if (p == NULL) {
+        p = calloc(1, sizeof(*p));
+        if (p)
+            p->key = cl->key; /* before the insert: the slot is a hash of it */
+        if (p == NULL || table_insert(&ds->peers, p) < 0) {
+            free(p);
+            srv_client_close(cl, -ENOMEM);
+            return;
+        }
+    }
+    if (p->clients_count == 0)
+        ds->ctr.clients_local++;
+    cl->peer = p;
+    cl->peer_next = p->clients;
+    p->clients = cl;
+    p->clients_count++;
+    p->active = cl; /* a new connection becomes active */
+    cl->activity = ++ds->activity_seq;
+    if (p->clients_count == 2) {
+        ds->ctr.current_dup_client_keys++;
+        ds->ctr.current_dup_client_conns += 2;
+    } else if (p->clients_count > 2) {
+        ds->ctr.current_dup_client_conns++;
+    }
+    if (p->clients_count >= 2)
+        ds->ctr.total_dup_client_conns++;
+    if (ds->watchers_total > 0)
+        broadcast_present(ds, cl);
+}
+
+void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct srv_peer *p = cl->peer;
+    if (p == NULL)
+        return;
+    struct srv_client **pp = &p->clients;
+    while (*pp != cl)
+        pp = &(*pp)->peer_next;
+    *pp = cl->peer_next;
+    cl->peer = NULL;
+    if (p->clients_count == 2) {
+        ds->ctr.current_dup_client_keys--;
+        ds->ctr.current_dup_client_conns -= 2;
+    } else if (p->clients_count > 2) {
+        ds->ctr.current_dup_client_conns--;
+    }
+    p->clients_count--;
+    if (p->active == cl) { /* the most recently active remaining one takes over */
+        p->active = NULL;
+        for (struct srv_client *o = p->clients; o; o = o->peer_next)
+            if (p->active == NULL || o->activity > p->active->activity)
+                p->active = o;
+    }
+    if (cl->watcher)
+        srv_watch_stop(ds, cl);
+    if (p->clients_count > 0)
+        return;
+    ds->ctr.clients_local--;
+    if (p->fwd_count > 0) { /* still in the region, via the mesh */
+        broadcast_gone(ds, p->key.bytes, GONE_WATCHERS);
+        return;
+    }
+    broadcast_gone(ds, p->key.bytes, GONE_WATCHERS | GONE_SOURCES);
+    table_remove(&ds->peers, p);
+    free(p);
+}
+
+void srv_note_activity(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct srv_peer *p = cl->peer;
+    if (p && p->clients_count > 1) { /* lastWriterIsActive */
+        cl->activity = ++ds->activity_seq;
+        p->active = cl;
+    }
+}
+
+/* ---------------------------------------------------------------- routing */
+
+static void deliver(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind, bool forwarded)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    uint32_t len = f->len - SRV_ROUTE_OFF;
+    if (p && p->active) { /* local always wins (§7) */
+        srv_client_enqueue(p->active, f, SRV_ROUTE_OFF, len, kind);
+        return;
+    }
+    if (p && p->clients_count == 0 && !forwarded) { /* only the mesh has it: one hop */
+        srv_mesh_forward(ds, f, p->fwd[0]);
+        return;
+    }
+    enum srv_drop why = p && p->clients_count >= 2 ? SRV_DROP_DUP_CLIENT
+                        : forwarded                ? SRV_DROP_UNKNOWN_DEST_ON_FWD
+                                                   : SRV_DROP_UNKNOWN_DEST;
+    ds->ctr.packets_dropped[why][kind]++;
+    ds->ctr.bytes_dropped[why][kind] += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    /* §6.2/§7: NotHere to the connection the packet came on: the sender, or the mesh peer that
+     * forwarded it (so that it forgets the route). */
+    if (kind == SRV_KIND_DISCO && why != SRV_DROP_DUP_CLIENT)
+        srv_not_here(ds, f->data + SRV_ROUTE_REPLY_OFF, f->data);
+    hd_frame_unref(ds->s, f);
+}
+
+static void route_msg(struct hd_shard *s, const struct hd_msg *m)
+{
+    struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    if (ds == NULL || hd_shard_stopping(s)) {
+        hd_frame_unref(s, m->ptr);
+        return;
+    }
+    deliver(ds, m->ptr, (enum srv_kind)(m->u64[0] & 1), (m->u64[0] & 2) != 0);
+}
+
+void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
+               bool forwarded)
+{
+    (void)len;
+    unsigned owner = srv_owner(ds, f->data);
+    if (owner == hd_shard_id(ds->s)) {
+        deliver(ds, f, kind, forwarded);
+        return;
+    }
+    struct hd_msg m = {.fn = route_msg, .ptr = f, .u64 = {kind | (forwarded ? 2u : 0u), 0}};
+    if (hd_bus_send(ds->s, owner, &m) < 0) {
+        /* The owner's bus is full: drop like a full queue would, never block the reader. */
+        ds->ctr.bus_dropped++;
+        ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
+        ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
+            f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+        hd_frame_unref(ds->s, f);
+    }
+}
+
+/* ---------------------------------------------------------------- NotHere, ClosePeer */
+
+static void not_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    struct srv_client *cl = p ? p->active : NULL;
+    if (cl == NULL)
+        return;
+    if (!hd_tbucket_take(&cl->not_here, 1.0 / DERP_NOT_HERE_INTERVAL_MS, DERP_NOT_HERE_BURST,
+                         hd_now_ms(ds->s), 1))
+        return;
+    send_peer_gone(ds, cl, f->data + DERP_KEY_LEN, DERP_PEER_GONE_NOT_HERE);
+}
+
+void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
+                  const uint8_t dst[DERP_KEY_LEN])
+{
+    struct hd_frame *f = srv_key_frame(ds, src, dst);
+    if (f)
+        srv_event_send(ds, srv_owner(ds, src), not_here_event, f, 0);
+}
+
+static void close_peer_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    if (p == NULL) {
+        hd_log_rl(HD_LOG_INFO, "ClosePeer for a key that is not connected here");
+        return;
+    }
+    for (struct srv_client *cl = p->clients; cl; cl = cl->peer_next)
+        srv_client_close(cl, 0);
+}
+
+void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    struct hd_frame *f = srv_key_frame(ds, key, NULL);
+    if (f)
+        srv_event_send(ds, srv_owner(ds, key), close_peer_event, f, 0);
+}
+
+/* ---------------------------------------------------------------- mesh forwarders (§7) */
+
+static int fwd_index(const struct srv_peer *p, unsigned id)
+{
+    for (unsigned i = 0; i < p->fwd_count; i++)
+        if (p->fwd[i] == id)
+            return (int)i;
+    return -1;
+}
+
+void srv_forwarder_add(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, key);
+    if (p == NULL) {
+        p = calloc(1, sizeof(*p));
+        if (p)
+            memcpy(p->key.bytes, key, DERP_KEY_LEN);
+        if (p == NULL || table_insert(&ds->peers, p) < 0) {
+            free(p);
+            hd_log_rl(HD_LOG_WARN, "mesh: out of memory: a remote key was not recorded");
+            return;
+        }
+    }
+    if (fwd_index(p, id) >= 0 || p->fwd_count >= SRV_MESH_NODES_MAX)
+        return;
+    p->fwd[p->fwd_count++] = (uint8_t)id;
+    if (p->fwd_count == 2)
+        ds->ctr.multiforwarder_created++;
+}
+
+/* Departures collected into one frame of keys, broadcast when full (and at the end): a dropped
+ * mesh link makes every key learned only from it leave at once (§6.7, §7). */
+struct gone_batch {
+    struct hd_frame *f;
+};
+
+static void gone_batch_flush(struct srv_shard *ds, struct gone_batch *b)
+{
+    if (b->f)
+        srv_event_broadcast(ds, gone_event, b->f, GONE_SOURCES);
+    b->f = NULL;
+}
+
+static void gone_batch_add(struct srv_shard *ds, struct gone_batch *b,
+                           const uint8_t key[DERP_KEY_LEN])
+{
+    if (b->f && b->f->len + DERP_KEY_LEN > b->f->size)
+        gone_batch_flush(ds, b);
+    if (b->f == NULL && (b->f = hd_frame_get(ds->s, 65536)) == NULL) {
+        broadcast_gone(ds, key, GONE_SOURCES); /* no big frame: one key at a time */
+        return;
+    }
+    memcpy(b->f->data + b->f->len, key, DERP_KEY_LEN);
+    b->f->len += DERP_KEY_LEN;
+}
+
+/* Drops node id from p (which must have it); p is freed when nothing is left, its departure
+ * broadcast at once or added to batch (when not NULL). Returns true when p was removed from
+ * the table. */
+static bool fwd_drop(struct srv_shard *ds, struct srv_peer *p, int at, struct gone_batch *batch)
+{
+    memmove(p->fwd + at, p->fwd + at + 1, (size_t)(p->fwd_count - at - 1));
+    p->fwd_count--;
+    if (p->fwd_count == 1)
+        ds->ctr.multiforwarder_deleted++;
+    if (p->fwd_count > 0 || p->clients_count > 0)
+        return false;
+    if (batch) /* it left the region */
+        gone_batch_add(ds, batch, p->key.bytes);
+    else
+        broadcast_gone(ds, p->key.bytes, GONE_SOURCES);
+    table_remove(&ds->peers, p);
+    free(p);
+    return true;
+}
+
+void srv_forwarder_remove(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, key);
+    int at = p ? fwd_index(p, id) : -1;
+    if (at < 0) { /* derper counts a key held by one other forwarder, or only locally */
+        if (p && p->fwd_count <= 1)
+            ds->ctr.packet_forwarder_delete_other_value++;
+        return;
+    }
+    fwd_drop(ds, p, at, NULL);
+}
+
+void srv_forwarder_remove_node(struct srv_shard *ds, unsigned id)
+{
+    struct gone_batch batch = {0};
+    /* A removal shifts later entries of the probe chain back into slot i: look at it again. */
+    for (uint32_t i = 0; i < ds->peers.cap;) {
+        struct srv_peer *p = ds->peers.slots[i];
+        int at = p ? fwd_index(p, id) : -1;
+        if (at >= 0 && fwd_drop(ds, p, at, &batch))
+            continue;
+        i++;
+    }
+    gone_batch_flush(ds, &batch);
+}
+
+/* ---------------------------------------------------------------- watchers */
+
+/* A snapshot for one watcher: f->data = watcher key, then PeerPresent frames. */
+static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    for (struct srv_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next)
+        if (cl->watcher && net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
+            srv_client_close(cl, -ENOBUFS);
+}
+
+/* Every shard: count the watcher and send it this shard's active keys. */
+#define WATCH_NEW (1ull << 32) /* watch_add_event's arg: a new watcher (count it), or a repeat */
+
+static void watch_add_event(struct srv_shard *ds, struct hd_frame *kf, uint64_t arg)
+{
+    unsigned watcher_shard = (unsigned)(arg & 0xffffffffu);
+    if (arg & WATCH_NEW)
+        ds->watchers_total++;
+    const size_t one = DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN;
+    struct hd_frame *f = NULL;
+    for (uint32_t i = 0; i < ds->peers.cap; i++) {
+        struct srv_peer *p = ds->peers.slots[i];
+        if (p == NULL || p->active == NULL)
+            continue;
+        if (f && f->len + one > f->size) {
+            srv_event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+            f = NULL;
+        }
+        if (f == NULL) {
+            f = hd_frame_get(ds->s, 65536);
+            if (f == NULL)
+                return;
+            memcpy(f->data, kf->data, DERP_KEY_LEN);
+            f->len = DERP_KEY_LEN;
+        }
+        struct srv_client *a = p->active;
+        uint8_t flags = derp_peer_present_flags(a->mesh, a->prober, a->not_ideal);
+        f->len += (uint32_t)derp_frame_peer_present_encode(f->data + f->len, f->size - f->len,
+                                                           p->key.bytes, &a->remote, flags);
+    }
+    if (f)
+        srv_event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+}
+
+static void watch_remove_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)f, (void)arg;
+    if (ds->watchers_total > 0)
+        ds->watchers_total--;
+}
+
+/* A repeated WatchConns gets the snapshot again, as derper's addWatcher sends it each time. */
+void srv_watch_start(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct hd_frame *f = srv_key_frame(ds, cl->key.bytes, NULL);
+    if (f == NULL)
+        return;
+    uint64_t arg = hd_shard_id(ds->s);
+    if (!cl->watcher) {
+        if (ds->watch_list == NULL)
+            ds->watch_list = calloc(SRV_WATCHERS_MAX, sizeof(*ds->watch_list));
+        if (ds->watch_list == NULL || ds->watch_count == SRV_WATCHERS_MAX) {
+            hd_log_rl(HD_LOG_WARN, "WatchConns refused: %u watchers on this shard already",
+                      ds->watch_count);
+            hd_frame_unref(ds->s, f);
+            srv_client_close(cl, -ENOBUFS);
+            return;
+        }
+        cl->watch_idx = ds->watch_count;
+        ds->watch_list[ds->watch_count++] = cl;
+        cl->watcher = true;
+        arg |= WATCH_NEW;
+    }
+    srv_event_broadcast(ds, watch_add_event, f, arg);
+}
+
+void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct srv_client *last = ds->watch_list[--ds->watch_count];
+    ds->watch_list[cl->watch_idx] = last;
+    last->watch_idx = cl->watch_idx;
+    cl->watcher = false;
+    struct hd_frame *f = srv_key_frame(ds, cl->key.bytes, NULL);
+    if (f)
+        srv_event_broadcast(ds, watch_remove_event, f, 0);
+}

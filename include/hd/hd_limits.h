@@ -1,0 +1,82 @@
+/* hd_limits.h - every limit of the reactor, with its reason. Any thread (constants only). */
+#ifndef HD_LIMITS_H
+#define HD_LIMITS_H
+
+#include <hd/hd_base.h>
+
+/* Shards: one per online core by default; the bus is N x (N-1) rings, so N stays small. */
+#define HD_SHARDS_MAX 64
+
+/* io_uring submission queue entries per shard. The CQ is twice that (kernel default); multishot
+ * recv and accept can post many CQEs per SQE, overflow is handled by the kernel's backlog. */
+#define HD_SQ_ENTRIES_DEFAULT 1024
+#define HD_SQ_ENTRIES_MAX     32768
+_Static_assert(HD_IS_POW2(HD_SQ_ENTRIES_DEFAULT), "io_uring rounds entries to a power of two");
+
+/* CQEs dispatched per peek batch; the loop drains in batches until the CQ is empty or the tick's
+ * CQE budget is spent (so a flood of completions cannot starve timers and the bus). */
+#define HD_CQE_BATCH      256
+#define HD_CQE_BUDGET_MAX 8192
+_Static_assert(HD_CQE_BATCH <= HD_CQE_BUDGET_MAX, "a batch fits in the budget");
+
+/* Deferred tasks per shard: a fixed ring, -EAGAIN when full (no hidden malloc). */
+#define HD_DEFER_RING_SIZE 4096
+_Static_assert(HD_IS_POW2(HD_DEFER_RING_SIZE), "ring index masks");
+
+/* Bus: SPSC ring slots per (producer, consumer) pair and the producer-side overflow that absorbs
+ * short bursts when a ring is full. 4096 x 32 B = 128 KiB per pair. */
+#define HD_BUS_RING_SIZE     4096
+#define HD_BUS_OVERFLOW_SIZE 1024
+#define HD_BUS_DRAIN_BUDGET  4096 /* messages taken from one inbox per tick */
+/* Slots apps cannot take: the reactor's own messages (frames going home) always fit. */
+#define HD_BUS_RESERVED 64
+_Static_assert(HD_IS_POW2(HD_BUS_RING_SIZE), "ring index masks");
+_Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
+_Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");
+_Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the overflow");
+
+/* Posts (hd_runtime_post): slots in each shard's inbox for threads that are not shards. The main
+ * thread posts a handful of messages per reload (one per shard per snapshot), so 64 is plenty;
+ * a full inbox returns -EAGAIN. hd_snap_var_publish retries a full inbox every millisecond for
+ * at most HD_POST_RETRY_MS before giving up on that shard. */
+#define HD_POST_INBOX_SIZE 64
+#define HD_POST_RETRY_MS   1000
+_Static_assert(HD_IS_POW2(HD_POST_INBOX_SIZE), "inbox index masks");
+
+/* Timer wheel: 4 levels x 64 slots of 1 ms, 64^4 ms = 4.6 h; longer timers are re-cascaded. */
+#define HD_WHEEL_BITS   6
+#define HD_WHEEL_SLOTS  (1u << HD_WHEEL_BITS)
+#define HD_WHEEL_LEVELS 4
+_Static_assert(HD_WHEEL_SLOTS == 64, "a level's occupancy is one uint64_t bitmap");
+
+/* One tick in this many records the loop histograms (tick work time, CQEs per tick). */
+#define HD_TICK_SAMPLE 16
+_Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
+
+/* Busy-poll before sleeping (microseconds). 0 = off; capped so a misconfiguration cannot burn a
+ * core for long without checking timers. */
+#define HD_BUSY_POLL_US_MAX 1000
+
+/* Slab pools: objects are carved lazily (bump pointer, so untouched pages stay unmapped) from
+ * chunks aligned to their size; a chunk header finds its pool in O(1). */
+#define HD_SLAB_CHUNK_SIZE (2u * 1024u * 1024u) /* all pools: header found by masking */
+#define HD_SLAB_OBJ_MIN    16u
+_Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer");
+
+/* Frame pools: size classes of frame payload bytes. 2 KiB holds an MTU packet with headers;
+ * 64 KiB + 64 holds the largest DERP frame (derper: MaxPacketSize = 64 << 10, plus header/key). */
+#define HD_FRAME_CLASSES_MAX 4
+
+/* Stopping: how long shards wait for apps to finish their ops after stop, then after cancel-all. */
+#define HD_STOP_GRACE_MS_DEFAULT 1000
+#define HD_STOP_CANCEL_MS        2000
+
+/* Logging: lines per second per call site per shard before lines are suppressed (and counted). */
+#define HD_LOG_RATE_PER_SEC 10
+#define HD_LOG_LINE_MAX     1024
+
+/* Histograms: log-linear, 2^HD_HIST_SUB_BITS linear sub-buckets per power of two (~6% error). */
+#define HD_HIST_SUB_BITS 4
+#define HD_HIST_BUCKETS  ((64 - HD_HIST_SUB_BITS + 1) << HD_HIST_SUB_BITS)
+
+#endif /* HD_LIMITS_H */

@@ -1,0 +1,35 @@
+/* hd_uring.h - the io_uring face of the reactor, for net/ only (STYLE.md: no io_uring type above
+ * net/). liburing 2.3 with a 6.1-level linux/io_uring.h while kernels run up to 6.18: the compat
+ * block defines the few newer UAPI values we use (values from the kernel's
+ * include/uapi/linux/io_uring.h); features are probed at run time, never assumed. */
+#ifndef HD_URING_H
+#define HD_URING_H
+
+#include <liburing.h>
+
+#include <hd/hd.h>
+
+/* ---- compat: UAPI values newer than Debian's headers */
+#ifndef IORING_RECVSEND_BUNDLE
+#define IORING_RECVSEND_BUNDLE (1U << 4) /* 6.10 */
+#endif
+#ifndef IOU_PBUF_RING_INC
+#define IOU_PBUF_RING_INC 2 /* 6.12: incremental buffer consumption */
+#endif
+#ifndef IORING_CQE_F_BUF_MORE
+#define IORING_CQE_F_BUF_MORE (1U << 4) /* 6.12 */
+#endif
+#ifndef IORING_MSG_RING_CQE_SKIP
+#define IORING_MSG_RING_CQE_SKIP (1U << 0) /* 6.2 */
+#endif
+#ifndef IORING_SETUP_NO_SQARRAY
+#define IORING_SETUP_NO_SQARRAY (1U << 16) /* 6.6 */
+#endif
+
+/* An SQE for op, tagged with the op's pointer and generation, counted in flight. When the SQ is
+ * full the ring is submitted first; NULL only if it stays full (counted as sqe_full). */
+struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op);
+/* The shard's ring (for registration calls such as buffer rings). */
+struct io_uring *hd_shard_ring(struct hd_shard *s);
+
+#endif /* HD_URING_H */

@@ -1,0 +1,359 @@
+/* net.h - the socket layer's public API: listeners, connections (plain TCP now; TLS installs
+ * itself as a codec), UDP sockets. Apps use a connection without knowing whether its bytes are
+ * plain, kTLS or userspace TLS: they get plaintext bytes in on_data and queue frames to send.
+ *
+ * Threading: everything runs on the shard that owns the object. Errors: 0 or -errno. */
+#ifndef NET_H
+#define NET_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+
+#include <hd/hd.h>
+#include <hd/http_limits.h>
+#include <hd/net_limits.h>
+
+struct net_conn;
+struct net_listener;
+
+/* ---------------------------------------------------------------- addresses */
+
+struct net_addr {
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in4;
+        struct sockaddr_in6 in6;
+        struct sockaddr_un un; /* net_addr_unix: for net_conn_connect */
+        struct sockaddr_storage ss;
+    };
+    socklen_t len;
+};
+/* "host:port", "[v6]:port", ":port" (all IPv6 and IPv4 addresses), "port". Numeric hosts only
+ * (name lookups do not belong on a shard). Returns 0 or -EINVAL. */
+int net_addr_parse(const char *text, struct net_addr *out);
+/* "1.2.3.4:5" / "[::1]:5" into buf; returns buf. */
+const char *net_addr_format(const struct net_addr *a, char *buf, size_t size);
+uint16_t net_addr_port(const struct net_addr *a);
+/* A unix stream socket path (AF_UNIX). Returns 0 or -ENAMETOOLONG / -EINVAL (empty). */
+int net_addr_unix(const char *path, struct net_addr *out);
+
+/* An http or https URL in parts (url.c). */
+struct net_url {
+    bool tls;                                      /* https */
+    uint16_t port;                                 /* as written, else 80 / 443 */
+    char authority[NET_URL_AUTHORITY_LEN_MAX + 1]; /* host[:port] as written: the Host header */
+    char host[NET_URL_AUTHORITY_LEN_MAX + 1];      /* without brackets and port */
+    char path[NET_HTTP_TARGET_LEN_MAX + 1];        /* origin-form; "" when the URL has none */
+};
+/* http[s]://host[:port][/path][?query]: host a name, IPv4 or [IPv6]. Returns 0 or -EINVAL
+ * (another scheme, no host, bad port, a fragment, too long). Pure, any thread. */
+int net_url_parse(const char *url, struct net_url *out);
+/* The URL's address: a numeric host at once; a name through getaddrinfo unless numeric_only
+ * (it blocks: start-up or a thread of its own, never a shard). Returns 0, -EINVAL (not numeric
+ * and numeric_only) or -ENOENT (the name did not resolve). */
+int net_url_resolve(const struct net_url *u, bool numeric_only, struct net_addr *out);
+
+/* Name lookup for a shard: getaddrinfo(host, port, TCP) on a thread of its own (it blocks for
+ * as long as DNS takes), the answer handed back with hd_runtime_post, so done runs on shard s:
+ * rc 0 with 1..NET_RESOLVE_ADDRS_MAX addresses in getaddrinfo's order, or -ENOENT (no such
+ * name, or no address), -EAGAIN (a temporary DNS failure). A numeric host is answered the same
+ * way, without DNS. One thread per lookup: meant for connection set-up (a mesh link redialing),
+ * not per packet. */
+struct net_resolve;
+typedef void net_resolve_fn(struct hd_shard *s, int rc, const struct net_addr *addrs,
+                            unsigned count, void *arg);
+/* Returns 0 (*out: the lookup, until done runs or it is cancelled), -ENAMETOOLONG, -ENOMEM or
+ * pthread_create's error (done never runs then). Shard s's thread. */
+int net_resolve_start(struct hd_shard *s, const char *host, uint16_t port, net_resolve_fn *done,
+                      void *arg, struct net_resolve **out);
+/* done will not run; the lookup's memory goes when its thread is done. Shard s's thread, before
+ * done ran. */
+void net_resolve_cancel(struct net_resolve *r);
+
+/* ---------------------------------------------------------------- connections */
+
+enum net_conn_state {
+    NET_CONN_CONNECTING, /* outgoing connect in progress */
+    NET_CONN_OPEN,       /* bytes flow both ways */
+    NET_CONN_CLOSING,    /* close requested: waiting for the kernel to return every op */
+    NET_CONN_CLOSED,     /* on_close has run; the struct goes back to its pool */
+};
+
+/* Why a connection closed (the errno-style reason passed to on_close). */
+#define NET_CLOSE_LOCAL 0 /* the app called net_conn_close with reason 0 */
+
+/* What an app (or a codec user, or another layer) hears from a connection. Every callback runs
+ * on the connection's shard. */
+struct net_conn_handler {
+    /* Plaintext bytes: data[0..len) is every byte not yet consumed. Return how many were
+     * consumed (0..len; the rest is kept and offered again with more bytes), or -errno to close
+     * the connection with that reason. The bytes are only valid during the call. */
+    ssize_t (*on_data)(struct net_conn *c, const uint8_t *data, size_t len);
+    /* The send queue crossed its high watermark (paused = true) or fell back under the low one
+     * (paused = false). Optional. */
+    void (*on_send_pressure)(struct net_conn *c, bool paused);
+    /* The peer closed its write side (recv returned 0). Optional: default is to close. */
+    void (*on_eof)(struct net_conn *c);
+    /* Outgoing connections: the connect finished (res 0) or failed (then on_close follows). */
+    void (*on_connected)(struct net_conn *c, int res);
+    /* Last call for this connection: no callback follows; free the app state here. reason is 0
+     * for a local close or -errno (-ECONNRESET, -ETIMEDOUT, -EPROTO, ...). */
+    void (*on_close)(struct net_conn *c, int reason);
+};
+
+/* A codec sits between the socket and the app (userspace TLS records, WebSocket framing).
+ * decode gets raw bytes and calls net_conn_deliver with what it produced; encode turns the
+ * queued plaintext into wire bytes just before a send. */
+struct net_codec {
+    const char *name;
+    /* Raw bytes in (in[0..len) may be modified in place). Return bytes consumed or -errno. */
+    ssize_t (*decode)(struct net_conn *c, void *state, uint8_t *in, size_t len);
+    /* Build wire frames from queued plaintext frames: take frames with net_conn_plain_take and
+     * queue their encoding with net_conn_wire_queue. Return 0 or -errno (closes). */
+    int (*encode)(struct net_conn *c, void *state);
+    /* The connection is closing: release state (no further calls). */
+    void (*release)(struct net_conn *c, void *state);
+    /* Optional, for codecs whose state lives in a shard pool: before a move (on the old shard)
+     * turn state into heap memory (freeing the pooled state), and on the new shard turn that
+     * back into pooled state (freeing the heap memory). NULL result: the move fails and the
+     * connection closes. Without them the state pointer itself moves. */
+    void *(*move_out)(struct net_conn *c, void *state);
+    void *(*move_in)(struct net_conn *c, void *moved);
+    /* Optional, for a socket whose kernel opens records itself (kTLS RX): its presence makes the
+     * connection receive with recvmsg and a control buffer, one read in flight at a time, so
+     * every read's record type (cmsg SOL_TLS / TLS_GET_RECORD_TYPE) is known and nothing is read
+     * past a record the codec has not seen yet. Application data (NET_RECORD_DATA) still goes to
+     * decode; a read of any other type (one record: an alert, post-handshake messages) comes here
+     * (data[0..len) valid during the call). Returns 0 or -errno (closes). */
+    int (*record)(struct net_conn *c, void *state, uint8_t type, uint8_t *data, size_t len);
+    /* Optional: the connection became quiet after net_conn_quiet_begin (see there). */
+    void (*quiesced)(struct net_conn *c, void *state);
+};
+
+/* The record type of application data (RFC 8446 §5.1 ContentType): reads of this type are
+ * decoded as bytes; 0 means an untyped read (no record-typed receive). */
+#define NET_RECORD_DATA 23u
+
+struct net_conn_options {
+    uint32_t idle_timeout_ms;  /* no bytes received for this long: close (-ETIMEDOUT); 0 = off */
+    uint32_t write_timeout_ms; /* a send that makes no progress for this long: close; 0 = off */
+    uint32_t send_high_bytes;  /* queued bytes that pause the source (on_send_pressure) */
+    uint32_t send_low_bytes;   /* and resume it */
+    uint32_t send_max_bytes;   /* hard cap: net_conn_send beyond it fails with -ENOBUFS */
+};
+
+struct net_conn_stats {
+    uint64_t bytes_in, bytes_out;
+    uint64_t sends; /* sendmsg calls */
+};
+
+/* Adopt an accepted or connected socket fd on shard s (takes ownership of fd on success).
+ * Returns 0, -ENOMEM (connection pool exhausted; fd is left to the caller). */
+int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h, void *app,
+                   const struct net_conn_options *opt, struct net_conn **out);
+/* Connect to addr; on_connected reports the result. Returns 0 or -errno (nothing created). */
+int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t timeout_ms,
+                     const struct net_conn_handler *h, void *app,
+                     const struct net_conn_options *opt, struct net_conn **out);
+
+/* Queue len bytes at frame->data + off for sending, in order. Takes one reference of frame on
+ * success (the caller's reference stays the caller's). Sent as one sendmsg per connection per
+ * tick. Returns 0, -ENOBUFS (over send_max_bytes or the queue's entry cap), -EPIPE (closing). */
+int net_conn_send(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
+/* Copy bytes into pool frames and queue them (small control messages). Same errors + -ENOMEM. */
+int net_conn_send_copy(struct net_conn *c, const void *data, size_t len);
+/* Entries queued but not yet handed to the kernel (dropped ones included until they reach the
+ * front); apps with their own queue policy (DERP's drop-oldest) bound them. */
+unsigned net_conn_unsent_count(const struct net_conn *c);
+/* Drop the oldest entry not yet in the kernel's hands; returns its length, or 0 if there is
+ * none. */
+uint32_t net_conn_drop_oldest(struct net_conn *c);
+size_t net_conn_queued_bytes(const struct net_conn *c);
+
+/* Stop or resume reading (backpressure from the app). Paused from on_data, the bytes on_data
+ * did not consume, and the rest of the read (or of the codec's output) being delivered, are kept
+ * in order as the app's tail and offered again on resume; buffers that arrive meanwhile wait
+ * unread. That tail must stay within NET_RX_TAIL_MAX (else the connection closes, -EMSGSIZE):
+ * pause before a large message is buffered (at its header), not once it is whole. Resuming
+ * offers the kept bytes at once, inside this call: the app's state may be gone after it. */
+void net_conn_pause_recv(struct net_conn *c, bool paused);
+/* Close after the queued bytes are sent (flush = true; bounded by the write timeout) or at once.
+ * reason reaches on_close. Idempotent. */
+void net_conn_close(struct net_conn *c, int reason, bool flush);
+/* Shut down the write side once the queue is empty (half close). */
+void net_conn_shutdown_write(struct net_conn *c);
+
+void *net_conn_app(const struct net_conn *c);
+const struct net_conn_handler *net_conn_app_handler(const struct net_conn *c);
+void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void *app);
+int net_conn_fd(const struct net_conn *c);
+struct hd_shard *net_conn_shard(const struct net_conn *c);
+enum net_conn_state net_conn_state(const struct net_conn *c);
+const struct net_addr *net_conn_peer(const struct net_conn *c);
+const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
+void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);
+void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
+                       uint32_t *write_timeout_ms);
+/* Change the send watermarks and cap (see struct net_conn_options). */
+void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
+
+/* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
+ * by the app stay where they are; raw bytes that arrive later go through the codec. */
+void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* A protocol switch inside the byte stream (an HTTP 101 followed by WebSocket frames): from
+ * inside on_data, install codec; the bytes after what this on_data call consumes, and every
+ * byte received later, are its input (decoded once on_data returns). On a connection with a
+ * codec already (TLS) the new one goes above it: it decodes what the first one delivers, and
+ * what it encodes is the first one's plaintext; what was queued before the switch is sent as
+ * it is (below the new codec). At most two codecs; the upper one must do without move, record
+ * and quiesced hooks (its state moves with a migrating connection as it is), and its release
+ * may get c NULL (a moved connection the destination had no room for: free on the current
+ * shard). Returns 0, -EBUSY
+ * (two codecs already), -EINVAL (upper codec with move or record hooks). */
+int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state);
+/* The codec installed above the first one by net_conn_switch_codec (NULL: none). */
+const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **state);
+/* The installed codec (NULL: none) and its state. */
+const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
+/* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app
+ * leaves a tail). Returns 0 or -errno (the app asked to close). */
+int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len);
+/* For codecs: the next unsent plaintext entry (frame reference moves to the codec), or NULL. */
+struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len);
+/* For codecs that hold plaintext outside the connection's queue (taken but not yet sealed, or
+ * queued while handshaking): run encode at this tick's flush even if the queue is empty; until
+ * then the connection does not count as drained (a flush-close waits for it). */
+void net_conn_encode_request(struct net_conn *c);
+/* For codecs: queue wire bytes (reference moves to the connection); they go out with this
+ * tick's flush, also when queued from decode (handshake replies, alerts). */
+int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
+
+/* ---------------------------------------------------------------- quiet points */
+
+/* For layers that change how the kernel reads or writes the socket (kTLS keys): a point where
+ * nothing of the connection is in the kernel's hands. */
+
+/* The largest payload and control data of a net_conn_quiet_sendmsg (a KeyUpdate message is 5
+ * bytes, an alert 2; a TLS record type 1). */
+#define NET_QUIET_MSG_MAX     64u
+#define NET_QUIET_CONTROL_MAX 8u
+
+/* Stop receiving and wait until no recv, send or control op is in flight and the wire queue is
+ * empty, then run codec->quiesced (from a completion or the end of the tick, never inside this
+ * call). Bytes that still arrive are kept unread in arrival order (net_conn_kept_*); what the
+ * app queues stays in the plain queue unless the codec's encode takes it. While quiet, the
+ * codec may read more bytes (net_conn_quiet_read) or send one message with ancillary data
+ * (net_conn_quiet_sendmsg): quiesced runs again once that completed. It may also ask for another
+ * round (net_conn_quiet_begin again, also allowed inside quiesced), and ends the quiet state
+ * with net_conn_quiet_end. Returns 0, -EINVAL (the codec has no quiesced), -EBUSY (not open,
+ * or moving). */
+int net_conn_quiet_begin(struct net_conn *c);
+/* While quiet: read at most len more raw bytes (one recv) onto the kept bytes. A peer that
+ * closes meanwhile closes the connection (-ECONNRESET). Returns 0, -EBUSY (not quiet, or a read
+ * is in flight), -ENOBUFS (no frame of len bytes). */
+int net_conn_quiet_read(struct net_conn *c, size_t len);
+/* While quiet: one sendmsg of data[0..len) (copied) with one control message (level, type,
+ * cdata[0..clen), copied) in front of whatever the app queues later; a short or failed send
+ * closes the connection. Returns 0, -EBUSY (not quiet, or a send in flight), -EMSGSIZE (len 0
+ * or over NET_QUIET_MSG_MAX, clen over NET_QUIET_CONTROL_MAX), -ENOMEM (send contexts). */
+int net_conn_quiet_sendmsg(struct net_conn *c, int level, int type, const void *cdata, size_t clen,
+                           const void *data, size_t len);
+/* Leave the quiet state: the kept bytes go through the (possibly new) codec, receiving resumes
+ * (record-typed if the codec has a record hook) and queued sends are flushed. */
+void net_conn_quiet_end(struct net_conn *c);
+/* Raw bytes received but not yet taken by the codec (its tail, then bytes kept while paused or
+ * quiet, in arrival order): how many, and a copy of len of them from offset off (returns the
+ * bytes copied, fewer at the end). */
+size_t net_conn_kept_bytes(const struct net_conn *c);
+size_t net_conn_kept_peek(const struct net_conn *c, size_t off, void *buf, size_t len);
+
+/* ---------------------------------------------------------------- migration */
+
+/* Runs on the destination shard with the connection now living there: set its handler and
+ * app state with net_conn_set_app (the handler it had on the old shard is kept until then).
+ * c is NULL if the destination could not take the connection (its pool is full): the fd is
+ * closed and the app frees its state. */
+typedef void net_adopt_fn(struct net_conn *c, void *arg);
+/* Move c to shard dst: once no op of it is in flight, its fd, peer, timeouts, unconsumed bytes,
+ * queued sends and codec (whose state must be heap memory, not a shard pool's) travel over the
+ * bus, and adopt(new, arg) runs on dst; receiving resumes there. On this shard the app hears
+ * nothing more of c (no on_close): the connection is not closed, only moved.
+ * Returns 0, -EINVAL (dst out of range or this shard), -EBUSY (already moving or closing). */
+int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg);
+
+/* ---------------------------------------------------------------- listeners */
+
+/* A new connection was accepted: adopt fd (net_conn_adopt) or close it. peer is its address. */
+typedef void net_accept_fn(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
+
+struct net_listener_options {
+    int backlog;             /* 0: NET_LISTEN_BACKLOG */
+    uint32_t conns_max;      /* per shard; over it new connections are closed at once (counted) */
+    bool reuseport;          /* one socket per shard on the same address (default on) */
+    int tcp_user_timeout_ms; /* TCP_USER_TIMEOUT on the socket (inherited); 0 = kernel default */
+    int keepalive_s;         /* SO_KEEPALIVE idle/interval seconds; 0 = off */
+};
+
+struct net_listener_stats {
+    uint64_t accepted;
+    uint64_t refused_cap;   /* closed at once: over conns_max */
+    uint64_t accept_errors; /* EMFILE/ENFILE/ENOBUFS/... (each one backs off) */
+};
+
+/* Listen on addr on shard s (SO_REUSEPORT: every shard calls this for the same address).
+ * Returns 0 or -errno (-EADDRINUSE, -EACCES, ...). */
+int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
+                       const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
+                       struct net_listener **out);
+/* Stop accepting and close the socket; the struct is freed once the kernel returned the op. */
+void net_listener_stop(struct net_listener *l);
+const struct net_listener_stats *net_listener_stats(const struct net_listener *l);
+/* The bound address (the actual port when addr had port 0). */
+const struct net_addr *net_listener_addr(const struct net_listener *l);
+struct hd_shard *net_listener_shard(const struct net_listener *l);
+/* The shard's live connection count (what conns_max limits). */
+uint32_t net_conns_count(struct hd_shard *s);
+
+/* ---------------------------------------------------------------- UDP */
+
+struct net_udp;
+/* A datagram arrived (data valid during the call; from is its source). */
+typedef void net_udp_recv_fn(struct net_udp *u, const uint8_t *data, size_t len,
+                             const struct net_addr *from, void *arg);
+struct net_udp_stats {
+    uint64_t received, sent, recv_errors, send_errors, send_dropped;
+};
+/* A UDP socket bound to addr on shard s (SO_REUSEPORT: one per shard on the same address).
+ * Returns 0 or -errno (-EADDRINUSE, -EACCES, -ENOMEM). */
+int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
+                 struct net_udp **out);
+/* Copy a datagram (at most NET_UDP_SEND_MAX bytes) and send it to `to`. Returns 0, -EMSGSIZE,
+ * -ENOBUFS (every send slot in flight: dropped and counted), -EBUSY, -EPIPE (closing). */
+int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to);
+/* Close; freed once the kernel returned every op. */
+void net_udp_close(struct net_udp *u);
+const struct net_udp_stats *net_udp_stats(const struct net_udp *u);
+struct hd_shard *net_udp_shard(const struct net_udp *u);
+
+/* ---------------------------------------------------------------- per-shard set-up */
+
+struct net_shard_options {
+    bool no_buf_ring; /* force the plain-recv fallback (tests) */
+};
+/* Create the shard's connection pool and provided-buffer ring. Call from a module's shard_init
+ * before any other net_ call on that shard; net_shard_fini from shard_fini.
+ * Returns 0, -ENOMEM. */
+int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt);
+void net_shard_fini(struct hd_shard *s);
+/* Close every connection of the shard (flushing what is queued, bounded by write timeouts):
+ * for a module's shard_stop. */
+void net_shard_close_all(struct hd_shard *s, int reason);
+/* true when this shard receives through a provided-buffer ring (multishot recv). */
+bool net_shard_uses_buf_ring(struct hd_shard *s);
+
+#endif /* NET_H */

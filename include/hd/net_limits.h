@@ -1,0 +1,76 @@
+/* net_limits.h - every limit of the socket layer, with its reason. Constants only. */
+#ifndef NET_LIMITS_H
+#define NET_LIMITS_H
+
+#include <hd/hd_base.h>
+
+/* Provided-buffer ring per shard: 256 x 16 KiB = 4 MiB. 16 KiB holds a whole TLS record
+ * (2^14 plaintext + overhead spans two buffers at worst) and a burst of small packets. */
+#define NET_BUF_RING_ENTRIES 256
+#define NET_BUF_SIZE         (16u * 1024u)
+#define NET_BUF_GROUP        0
+_Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two");
+
+/* Without a buffer ring, each connection receives into a frame of this size per recv. */
+#define NET_RECV_FALLBACK_SIZE 2048u
+
+/* Connections per shard (pool cap): the default per-shard connection cap too. */
+#define NET_CONNS_MAX 65536u
+
+/* Send queue: entries live in chunks from a shard pool, so an idle connection holds none. */
+#define NET_SENDQ_CHUNK_ENTRIES 15
+#define NET_IOV_MAX             256 /* iovecs per sendmsg (kernel UIO_MAXIOV is 1024) */
+#define NET_SENDQ_CHUNKS_MAX    (NET_CONNS_MAX * 2u)
+#define NET_SEND_CTX_MAX        NET_CONNS_MAX /* one in flight per connection at most */
+
+/* Default watermarks: pause the source at 256 KiB queued, resume at 64 KiB, refuse past 4 MiB. */
+#define NET_SEND_HIGH_DEFAULT (256u * 1024u)
+#define NET_SEND_LOW_DEFAULT  (64u * 1024u)
+#define NET_SEND_MAX_DEFAULT  (4u * 1024u * 1024u)
+_Static_assert(NET_SEND_LOW_DEFAULT < NET_SEND_HIGH_DEFAULT, "hysteresis");
+_Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refusing");
+
+/* The largest partial message an app may leave unconsumed (reassembly buffer); frame pools
+ * need a class this big. DERP's largest frame is ForwardPacket: 5 + 64 + 64 KiB. */
+#define NET_RX_TAIL_MAX (65536u + 128u)
+
+/* A URL's authority: a DNS name (253) or [IPv6] (41), plus ":" and a 5-digit port. */
+#define NET_URL_AUTHORITY_LEN_MAX (253 + 6)
+
+/* net_resolve: addresses kept from one lookup (getaddrinfo's order: a dual-stack name has a
+ * few of each family), and the longest host name (DNS: 253). */
+#define NET_RESOLVE_ADDRS_MAX 8
+#define NET_RESOLVE_HOST_MAX  253
+
+/* Accept: listen backlog; after EMFILE/ENFILE/ENOMEM accept again after this pause. */
+#define NET_LISTEN_BACKLOG    4096
+#define NET_ACCEPT_BACKOFF_MS 100
+/* After a recv found the buffer ring empty, re-arm after this pause (never spin). */
+#define NET_NOBUFS_RETRY_MS 1
+
+/* UDP: the largest datagram received (IPv4/IPv6 payload limit), the largest one sent through
+ * the copy slots (STUN replies are 32 or 44 bytes) and the sends in flight per socket. */
+#define NET_UDP_DATAGRAM_MAX 65536u
+#define NET_UDP_SEND_MAX     1500u
+#define NET_UDP_SLOTS        32u
+
+/* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);
+ * a control frame's payload at most 125 bytes (section 5.5), a close reason 125 - 2 (status).
+ * A message may be NET_WS_MESSAGE_MAX payload bytes: DERP-SPEC section 1.5 asks for at least
+ * 64 KiB + 64 (the largest DERP frame); the reference writes one message per write of its 4 KiB
+ * buffer or one big packet, so 64 KiB + 4 KiB leaves room and refuses anything absurd. A
+ * client masks a copy of what it sends, in messages of at most NET_WS_CLIENT_CHUNK payload
+ * bytes (one pool frame each). Each encode frames at most NET_WS_ENCODE_BATCH queued entries
+ * (two wire entries each, header and payload), so the rest stays droppable for the app. */
+#define NET_WS_HEADER_MAX       14u
+#define NET_WS_CONTROL_MAX      125u
+#define NET_WS_CLOSE_REASON_MAX (NET_WS_CONTROL_MAX - 2u)
+#define NET_WS_MESSAGE_MAX      (65536u + 4096u)
+#define NET_WS_CLIENT_CHUNK     (16u * 1024u)
+#define NET_WS_ENCODE_BATCH     (NET_IOV_MAX / 2)
+/* A client that sent its close waits this long for the server's (coder/websocket: 5 s). */
+#define NET_WS_CLOSE_WAIT_MS 5000u
+_Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "DERP-SPEC 1.5: accept 64 KiB + 64 messages");
+_Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX, "a pool frame class");
+
+#endif /* NET_LIMITS_H */
