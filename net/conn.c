@@ -68,6 +68,7 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
     c->send_high = NET_SEND_HIGH_DEFAULT;
     c->send_low = NET_SEND_LOW_DEFAULT;
     c->send_max = NET_SEND_MAX_DEFAULT;
+    c->rx_tail_max = opt && opt->rx_tail_max ? opt->rx_tail_max : ns->rx_tail_max;
     if (opt) {
         c->idle_timeout_ms = opt->idle_timeout_ms;
         c->write_timeout_ms = opt->write_timeout_ms;

@@ -13,7 +13,7 @@
 static int tail_keep(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
 {
     struct hd_frame *t = *tailp;
-    if (len > NET_RX_TAIL_MAX)
+    if (len > c->rx_tail_max)
         return -EMSGSIZE;
     if (t && len <= t->size) {
         memmove(t->data, data, len);
@@ -36,7 +36,7 @@ static int tail_append(struct net_conn *c, struct hd_frame **tailp, const uint8_
 {
     struct hd_frame *t = *tailp;
     size_t total = (size_t)t->len + len;
-    if (total > NET_RX_TAIL_MAX)
+    if (total > c->rx_tail_max)
         return -EMSGSIZE;
     if (total > t->size) {
         struct hd_frame *n = hd_frame_get(c->shard, total);
@@ -171,14 +171,14 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
 {
     if (c->upper && !(c->flags & NET_F_UPPER_IN))
         return upper_input(c, data, len); /* from the lower codec: the upper one is next */
-    /* With a tail, add only what fits under NET_RX_TAIL_MAX, offer it, and go on with the rest:
+    /* With a tail, add only what fits under rx_tail_max, offer it, and go on with the rest:
      * a partial frame near the limit plus a whole new buffer must not overflow the tail when the
      * frame completes inside that buffer. */
     int rc = 0;
     while (len > 0 && c->rx_tail && c->rx_tail->len > 0) {
         if (c->state != NET_CONN_OPEN || (c->flags & NET_F_RECV_PAUSED))
             return tail_append(c, &c->rx_tail, data, len); /* offered again on resume */
-        size_t room = NET_RX_TAIL_MAX - c->rx_tail->len;
+        size_t room = c->rx_tail_max - c->rx_tail->len;
         if (room == 0)
             return -EMSGSIZE; /* the app's message is larger than any tail may be */
         size_t take = len < room ? len : room;

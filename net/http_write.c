@@ -1,5 +1,5 @@
-/* http_write.c - HTTP/1.1 head writers: responses, canned text and error answers, the exact
- * derper 101, the WebSocket handshake (RFC 6455), and client request heads. Runs on the shard
+/* http_write.c - HTTP/1.1 head writers: responses, canned text and error answers, the 101 of a
+ * protocol upgrade, the WebSocket handshake (RFC 6455), and client request heads. Runs on the shard
  * that owns the connection; writes only into the caller's buffer, owns nothing. Every value is
  * checked before it is written so no caller-supplied text can inject a header or end the head. */
 #include <hd/net_http.h>
@@ -222,27 +222,20 @@ int net_http_write_error(char *buf, size_t size, uint16_t status, bool head_only
                             NET_HTTP_LIT("\n"), NET_HTTP_CONN_CLOSE, head_only);
 }
 
-int net_http_write_derp_101(char *buf, size_t size,
-                            const uint8_t server_key[NET_HTTP_DERP_KEY_SIZE])
+int net_http_write_101(char *buf, size_t size, struct net_http_str protocol,
+                       const struct net_http_hdr *headers, size_t headers_count)
 {
-    static const char hex[] = "0123456789abcdef";
-    char key_hex[2 * NET_HTTP_DERP_KEY_SIZE];
     struct wbuf w;
 
-    for (size_t i = 0; i < NET_HTTP_DERP_KEY_SIZE; i++) {
-        key_hex[2 * i] = hex[server_key[i] >> 4];
-        key_hex[2 * i + 1] = hex[server_key[i] & 0xf];
+    if (protocol.len == 0 || !net_http_value_valid(protocol) ||
+        !hdrs_valid(headers, headers_count)) {
+        return -EINVAL;
     }
     wbuf_init(&w, buf, size);
-    /* derper's bytes exactly (DERP-SPEC section 1.3); Derp-Version is derp.ProtocolVersion = 2. */
-    put_cstr(&w, "HTTP/1.1 101 Switching Protocols\r\n"
-                 "Upgrade: DERP\r\n"
-                 "Connection: Upgrade\r\n"
-                 "Derp-Version: 2\r\n"
-                 "Derp-Public-Key: ");
-    put(&w, key_hex, sizeof(key_hex));
-    put(&w, "\r\n\r\n", 4);
-    HD_ASSERT(w.overflow || w.len == NET_HTTP_DERP_101_LEN);
+    put_cstr(&w, "HTTP/1.1 101 Switching Protocols\r\n");
+    put_field(&w, "Upgrade", protocol);
+    put_field(&w, "Connection", NET_HTTP_LIT("Upgrade"));
+    put_fields(&w, headers, headers_count, -1, NET_HTTP_CONN_OMIT);
     return wbuf_result(&w);
 }
 
@@ -313,22 +306,15 @@ int net_http_write_ws_101(char *buf, size_t size, struct net_http_str key,
 {
     char accept[NET_HTTP_WS_ACCEPT_LEN + 1];
     struct net_http_hdr hdrs[] = {
-        {"Upgrade", NET_HTTP_LIT("websocket")},
-        {"Connection", NET_HTTP_LIT("Upgrade")},
         {"Sec-WebSocket-Accept", {accept, NET_HTTP_WS_ACCEPT_LEN}},
         {"Sec-WebSocket-Protocol", protocol},
-    };
-    const struct net_http_resp_spec spec = {
-        .status = 101,
-        .headers = hdrs,
-        .headers_count = protocol.ptr != NULL ? 4 : 3,
-        .content_length = -1,
     };
 
     if (net_http_ws_accept(key, accept) != 0) {
         return -EINVAL;
     }
-    return net_http_write_resp(buf, size, &spec);
+    return net_http_write_101(buf, size, NET_HTTP_LIT("websocket"), hdrs,
+                              protocol.ptr != NULL ? 2 : 1);
 }
 
 /* ---- client requests ---- */

@@ -4,7 +4,7 @@
 #define NET_IMPL_H
 
 #include <hd/hd_uring.h>
-#include <hd/net.h>
+#include <hd/net_codec.h>
 
 /* ---- send queues: chunks of (frame, off, len) entries */
 struct net_sendq_entry {
@@ -98,6 +98,7 @@ struct net_conn {
     struct hd_timer idle_timer, write_timer;
     uint32_t idle_timeout_ms, write_timeout_ms;
     uint32_t send_high, send_low, send_max;
+    uint32_t rx_tail_max;          /* bound of each tail below (net_conn_options.rx_tail_max) */
     struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
     struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */
     struct hd_frame *recv_frame;   /* fallback recv target */
@@ -119,6 +120,7 @@ struct net_shard {
     struct io_uring_buf_ring *br;
     uint8_t *bufs;
     bool buf_ring;
+    uint32_t rx_tail_max; /* the shard's default for its connections */
     uint32_t conns_count;
     struct net_conn *all; /* every live connection (for net_shard_close_all) */
     uint32_t br_pending;  /* buffers returned since the last tail publish */

@@ -9,6 +9,7 @@
 
 #include <openssl/rand.h>
 
+#include <hd/net_codec.h>
 #include <hd/net_ws.h>
 
 struct net_ws {

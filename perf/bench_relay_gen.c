@@ -777,6 +777,8 @@ int bench_run_execute(struct bench_run *r)
     unsigned first = r->cfg.tls ? 0 : 1;
     struct hd_runtime_config cfg = {.shards_count = r->cfg.shards,
                                     .pin = true,
+                                    .frame_classes = derp_client_frame_classes,
+                                    .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
                                     .modules = mods + first,
                                     .modules_args = args + first,
                                     .modules_count = 2 - first};

@@ -6,9 +6,10 @@
 
 #include "hd_impl.h"
 
+/* Without hd_runtime_config.frame_classes: an app whose messages are larger gives its own. */
 static const struct hd_frame_class default_classes[] = {
-    {.size = 2048, .cap_count = 65536},       /* MTU-sized packets: 128 MiB at most per shard */
-    {.size = 65536 + 128, .cap_count = 1024}, /* derper: MaxPacketSize = 64 << 10, + headers/keys */
+    {.size = 2048, .cap_count = 65536}, /* MTU-sized packets: 128 MiB at most per shard */
+    {.size = 65536, .cap_count = 1024}, /* 64 KiB messages (NET_RX_TAIL_MAX_DEFAULT): 64 MiB */
 };
 
 int hd_frames_init(struct hd_shard *s)
@@ -42,6 +43,12 @@ void hd_frames_fini(struct hd_shard *s)
 unsigned hd_frame_classes_count(const struct hd_shard *s)
 {
     return s->frame_classes_count;
+}
+
+uint32_t hd_frame_class_size(const struct hd_shard *s, unsigned cls)
+{
+    HD_ASSERT(cls < s->frame_classes_count);
+    return s->frame_pools[cls].size;
 }
 
 struct hd_frame *hd_frame_get(struct hd_shard *s, size_t size)

@@ -52,7 +52,7 @@ void tls_keylog_cb(const SSL *ssl, const char *line)
     OPENSSL_cleanse(&e, sizeof(e));
 }
 
-/* Offer http/1.1 when the client asks for it; DERP clients send no ALPN at all. */
+/* Offer http/1.1 when the client asks for it; clients that send no ALPN get none. */
 static int alpn_select(SSL *ssl, const uint8_t **out, uint8_t *out_len, const uint8_t *in,
                        unsigned in_len, void *arg)
 {

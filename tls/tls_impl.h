@@ -6,6 +6,7 @@
 
 #include <openssl/ssl.h>
 
+#include <hd/net_codec.h>
 #include <hd/tls.h>
 #include "tls_keys.h"
 #include "tls_record.h"

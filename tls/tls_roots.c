@@ -1,5 +1,5 @@
 /* tls_roots.c - the system's root certificates for a verifying client context, found the way
- * Go's crypto/x509 finds them on Linux (what derper trusts): the first bundle file that can be
+ * Go's crypto/x509 finds them on Linux (what Go programs trust): the first bundle file that can be
  * read, from SSL_CERT_FILE if it is set (it replaces the default list) or else from the
  * distributions' usual paths; then every file of every certificate directory, from SSL_CERT_DIR
  * if it is set (colon-separated; it replaces the default list) or else /etc/ssl/certs and

@@ -136,6 +136,8 @@ int main(int argc, char **argv)
     struct hd_runtime_config cfg = {.shards_count = 1,
                                     .pin = false,
                                     .handle_signals = true,
+                                    .frame_classes = derp_client_frame_classes,
+                                    .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
                                     .modules = modules + first,
                                     .modules_count = 2 - first};
     struct hd_runtime *rt;

@@ -194,6 +194,9 @@ static inline void hd_frame_ref(struct hd_frame *f)
 void hd_frame_unref(struct hd_shard *s, struct hd_frame *f);
 void hd_frame_stats(struct hd_shard *s, unsigned cls, struct hd_pool_stats *out);
 unsigned hd_frame_classes_count(const struct hd_shard *s);
+/* Data bytes of class cls (< hd_frame_classes_count; they ascend): the last is the largest
+ * frame hd_frame_get can give. */
+uint32_t hd_frame_class_size(const struct hd_shard *s, unsigned cls);
 
 /* ---------------------------------------------------------------- bus */
 
@@ -367,7 +370,7 @@ struct hd_runtime_config {
     uint32_t busy_poll_us;     /* spin this long on an empty CQ before sleeping; 0 = off */
     uint32_t stop_grace_ms;    /* 0: HD_STOP_GRACE_MS_DEFAULT */
     uint32_t features_disable; /* HD_FEAT_* to leave unused (tests force the fallbacks) */
-    const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 64 classes */
+    const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB classes */
     unsigned frame_classes_count;
     /* The modules (apps and layers), at most HD_MODULES_MAX once requirements are added. Each
      * entry is one instance with its own arg (one module may be listed twice, e.g. two relays

@@ -63,8 +63,8 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
 #define HD_SLAB_OBJ_MIN    16u
 _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer");
 
-/* Frame pools: size classes of frame payload bytes. 2 KiB holds an MTU packet with headers;
- * 64 KiB + 64 holds the largest DERP frame (derper: MaxPacketSize = 64 << 10, plus header/key). */
+/* Frame pools: at most this many size classes of frame payload bytes per runtime (the default:
+ * 2 KiB for an MTU packet with headers, 64 KiB for a large message; frame.c). */
 #define HD_FRAME_CLASSES_MAX 4
 
 /* Modules in one runtime once requirements are added: a few apps and their layers. */

@@ -7,14 +7,14 @@
 
 #include <stdint.h>
 
-/* Whole head (start line + fields + final CRLF). A DERP upgrade is ~200 bytes, a browser visiting
- * the home page ~1 KiB; 8 KiB is what nginx accepts per buffer by default and keeps the per-
- * connection reassembly buffer small (Go's 1 MiB default is far beyond what derper's endpoints
- * need). Exceeding it is 431. */
+/* Whole head (start line + fields + final CRLF). A protocol upgrade from a program is ~200 bytes,
+ * a browser visiting a home page ~1 KiB; 8 KiB is what nginx accepts per buffer by default and
+ * keeps the per-connection reassembly buffer small (Go's 1 MiB default is far beyond what small
+ * service endpoints need). Exceeding it is 431. */
 #define NET_HTTP_HEAD_SIZE_MAX 8192
 
-/* Header field lines per head. Browsers send ~15, Go's DERP client 4-6; 64 leaves room for
- * proxies that add forwarding headers. The 65th line is 431. */
+/* Header field lines per head. Browsers send ~15, Go's HTTP clients in programs 4-6; 64 leaves
+ * room for proxies that add forwarding headers. The 65th line is 431. */
 #define NET_HTTP_HEADERS_MAX 64
 
 /* request-target bytes. Our endpoints have paths under 32 bytes; 2 KiB accepts long debug
@@ -38,13 +38,6 @@
 #define NET_HTTP_WS_KEY_LEN    24
 #define NET_HTTP_WS_ACCEPT_LEN 28
 
-/* derper's Derp-Public-Key: 32-byte Curve25519 key in lowercase hex (DERP-SPEC section 1.3). */
-#define NET_HTTP_DERP_KEY_SIZE 32
-
-/* Bytes of the exact derper 101 response (DERP-SPEC section 1.3): status line 34, Upgrade 15,
- * Connection 21, Derp-Version 17, Derp-Public-Key 17 + 64 + 2, blank line 2. */
-#define NET_HTTP_DERP_101_LEN 172
-
 /* Offsets into the head are stored as uint16_t to keep struct net_http_head small. */
 _Static_assert(NET_HTTP_HEAD_SIZE_MAX <= UINT16_MAX, "head offsets must fit in uint16_t");
 _Static_assert(NET_HTTP_HEADERS_MAX <= UINT16_MAX, "fields_count is a uint16_t");
@@ -56,8 +49,6 @@ _Static_assert(NET_HTTP_METHOD_LEN_MAX + 1 + NET_HTTP_TARGET_LEN_MAX + 1 + NET_H
 /* Every field line costs at least 4 bytes ("a:\r\n"): the count limit is reachable in a head. */
 _Static_assert(NET_HTTP_HEADERS_MAX * 4 + 32 < NET_HTTP_HEAD_SIZE_MAX,
                "the field count limit must be reachable before the head limit");
-_Static_assert(NET_HTTP_DERP_101_LEN == 34 + 15 + 21 + 17 + 17 + 2 * NET_HTTP_DERP_KEY_SIZE + 2 + 2,
-               "derper 101 length");
 _Static_assert(NET_HTTP_WS_ACCEPT_LEN == 4 * ((20 + 2) / 3), "base64 of a SHA-1 digest");
 
 #endif /* NET_HTTP_LIMITS_H */

@@ -1,7 +1,7 @@
 /* net_http.h - HTTP/1.1 message heads without sockets: a strict, bounded, incremental parser for
  * requests and responses (RFC 9110/9112) and writers for response and request heads, canned
- * errors, the derper 101 upgrade and the WebSocket handshake. Nothing here allocates or does I/O;
- * every function is safe on any thread for objects that thread owns.
+ * errors, the 101 of a protocol upgrade and the WebSocket handshake. Nothing here allocates or
+ * does I/O; every function is safe on any thread for objects that thread owns.
  *
  * Parsing model: the connection keeps the bytes of the message received so far, contiguous, from
  * the first byte of the head, and calls net_http_req_parse() each time more arrive. The parser
@@ -96,9 +96,9 @@ struct net_http_req {
     struct net_http_str query;      /* after '?', without it; ptr NULL when there is no '?' */
     struct net_http_str host;       /* absolute-form authority, else Host (ptr NULL: no Host) */
     uint64_t body_size;             /* Content-Length, 0 without one (chunked is refused) */
-    bool keep_alive; /* RFC 9112 section 9.3: another request may follow (after body_size) */
-    bool upgrade;    /* RFC 9110 7.8: Connection: upgrade and an Upgrade field (derper itself only
-                      * looks at the Upgrade value: use net_http_header_get for that) */
+    bool keep_alive;      /* RFC 9112 section 9.3: another request may follow (after body_size) */
+    bool upgrade;         /* RFC 9110 7.8: Connection: upgrade and an Upgrade field (a server that
+                           * only looks at the Upgrade value uses net_http_header_get for that) */
     bool expect_continue; /* Expect: 100-continue */
 };
 
@@ -209,11 +209,12 @@ int net_http_write_text(char *buf, size_t size, uint16_t status, struct net_http
  * Connection: close. */
 int net_http_write_error(char *buf, size_t size, uint16_t status, bool head_only);
 
-/* The exact derper upgrade answer (DERP-SPEC section 1.3), NET_HTTP_DERP_101_LEN bytes:
- * 101 Switching Protocols, Upgrade: DERP, Connection: Upgrade, Derp-Version: 2,
- * Derp-Public-Key: <64 lowercase hex of server_key>. Never for fast-start clients. */
-int net_http_write_derp_101(char *buf, size_t size,
-                            const uint8_t server_key[NET_HTTP_DERP_KEY_SIZE]);
+/* The answer that switches a connection to another protocol (RFC 9110 section 15.2.2):
+ * "HTTP/1.1 101 Switching Protocols", "Upgrade: <protocol>", "Connection: Upgrade", then headers
+ * in order and the empty line. protocol: non-empty field value (e.g. "websocket"). A protocol on
+ * top (e.g. net_http_write_ws_101) adds its fields here. */
+int net_http_write_101(char *buf, size_t size, struct net_http_str protocol,
+                       const struct net_http_hdr *headers, size_t headers_count);
 
 /* Sec-WebSocket-Accept for a Sec-WebSocket-Key (RFC 6455 section 4.2.2): base64(SHA-1(key ||
  * 258EAFA5-E914-47DA-95CA-C5AB0DC85B11)), written to out with a NUL. Returns 0, or -EINVAL when
@@ -236,7 +237,7 @@ int net_http_write_ws_101(char *buf, size_t size, struct net_http_str key,
  * [Content-Length] [Connection] "\r\n". The body, if any, is the caller's to send. */
 struct net_http_req_spec {
     const char *method;         /* a token, e.g. "GET", "POST" */
-    struct net_http_str target; /* origin-form, e.g. "/derp" */
+    struct net_http_str target; /* origin-form, e.g. "/chat?room=1" */
     struct net_http_str host;   /* host[:port] */
     const struct net_http_hdr *headers;
     size_t headers_count;

@@ -30,9 +30,11 @@ _Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two
 _Static_assert(NET_SEND_LOW_DEFAULT < NET_SEND_HIGH_DEFAULT, "hysteresis");
 _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refusing");
 
-/* The largest partial message an app may leave unconsumed (reassembly buffer); frame pools
- * need a class this big. DERP's largest frame is ForwardPacket: 5 + 64 + 64 KiB. */
-#define NET_RX_TAIL_MAX (65536u + 128u)
+/* The default bound of the bytes an app (or a codec) may leave unconsumed on a connection (its
+ * reassembly tail): a 64 KiB message, the size of the runtime's default large frame class.
+ * A protocol with larger messages sets its own, per runtime (net_shard_options.rx_tail_max) or
+ * per connection (net_conn_options.rx_tail_max), and a frame class that holds it. */
+#define NET_RX_TAIL_MAX_DEFAULT (64u * 1024u)
 
 /* A URL's authority: a DNS name (253) or [IPv6] (41), plus ":" and a 5-digit port. */
 #define NET_URL_AUTHORITY_LEN_MAX (253 + 6)
@@ -56,9 +58,10 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 
 /* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);
  * a control frame's payload at most 125 bytes (section 5.5), a close reason 125 - 2 (status).
- * A message may be NET_WS_MESSAGE_MAX payload bytes: DERP-SPEC section 1.5 asks for at least
- * 64 KiB + 64 (the largest DERP frame); the reference writes one message per write of its 4 KiB
- * buffer or one big packet, so 64 KiB + 4 KiB leaves room and refuses anything absurd. A
+ * A message may be NET_WS_MESSAGE_MAX payload bytes: protocols carried over WebSocket put up to
+ * 64 KiB and a small header in one message (and Go's servers write one message per write of
+ * their 4 KiB buffer or one big packet), so 64 KiB + 4 KiB leaves room and refuses anything
+ * absurd. A
  * client masks a copy of what it sends, in messages of at most NET_WS_CLIENT_CHUNK payload
  * bytes (one pool frame each). Each encode frames at most NET_WS_ENCODE_BATCH queued entries
  * (two wire entries each, header and payload), so the rest stays droppable for the app. */
@@ -70,7 +73,8 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_WS_ENCODE_BATCH     (NET_IOV_MAX / 2)
 /* A client that sent its close waits this long for the server's (coder/websocket: 5 s). */
 #define NET_WS_CLOSE_WAIT_MS 5000u
-_Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "DERP-SPEC 1.5: accept 64 KiB + 64 messages");
-_Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX, "a pool frame class");
+_Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "a 64 KiB message with its header");
+_Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX_DEFAULT,
+               "a pool frame class");
 
 #endif /* NET_LIMITS_H */

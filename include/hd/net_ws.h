@@ -30,7 +30,7 @@ enum net_ws_opcode {
 #define NET_WS_CLOSE_NORMAL      1000
 #define NET_WS_CLOSE_PROTOCOL    1002 /* a malformed frame, a missing or unexpected mask */
 #define NET_WS_CLOSE_UNSUPPORTED 1003 /* a text message where only binary is spoken */
-#define NET_WS_CLOSE_POLICY      1008 /* e.g. derper: "client must speak the derp subprotocol" */
+#define NET_WS_CLOSE_POLICY      1008 /* e.g. a client that did not ask for our subprotocol */
 #define NET_WS_CLOSE_TOO_BIG     1009 /* a message over NET_WS_MESSAGE_MAX */
 
 /* ---------------------------------------------------------------- frames (pure) */
@@ -91,7 +91,7 @@ void net_ws_mask(uint8_t *data, size_t len, const uint8_t key[4], size_t pos);
 int net_ws_start(struct net_conn *c, bool server);
 /* Queue a close frame (status code, reason <= NET_WS_CLOSE_REASON_MAX bytes, truncated) behind
  * nothing: what the app queued and was not yet framed is dropped. A server then closes c after
- * the flush with reason (derper's 1008 refusal); a client reads on (delivering nothing) until
+ * the flush with reason (e.g. a 1008 refusal); a client reads on (delivering nothing) until
  * the server's close arrives and then closes with reason, or after NET_WS_CLOSE_WAIT_MS with
  * -ETIMEDOUT (RFC 6455 section 7.1.1: the server closes TCP first). Returns 0 or -EINVAL (c has
  * no WebSocket codec). */

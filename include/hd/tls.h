@@ -30,9 +30,9 @@ struct tls_ctx;
 /* ---------------------------------------------------------------- limits */
 
 /* A handshake that has not finished after this long is closed with -ETIMEDOUT: a slow or
- * silent client must not hold a BoringSSL object (~10 KiB+) for long. derper uses Go's default
- * (no handshake deadline, only idle timeouts); 10 s is what nginx's ssl_handshake_timeout
- * style limits use in practice for interactive clients. */
+ * silent client must not hold a BoringSSL object (~10 KiB+) for long. Go's servers default to
+ * no handshake deadline, only idle timeouts; 10 s is what nginx's ssl_handshake_timeout style
+ * limits use in practice for interactive clients. */
 #define TLS_HANDSHAKE_TIMEOUT_MS_DEFAULT 10000u
 
 /* Concurrent handshakes per shard: each holds an SSL object and its buffers (tens of KiB), so
@@ -69,7 +69,7 @@ int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **o
 struct tls_client_options {
     const char *ca_file; /* PEM CA bundle the server's chain must verify against */
     /* Verify against the system's roots, found as Go's crypto/x509 finds them on Linux (what
-     * derper and tailscaled trust): SSL_CERT_FILE replaces the default bundle file
+     * Go programs trust): SSL_CERT_FILE replaces the default bundle file
      * (/etc/ssl/certs/ca-certificates.crt, then the other distributions' paths: the first that
      * reads), SSL_CERT_DIR (colon-separated) replaces the default directories (/etc/ssl/certs,
      * /etc/pki/tls/certs: every file read). Read once, here; finding none is logged and every
@@ -89,12 +89,14 @@ int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **o
  * started on a context (tls_conn_start) but do not use it after that (a handshake's SSL holds
  * its own reference to the SSL_CTX), so it may go while they run (a certificate reload). */
 void tls_ctx_destroy(struct tls_ctx *ctx);
-/* Append a self-signed Ed25519 certificate with subject and issuer CN = common_name, the given
- * serial number, valid from validity_s before now to validity_s after, and exactly one extension
- * (basicConstraints CA:FALSE), after the server's chain: DERP's meta certificate (DERP-SPEC §1.2).
- * Main thread, before connections use ctx. Returns 0, -EINVAL, -ENOMEM. */
-int tls_server_ctx_add_meta_cert(struct tls_ctx *ctx, const char *common_name, long serial,
-                                 long validity_s);
+/* Append a self-signed Ed25519 certificate to the server's chain, after its own certificates:
+ * subject and issuer CN = common_name (any length, as a PrintableString), the given serial
+ * number, valid from validity_s before now to validity_s after, exactly one extension
+ * (basicConstraints CA:FALSE, critical). For a protocol that hands its clients a value in the
+ * handshake (e.g. the server's public key). Main thread, before connections use ctx.
+ * Returns 0, -EINVAL, -ENOMEM. */
+int tls_server_ctx_add_extra_cert(struct tls_ctx *ctx, const char *common_name, long serial,
+                                  long validity_s);
 
 /* ---------------------------------------------------------------- connections */
 

@@ -236,7 +236,9 @@ void conf_load_run(const struct conf_load_opts *o)
         on_shard[conf_key_shard(&g.kp[i].pub, 2)]++;
     }
     cr_assert(on_shard[0] > 0 && on_shard[1] > 0, "both relay shards own some keys");
-    struct hdt_options ho = {.shards = TEST_SHARDS,
+    struct hdt_options ho = {.frame_classes = derp_client_frame_classes,
+                             .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
+                             .shards = TEST_SHARDS,
                              .layers = layers,
                              .layers_count = o->tls_ctx ? 2 : 1,
                              .shard_stop = shard_stop,

@@ -248,8 +248,12 @@ Test(test_conformance_load, overload_never_wedges, .fini = down, .timeout = 240)
     cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.write_timeout = "5s"}), 0);
     for (unsigned i = 0; i < OV_ALL; i++)
         cr_assert_eq(derp_keypair_generate(&ov.kp[i]), 0);
-    struct hdt_options o = {
-        .shards = 1, .layers = layers, .layers_count = 1, .shard_stop = ov_shard_stop};
+    struct hdt_options o = {.frame_classes = derp_client_frame_classes,
+                            .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
+                            .shards = 1,
+                            .layers = layers,
+                            .layers_count = 1,
+                            .shard_stop = ov_shard_stop};
     cr_assert_eq(hdt_run(&o, ov_body, NULL, NULL), 0);
     cr_assert(!ov.timed_out, "stuck in phase %d: calm %u of %u", ov.phase, ov.calm_got,
               OV_CALM_TOTAL);

@@ -167,8 +167,12 @@ static void shard_stop(struct hd_shard *s)
 Test(test_conformance_rate_tls, paced_over_tls_in_order_nothing_lost)
 {
     memset(&t, 0, sizeof(t));
-    struct hdt_options o = {
-        .shards = 1, .layers = layers, .layers_count = 1, .shard_stop = shard_stop};
+    struct hdt_options o = {.frame_classes = derp_client_frame_classes,
+                            .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
+                            .shards = 1,
+                            .layers = layers,
+                            .layers_count = 1,
+                            .shard_stop = shard_stop};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
     cr_assert(!t.timed_out, "timed out: ready %u, got %u of %u", t.ready, t.got, PKTS);
     cr_assert_eq(t.send_errors, 0);

@@ -248,7 +248,9 @@ static void sm_shard_stop(struct hd_shard *s)
 static void sm_run(hdt_body_fn *body)
 {
     memset(&sm, 0, sizeof(sm));
-    struct hdt_options o = {.shards = 1,
+    struct hdt_options o = {.frame_classes = derp_client_frame_classes,
+                            .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
+                            .shards = 1,
                             .layers = layers,
                             .layers_count = 2,
                             .shard_stop = sm_shard_stop,

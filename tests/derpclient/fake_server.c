@@ -133,7 +133,7 @@ static int upgrade(struct fake_conn *fc)
         return 0;
     }
     if (!fast || srv.o.send_101_always)
-        n = (size_t)net_http_write_derp_101((char *)buf, sizeof(buf), srv.kp->pub.bytes);
+        n = (size_t)derp_http_write_101((char *)buf, sizeof(buf), srv.kp->pub.bytes);
     if (srv.o.close_after_101) {
         fake_send(fc, buf, n);
         net_conn_close(fc->c, 0, true);

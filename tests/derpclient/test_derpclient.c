@@ -94,7 +94,9 @@ static void run(const struct derp_client_callbacks *cb)
     t.cb = cb;
     struct net_shard_options no = {.no_buf_ring = t.no_buf_ring};
     void *args[] = {&no};
-    struct hdt_options o = {.shards = 1,
+    struct hdt_options o = {.frame_classes = derp_client_frame_classes,
+                            .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
+                            .shards = 1,
                             .layers = layers,
                             .layers_args = args,
                             .layers_count = 1,
@@ -701,4 +703,28 @@ Test(test_derpclient_fake, url_parse)
                  -EINVAL, "on_close is required");
     cfg.websocket = cfg.fast_start = true; /* §1.5: no fast start over WebSocket */
     cr_assert_eq(derp_client_connect(NULL, &cfg, &cb, NULL, &k), -EINVAL);
+}
+
+/* The runtime's default frame classes (64 KiB at most) cannot hold a whole DERP frame: connect
+ * refuses at once (nothing created) instead of failing on the first large packet. */
+static void small_classes_body(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    static const struct derp_client_callbacks cb = {.on_close = on_close};
+    struct derp_client_url u;
+    HDT_CHECK(derp_client_url_parse("http://127.0.0.1:1/derp", &u) == 0);
+    struct derp_client_config cfg = {.keypair = &t.server_kp};
+    derp_client_config_set_url(&cfg, &u);
+    struct derp_client *k = NULL;
+    t.connect_rc = derp_client_connect(s, &cfg, &cb, NULL, &k);
+    hd_runtime_stop(hd_shard_runtime(s));
+}
+
+Test(test_derpclient_fake, refuses_a_runtime_without_a_frame_class_for_a_frame, .init = setup,
+     .timeout = 30)
+{
+    struct hdt_options o = {.shards = 1, .layers = layers, .layers_count = 1};
+    cr_assert_eq(hdt_run(&o, small_classes_body, NULL, NULL), 0);
+    cr_assert_eq(t.connect_rc, -EINVAL);
+    cr_assert(!t.closed, "no callback runs when connect fails");
 }

@@ -1,4 +1,4 @@
-/* test_http_write.c - response and request writers: byte-exact derper 101 (DERP-SPEC section 1.3)
+/* test_http_write.c - response and request writers: the generic 101 of an upgrade, byte exact,
  * and WebSocket accept (RFC 6455 section 1.3 vector), canned errors that parse back, -ENOSPC at
  * every short size without writing past it, -EINVAL for injected CR/LF. Single thread. */
 #define _GNU_SOURCE /* memmem */
@@ -7,20 +7,6 @@
 #include <string.h>
 
 #include <hd/net_http.h>
-
-/* DERP-SPEC Appendix A server public key. */
-static const uint8_t derp_key[NET_HTTP_DERP_KEY_SIZE] = {
-    0x07, 0xa3, 0x7c, 0xbc, 0x14, 0x20, 0x93, 0xc8, 0xb7, 0x55, 0xdc, 0x1b, 0x10, 0xe8, 0x6c, 0xb4,
-    0x26, 0x37, 0x4a, 0xd1, 0x6a, 0xa8, 0x53, 0xed, 0x0b, 0xdf, 0xc0, 0xb2, 0xb8, 0x6d, 0x1c, 0x7c,
-};
-
-static const char derp_101[] =
-    "HTTP/1.1 101 Switching Protocols\r\n"
-    "Upgrade: DERP\r\n"
-    "Connection: Upgrade\r\n"
-    "Derp-Version: 2\r\n"
-    "Derp-Public-Key: 07a37cbc142093c8b755dc1b10e86cb426374ad16aa853ed0bdfc0b2b86d1c7c\r\n"
-    "\r\n";
 
 #define CANARY 0x5a
 
@@ -46,28 +32,46 @@ static void check_sizes(write_fn *fn, const void *arg, const char *want, size_t 
     }
 }
 
-static int derp_fn(char *buf, size_t size, const void *arg)
+struct up_arg {
+    struct net_http_str protocol;
+    const struct net_http_hdr *hdrs;
+    size_t count;
+};
+
+static int up_fn(char *buf, size_t size, const void *arg)
 {
-    return net_http_write_derp_101(buf, size, arg);
+    const struct up_arg *a = arg;
+    return net_http_write_101(buf, size, a->protocol, a->hdrs, a->count);
 }
 
-Test(http_write, derp_101_exact)
+Test(http_write, upgrade_101_exact_and_parses)
 {
-    cr_assert_eq(sizeof(derp_101) - 1, NET_HTTP_DERP_101_LEN);
-    check_sizes(derp_fn, derp_key, derp_101, sizeof(derp_101) - 1);
-}
+    static const char want[] = "HTTP/1.1 101 Switching Protocols\r\n"
+                               "Upgrade: chat/1\r\n"
+                               "Connection: Upgrade\r\n"
+                               "Chat-Room: lobby\r\n"
+                               "\r\n";
+    const struct net_http_hdr hdrs[] = {{"Chat-Room", NET_HTTP_LIT("lobby")}};
+    struct up_arg a = {NET_HTTP_LIT("chat/1"), hdrs, 1};
+    check_sizes(up_fn, &a, want, sizeof(want) - 1);
 
-Test(http_write, derp_101_parses)
-{
-    char buf[NET_HTTP_DERP_101_LEN];
+    char buf[256];
     struct net_http_resp r;
-
-    cr_assert_eq(net_http_write_derp_101(buf, sizeof(buf), derp_key), NET_HTTP_DERP_101_LEN);
+    int n = up_fn(buf, sizeof(buf), &a);
     net_http_resp_init(&r, false);
-    cr_assert_eq(net_http_resp_parse(&r, buf, sizeof(buf)), NET_HTTP_DERP_101_LEN);
+    cr_assert_eq(net_http_resp_parse(&r, buf, (size_t)n), n);
     cr_assert_eq(r.status, 101);
-    cr_assert(net_http_str_eq(net_http_header_get(&r.head, "derp-version"), "2"));
-    cr_assert_eq(net_http_header_get(&r.head, "Derp-Public-Key").len, 64);
+    cr_assert(net_http_str_eq(net_http_header_get(&r.head, "upgrade"), "chat/1"));
+    cr_assert(net_http_str_eq(net_http_header_get(&r.head, "chat-room"), "lobby"));
+}
+
+Test(http_write, upgrade_101_rejects_injection)
+{
+    char buf[256];
+    const struct net_http_hdr bad[] = {{"X", NET_HTTP_LIT("a\r\nEvil: 1")}};
+    cr_assert_eq(net_http_write_101(buf, sizeof(buf), NET_HTTP_LIT(""), NULL, 0), -EINVAL);
+    cr_assert_eq(net_http_write_101(buf, sizeof(buf), NET_HTTP_LIT("a\r\nb"), NULL, 0), -EINVAL);
+    cr_assert_eq(net_http_write_101(buf, sizeof(buf), NET_HTTP_LIT("x"), bad, 1), -EINVAL);
 }
 
 Test(http_write, ws_accept_rfc6455)

@@ -31,6 +31,8 @@ static struct {
     bool v6;                      /* the bulk test over [::1] */
     _Atomic unsigned migrated;    /* connections that arrived on their new shard */
     _Atomic unsigned moved_wrong; /* arrived on the shard they left */
+    uint32_t rx_tail_max;         /* server connections' net_conn_options.rx_tail_max */
+    _Atomic uint64_t offered;     /* bytes on_data saw at most at once (the tail test) */
 } g;
 
 /* The socket layer under the test module: net_module with this run's options. */
@@ -75,6 +77,8 @@ static ssize_t echo_data(struct net_conn *c, const uint8_t *data, size_t len)
     if (g.half_close && len >= 5 && memcmp(data, "hello", 5) == 0)
         return (ssize_t)len; /* the half-close test answers at EOF */
     if (g.msg_size) {        /* like a frame parser: nothing until a whole message is there */
+        if (len > atomic_load(&g.offered))
+            atomic_store(&g.offered, len);
         if (len < g.msg_size)
             return 0;
         len = g.msg_size;
@@ -117,7 +121,7 @@ static const struct net_conn_handler echo_handler = {
 static void echo_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
     (void)peer, (void)arg;
-    struct net_conn_options o = {.idle_timeout_ms = g.idle_ms};
+    struct net_conn_options o = {.idle_timeout_ms = g.idle_ms, .rx_tail_max = g.rx_tail_max};
     struct net_conn *c;
     if (net_conn_adopt(net_listener_shard(l), fd, &echo_handler, NULL, &o, &c) < 0)
         close(fd);
@@ -263,8 +267,8 @@ static void run_bulk(bool no_buf_ring, uint64_t bytes_per_client, bool migrate)
     run_bulk_msgs(no_buf_ring, bytes_per_client, migrate, 0);
 }
 
-/* The app consumes only whole messages just under NET_RX_TAIL_MAX: a partial one left in the
- * tail plus a whole new receive buffer exceeds the limit, and must not close the connection
+/* The app consumes only whole messages just under NET_RX_TAIL_MAX_DEFAULT: a partial one left in
+ * the tail plus a whole new receive buffer exceeds the limit, and must not close the connection
  * (regression: the tail used to take the whole buffer before offering it). */
 Test(test_net_conn, reassembly_near_tail_limit, .timeout = 120)
 {
@@ -310,6 +314,7 @@ static void (*raw_fn)(void);
 static _Atomic int raw_done;
 static _Atomic(struct hd_runtime *) raw_rt;
 static unsigned raw_expect_closes;
+static uint32_t raw_msg_size, raw_tail_max; /* for g, which run_raw_cfg resets */
 
 static void *raw_thread(void *arg)
 {
@@ -363,6 +368,8 @@ static void run_raw_cfg(void (*fn)(void), uint32_t idle_ms, bool half_close, uns
     g.port = nt_free_port();
     g.idle_ms = idle_ms;
     g.half_close = half_close;
+    g.msg_size = raw_msg_size;
+    g.rx_tail_max = raw_tail_max;
     raw_fn = fn;
     raw_expect_closes = closes;
     atomic_store(&raw_done, 0);
@@ -423,6 +430,52 @@ Test(test_net_conn, peer_reset_is_reported, .timeout = 30)
 {
     run_raw(raw_reset, 0, false, 1);
     cr_assert_eq(atomic_load(&g.last_server_reason), -ECONNRESET);
+}
+
+/* A TAIL_MSG-byte message in two writes, the second once the server holds the first as its
+ * tail: echoed whole when the connection's rx_tail_max holds it, else the connection closes. */
+#define TAIL_MSG   9000u
+#define TAIL_FIRST 4000u
+
+static void raw_tail(void)
+{
+    static uint8_t msg[TAIL_MSG], back[TAIL_MSG];
+    for (size_t i = 0; i < sizeof(msg); i++)
+        msg[i] = (uint8_t)(i * 7);
+    int fd = raw_connect();
+    cr_assert_eq(write(fd, msg, TAIL_FIRST), (ssize_t)TAIL_FIRST);
+    for (int i = 0; i < 2000 && atomic_load(&g.offered) < TAIL_FIRST; i++)
+        usleep(1000); /* until the server kept the first part (bounded: checked below) */
+    cr_assert_geq(atomic_load(&g.offered), TAIL_FIRST, "the first part never arrived");
+    cr_assert_eq(write(fd, msg + TAIL_FIRST, TAIL_MSG - TAIL_FIRST),
+                 (ssize_t)(TAIL_MSG - TAIL_FIRST));
+    size_t got = 0;
+    ssize_t n = 1;
+    while (got < TAIL_MSG && (n = read(fd, back + got, TAIL_MSG - got)) > 0)
+        got += (size_t)n;
+    atomic_store(&raw_result, got == TAIL_MSG && memcmp(back, msg, TAIL_MSG) == 0 ? 1
+                              : got == 0 && n <= 0                                ? -1
+                                                                                  : -2);
+    close(fd);
+}
+
+static int run_tail(uint32_t tail_max)
+{
+    raw_msg_size = TAIL_MSG;
+    raw_tail_max = tail_max;
+    atomic_store(&raw_result, 0);
+    run_raw(raw_tail, 0, false, 1);
+    raw_msg_size = raw_tail_max = 0;
+    return atomic_load(&raw_result);
+}
+
+/* net_conn_options.rx_tail_max bounds a connection's tail: 4 KiB refuses the 9000-byte
+ * message (-EMSGSIZE), 16 KiB reassembles it. */
+Test(test_net_conn, rx_tail_max_per_connection, .timeout = 30)
+{
+    cr_assert_eq(run_tail(4096), -1, "a tail over rx_tail_max must close the connection");
+    cr_assert_eq(atomic_load(&g.last_server_reason), -EMSGSIZE);
+    cr_assert_eq(run_tail(16384), 1, "the message was not echoed whole");
 }
 
 /* Half close: the client shuts its write side; the server still answers, then shuts its own. */

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include <hd/net.h>
+#include <hd/net_codec.h>
 #include <hd/tls.h>
 #include "tlsconn_util.h"
 

@@ -311,6 +311,11 @@ static int client_setup(struct derp_client *k, const struct derp_client_config *
     return rc < 0 ? rc : build_hello(k, cfg);
 }
 
+const struct hd_frame_class derp_client_frame_classes[DERP_CLIENT_FRAME_CLASSES_COUNT] = {
+    {.size = 2048, .cap_count = 65536},              /* MTU-sized packets */
+    {.size = DERP_CONN_TAIL_MAX, .cap_count = 1024}, /* whole frames up to a ForwardPacket */
+};
+
 int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg,
                         const struct derp_client_callbacks *cb, void *user,
                         struct derp_client **out)
@@ -321,6 +326,14 @@ int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg
         return -EINVAL;
     if (cfg->websocket && cfg->fast_start)
         return -EINVAL; /* §1.5: no fast start on the WebSocket path */
+    unsigned classes = hd_frame_classes_count(s);
+    if (hd_frame_class_size(s, classes - 1) < DERP_CONN_TAIL_MAX) {
+        hd_log(HD_LOG_ERROR,
+               "derp client: the runtime's largest frame class holds %u bytes, "
+               "not a whole frame (%u): use derp_client_frame_classes",
+               hd_frame_class_size(s, classes - 1), DERP_CONN_TAIL_MAX);
+        return -EINVAL;
+    }
     struct derp_client *k = calloc(1, sizeof(*k));
     if (k == NULL)
         return -ENOMEM;
@@ -353,6 +366,7 @@ int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg
         .send_high_bytes = cfg->send_high_bytes,
         .send_low_bytes = cfg->send_low_bytes,
         .send_max_bytes = cfg->send_max_bytes,
+        .rx_tail_max = DERP_CONN_TAIL_MAX,
     };
     k->in_connect = true;
     rc = net_conn_connect(s, &cfg->addr, login_ms, &client_handler, k, &opt, &k->conn);

@@ -45,16 +45,17 @@ struct derp_client;
 #define DERP_CLIENT_INFO_FRAME_SIZE_MAX                                                            \
     (DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + DERP_SEALED_OVERHEAD + DERP_CLIENT_INFO_JSON_MAX)
 /* A frame that spans receives is copied once into a buffer of its own: from the shard's frame
- * pool up to this size (the largest default frame class, which holds every RecvPacket a server
- * may send), from the heap above it (only ServerInfo/Health/odd frames up to 1 MiB, which no
- * reference server sends). */
-#define DERP_CLIENT_POOL_FRAME_SIZE_MAX NET_RX_TAIL_MAX
+ * pool up to this size (the connection's tail, which holds every RecvPacket a server may send;
+ * the runtime needs a frame class this big: the default's largest, or derp_frame_classes), from
+ * the heap above it (only ServerInfo/Health/odd frames up to 1 MiB, which no reference server
+ * sends). */
+#define DERP_CLIENT_POOL_FRAME_SIZE_MAX DERP_CONN_TAIL_MAX
 
 _Static_assert(DERP_FRAME_HEADER_LEN + DERP_RECV_PACKET_LEN_MAX <= DERP_CLIENT_POOL_FRAME_SIZE_MAX,
                "every legal RecvPacket is assembled in a pool frame, never on the heap");
-_Static_assert(NET_HTTP_HEAD_SIZE_MAX + NET_BUF_SIZE <= NET_RX_TAIL_MAX,
+_Static_assert(NET_HTTP_HEAD_SIZE_MAX + NET_BUF_SIZE <= DERP_CONN_TAIL_MAX,
                "an incomplete 101 head plus one more receive fits the connection's tail");
-_Static_assert(DERP_CLIENT_REQUEST_SIZE_MAX + DERP_CLIENT_INFO_FRAME_SIZE_MAX <= NET_RX_TAIL_MAX,
+_Static_assert(DERP_CLIENT_REQUEST_SIZE_MAX + DERP_CLIENT_INFO_FRAME_SIZE_MAX <= DERP_CONN_TAIL_MAX,
                "request + ClientInfo (fast start) fit one frame of the largest default class");
 _Static_assert(DERP_CLIENT_HEADERS_MAX + 6 <= NET_HTTP_HEADERS_MAX,
                "a server parses them all (+ Host, Connection and 4 WebSocket headers)");
@@ -188,11 +189,17 @@ struct derp_client_stats {
 
 /* ---- Life ------------------------------------------------------------------------------------ */
 
+/* Frame classes for a runtime whose shards run DERP clients (hd_runtime_config.frame_classes):
+ * MTU packets, and whole DERP frames (a connection's tail: DERP_CONN_TAIL_MAX). */
+#define DERP_CLIENT_FRAME_CLASSES_COUNT 2
+extern const struct hd_frame_class derp_client_frame_classes[DERP_CLIENT_FRAME_CLASSES_COUNT];
+
 /* Connect on shard s and log in; callbacks report progress (cb is borrowed for the client's
  * life: keep it static). user is the caller's (derp_client_user). On success *out is the client
  * and on_close will run exactly once. Returns 0, or (nothing created, no callback runs):
  *   -EINVAL (missing on_close, bad host/path/header/app name, too many headers, websocket with
- *   fast_start), -E2BIG (request
+ *   fast_start, no frame class of DERP_CONN_TAIL_MAX bytes: see derp_client_frame_classes),
+ *   -E2BIG (request
  *   larger than DERP_CLIENT_REQUEST_SIZE_MAX; tls without tls_ctx), -ENOMEM, -EIO (crypto), or
  *   net_conn_connect's error. */
 int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg,

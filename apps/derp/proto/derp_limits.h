@@ -161,6 +161,21 @@
 #define DERP_DISCO_MAGIC_LEN 6
 #define DERP_DISCO_LEN_MIN   (DERP_DISCO_MAGIC_LEN + DERP_KEY_LEN + DERP_NONCE_LEN)
 
+/* ---- On the framework ------------------------------------------------------------------------ */
+
+/* A DERP connection's reassembly tail (net_conn_options.rx_tail_max) and the frame class that
+ * holds it: the largest frame, ForwardPacket (5 + 32 + 32 + 64 KiB), whole, with room left. */
+#define DERP_CONN_TAIL_MAX (65536u + 128u)
+
+/* ---- The HTTP upgrade (§1.3) ------------------------------------------------------------------
+ */
+
+/* Bytes of the exact derper 101 response: status line 34, Upgrade 15, Connection 21,
+ * Derp-Version 17, Derp-Public-Key 17 + 64 + 2, blank line 2. */
+#define DERP_HTTP_101_LEN 172
+_Static_assert(DERP_HTTP_101_LEN == 34 + 15 + 21 + 17 + 17 + 2 * DERP_KEY_LEN + 2 + 2,
+               "derper 101 length");
+
 /* ---- TLS meta certificate and WebSocket (§1.2, §1.5) ------------------------------------------
  */
 

@@ -7,6 +7,7 @@
 #include "derp_disco.h"
 #include "derp_frame.h"
 #include "derp_handshake.h"
+#include "derp_http.h"
 #include "derp_keys.h"
 #include "derp_limits.h"
 #include "derp_stun.h"

@@ -52,6 +52,7 @@ struct net_http_client;
 struct srv_client {
     struct net_conn *conn;
     struct srv_shard *ds;
+    const struct srv_config *cfg; /* ds->cfg, also readable after a move to another shard */
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
@@ -160,7 +161,30 @@ struct srv_shard {
 
 /* ---------------------------------------------------------------- functions */
 
+/* The relay as a module (server_module.c): arg = its struct srv_config (built by srv_configure,
+ * attached with srv_attach; it outlives the runtime). It requires net_module; list tls_module
+ * before it when srv_needs_tls. Several instances (configurations) may share a runtime. */
 extern const struct hd_module srv_module;
+struct srv_flags;
+/* Main thread, before the runtime: derper's flags into cfg (zeroed by the caller). Messages go
+ * to stderr. 0 or -errno; srv_config_fini frees what it built, also after a failure. */
+int srv_configure(struct srv_config *cfg, const struct srv_flags *f);
+void srv_config_fini(struct srv_config *cfg);
+/* Whether the shards speak TLS for cfg (TLS mode, https mesh links or admission). */
+bool srv_needs_tls(const struct srv_config *cfg);
+/* Main thread, after hd_runtime_create and before start: give every shard cfg's reloadable
+ * parts (allow list, rate limit, TLS context); srv_detach after hd_runtime_wait. 0 or -errno
+ * with err set (nothing attached). */
+int srv_attach(struct srv_config *cfg, struct hd_runtime *rt, char *err, size_t err_size);
+void srv_detach(struct srv_config *cfg);
+/* Frame classes a runtime with the relay needs (hd_runtime_config.frame_classes). */
+#define SRV_FRAME_CLASSES_COUNT 2
+extern const struct hd_frame_class srv_frame_classes[SRV_FRAME_CLASSES_COUNT];
+/* This instance's state on shard s (NULL before its shard_init, after its shard_fini). */
+static inline struct srv_shard *srv_shard_on(const struct srv_config *cfg, const struct hd_shard *s)
+{
+    return cfg->on_shard[hd_shard_id(s)];
+}
 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
@@ -228,7 +252,6 @@ void srv_forwarder_remove_node(struct srv_shard *ds, unsigned id);
 /* A disco packet from src had no destination: tell src's connection (on its owner shard). */
 void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
                   const uint8_t dst[DERP_KEY_LEN]);
-struct srv_shard *srv_shard_here(void);
 
 /* server_mesh.c: -mesh-with (spec §7) */
 /* Main thread: parse and resolve the list (needs the mesh key). 0 or -1 with err set. */

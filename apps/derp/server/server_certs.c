@@ -46,8 +46,8 @@ static int build(const struct srv_config *cfg, struct srv_tls_snap **out, char *
     if (cfg->meta_cert) { /* §1.2: CN derpkey<hex>, serial = protocol version, +-30 days */
         char cn[8 + DERP_KEY_HEX_SIZE];
         snprintf(cn, sizeof(cn), "derpkey%s", cfg->key_hex);
-        rc = tls_server_ctx_add_meta_cert(t->ctx, cn, DERP_PROTOCOL_VERSION,
-                                          SRV_META_CERT_VALIDITY_S);
+        rc = tls_server_ctx_add_extra_cert(t->ctx, cn, DERP_PROTOCOL_VERSION,
+                                           SRV_META_CERT_VALIDITY_S);
         if (rc < 0) {
             snprintf(err, err_size, "cannot build the meta certificate: %s", strerror(-rc));
             tls_ctx_destroy(t->ctx);

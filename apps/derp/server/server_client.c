@@ -145,6 +145,7 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
         return -ENOMEM;
     cl->conn = c;
     cl->ds = ds;
+    cl->cfg = ds->cfg;
     cl->phase = SRV_CLIENT_HANDSHAKE;
     cl->fast_start = fast_start;
     cl->not_ideal = not_ideal;
@@ -155,10 +156,10 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
     net_conn_set_app(c, &client_handler, cl);
     net_conn_set_timeouts(c, DERP_HANDSHAKE_TIMEOUT_MS, ds->cfg->write_timeout_ms);
     /* §1.3 + §4 step 1: the 101 (not for fast start) and the ServerKey frame, in one write. */
-    char buf[NET_HTTP_DERP_101_LEN + DERP_FRAME_HEADER_LEN + DERP_SERVER_KEY_LEN];
+    char buf[DERP_HTTP_101_LEN + DERP_FRAME_HEADER_LEN + DERP_SERVER_KEY_LEN];
     int n = 0;
     if (!fast_start)
-        n = net_http_write_derp_101(buf, sizeof(buf), ds->cfg->key.pub.bytes);
+        n = derp_http_write_101(buf, sizeof(buf), ds->cfg->key.pub.bytes);
     ssize_t k =
         derp_server_key_encode((uint8_t *)buf + n, sizeof(buf) - (size_t)n, &ds->cfg->key.pub);
     HD_ASSERT(n >= 0 && k > 0);
@@ -202,7 +203,9 @@ static void client_adopt(struct net_conn *c, void *arg)
     }
     cl->conn = c;
     net_conn_set_app(c, &client_handler, cl);
-    client_activate(srv_shard_here(), cl);
+    struct srv_shard *ds = srv_shard_on(cl->cfg, net_conn_shard(c));
+    HD_ASSERT(ds != NULL); /* moves arrive while the shard loops: between init and fini */
+    client_activate(ds, cl);
 }
 
 static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_t len)
@@ -354,7 +357,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
         /* §6.1, §6.9: the rate limit applies as soon as a frame's header is known, before its
          * payload, so net keeps at most the header and one read's bytes while paused. (Waiting
          * until the whole frame is buffered would leave net a 64 KiB frame plus the rest of the
-         * read, over NET_RX_TAIL_MAX: the connection would close; test_conformance_rate*.) */
+         * read, over DERP_CONN_TAIL_MAX: the connection would close; test_conformance_rate*.) */
         if (rate_on && sp.header_known && !skipping && cl->phase == SRV_CLIENT_ACTIVE &&
             !srv_rate_take(cl, sp.len))
             break; /* reading paused: this frame is offered again when its tokens are there */

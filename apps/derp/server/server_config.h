@@ -11,6 +11,7 @@
 struct srv_tls_snap;
 struct srv_allow;
 struct tls_ctx;
+struct srv_shard;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
 struct srv_mesh_node {
@@ -89,6 +90,10 @@ struct srv_config {
     const char *allow_path;
     struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
     struct hd_snap_var *allow;
+    /* This instance's state on shard i, set and read on shard i only (the module's shard_init
+     * and shard_fini; bus messages find their instance through it): several relays, each with
+     * its own configuration, can share one runtime. */
+    struct srv_shard *on_shard[HD_SHARDS_MAX];
 };
 
 #endif /* SERVER_CONFIG_H */

@@ -1,330 +1,82 @@
-/* server_main.c - hderp-server: derper's flags (spec §11), the key file, the module that puts a
- * listener and a peer table on every shard, and main. Flags are parsed on the main thread
- * before any shard starts; the configuration is read-only afterwards. */
-#include <arpa/inet.h>
+/* server_main.c - hderp-server's main: flags (server_flags.c) into a configuration
+ * (server_setup.c), a runtime with the relay module (server_module.c) on every shard, the start
+ * line, and the wait for SIGINT/SIGTERM (SIGHUP reloads). Main thread. */
 #include <errno.h>
-#include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "server.h"
 #include "server_flags.h"
 
 #define HDERP_VERSION "0.1.0"
 
-/* ---------------------------------------------------------------- the module */
-
-static struct srv_config config;
-
-static int shard_init(struct hd_shard *s, void *arg, void **state)
-{
-    (void)arg;
-    int rc = 0;
-    struct srv_shard *ds = calloc(1, sizeof(*ds));
-    if (ds == NULL)
-        return -ENOMEM;
-    ds->s = s;
-    ds->cfg = &config;
-    ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
-    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
-        free(ds->scratch);
-        free(ds);
-        return rc < 0 ? rc : -ENOMEM;
-    }
-    srv_accept_limit_init(ds);
-    struct net_listener_options lo = {.reuseport = true,
-                                      .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
-                                      .keepalive_s = config.tcp_keepalive_s};
-    rc = net_listener_start(s, &config.addr, &lo, srv_http_accept, ds, &ds->listener);
-    if (rc < 0) {
-        hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
-        srv_peers_fini(&ds->peers);
-        free(ds->scratch);
-        free(ds);
-        return rc;
-    }
-    if (config.tls && config.http_port > 0) {
-        rc = net_listener_start(s, &config.http_addr, &lo, srv_http80_accept, ds,
-                                &ds->http_listener);
-        if (rc < 0)
-            hd_log(HD_LOG_ERROR, "cannot listen on -http-port %d: %s", config.http_port,
-                   strerror(-rc));
-    }
-    if (rc == 0 && config.stun)
-        rc = srv_stun_start(ds);
-    if (rc == 0)
-        rc = srv_mesh_start(ds);
-    if (rc < 0) {
-        srv_mesh_stop(ds);
-        srv_mesh_fini(ds);
-        srv_stun_stop(ds);
-        if (ds->http_listener)
-            net_listener_stop(ds->http_listener);
-        net_listener_stop(ds->listener);
-        srv_peers_fini(&ds->peers);
-        free(ds->scratch);
-        free(ds);
-        return rc;
-    }
-    *state = ds;
-    return 0;
-}
-
-static void shard_stop(struct hd_shard *s, void *state)
-{
-    struct srv_shard *ds = state;
-    if (ds->listener)
-        net_listener_stop(ds->listener);
-    ds->listener = NULL;
-    if (ds->http_listener)
-        net_listener_stop(ds->http_listener);
-    ds->http_listener = NULL;
-    srv_stun_stop(ds);
-    srv_mesh_stop(ds);
-    net_shard_close_all(s, 0);
-}
-
-static void shard_fini(struct hd_shard *s, void *state)
-{
-    struct srv_shard *ds = state;
-    srv_mesh_fini(ds);
-    free(ds->watch_list);
-    srv_peers_fini(&ds->peers);
-    srv_subs_fini(&ds->subs);
-    free(ds->scratch);
-    free(ds);
-    (void)s;
-}
-
-static int global_init(struct hd_runtime *rt, void *arg)
-{
-    (void)rt, (void)arg;
-    return derp_crypto_init();
-}
-
-/* Main thread, SIGHUP: reload what can be reloaded. */
-static void on_signal(struct hd_runtime *rt, int signo, void *arg)
-{
-    (void)rt, (void)arg;
-    if (signo != SIGHUP)
-        return;
-    srv_allow_reload(&config); /* --allow-keys */
-    srv_certs_reload(&config); /* TLS mode: the certificate files */
-    srv_rate_reload(&config);  /* -rate-config */
-}
-
-static const struct hd_module *const srv_requires[] = {&net_module, NULL};
-
-const struct hd_module srv_module = {
-    .abi_version = HD_MODULE_ABI,
-    .name = "derp",
-    .requires = srv_requires,
-    .global_init = global_init,
-    .shard_init = shard_init,
-    .shard_stop = shard_stop,
-    .shard_fini = shard_fini,
-    .on_signal = on_signal,
-};
-
-/* ---------------------------------------------------------------- start-up */
-
-static int load_key(const struct srv_flags *f)
-{
-    char err[256];
-    const char *path = f->config_path;
-    if (path == NULL && f->dev)
-        return derp_keypair_generate(&config.key); /* -dev: an ephemeral key, as derper */
-    if (path == NULL) {
-        if (geteuid() != 0) { /* derper: the default path is root's only */
-            fprintf(stderr, "hderp-server: -c <key file> is required when not running as "
-                            "root (root's default: " SRV_DEFAULT_KEY_FILE ")\n");
-            return -EINVAL;
-        }
-        path = SRV_DEFAULT_KEY_FILE;
-    }
-    bool created = false;
-    struct derp_privkey priv;
-    int rc = derp_key_file_load_or_create(path, &priv, &created, err, sizeof(err));
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: -c %s: %s\n", path, err);
-        return rc;
-    }
-    if (created)
-        hd_log(HD_LOG_INFO, "created a new server key in %s", path);
-    return derp_keypair_from_privkey(&config.key, &priv);
-}
-
-static bool is_ip_literal(const char *host)
-{
-    struct in6_addr a6;
-    struct in_addr a4;
-    return inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
-}
-
-/* derper's manual mode (spec §1.2): <certdir>/<H>.crt and <certdir>/<H>.key, H = -hostname
- * without characters outside [A-Za-z0-9.-]. An IP hostname without the files gets a
- * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
-static int configure_tls(const struct srv_flags *f)
-{
-    if (strcmp(f->certmode, "manual") != 0) {
-        fprintf(stderr,
-                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
-                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
-                "port (e.g. -a :3340) behind a TLS terminator\n",
-                f->addr, f->certmode);
-        return -1;
-    }
-    char certdir[1024];
-    if (f->certdir && f->certdir[0]) {
-        snprintf(certdir, sizeof(certdir), "%s", f->certdir);
-    } else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0]) { /* derper's default */
-        snprintf(certdir, sizeof(certdir), "%s/tailscale/derper-certs", getenv("XDG_CACHE_HOME"));
-    } else if (getenv("HOME")) {
-        snprintf(certdir, sizeof(certdir), "%s/.cache/tailscale/derper-certs", getenv("HOME"));
-    } else {
-        fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
-        return -1;
-    }
-    char host[256];
-    size_t n = 0;
-    for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            *p == '.' || *p == '-')
-            host[n++] = *p;
-    host[n] = '\0';
-    snprintf(config.cert_file, sizeof(config.cert_file), "%s/%s.crt", certdir, host);
-    snprintf(config.key_file, sizeof(config.key_file), "%s/%s.key", certdir, host);
-    config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
-    snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
-    if (access(config.cert_file, R_OK) != 0 && !config.sni_required) {
-        hd_log(HD_LOG_WARN,
-               "%s missing: using a self-signed certificate for %s (clients must "
-               "pin it or skip verification)",
-               config.cert_file, f->hostname);
-        config.self_signed = true;
-    }
-    config.tls = true; /* the context is built once the key is known (configure) */
-    config.meta_cert = true;
-    config.http_port = f->http_port;
-    config.http_addr = config.addr;
-    if (config.http_addr.sa.sa_family == AF_INET)
-        config.http_addr.in4.sin_port = htons((uint16_t)(f->http_port > 0 ? f->http_port : 0));
-    else
-        config.http_addr.in6.sin6_port = htons((uint16_t)(f->http_port > 0 ? f->http_port : 0));
-    return 0;
-}
-
-static int configure(const struct srv_flags *f)
-{
-    if (net_addr_parse(f->addr, &config.addr) < 0) {
-        fprintf(stderr,
-                "hderp-server: -a %s: not a numeric address like :3340, "
-                "127.0.0.1:3340 or [::1]:3340\n",
-                f->addr);
-        return -EINVAL;
-    }
-    config.http_port = -1;
-    if (srv_flags_tls_mode(f) && configure_tls(f) < 0)
-        return -EINVAL;
-    snprintf(config.addr_text, sizeof(config.addr_text), "%s", f->addr);
-    config.dev = f->dev;
-    config.verbose = f->verbose;
-    config.shards = f->shards;
-    config.write_timeout_ms = f->tcp_write_timeout_ms;
-    config.keepalive_ms = f->keepalive_ms;
-    config.keepalive_jitter_ms =
-        f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
-    config.tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
-    config.tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
-    config.home = f->home;
-    config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
-    config.accept_burst = (double)f->accept_burst;
-    config.stun = f->stun;
-    config.stun_port = f->stun_port;
-    if (f->mesh_psk_file) {
-        char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
-        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
-        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
-            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    }
-    char aerr[256];
-    if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
-                            sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
-        return -EINVAL;
-    }
-    if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
-        return -EINVAL;
-    }
-    if (srv_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
-        return -EINVAL;
-    }
-    if (f->rate_config) { /* -rate-config (spec §6.9): a bad file refuses to start */
-        char rerr[256];
-        if (srv_rate_load(f->rate_config, &config.rate, rerr, sizeof(rerr)) < 0) {
-            fprintf(stderr, "hderp-server: -rate-config %s: %s\n", f->rate_config, rerr);
-            return -EINVAL;
-        }
-        config.rate_config_path = f->rate_config;
-    }
-    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
-        char err[512];
-        if (srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
-            return -EINVAL;
-        }
-    }
-    int rc = load_key(f);
-    if (rc < 0)
-        return rc;
-    derp_key_hex_format(config.key.pub.bytes, config.key_hex);
-    char terr[1024];
-    if (srv_certs_configure(&config, terr, sizeof(terr)) < 0) {
-        fprintf(stderr, "hderp-server: %s\n", terr);
-        return -1;
-    }
-    return 0;
-}
-
-static void log_start(struct hd_runtime *rt)
+static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
 {
     struct hd_shard *s0 = hd_runtime_shard(rt, 0);
     uint32_t feat = hd_shard_features(s0);
     char pub[DERP_PUBKEY_TEXT_SIZE], stun[32];
-    derp_pubkey_format(&config.key.pub, pub);
-    if (config.stun)
-        snprintf(stun, sizeof(stun), "on UDP %d", config.stun_port);
+    derp_pubkey_format(&cfg->key.pub, pub);
+    if (cfg->stun)
+        snprintf(stun, sizeof(stun), "on UDP %d", cfg->stun_port);
     else
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
            "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
            "STUN %s, io_uring%s%s, mesh key %s, %u mesh nodes",
-           HDERP_VERSION, config.addr_text,
-           config.tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
-                      : "plain HTTP",
+           HDERP_VERSION, cfg->addr_text,
+           cfg->tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
+                    : "plain HTTP",
            hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
-           config.have_mesh_key ? "set" : "none", config.mesh_count);
-    if (config.dev)
+           cfg->have_mesh_key ? "set" : "none", cfg->mesh_count);
+    if (cfg->dev)
         hd_log(HD_LOG_INFO,
                "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
                "TS_DEBUG_USE_DERP_HTTP=1 and a DERP map node with DERPPort %u)",
-               net_addr_port(&config.addr), net_addr_port(&config.addr));
+               net_addr_port(&cfg->addr), net_addr_port(&cfg->addr));
+}
+
+/* The runtime with the relay (and tls_module before it when it speaks TLS) until a signal. */
+static int run(struct srv_config *cfg, unsigned shards)
+{
+    const struct hd_module *const modules[] = {&tls_module, &srv_module};
+    void *const args[] = {NULL, cfg};
+    unsigned first = srv_needs_tls(cfg) ? 0 : 1;
+    struct hd_runtime_config rc_cfg = {
+        .shards_count = shards,
+        .pin = true,
+        .handle_signals = true,
+        .frame_classes = srv_frame_classes,
+        .frame_classes_count = SRV_FRAME_CLASSES_COUNT,
+        .modules = modules + first,
+        .modules_args = args + first,
+        .modules_count = 2 - first,
+    };
+    struct hd_runtime *rt;
+    int rc = hd_runtime_create(&rc_cfg, &rt);
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
+        return rc;
+    }
+    char err[256];
+    if ((rc = srv_attach(cfg, rt, err, sizeof(err))) < 0) {
+        fprintf(stderr, "hderp-server: %s\n", err);
+        hd_runtime_destroy(rt);
+        return rc;
+    }
+    rc = hd_runtime_start(rt);
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+    } else {
+        log_start(cfg, rt);
+        rc = hd_runtime_wait(rt);
+        hd_log(HD_LOG_INFO, "stopped");
+    }
+    srv_detach(cfg);
+    hd_runtime_destroy(rt);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -333,68 +85,17 @@ int main(int argc, char **argv)
     int rc = srv_flags_parse(argc, argv, &f);
     if (rc != 0)
         return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
-    if (configure(&f) < 0)
+    struct srv_config *cfg = calloc(1, sizeof(*cfg));
+    if (cfg == NULL || srv_configure(cfg, &f) < 0) {
+        if (cfg)
+            srv_config_fini(cfg);
+        free(cfg);
         return 1;
+    }
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
-    static const struct hd_frame_class classes[] = {
-        {.size = 2048, .cap_count = 65536},
-        {.size = SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX,
-         .cap_count = 2048},
-    };
-    /* tls_module (net before it) when anything on the shards speaks TLS. */
-    static const struct hd_module *const modules[] = {&tls_module, &srv_module};
-    unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
-    struct hd_runtime_config cfg = {
-        .shards_count = f.shards,
-        .pin = true,
-        .handle_signals = true,
-        .frame_classes = classes,
-        .frame_classes_count = HD_ARRAY_SIZE(classes),
-        .modules = modules + first,
-        .modules_count = 2 - first,
-    };
-    struct hd_runtime *rt;
-    rc = hd_runtime_create(&cfg, &rt);
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
-        return 1;
-    }
-    if ((rc = srv_allow_attach(&config, rt)) < 0) { /* --allow-keys: every shard's list */
-        fprintf(stderr, "hderp-server: --allow-keys: %s\n", strerror(-rc));
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
-        fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
-        fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
-        srv_rate_detach(&config);
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    rc = hd_runtime_start(rt);
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
-        srv_rate_detach(&config);
-        srv_allow_detach(&config);
-        srv_certs_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    log_start(rt);
-    rc = hd_runtime_wait(rt);
-    srv_rate_detach(&config);
-    srv_allow_detach(&config);
-    srv_certs_detach(&config);
-    hd_runtime_destroy(rt);
-    srv_admit_fini(&config);
-    srv_mesh_config_free(&config);
-    hd_log(HD_LOG_INFO, "stopped");
+    rc = run(cfg, f.shards);
+    srv_config_fini(cfg);
+    free(cfg);
     return rc < 0 ? 1 : 0;
 }

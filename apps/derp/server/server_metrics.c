@@ -23,15 +23,16 @@ struct varz_slot {
 };
 
 struct varz_req {
-    struct net_conn *conn; /* NULL once the connection closed */
+    const struct srv_config *cfg; /* the instance asked: its counters on every shard */
+    struct net_conn *conn;        /* NULL once the connection closed */
     bool head_only, done;
 };
 
 static void fill(struct hd_shard *s, void *slot, void *arg)
 {
-    (void)arg;
+    const struct varz_req *r = arg;
     struct varz_slot *v = slot;
-    struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    struct srv_shard *ds = srv_shard_on(r->cfg, s);
     if (ds) {
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
@@ -198,7 +199,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
     o.buf = malloc(o.cap);
     if (o.buf) {
         format_derp(&o, slots, count);
-        if (srv_shard_here()->cfg->rate_config_path)
+        if (r->cfg->rate_config_path)
             format_rate(&o, slots, count);
         format_hderp(&o, slots, count);
         char head[256];
@@ -245,6 +246,7 @@ void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
         net_conn_close(c, -ENOMEM, false);
         return;
     }
+    r->cfg = ds->cfg;
     r->conn = c;
     r->head_only = head_only;
     net_conn_set_app(c, &varz_handler, r);

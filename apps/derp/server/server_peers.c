@@ -88,16 +88,12 @@ static void table_remove(struct srv_peer_table *t, struct srv_peer *p)
     t->count--;
 }
 
-struct srv_shard *srv_shard_here(void)
-{
-    return hd_shard_module_state(hd_shard_current(), &srv_module);
-}
-
 /* ---------------------------------------------------------------- broadcasts */
 
 static void event_msg(struct hd_shard *s, const struct hd_msg *m)
 {
-    struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    const struct hd_frame *f = m->ptr;
+    struct srv_shard *ds = srv_shard_on((const struct srv_config *)(uintptr_t)f->app_u64, s);
     srv_event_fn *fn = (srv_event_fn *)(uintptr_t)m->u64[1];
     if (ds && !hd_shard_stopping(s))
         fn(ds, m->ptr, m->u64[0]);
@@ -112,6 +108,11 @@ int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct h
         hd_frame_unref(ds->s, f);
         return 0;
     }
+    /* The instance goes with the frame (both message words are taken): written before the
+     * first send publishes it, and only then (a broadcast's later sends find it set). */
+    uint64_t inst = (uint64_t)(uintptr_t)ds->cfg;
+    if (f->app_u64 != inst)
+        f->app_u64 = inst;
     struct hd_msg m = {.fn = event_msg, .ptr = f, .u64 = {arg, (uint64_t)(uintptr_t)fn}};
     int rc = hd_bus_send(ds->s, to, &m);
     if (rc < 0) {
@@ -322,7 +323,7 @@ static void deliver(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind
 
 static void route_msg(struct hd_shard *s, const struct hd_msg *m)
 {
-    struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    struct srv_shard *ds = srv_shard_on((const struct srv_config *)(uintptr_t)m->u64[1], s);
     if (ds == NULL || hd_shard_stopping(s)) {
         hd_frame_unref(s, m->ptr);
         return;
@@ -339,7 +340,9 @@ void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_
         deliver(ds, f, kind, forwarded);
         return;
     }
-    struct hd_msg m = {.fn = route_msg, .ptr = f, .u64 = {kind | (forwarded ? 2u : 0u), 0}};
+    struct hd_msg m = {.fn = route_msg,
+                       .ptr = f,
+                       .u64 = {kind | (forwarded ? 2u : 0u), (uint64_t)(uintptr_t)ds->cfg}};
     if (hd_bus_send(ds->s, owner, &m) < 0) {
         /* The owner's bus is full: drop like a full queue would, never block the reader. */
         ds->ctr.bus_dropped++;

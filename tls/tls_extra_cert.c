@@ -1,7 +1,7 @@
-/* tls_metacert.c - DERP's meta certificate (DERP-SPEC §1.2): one extra self-signed certificate
- * sent after the server's normal chain, whose subject names the server's DERP key, so that
- * Tailscale clients (TLS 1.3, where the chain is encrypted) learn the key and use fast start.
- * Built once at start-up on the main thread; the SSL_CTX then holds it. */
+/* tls_extra_cert.c - an extra self-signed certificate sent after the server's normal chain:
+ * a protocol that gives its clients a value in the handshake (TLS 1.3 encrypts the chain, so
+ * only the client sees it) names it in the certificate's subject. Built once at start-up on the
+ * main thread; the SSL_CTX then holds it. */
 #include <errno.h>
 #include <openssl/base.h>
 #ifndef OPENSSL_IS_BORINGSSL
@@ -16,7 +16,7 @@
 #include <hd/tls.h>
 #include "tls_impl.h"
 
-/* A fresh Ed25519 key per start (derper: only the certificate's content matters). */
+/* A fresh Ed25519 key per start: only the certificate's content is meant to matter. */
 static EVP_PKEY *ed25519_new(void)
 {
     EVP_PKEY *pk = NULL;
@@ -39,8 +39,8 @@ static bool add_basic_constraints(X509 *x)
     return ok;
 }
 
-int tls_server_ctx_add_meta_cert(struct tls_ctx *ctx, const char *common_name, long serial,
-                                 long validity_s)
+int tls_server_ctx_add_extra_cert(struct tls_ctx *ctx, const char *common_name, long serial,
+                                  long validity_s)
 {
     if (ctx == NULL || !ctx->server || common_name == NULL || serial <= 0 || validity_s <= 0)
         return -EINVAL;
@@ -51,9 +51,9 @@ int tls_server_ctx_add_meta_cert(struct tls_ctx *ctx, const char *common_name, l
               X509_gmtime_adj(X509_getm_notBefore(x), -validity_s) &&
               X509_gmtime_adj(X509_getm_notAfter(x), validity_s);
     X509_NAME *name = ok ? X509_get_subject_name(x) : NULL;
-    /* "derpkey" + 64 hex digits is 71 characters, over X.509's 64 for a CN, which the
-     * MBSTRING path enforces; Go does not, and clients expect the whole key. A plain string
-     * type skips that check; PrintableString is what Go writes for such a name. */
+    /* A CN may be longer than X.509's 64 characters (a prefix and a 64-hex key is 71), which
+     * the MBSTRING path enforces; Go does not, and its clients expect the whole name. A plain
+     * string type skips that check; PrintableString is what Go writes for such a name. */
     ok =
         ok &&
         X509_NAME_add_entry_by_txt(name, "CN", V_ASN1_PRINTABLESTRING, (const uint8_t *)common_name,

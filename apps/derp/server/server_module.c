@@ -1,0 +1,171 @@
+/* server_module.c - the relay as a module: per shard a listener (and -http-port's, STUN, the
+ * mesh links) and a peer table, for the configuration given as the module's arg; the frame
+ * classes it needs; attaching and detaching what the configuration shares with the shards.
+ * Hooks run on each shard's thread (shard_*) or the main thread (global_*, on_signal, attach). */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+/* MTU packets, and a whole routed frame or a connection's tail (the larger). */
+const struct hd_frame_class srv_frame_classes[SRV_FRAME_CLASSES_COUNT] = {
+    {.size = 2048, .cap_count = 65536},
+    {.size = SRV_ROUTE_FRAME_MAX > DERP_CONN_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : DERP_CONN_TAIL_MAX,
+     .cap_count = 2048},
+};
+
+bool srv_needs_tls(const struct srv_config *cfg)
+{
+    return cfg->tls || cfg->mesh_tls || srv_admit_needs_tls(cfg);
+}
+
+static int shard_init(struct hd_shard *s, void *arg, void **state)
+{
+    struct srv_config *cfg = arg;
+    HD_ASSERT(cfg != NULL); /* the module's arg is its configuration */
+    int rc = 0;
+    struct srv_shard *ds = calloc(1, sizeof(*ds));
+    if (ds == NULL)
+        return -ENOMEM;
+    ds->s = s;
+    ds->cfg = cfg;
+    ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
+    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
+        free(ds->scratch);
+        free(ds);
+        return rc < 0 ? rc : -ENOMEM;
+    }
+    srv_accept_limit_init(ds);
+    struct net_listener_options lo = {.reuseport = true,
+                                      .tcp_user_timeout_ms = cfg->tcp_user_timeout_ms,
+                                      .keepalive_s = cfg->tcp_keepalive_s};
+    rc = net_listener_start(s, &cfg->addr, &lo, srv_http_accept, ds, &ds->listener);
+    if (rc < 0) {
+        hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", cfg->addr_text, strerror(-rc));
+        srv_peers_fini(&ds->peers);
+        free(ds->scratch);
+        free(ds);
+        return rc;
+    }
+    if (cfg->tls && cfg->http_port > 0) {
+        rc = net_listener_start(s, &cfg->http_addr, &lo, srv_http80_accept, ds,
+                                &ds->http_listener);
+        if (rc < 0)
+            hd_log(HD_LOG_ERROR, "cannot listen on -http-port %d: %s", cfg->http_port,
+                   strerror(-rc));
+    }
+    if (rc == 0 && cfg->stun)
+        rc = srv_stun_start(ds);
+    if (rc == 0)
+        rc = srv_mesh_start(ds);
+    if (rc < 0) {
+        srv_mesh_stop(ds);
+        srv_mesh_fini(ds);
+        srv_stun_stop(ds);
+        if (ds->http_listener)
+            net_listener_stop(ds->http_listener);
+        net_listener_stop(ds->listener);
+        srv_peers_fini(&ds->peers);
+        free(ds->scratch);
+        free(ds);
+        return rc;
+    }
+    cfg->on_shard[hd_shard_id(s)] = ds;
+    *state = ds;
+    return 0;
+}
+
+static void shard_stop(struct hd_shard *s, void *state)
+{
+    struct srv_shard *ds = state;
+    if (ds->listener)
+        net_listener_stop(ds->listener);
+    ds->listener = NULL;
+    if (ds->http_listener)
+        net_listener_stop(ds->http_listener);
+    ds->http_listener = NULL;
+    srv_stun_stop(ds);
+    srv_mesh_stop(ds);
+    net_shard_close_all(s, 0);
+}
+
+static void shard_fini(struct hd_shard *s, void *state)
+{
+    struct srv_shard *ds = state;
+    /* The one field of the configuration the shards write: each its own slot. */
+    ((struct srv_config *)ds->cfg)->on_shard[hd_shard_id(s)] = NULL;
+    srv_mesh_fini(ds);
+    free(ds->watch_list);
+    srv_peers_fini(&ds->peers);
+    srv_subs_fini(&ds->subs);
+    free(ds->scratch);
+    free(ds);
+}
+
+static int global_init(struct hd_runtime *rt, void *arg)
+{
+    (void)rt, (void)arg;
+    return derp_crypto_init();
+}
+
+/* Main thread, SIGHUP: reload what can be reloaded. */
+static void on_signal(struct hd_runtime *rt, int signo, void *arg)
+{
+    struct srv_config *cfg = arg;
+    (void)rt;
+    if (signo != SIGHUP)
+        return;
+    srv_allow_reload(cfg); /* --allow-keys */
+    srv_certs_reload(cfg); /* TLS mode: the certificate files */
+    srv_rate_reload(cfg);  /* -rate-config */
+}
+
+static const struct hd_module *const srv_requires[] = {&net_module, NULL};
+
+const struct hd_module srv_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "derp",
+    .requires = srv_requires,
+    .global_init = global_init,
+    .shard_init = shard_init,
+    .shard_stop = shard_stop,
+    .shard_fini = shard_fini,
+    .on_signal = on_signal,
+};
+
+int srv_attach(struct srv_config *cfg, struct hd_runtime *rt, char *err, size_t err_size)
+{
+    int rc;
+    if ((rc = srv_allow_attach(cfg, rt)) < 0) { /* --allow-keys: every shard's list */
+        snprintf(err, err_size, "--allow-keys: %s", strerror(-rc));
+        return rc;
+    }
+    if ((rc = srv_rate_attach(cfg, rt)) < 0) { /* -rate-config: every shard's limit */
+        snprintf(err, err_size, "-rate-config: %s", strerror(-rc));
+        srv_allow_detach(cfg);
+        return rc;
+    }
+    if ((rc = srv_certs_attach(cfg, rt)) < 0) { /* TLS: every shard's context */
+        snprintf(err, err_size, "TLS: %s", strerror(-rc));
+        srv_rate_detach(cfg);
+        srv_allow_detach(cfg);
+        return rc;
+    }
+    return 0;
+}
+
+void srv_detach(struct srv_config *cfg)
+{
+    srv_rate_detach(cfg);
+    srv_allow_detach(cfg);
+    srv_certs_detach(cfg);
+}
+
+void srv_config_fini(struct srv_config *cfg)
+{
+    srv_admit_fini(cfg);
+    srv_mesh_config_free(cfg);
+}

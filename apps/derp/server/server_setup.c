@@ -1,0 +1,184 @@
+/* server_setup.c - hderp-server's configuration from derper's flags (spec §11): the listen
+ * address, TLS mode and its certificate files, the key file, the mesh, admission, rate and allow
+ * lists. Main thread, before the runtime starts; the configuration is read-only afterwards
+ * (except what SIGHUP reloads through snapshots) and is the relay module's arg. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server.h"
+#include "server_flags.h"
+
+static int load_key(struct srv_config *cfg, const struct srv_flags *f)
+{
+    char err[256];
+    const char *path = f->config_path;
+    if (path == NULL && f->dev)
+        return derp_keypair_generate(&cfg->key); /* -dev: an ephemeral key, as derper */
+    if (path == NULL) {
+        if (geteuid() != 0) { /* derper: the default path is root's only */
+            fprintf(stderr, "hderp-server: -c <key file> is required when not running as "
+                            "root (root's default: " SRV_DEFAULT_KEY_FILE ")\n");
+            return -EINVAL;
+        }
+        path = SRV_DEFAULT_KEY_FILE;
+    }
+    bool created = false;
+    struct derp_privkey priv;
+    int rc = derp_key_file_load_or_create(path, &priv, &created, err, sizeof(err));
+    if (rc < 0) {
+        fprintf(stderr, "hderp-server: -c %s: %s\n", path, err);
+        return rc;
+    }
+    if (created)
+        hd_log(HD_LOG_INFO, "created a new server key in %s", path);
+    return derp_keypair_from_privkey(&cfg->key, &priv);
+}
+
+static bool is_ip_literal(const char *host)
+{
+    struct in6_addr a6;
+    struct in_addr a4;
+    return inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
+}
+
+/* derper's manual mode (spec §1.2): <certdir>/<H>.crt and <certdir>/<H>.key, H = -hostname
+ * without characters outside [A-Za-z0-9.-]. An IP hostname without the files gets a
+ * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
+static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
+{
+    if (strcmp(f->certmode, "manual") != 0) {
+        fprintf(stderr,
+                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
+                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
+                "port (e.g. -a :3340) behind a TLS terminator\n",
+                f->addr, f->certmode);
+        return -1;
+    }
+    char certdir[1024];
+    if (f->certdir && f->certdir[0]) {
+        snprintf(certdir, sizeof(certdir), "%s", f->certdir);
+    } else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0]) { /* derper's default */
+        snprintf(certdir, sizeof(certdir), "%s/tailscale/derper-certs", getenv("XDG_CACHE_HOME"));
+    } else if (getenv("HOME")) {
+        snprintf(certdir, sizeof(certdir), "%s/.cache/tailscale/derper-certs", getenv("HOME"));
+    } else {
+        fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
+        return -1;
+    }
+    char host[256];
+    size_t n = 0;
+    for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '.' || *p == '-')
+            host[n++] = *p;
+    host[n] = '\0';
+    snprintf(cfg->cert_file, sizeof(cfg->cert_file), "%s/%s.crt", certdir, host);
+    snprintf(cfg->key_file, sizeof(cfg->key_file), "%s/%s.key", certdir, host);
+    cfg->sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
+    snprintf(cfg->hostname, sizeof(cfg->hostname), "%s", f->hostname);
+    if (access(cfg->cert_file, R_OK) != 0 && !cfg->sni_required) {
+        hd_log(HD_LOG_WARN,
+               "%s missing: using a self-signed certificate for %s (clients must "
+               "pin it or skip verification)",
+               cfg->cert_file, f->hostname);
+        cfg->self_signed = true;
+    }
+    cfg->tls = true; /* the context is built once the key is known (srv_configure) */
+    cfg->meta_cert = true;
+    cfg->http_port = f->http_port;
+    cfg->http_addr = cfg->addr;
+    if (cfg->http_addr.sa.sa_family == AF_INET)
+        cfg->http_addr.in4.sin_port = htons((uint16_t)(f->http_port > 0 ? f->http_port : 0));
+    else
+        cfg->http_addr.in6.sin6_port = htons((uint16_t)(f->http_port > 0 ? f->http_port : 0));
+    return 0;
+}
+
+int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
+{
+    if (net_addr_parse(f->addr, &cfg->addr) < 0) {
+        fprintf(stderr,
+                "hderp-server: -a %s: not a numeric address like :3340, "
+                "127.0.0.1:3340 or [::1]:3340\n",
+                f->addr);
+        return -EINVAL;
+    }
+    cfg->http_port = -1;
+    if (srv_flags_tls_mode(f) && configure_tls(cfg, f) < 0)
+        return -EINVAL;
+    snprintf(cfg->addr_text, sizeof(cfg->addr_text), "%s", f->addr);
+    cfg->dev = f->dev;
+    cfg->verbose = f->verbose;
+    cfg->shards = f->shards;
+    cfg->write_timeout_ms = f->tcp_write_timeout_ms;
+    cfg->keepalive_ms = f->keepalive_ms;
+    cfg->keepalive_jitter_ms =
+        f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
+    cfg->tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
+    cfg->tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
+    cfg->home = f->home;
+    cfg->accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
+    cfg->accept_burst = (double)f->accept_burst;
+    cfg->stun = f->stun;
+    cfg->stun_port = f->stun_port;
+    if (f->mesh_psk_file) {
+        char err[256];
+        if (derp_mesh_key_load_file(f->mesh_psk_file, &cfg->mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+            return -EINVAL;
+        }
+        cfg->have_mesh_key = true;
+    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
+        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
+        if (derp_mesh_key_parse(k, strlen(k), &cfg->mesh_key) < 0) {
+            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
+            return -EINVAL;
+        }
+        cfg->have_mesh_key = true;
+    }
+    char aerr[256];
+    if (srv_admit_configure(cfg, f->verify_client_url, f->verify_client_url_fail_open, aerr,
+                            sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
+        return -EINVAL;
+    }
+    if (srv_admit_local_configure(cfg, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -EINVAL;
+    }
+    if (srv_mesh_configure(cfg, f->mesh_with, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
+        return -EINVAL;
+    }
+    if (f->rate_config) { /* -rate-config (spec §6.9): a bad file refuses to start */
+        char rerr[256];
+        if (srv_rate_load(f->rate_config, &cfg->rate, rerr, sizeof(rerr)) < 0) {
+            fprintf(stderr, "hderp-server: -rate-config %s: %s\n", f->rate_config, rerr);
+            return -EINVAL;
+        }
+        cfg->rate_config_path = f->rate_config;
+    }
+    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
+        char err[512];
+        if (srv_allow_configure(cfg, f->allow_keys, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+            return -EINVAL;
+        }
+    }
+    int rc = load_key(cfg, f);
+    if (rc < 0)
+        return rc;
+    derp_key_hex_format(cfg->key.pub.bytes, cfg->key_hex);
+    char terr[1024];
+    if (srv_certs_configure(cfg, terr, sizeof(terr)) < 0) {
+        fprintf(stderr, "hderp-server: %s\n", terr);
+        return -1;
+    }
+    return 0;
+}
+
