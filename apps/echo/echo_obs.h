@@ -31,12 +31,12 @@
 #define ECHO_OBS_NAME_MAX  64u
 /* Probes waiting for their echo: a ring of this many sequence numbers; a probe is lost when
  * unanswered after the timeout, so rate x timeout must stay below the ring. */
-#define ECHO_OBS_RING             4096u
-#define ECHO_OBS_LOSS_TIMEOUT_MS  5000u
-#define ECHO_OBS_RATE_MAX         500.0
-#define ECHO_OBS_SIZE_MIN         20u /* ECHO_HEADER_LEN */
-#define ECHO_OBS_SIZE_MAX         1400u
-#define ECHO_OBS_TICK_MIN_MS      1u
+#define ECHO_OBS_RING            4096u
+#define ECHO_OBS_LOSS_TIMEOUT_MS 5000u
+#define ECHO_OBS_RATE_MAX        500.0
+#define ECHO_OBS_SIZE_MIN        20u /* ECHO_HEADER_LEN */
+#define ECHO_OBS_SIZE_MAX        1400u
+#define ECHO_OBS_TICK_MIN_MS     1u
 /* Short windows: 10 s slots, 6 of them (the last minute); long: 1 min slots, 60 (the hour). */
 #define ECHO_OBS_SHORT_SLOT_MS 10000u
 #define ECHO_OBS_SHORT_SLOTS   6u
@@ -53,7 +53,7 @@
 #define ECHO_OBS_HTTP_IDLE_MS 10000u
 
 _Static_assert((ECHO_OBS_RING & (ECHO_OBS_RING - 1)) == 0, "the ring is indexed by a mask");
-_Static_assert(ECHO_OBS_RATE_MAX * ECHO_OBS_LOSS_TIMEOUT_MS / 1000 < ECHO_OBS_RING,
+_Static_assert(ECHO_OBS_RATE_MAX *ECHO_OBS_LOSS_TIMEOUT_MS / 1000 < ECHO_OBS_RING,
                "every probe still waiting fits the ring at the highest rate");
 
 /* ---- Configuration (main thread, then read-only) -------------------------------------------- */
@@ -116,7 +116,7 @@ struct echo_obs_side {
     struct derp_keypair keypair; /* kept across reconnects: the echo's key stays the same */
     struct derp_client *k;       /* NULL: waiting to reconnect */
     bool ready, ever_ready;
-    uint64_t connect_ns;         /* start of the current attempt */
+    uint64_t connect_ns; /* start of the current attempt */
     uint64_t connects, reconnects, failures;
     double upgrade_ms, login_ms; /* the last successful login's (ms from connect) */
     uint32_t backoff_ms;

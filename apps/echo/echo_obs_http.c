@@ -46,8 +46,8 @@ void echo_obs_buf_printf(struct echo_obs_buf *b, const char *fmt, ...)
 
 /* Prometheus bucket bounds in seconds: 10 us to 10 s. A bound counts every fine bucket of the
  * histogram whose upper edge is at or below it (the fine buckets are ~6 % wide). */
-static const double le_s[] = {1e-5,  2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
-                              2.5e-2, 5e-2,  0.1,  0.25, 0.5,    1,    2.5,  5,      10};
+static const double le_s[] = {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
+                              2.5e-2, 5e-2,   0.1,  0.25, 0.5,    1,    2.5,  5,      10};
 
 static void put_hist(struct echo_obs_buf *b, const char *name, const char *labels,
                      const struct hd_hist *h)
@@ -116,8 +116,8 @@ void echo_obs_write_metrics(struct echo_obs *ob, uint64_t now_ms, struct echo_ob
         const struct echo_obs_side *sd[2] = {&p->pinger, &p->echo};
         for (int j = 0; j < 2; j++) {
             const char *side = j ? "echo" : "pinger";
-            echo_obs_buf_printf(b, "hderp_observe_reconnects_total{%s,side=\"%s\"} %llu\n", l,
-                                side, (unsigned long long)sd[j]->reconnects);
+            echo_obs_buf_printf(b, "hderp_observe_reconnects_total{%s,side=\"%s\"} %llu\n", l, side,
+                                (unsigned long long)sd[j]->reconnects);
             echo_obs_buf_printf(b, "hderp_observe_login_seconds{%s,side=\"%s\"} %.6f\n", l, side,
                                 sd[j]->login_ms / 1e3);
         }
@@ -152,8 +152,7 @@ static void put_summary(struct echo_obs_buf *b, const char *name, const struct e
 
 void echo_obs_write_status(struct echo_obs *ob, uint64_t now_ms, struct echo_obs_buf *b)
 {
-    echo_obs_buf_printf(b, "{\"uptime_s\":%.1f,\"paths\":[",
-                        (double)(now_ms - ob->start_ms) / 1e3);
+    echo_obs_buf_printf(b, "{\"uptime_s\":%.1f,\"paths\":[", (double)(now_ms - ob->start_ms) / 1e3);
     for (unsigned i = 0; i < ob->paths_count; i++) {
         const struct echo_obs_path *p = &ob->paths[i];
         struct echo_obs_summary m, h;
@@ -210,8 +209,9 @@ static void put_chart(struct echo_obs_buf *b, const struct echo_obs_path *p, uin
         p99[i] = have ? echo_obs_ms(hd_hist_quantile(&w->rtt_ns, 0.99)) : -1;
         top = p99[i] > top ? p99[i] : top;
     }
-    echo_obs_buf_printf(b, "<svg class=\"chart\" width=\"240\" height=\"40\" viewBox=\"0 0 240 40\""
-                           " xmlns=\"http://www.w3.org/2000/svg\"><title>max %.3f ms</title>",
+    echo_obs_buf_printf(b,
+                        "<svg class=\"chart\" width=\"240\" height=\"40\" viewBox=\"0 0 240 40\""
+                        " xmlns=\"http://www.w3.org/2000/svg\"><title>max %.3f ms</title>",
                         top);
     const double *series[2] = {p50, p99};
     const char *color[2] = {"#1f77b4", "#d62728"};
@@ -347,8 +347,7 @@ static void http_closed(struct net_conn *c, int reason)
     free(net_conn_app(c));
 }
 
-static const struct net_conn_handler http_handler = {.on_data = http_data,
-                                                     .on_close = http_closed};
+static const struct net_conn_handler http_handler = {.on_data = http_data, .on_close = http_closed};
 
 static void http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {

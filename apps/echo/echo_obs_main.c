@@ -185,8 +185,8 @@ int echo_obs_report(struct echo_obs *ob, uint64_t now_ms, FILE *out)
                     (unsigned long long)p->received, (unsigned long long)p->lost, loss,
                     (unsigned long long)p->reordered, (unsigned long long)p->duplicated, recon);
         else
-            fprintf(out, "%-40s %-5s %-5s %9.3f %9.3f %9.3f %9.3f %8llu %7.2f %6llu%s\n",
-                    p->label, p->kind, p->up ? "up" : "down", q[0], q[1], q[2], q[3],
+            fprintf(out, "%-40s %-5s %-5s %9.3f %9.3f %9.3f %9.3f %8llu %7.2f %6llu%s\n", p->label,
+                    p->kind, p->up ? "up" : "down", q[0], q[1], q[2], q[3],
                     (unsigned long long)p->received, loss, recon, ok ? "" : "  FAIL");
     }
     if (ob->o->json)

@@ -146,16 +146,23 @@ static int apply(struct echo_obs_opts *o, int opt, const char *v)
 int echo_obs_opts_parse(int argc, char **argv, struct echo_obs_opts *o)
 {
     static const struct option longs[] = {
-        {"server", required_argument, NULL, 's'},       {"derp-map", required_argument, NULL, 'M'},
-        {"derp-http", no_argument, NULL, 'H'},          {"no-mesh-paths", no_argument, NULL, 'N'},
-        {"rate", required_argument, NULL, 'r'},         {"size", required_argument, NULL, 'z'},
+        {"server", required_argument, NULL, 's'},
+        {"derp-map", required_argument, NULL, 'M'},
+        {"derp-http", no_argument, NULL, 'H'},
+        {"no-mesh-paths", no_argument, NULL, 'N'},
+        {"rate", required_argument, NULL, 'r'},
+        {"size", required_argument, NULL, 'z'},
         {"metrics-listen", required_argument, NULL, 'm'},
         {"alert-p99-ms", required_argument, NULL, 'P'},
         {"alert-loss-pct", required_argument, NULL, 'L'},
-        {"alert-window", required_argument, NULL, 'W'}, {"down-after", required_argument, NULL, 'D'},
-        {"once", no_argument, NULL, 'o'},               {"duration", required_argument, NULL, 'd'},
-        {"json", no_argument, NULL, 'j'},               {"insecure", no_argument, NULL, 'I'},
-        {"ca", required_argument, NULL, 'a'},           {"help", no_argument, NULL, 'h'},
+        {"alert-window", required_argument, NULL, 'W'},
+        {"down-after", required_argument, NULL, 'D'},
+        {"once", no_argument, NULL, 'o'},
+        {"duration", required_argument, NULL, 'd'},
+        {"json", no_argument, NULL, 'j'},
+        {"insecure", no_argument, NULL, 'I'},
+        {"ca", required_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof(*o));

@@ -23,15 +23,19 @@ static void side_init(struct echo_obs_side *sd, struct echo_obs_path *p,
 static int add_path(struct echo_obs *ob, const struct echo_obs_node *from,
                     const struct echo_obs_node *to)
 {
-    if (ob->paths_count == ECHO_OBS_PATHS_MAX)
-        return -E2BIG;
     struct echo_obs_path *p = &ob->paths[ob->paths_count];
     p->idx = ob->paths_count++;
     p->from = from;
     p->to = to;
     p->kind = from == to ? "node" : "mesh";
     snprintf(p->label, sizeof(p->label), "%s->%s", from->name, to->name);
+    /* Every window now, not as the hour fills: the process is at its full size from the start
+     * (a flat RSS is what tells an operator nothing grows). */
     hd_hist_init(&p->total_ns);
+    for (unsigned i = 0; i < ECHO_OBS_SHORT_SLOTS; i++)
+        hd_hist_init(&p->short_w[i].rtt_ns);
+    for (unsigned i = 0; i < ECHO_OBS_LONG_SLOTS; i++)
+        hd_hist_init(&p->long_w[i].rtt_ns);
     side_init(&p->pinger, p, from, false);
     side_init(&p->echo, p, to, true);
     if (derp_keypair_generate(&p->pinger.keypair) < 0 || derp_keypair_generate(&p->echo.keypair))
@@ -39,10 +43,22 @@ static int add_path(struct echo_obs *ob, const struct echo_obs_node *from,
     return 0;
 }
 
+static bool mesh_pair(const struct echo_obs_opts *o, unsigned i, unsigned j)
+{
+    const struct echo_obs_node *a = &o->nodes[i], *b = &o->nodes[j];
+    return o->mesh_paths && i != j && a->region[0] != '\0' && a->region_id == b->region_id;
+}
+
 int echo_obs_paths_build(struct echo_obs *ob)
 {
     const struct echo_obs_opts *o = ob->o;
-    ob->paths = calloc(ECHO_OBS_PATHS_MAX, sizeof(*ob->paths));
+    unsigned count = o->nodes_count;
+    for (unsigned i = 0; i < o->nodes_count; i++)
+        for (unsigned j = 0; j < o->nodes_count; j++)
+            count += mesh_pair(o, i, j);
+    if (count > ECHO_OBS_PATHS_MAX)
+        return -E2BIG;
+    ob->paths = calloc(count, sizeof(*ob->paths)); /* ~0.55 MiB each, all resident */
     if (ob->paths == NULL)
         return -ENOMEM;
     for (unsigned i = 0; i < o->nodes_count; i++) {
@@ -50,14 +66,11 @@ int echo_obs_paths_build(struct echo_obs *ob)
         if (rc < 0)
             return rc;
     }
-    if (!o->mesh_paths)
-        return 0;
     for (unsigned i = 0; i < o->nodes_count; i++) {
         for (unsigned j = 0; j < o->nodes_count; j++) {
-            const struct echo_obs_node *a = &o->nodes[i], *b = &o->nodes[j];
-            if (i == j || a->region[0] == '\0' || a->region_id != b->region_id)
+            if (!mesh_pair(o, i, j))
                 continue;
-            int rc = add_path(ob, a, b);
+            int rc = add_path(ob, &o->nodes[i], &o->nodes[j]);
             if (rc < 0)
                 return rc;
         }
@@ -96,8 +109,8 @@ static void side_schedule(struct echo_obs_side *sd)
     if (the_obs->stopping)
         return;
     hd_timer_start(the_obs->s, &sd->retry, sd->backoff_ms);
-    sd->backoff_ms = sd->backoff_ms * 2 > ECHO_OBS_BACKOFF_MAX_MS ? ECHO_OBS_BACKOFF_MAX_MS
-                                                                  : sd->backoff_ms * 2;
+    sd->backoff_ms =
+        sd->backoff_ms * 2 > ECHO_OBS_BACKOFF_MAX_MS ? ECHO_OBS_BACKOFF_MAX_MS : sd->backoff_ms * 2;
 }
 
 static void on_http_response(struct derp_client *k, const struct net_http_resp *resp)
@@ -210,8 +223,10 @@ static const struct derp_client_callbacks echo_cb = {
 static void side_connect(struct echo_obs_side *sd)
 {
     const struct echo_obs_node *n = sd->node;
-    struct derp_client_config cfg = {.keypair = &sd->keypair, .can_ack_pings = true,
-                                     .app_name = "hderp-echo-observe", .is_prober = true};
+    struct derp_client_config cfg = {.keypair = &sd->keypair,
+                                     .can_ack_pings = true,
+                                     .app_name = "hderp-echo-observe",
+                                     .is_prober = true};
     derp_client_config_set_url(&cfg, &n->url);
     cfg.tls_ctx = n->insecure ? the_obs->tls_insecure : the_obs->tls_verify;
     if (n->sni[0])
@@ -263,8 +278,8 @@ static void sweep(struct echo_obs_path *p, uint64_t now_ns)
             *st = ECHO_OBS_LOST;
             p->lost++;
             uint64_t now_ms = now_ns / 1000000;
-            echo_obs_window_note(p->short_w, ECHO_OBS_SHORT_SLOTS, ECHO_OBS_SHORT_SLOT_MS,
-                                 now_ms, ECHO_OBS_NOTE_LOST, 0);
+            echo_obs_window_note(p->short_w, ECHO_OBS_SHORT_SLOTS, ECHO_OBS_SHORT_SLOT_MS, now_ms,
+                                 ECHO_OBS_NOTE_LOST, 0);
             echo_obs_window_note(p->long_w, ECHO_OBS_LONG_SLOTS, ECHO_OBS_LONG_SLOT_MS, now_ms,
                                  ECHO_OBS_NOTE_LOST, 0);
         }

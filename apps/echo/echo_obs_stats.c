@@ -75,8 +75,8 @@ static void judge(struct echo_obs_path *p, bool *alerting, bool over, bool known
                value, limit, window_s);
     } else if (!over && *alerting) {
         *alerting = false;
-        hd_log(HD_LOG_WARN, "observe: RECOVERED %s: %s %.3f under %.3f (last %us)", p->label,
-               what, value, limit, window_s);
+        hd_log(HD_LOG_WARN, "observe: RECOVERED %s: %s %.3f under %.3f (last %us)", p->label, what,
+               value, limit, window_s);
     }
 }
 
@@ -85,7 +85,8 @@ void echo_obs_alerts_check(struct echo_obs *ob, uint64_t now_ms)
     const struct echo_obs_opts *o = ob->o;
     if (o->alert_p99_ms <= 0 && o->alert_loss_pct <= 0)
         return;
-    unsigned last = (o->alert_window_s * 1000 + ECHO_OBS_SHORT_SLOT_MS - 1) / ECHO_OBS_SHORT_SLOT_MS;
+    unsigned last =
+        (o->alert_window_s * 1000 + ECHO_OBS_SHORT_SLOT_MS - 1) / ECHO_OBS_SHORT_SLOT_MS;
     for (unsigned i = 0; i < ob->paths_count; i++) {
         struct echo_obs_path *p = &ob->paths[i];
         struct echo_obs_summary sum;

@@ -45,8 +45,8 @@ static void on_reply(struct net_udp *u, const uint8_t *data, size_t len,
     st->sent_ns = 0;
     st->received++;
     hd_hist_record(&st->total_ns, rtt);
-    echo_obs_window_note(st->short_w, ECHO_OBS_SHORT_SLOTS, ECHO_OBS_SHORT_SLOT_MS,
-                         now / 1000000, ECHO_OBS_NOTE_ECHO, rtt);
+    echo_obs_window_note(st->short_w, ECHO_OBS_SHORT_SLOTS, ECHO_OBS_SHORT_SLOT_MS, now / 1000000,
+                         ECHO_OBS_NOTE_ECHO, rtt);
 }
 
 static void stun_tick(struct hd_timer *t)
@@ -96,6 +96,8 @@ int echo_obs_stun_start(struct echo_obs *ob)
         const struct echo_obs_node *n = &ob->o->nodes[i];
         ob->stun[i].node = n;
         hd_hist_init(&ob->stun[i].total_ns);
+        for (unsigned j = 0; j < ECHO_OBS_SHORT_SLOTS; j++)
+            hd_hist_init(&ob->stun[i].short_w[j].rtt_ns);
         v4 |= n->has_stun && n->stun.sa.sa_family == AF_INET;
         v6 |= n->has_stun && n->stun.sa.sa_family == AF_INET6;
     }

@@ -45,7 +45,8 @@ Test(echo_observe, map_nodes_ports_and_names)
 
 Test(echo_observe, map_plain_http_defaults)
 {
-    const char *map = "{\"Regions\":{\"1\":{\"Nodes\":[{\"Name\":\"1a\",\"IPv4\":\"127.0.0.1\"}]}}}";
+    const char *map =
+        "{\"Regions\":{\"1\":{\"Nodes\":[{\"Name\":\"1a\",\"IPv4\":\"127.0.0.1\"}]}}}";
     cr_assert_eq(parse(map, true), 0, "%s", err);
     cr_assert(!o.nodes[0].url.tls);
     cr_assert_eq(net_addr_port(&o.nodes[0].url.addr), 80);
