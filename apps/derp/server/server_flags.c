@@ -79,6 +79,13 @@ static void usage(FILE *out)
         "  -verify-client-url-fail-open  admit when the URL cannot be reached, times out or\n"
         "                          its certificate does not verify (default true; a non-200\n"
         "                          answer always refuses)\n"
+        "  -verify-cache-ttl D     -verify-client-url: keep each key's answer this long (a\n"
+        "                          refusal a quarter of it) and decide its logins from it;\n"
+        "                          default 0: ask at every login, as derper\n"
+        "  -verify-recheck-interval D  -verify-client-url: ask again about every admitted key\n"
+        "                          about once per D (spread out, at most 8 requests at once a\n"
+        "                          shard) and close its connections when now refused; an\n"
+        "                          unreachable controller closes nobody; default 0: off\n"
         "  -rate-config FILE       per-client receive limit, JSON\n"
         "                          {\"PerClientRateLimitBytesPerSec\": N,\n"
         "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
@@ -286,6 +293,10 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
             return -1;
         }
+    } else if (strcmp(name, "verify-cache-ttl") == 0) {
+        return set_duration(name, v, &f->verify_cache_ttl_ms);
+    } else if (strcmp(name, "verify-recheck-interval") == 0) {
+        return set_duration(name, v, &f->verify_recheck_ms);
     } else if (strcmp(name, "allow-keys") == 0) {
         f->allow_keys = v; /* read and checked by srv_allow_configure */
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||

@@ -99,6 +99,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
@@ -267,6 +268,13 @@ static int configure(const struct srv_flags *f)
     if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
                             sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
+        return -EINVAL;
+    }
+    config.verify_cache_ttl_ms = f->verify_cache_ttl_ms;
+    config.verify_recheck_ms = f->verify_recheck_ms;
+    if ((config.verify_cache_ttl_ms || config.verify_recheck_ms) && !config.verify_url) {
+        fprintf(stderr, "hderp-server: -verify-cache-ttl and -verify-recheck-interval need "
+                        "-verify-client-url\n");
         return -EINVAL;
     }
     if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
