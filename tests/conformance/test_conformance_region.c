@@ -1,4 +1,4 @@
-/* test_conformance_region.c - DERP-SPEC §7 (issue 6's region tests) against real hderp-server
+/* test_conformance_region.c - spec §7 (issue 6's region tests) against real hderp-server
  * processes meshed with each other on loopback: three plain nodes given the same
  * -mesh-with http://127.0.0.1:P1,...,P3 list (each drops its own entry by key), raw blocking
  * clients on the test thread. Every packet exactly once with the right source across nodes;

@@ -1,4 +1,4 @@
-/* test_conformance_region_link.c - DERP-SPEC §7 from the far end of a node's mesh link: a real
+/* test_conformance_region_link.c - spec §7 from the far end of a node's mesh link: a real
  * hderp-server node whose -mesh-with list names itself and one or two scripted nodes, played by
  * the test thread as a derper node would see the link (a listening socket whose port is known
  * before the node starts, the server side of the DERP handshake done by hand, frames both ways
