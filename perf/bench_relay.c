@@ -521,6 +521,38 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
     }
 }
 
+/* A JSON string (quotes and backslashes escaped, control characters as '?'), or null. */
+static void print_json_string(const char *str)
+{
+    if (str == NULL) {
+        printf("null");
+        return;
+    }
+    putchar('"');
+    for (const char *q = str; *q; q++)
+        printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
+    putchar('"');
+}
+
+/* "per_pair":[...]: one object per pair of this process. */
+static void print_pairs_json(const struct bench_run *r)
+{
+    printf("\"per_pair\":[");
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
+               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
+               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
+               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
+               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
+               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
+               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
+               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
+               (unsigned long long)p->rx.corrupt);
+    }
+    printf("]");
+}
+
 static void print_json(const struct bench_run *r, const struct bench_totals *t)
 {
     const struct bench_config *c = &r->cfg;
@@ -556,14 +588,7 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     printf("\"experiment_offered_mbps\":%.3f,\"pairs_total\":%u,\"instance\":%u,"
            "\"instances\":%u,\"pair_file\":",
            c->rate_mbps, c->pairs_total, c->instance, c->instances);
-    if (c->pair_file) {
-        putchar('"');
-        for (const char *q = c->pair_file; *q; q++)
-            printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
-        putchar('"');
-    } else {
-        printf("null");
-    }
+    print_json_string(c->pair_file);
     printf(",\"local_senders\":%u,\"local_receivers\":%u,\"trailers_missing\":%u,"
            "\"counted_by\":{\"sender\":[\"sent\",\"sent_mbps\",\"offered_mbps\"],"
            "\"receiver\":[\"received\",\"expected\",\"lost\",\"loss_pct\",\"reordered\","
@@ -581,20 +606,8 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
         print_latency_json(&r->lat);
     else
         printf("\"latency_under_load\":null,");
-    printf("\"per_pair\":[");
-    for (unsigned i = 0; i < c->pairs_count; i++) {
-        const struct bench_pair *p = &r->pairs[i];
-        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
-               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
-               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
-               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
-               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
-               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
-               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
-               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
-               (unsigned long long)p->rx.corrupt);
-    }
-    printf("]}\n");
+    print_pairs_json(r);
+    printf("}\n");
 }
 
 int main(int argc, char **argv)
