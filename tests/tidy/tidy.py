@@ -8,7 +8,7 @@ Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
   file-lines       a .c file has at most FILE_LINES_MAX lines, a .h HEADER_LINES_MAX
   function-lines   a function body has at most FUNCTION_LINES_MAX lines
   columns          a .c/.h line has at most COLUMNS_MAX columns
-  layers-no-derp   no file in reactor/, net/, tls/ or include/ mentions DERP (any case)
+  layers-no-derp   no file in reactor/, net/, tls/, kit/ or include/ mentions DERP (any case)
   private-headers  a private header is included only from where it may be (PRIVATE_READERS)
   doc-refs         every FOO.md a file names exists; nothing points outside the repository
   ctest-labels     every ctest entry of the build has a LABELS value
@@ -30,7 +30,8 @@ HEADER_LINES_MAX = 500  # CONVENTIONS.md: a header at most 500
 FUNCTION_LINES_MAX = 70  # CONVENTIONS.md: functions <= 70 lines (the lines between the braces)
 COLUMNS_MAX = 100  # .clang-format ColumnLimit (clang-format leaves long strings/comments alone)
 
-LAYER_DIRS = ("reactor", "net", "tls")  # the framework; include/ holds their public headers
+# The framework (kit/: issue 12's relay kit, once it lands); include/ holds their public headers.
+LAYER_DIRS = ("reactor", "net", "tls", "kit")
 NO_DERP_DIRS = LAYER_DIRS + ("include",)
 
 # Who may include a layer's private header (a header in reactor/, net/ or tls/ itself, not in
@@ -40,6 +41,7 @@ PRIVATE_READERS = {
     "reactor": ("reactor/", "tests/reactor/", "perf/"),
     "net": ("net/", "tests/net/", "tests/http/", "perf/"),
     "tls": ("tls/", "tests/tls/", "tests/tlsconn/", "tests/vm/", "perf/"),
+    "kit": ("kit/", "tests/kit/", "perf/"),
 }
 # Any other *_impl.h (apps/derp/client, perf/, tests/...) is private to its own directory.
 
