@@ -10,7 +10,8 @@ Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
   columns          a .c/.h line has at most COLUMNS_MAX columns
   layers-no-derp   no file in reactor/, net/, tls/, kit/ or include/ mentions DERP (any case)
   private-headers  a private header is included only from where it may be (PRIVATE_READERS)
-  doc-refs         every FOO.md a file names exists; nothing points outside the repository
+  doc-refs         every FOO.md a file names exists; nothing points outside the repository;
+                   every "spec §N" names a section of docs/DERP-PROTOCOL.md
   ctest-labels     every ctest entry of the build has a LABELS value
 
 Each finding is printed as path:line: rule: what, and the run exits 1 if there was any.
@@ -52,6 +53,10 @@ TEXT_NAMES = ("CMakeLists.txt", "GNUmakefile", "Makefile", ".clang-format", ".gi
 # used to live outside it (now docs/DESIGN.md, docs/CONVENTIONS.md, docs/DERP-PROTOCOL.md).
 FOREIGN_REFS = re.compile(r"\.\./shared/|/work/|DERP-SPEC|\bSTYLE\.md|MACHINE-FACTS")
 MD_REF = re.compile(r"(?<![\w/.-])([\w./-]*[A-Za-z0-9_-]\.md)\b")
+# "spec §N" in code and docs means section N of docs/DERP-PROTOCOL.md: it must have one.
+SPEC_DOC = "docs/DERP-PROTOCOL.md"
+SPEC_REF = re.compile(r"\bspec (?:§\s?([0-9]+(?:\.[0-9]+)*)|Appendix ([A-Z])\b)")
+SPEC_HEADING = re.compile(r"^#{2,4} (?:([0-9]+(?:\.[0-9]+)*)\.? |Appendix ([A-Z])\b)")
 
 
 def source_files(src):
@@ -165,8 +170,20 @@ def is_text(f):
         f.startswith("README"))
 
 
+def spec_sections(src, files):
+    if SPEC_DOC not in files:
+        return None
+    out = set()
+    for line in read_lines(src, SPEC_DOC):
+        m = SPEC_HEADING.match(line)
+        if m:
+            out.add(m.group(1) or "Appendix " + m.group(2))
+    return out
+
+
 def rule_doc_refs(src, files):
     present = set(files)
+    sections = spec_sections(src, files)
     for f in files:
         if not is_text(f) or f.startswith("tests/tidy/"):
             continue
@@ -175,6 +192,10 @@ def rule_doc_refs(src, files):
             m = FOREIGN_REFS.search(line)
             if m:
                 yield f, i + 1, f"points outside the repository: {m.group(0)!r}"
+            for num, app in SPEC_REF.findall(line):
+                sec = num or "Appendix " + app
+                if sections is not None and sec not in sections:
+                    yield f, i + 1, f"cites spec {sec}, which {SPEC_DOC} does not have"
             for ref in MD_REF.findall(line):
                 if "://" in line and ("/" + ref) in line.split("://", 1)[1]:
                     continue  # part of a URL
@@ -231,9 +252,11 @@ def selftest():
         "apps/a/use.c": '#include "net_impl.h"\n',
         "tests/net/ok.c": '#include "net_impl.h"\n',
         "apps/a/README.md": "See ../shared/DESIGN.md and docs/NOWHERE.md.\n",
+        "docs/DERP-PROTOCOL.md": "## 1. A\n### 1.2 B\n## Appendix A. C\n",
+        "apps/a/cite.c": "/* spec §1.2, spec §1, spec Appendix A; spec §1.3 and spec §2 */\n",
     }
     expect = {"file-lines": 2, "function-lines": 1, "columns": 1, "layers-no-derp": 1,
-              "private-headers": 1, "doc-refs": 3}
+              "private-headers": 1, "doc-refs": 5}
     good = {"apps/a/fn.c": ok_fn, "apps/a/ok.h": "/* ok */\n" * HEADER_LINES_MAX, "docs/DESIGN.md": "# d\n", "README.md": "docs/DESIGN.md\n",
             "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n'}
     failed = False
