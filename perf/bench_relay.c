@@ -82,57 +82,52 @@ static int parse_num(const char *name, const char *v, double lo, double hi, doub
     return 0;
 }
 
-static int apply(struct bench_config *c, const char *name, const char *v)
+/* --server URL: one more relay to spread the peers over. */
+static int apply_server(struct bench_config *c, const char *v)
+{
+    if (c->servers_count == BENCH_SERVERS_MAX) {
+        fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
+        return -1;
+    }
+    if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
+        fprintf(stderr,
+                "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
+                "or a name that resolves)\n",
+                v);
+        return -1;
+    }
+    c->servers_count++;
+    return 0;
+}
+
+/* --start-at T: unix seconds, not more than 1 s past nor BENCH_START_AHEAD_MAX_S ahead. */
+static int apply_start_at(struct bench_config *c, const char *v)
+{
+    char *end;
+    errno = 0;
+    double t = strtod(v, &end), now = bench_unix_now();
+    if (errno || end == v || *end || !(t > 0)) {
+        fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
+        return -1;
+    }
+    if (t < now - 1) {
+        fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v, now - t,
+                now);
+        return -1;
+    }
+    if (t > now + BENCH_START_AHEAD_MAX_S) {
+        fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
+                BENCH_START_AHEAD_MAX_S);
+        return -1;
+    }
+    c->start_at = t;
+    return 0;
+}
+
+/* The numeric options, each with its range. */
+static int apply_number(struct bench_config *c, const char *name, const char *v)
 {
     double x;
-    if (strcmp(name, "server") == 0) {
-        if (c->servers_count == BENCH_SERVERS_MAX) {
-            fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
-            return -1;
-        }
-        if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
-            fprintf(stderr,
-                    "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
-                    "or a name that resolves)\n",
-                    v);
-            return -1;
-        }
-        c->servers_count++;
-        return 0;
-    }
-    if (strcmp(name, "start-at") == 0) {
-        char *end;
-        errno = 0;
-        double t = strtod(v, &end), now = bench_unix_now();
-        if (errno || end == v || *end || !(t > 0)) {
-            fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
-            return -1;
-        }
-        if (t < now - 1) {
-            fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v,
-                    now - t, now);
-            return -1;
-        }
-        if (t > now + BENCH_START_AHEAD_MAX_S) {
-            fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
-                    BENCH_START_AHEAD_MAX_S);
-            return -1;
-        }
-        c->start_at = t;
-        return 0;
-    }
-    if (strcmp(name, "ca") == 0) {
-        c->ca_file = v;
-        return 0;
-    }
-    if (strcmp(name, "tls-name") == 0) {
-        c->tls_name = v;
-        return 0;
-    }
-    if (strcmp(name, "pair-file") == 0) {
-        c->pair_file = v;
-        return 0;
-    }
     struct {
         const char *name;
         double lo, hi;
@@ -185,6 +180,27 @@ static int apply(struct bench_config *c, const char *name, const char *v)
         break;
     }
     return 0;
+}
+
+static int apply(struct bench_config *c, const char *name, const char *v)
+{
+    if (strcmp(name, "server") == 0)
+        return apply_server(c, v);
+    if (strcmp(name, "start-at") == 0)
+        return apply_start_at(c, v);
+    if (strcmp(name, "ca") == 0) {
+        c->ca_file = v;
+        return 0;
+    }
+    if (strcmp(name, "tls-name") == 0) {
+        c->tls_name = v;
+        return 0;
+    }
+    if (strcmp(name, "pair-file") == 0) {
+        c->pair_file = v;
+        return 0;
+    }
+    return apply_number(c, name, v);
 }
 
 /* --pair-file / --instance after the flags: the file says how many pairs this process runs. */
