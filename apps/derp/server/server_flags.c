@@ -27,7 +27,8 @@ static const char *const unsupported[] = {
     "derp",
 };
 
-static void usage(FILE *out)
+/* derper's flags (spec §11) as this server takes them. */
+static void usage_derper(FILE *out)
 {
     static const char text[] =
         "usage: hderp-server [flags]\n"
@@ -85,7 +86,14 @@ static void usage(FILE *out)
         "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
         "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
         "                          TCP, nothing dropped; N = 0: off; re-read on SIGHUP\n"
-        "                          (for every connection; a bad file keeps the old limit)\n"
+        "                          (for every connection; a bad file keeps the old limit)\n";
+    fputs(text, out);
+}
+
+/* hderp-server's own flags, and what of derper's it lacks. */
+static void usage_own(FILE *out)
+{
+    static const char text[] =
         "  --allow-keys FILE       only these node keys may log in (mesh peers exempt): one\n"
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
@@ -93,11 +101,20 @@ static void usage(FILE *out)
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
+        "  --stall-threshold D     log a shard that stays busy this long in one stretch, with\n"
+        "                          the callback it runs, and count it (hderp_loop_stalls in\n"
+        "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
+}
+
+static void usage(FILE *out)
+{
+    usage_derper(out);
+    usage_own(out);
 }
 
 int64_t srv_parse_duration_ms(const char *t)
@@ -331,6 +348,14 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             return -1;
         }
         f->certmode = v;
+    } else if (strcmp(name, "stall-threshold") == 0) {
+        if (set_duration(name, v, &f->stall_ms) < 0)
+            return -1;
+        if (f->stall_ms >= UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --stall-threshold %s: too long\n", v);
+            return -1;
+        }
+        f->stall_set = true;
     } else if (strcmp(name, "version") == 0) {
         if (parse_bool(v, version) < 0) {
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
