@@ -1,4 +1,4 @@
-/* test_conformance_admit.c - DERP-SPEC §5 -verify-client-url against a real hderp-server and a
+/* test_conformance_admit.c - spec §5 -verify-client-url against a real hderp-server and a
  * real controller process (admit_controller.py, python3 http.server on a free port) that answers
  * per NodePublic: admitted clients log in and exchange packets; "Allow": false, non-200 and bad
  * JSON refuse; an unreachable controller admits iff -verify-client-url-fail-open; a controller
