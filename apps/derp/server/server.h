@@ -289,6 +289,8 @@ int srv_admit_url_request(struct srv_client *cl,
 /* server_admit_recheck.c: the answer cache (-verify-cache-ttl): 1 allow, 0 refuse, -ENOENT
  * none; put stores a definite answer. Re-checks (-verify-recheck-interval): start at
  * activation (on the owner shard), stop at close; cancelled: the request was cancelled. */
+/* Main thread: the two flags (they need -verify-client-url: message printed, -EINVAL). */
+int srv_admit_recheck_configure(struct srv_config *cfg, uint64_t cache_ttl_ms, uint64_t recheck_ms);
 int srv_admit_cache_get(struct srv_shard *ds, const struct derp_pubkey *key);
 void srv_admit_cache_put(struct srv_shard *ds, const struct derp_pubkey *key, bool allow);
 void srv_admit_shard_fini(struct srv_shard *ds);

@@ -11,11 +11,24 @@
  *     reached changes nothing (fail-open or not: nobody is closed for the controller's outage).
  * Runs on the client's shard: the cache on the admitting shard, re-checks on the owner shard. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <hd/net_http_client.h>
 #include "server.h"
+
+int srv_admit_recheck_configure(struct srv_config *cfg, uint64_t cache_ttl_ms, uint64_t recheck_ms)
+{
+    cfg->verify_cache_ttl_ms = cache_ttl_ms;
+    cfg->verify_recheck_ms = recheck_ms;
+    if ((cache_ttl_ms || recheck_ms) && !cfg->verify_url) {
+        fprintf(stderr, "hderp-server: -verify-cache-ttl and -verify-recheck-interval need "
+                        "-verify-client-url\n");
+        return -EINVAL;
+    }
+    return 0;
+}
 
 struct srv_admit_cache_slot {
     uint8_t key[DERP_KEY_LEN];

@@ -278,13 +278,8 @@ static int configure(const struct srv_flags *f)
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
-    config.verify_cache_ttl_ms = f->verify_cache_ttl_ms;
-    config.verify_recheck_ms = f->verify_recheck_ms;
-    if ((config.verify_cache_ttl_ms || config.verify_recheck_ms) && !config.verify_url) {
-        fprintf(stderr, "hderp-server: -verify-cache-ttl and -verify-recheck-interval need "
-                        "-verify-client-url\n");
+    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
         return -EINVAL;
-    }
     if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
         return -EINVAL;
