@@ -39,8 +39,7 @@ static void echo_close(struct net_conn *c, int reason)
     (void)c, (void)reason;
 }
 
-static const struct net_conn_handler echo_handler = {.on_data = echo_data,
-                                                     .on_close = echo_close};
+static const struct net_conn_handler echo_handler = {.on_data = echo_data, .on_close = echo_close};
 
 static void echo_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {

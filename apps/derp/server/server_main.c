@@ -39,13 +39,16 @@ static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
 }
 
 /* The runtime with the relay (and tls_module before it when it speaks TLS) until a signal. */
-static int run(struct srv_config *cfg, unsigned shards)
+static int run(struct srv_config *cfg, const struct srv_flags *f)
 {
     const struct hd_module *const modules[] = {&tls_module, &srv_module};
     void *const args[] = {NULL, cfg};
     unsigned first = srv_needs_tls(cfg) ? 0 : 1;
     struct hd_runtime_config rc_cfg = {
-        .shards_count = shards,
+        .shards_count = f->shards,
+        .stall_ms = !f->stall_set      ? 0
+                    : f->stall_ms == 0 ? HD_STALL_OFF
+                                       : (uint32_t)f->stall_ms,
         .pin = true,
         .handle_signals = true,
         .frame_classes = srv_frame_classes,
@@ -94,7 +97,7 @@ int main(int argc, char **argv)
     }
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
-    rc = run(cfg, f.shards);
+    rc = run(cfg, &f);
     srv_config_fini(cfg);
     free(cfg);
     return rc < 0 ? 1 : 0;

@@ -51,8 +51,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         return rc;
     }
     if (cfg->tls && cfg->http_port > 0) {
-        rc = net_listener_start(s, &cfg->http_addr, &lo, srv_http80_accept, ds,
-                                &ds->http_listener);
+        rc = net_listener_start(s, &cfg->http_addr, &lo, srv_http80_accept, ds, &ds->http_listener);
         if (rc < 0)
             hd_log(HD_LOG_ERROR, "cannot listen on -http-port %d: %s", cfg->http_port,
                    strerror(-rc));
@@ -101,6 +100,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
 }

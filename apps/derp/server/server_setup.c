@@ -99,6 +99,27 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
     return 0;
 }
 
+/* The mesh key (spec §7): -mesh-psk-file, or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+static int configure_mesh_key(struct srv_config *cfg, const struct srv_flags *f)
+{
+    if (f->mesh_psk_file) {
+        char err[256];
+        if (derp_mesh_key_load_file(f->mesh_psk_file, &cfg->mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+            return -EINVAL;
+        }
+        cfg->have_mesh_key = true;
+    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
+        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
+        if (derp_mesh_key_parse(k, strlen(k), &cfg->mesh_key) < 0) {
+            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
+            return -EINVAL;
+        }
+        cfg->have_mesh_key = true;
+    }
+    return 0;
+}
+
 int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &cfg->addr) < 0) {
@@ -126,27 +147,16 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->accept_burst = (double)f->accept_burst;
     cfg->stun = f->stun;
     cfg->stun_port = f->stun_port;
-    if (f->mesh_psk_file) {
-        char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &cfg->mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
-            return -EINVAL;
-        }
-        cfg->have_mesh_key = true;
-    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
-        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
-        if (derp_mesh_key_parse(k, strlen(k), &cfg->mesh_key) < 0) {
-            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
-            return -EINVAL;
-        }
-        cfg->have_mesh_key = true;
-    }
+    if (configure_mesh_key(cfg, f) < 0)
+        return -EINVAL;
     char aerr[256];
     if (srv_admit_configure(cfg, f->verify_client_url, f->verify_client_url_fail_open, aerr,
                             sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (srv_admit_recheck_configure(cfg, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -EINVAL;
     if (srv_admit_local_configure(cfg, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
         return -EINVAL;
@@ -181,4 +191,3 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     }
     return 0;
 }
-
