@@ -33,6 +33,13 @@ static void write_fired(struct hd_timer *t)
     net_conn_close(c, -ETIMEDOUT, false);
 }
 
+static void deadline_fired(struct hd_timer *t)
+{
+    struct net_conn *c = hd_container_of(t, struct net_conn, deadline_timer);
+    c->deadline_at_ms = 0;
+    net_conn_close(c, -ETIMEDOUT, false);
+}
+
 static void conn_flush_cb(struct hd_flush *f)
 {
     struct net_conn *c = hd_container_of(f, struct net_conn, flush);
@@ -65,6 +72,7 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
     hd_flush_init(&c->flush, conn_flush_cb);
     hd_timer_init(&c->idle_timer, idle_fired);
     hd_timer_init(&c->write_timer, write_fired);
+    hd_timer_init(&c->deadline_timer, deadline_fired);
     c->send_high = NET_SEND_HIGH_DEFAULT;
     c->send_low = NET_SEND_LOW_DEFAULT;
     c->send_max = NET_SEND_MAX_DEFAULT;
@@ -559,6 +567,7 @@ void net_conn_release(struct net_conn *c, bool notify)
     struct net_shard *ns = c->ns;
     hd_timer_stop(s, &c->idle_timer);
     hd_timer_stop(s, &c->write_timer);
+    hd_timer_stop(s, &c->deadline_timer);
     hd_flush_cancel(s, &c->flush);
     held_drain(c, false);
     pending_drain(c, false);
@@ -604,6 +613,7 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     c->close_reason = reason;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->deadline_timer);
     if (hd_op_busy(&c->recv_op))
         hd_op_cancel(c->shard, &c->recv_op);
     if (hd_op_busy(&c->send_op))

@@ -26,6 +26,7 @@ struct net_migration {
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_conn_options opt;
+    uint64_t deadline_at_ms; /* net_conn_set_deadline's, on the shared monotonic clock; 0: none */
     bool send_paused; /* the app was told to pause (on_send_pressure) and waits for the resume */
     struct net_sendq_entry *plain, *mid, *wire;
     uint32_t plain_count, mid_count, wire_count;
@@ -52,6 +53,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
     c->flags |= NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);
     return 0;
@@ -144,6 +146,7 @@ void net_migrate_step(struct net_conn *c)
     m->peer = c->peer;
     m->stats = c->stats;
     m->send_paused = (c->flags & NET_F_SEND_PAUSED) != 0;
+    m->deadline_at_ms = c->deadline_at_ms;
     m->opt = (struct net_conn_options){.idle_timeout_ms = c->idle_timeout_ms,
                                        .write_timeout_ms = c->write_timeout_ms,
                                        .send_high_bytes = c->send_high,
@@ -254,6 +257,12 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     if (c->state == NET_CONN_OPEN) {
         if (c->idle_timeout_ms)
             hd_timer_start(dst, &c->idle_timer, c->idle_timeout_ms);
+        if (m->deadline_at_ms) { /* what is left of it; one already past fires at once */
+            uint64_t now = hd_now_ms(dst);
+            c->deadline_at_ms = m->deadline_at_ms;
+            hd_timer_start(dst, &c->deadline_timer,
+                           m->deadline_at_ms > now ? m->deadline_at_ms - now : 0);
+        }
         for (uint32_t i = 0; i < m->chunks_count; i++)
             net_conn_pending_add(c, m->chunks[i]); /* references move to the connection */
         m->chunks_count = 0;

@@ -199,6 +199,10 @@ const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
 void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);
 void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
                        uint32_t *write_timeout_ms);
+/* An absolute deadline: close (-ETIMEDOUT) ms from now, however many bytes arrive meanwhile
+ * (the idle timeout restarts on each read; a client sending a byte a second would keep it
+ * forever). 0 clears it; a new call replaces it; a move keeps what is left of it. */
+void net_conn_set_deadline(struct net_conn *c, uint32_t ms);
 /* Change the send watermarks and cap (see struct net_conn_options). */
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
 

@@ -14,6 +14,7 @@
 #include "derp_proto.h"
 #include "server_config.h"
 #include "server_counters.h"
+#include "server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -57,6 +58,7 @@ struct srv_client {
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
     uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
     bool send_paused;   /* net queue over its high watermark */
+    bool prelogin;      /* counted in ds->prelogin (until admitted or closed) */
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -134,6 +136,14 @@ struct srv_mesh_link {
     unsigned addrs_count, addr_next;
 };
 
+/* Connections on this shard not logged in yet (server_prelogin.c). */
+struct srv_prelogin_slot;
+struct srv_prelogin {
+    uint32_t count; /* all of them */
+    uint32_t mask;  /* slots - 1 */
+    struct srv_prelogin_slot *slots;
+};
+
 struct srv_shard {
     struct hd_shard *s;
     const struct srv_config *cfg;
@@ -155,6 +165,7 @@ struct srv_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_prelogin prelogin;
     struct srv_counters ctr;
 };
 
@@ -164,9 +175,8 @@ extern const struct hd_module srv_module;
 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
-    return (unsigned)(h % hd_shard_count(ds->s));
+    /* keyed (server_hash.c): a client cannot pick keys that all land on one shard */
+    return srv_key_shard(srv_hash(key, DERP_KEY_LEN), hd_shard_count(ds->s));
 }
 
 /* server_http.c: a fresh connection's HTTP phase */
@@ -175,6 +185,14 @@ void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer
 void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg);
 /* -accept-connection-limit: this shard's bucket, before its listener starts. */
 void srv_accept_limit_init(struct srv_shard *ds);
+
+/* server_prelogin.c: connections not logged in yet, per shard and per source address. enter
+ * returns false (counted, logged) over --prelogin-max or --prelogin-per-addr-max; leave once
+ * for each enter that returned true. */
+int srv_prelogin_init(struct srv_shard *ds);
+void srv_prelogin_fini(struct srv_shard *ds);
+bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
+void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
 
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);

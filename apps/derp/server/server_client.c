@@ -153,7 +153,12 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
         derp_addr_from_sockaddr(&cl->remote, &peer->sa, peer->len);
     derp_splitter_init(&cl->sp, DERP_READER_SERVER_HELLO);
     net_conn_set_app(c, &client_handler, cl);
-    net_conn_set_timeouts(c, DERP_HANDSHAKE_TIMEOUT_MS, ds->cfg->write_timeout_ms);
+    cl->prelogin = true; /* the HTTP phase's count is the client's now */
+    ds->ctr.accepts++;   /* derper's accepts: DERP connections (Server.Accept) */
+    /* derper's accept(): the ServerKey write and ClientInfo within 10 s, an absolute deadline
+     * (no idle timer: one byte a second would keep it alive). */
+    net_conn_set_timeouts(c, 0, ds->cfg->write_timeout_ms);
+    net_conn_set_deadline(c, ds->cfg->login_deadline_ms);
     /* §1.3 + §4 step 1: the 101 (not for fast start) and the ServerKey frame, in one write. */
     char buf[NET_HTTP_DERP_101_LEN + DERP_FRAME_HEADER_LEN + DERP_SERVER_KEY_LEN];
     int n = 0;
@@ -205,9 +210,22 @@ static void client_adopt(struct net_conn *c, void *arg)
     client_activate(srv_shard_here(), cl);
 }
 
+/* The login is over (admitted, refused or closed): the connection leaves the pre-login count
+ * of the accepting shard (where it still is: the move comes after this). */
+static void prelogin_done(struct srv_client *cl)
+{
+    if (!cl->prelogin)
+        return;
+    cl->prelogin = false;
+    srv_prelogin_leave(cl->ds, net_conn_peer(cl->conn));
+}
+
 static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_t len)
 {
     struct srv_shard *ds = cl->ds;
+    /* derper clears its deadline after verifyClient, which does no I/O on the connection: the
+     * admission wait is bounded by its own timeout (SRV_ADMIT_TIMEOUT_MS), not by this one. */
+    net_conn_set_deadline(cl->conn, 0);
     struct derp_client_info info;
     int rc = derp_client_info_open(payload, len, &ds->cfg->key, &cl->key, &info, ds->scratch,
                                    DERP_CLIENT_INFO_PLAIN_MAX);
@@ -234,6 +252,7 @@ int srv_client_admitted(struct srv_client *cl)
 {
     struct srv_shard *ds = cl->ds;
     bool waited = cl->phase == SRV_CLIENT_ADMITTING; /* reading paused: resume it */
+    prelogin_done(cl);
     unsigned owner = srv_owner(ds, cl->key.bytes);
     if (owner == hd_shard_id(ds->s)) {
         client_activate(ds, cl);
@@ -391,6 +410,9 @@ static void client_closed(struct net_conn *c, int reason)
     struct srv_shard *ds = cl->ds;
     if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_ACTIVE)
         ds->ctr.sclient_write_timeouts++;
+    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_HANDSHAKE)
+        ds->ctr.deadline_closes++;
+    prelogin_done(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
         hd_flush_cancel(ds->s, &cl->writer);

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "derp_limits.h"
+#include "server_limits.h"
 #include "server_flags.h"
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
@@ -92,6 +92,16 @@ static void usage(FILE *out)
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
+        "  --http-deadline D       a new connection's TLS handshake and HTTP request head\n"
+        "                          must be done within D of accept, each further request on\n"
+        "                          it within D (default 30s, as derper; at least 100ms)\n"
+        "  --login-deadline D      the DERP login (ClientInfo) must arrive within D of the\n"
+        "                          upgrade (default 10s, as derper; at least 100ms)\n"
+        "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
+        "                          connection is closed at once (default 16384)\n"
+        "  --prelogin-per-addr-max N  the same per source address per shard (default 2048)\n"
+        "  --hash-key HEX          32 hex digits: the tables' SipHash key (tests only: makes\n"
+        "                          owner shards predictable; default random per process)\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
@@ -259,6 +269,22 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
             return -1;
         }
+    } else if (strcmp(name, "http-deadline") == 0 || strcmp(name, "login-deadline") == 0) {
+        uint64_t *out = name[0] == 'h' ? &f->http_deadline_ms : &f->login_deadline_ms;
+        if (set_duration(name, v, out) < 0 || *out < SRV_DEADLINE_MS_MIN || *out > UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration of at least %ums\n", name,
+                    v, SRV_DEADLINE_MS_MIN);
+            return -1;
+        }
+    } else if (strcmp(name, "prelogin-max") == 0 || strcmp(name, "prelogin-per-addr-max") == 0) {
+        if (parse_int(v, 1, SRV_PRELOGIN_MAX_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected 1..%u\n", name, v,
+                    SRV_PRELOGIN_MAX_MAX);
+            return -1;
+        }
+        *(strcmp(name, "prelogin-max") == 0 ? &f->prelogin_max : &f->prelogin_addr_max) = n;
+    } else if (strcmp(name, "hash-key") == 0) {
+        f->hash_key = v; /* 32 hex digits, checked by configure */
     } else if (strcmp(name, "verify-clients") == 0) {
         if (parse_bool(v, &f->verify_clients) < 0) {
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
@@ -314,7 +340,11 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
                             .verify_client_url_fail_open = true,
                             .accept_limit = INFINITY,
-                            .accept_burst = 1L << 30};
+                            .accept_burst = 1L << 30,
+                            .http_deadline_ms = SRV_HTTP_DEADLINE_MS_DEFAULT,
+                            .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
+                            .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
+                            .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

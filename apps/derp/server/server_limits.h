@@ -20,6 +20,24 @@
 
 /* derper's HTTP server: read timeout 30 s (bounds the request head). */
 #define SRV_HTTP_READ_TIMEOUT_MS 30000
+/* Absolute deadlines (net_conn_set_deadline), not idle timers: derper's http.Server ReadTimeout
+ * (30 s from accept: the TLS handshake and the request head; again for each further request of
+ * a kept-alive connection) and its accept() deadline for the login (10 s from the upgrade: the
+ * ServerKey write, then ClientInfo). --http-deadline / --login-deadline change them (tests);
+ * below 100 ms a loaded shard would cut off honest clients. */
+#define SRV_HTTP_DEADLINE_MS_DEFAULT  SRV_HTTP_READ_TIMEOUT_MS
+#define SRV_LOGIN_DEADLINE_MS_DEFAULT DERP_HANDSHAKE_TIMEOUT_MS
+#define SRV_DEADLINE_MS_MIN           100u
+/* Connections not logged in yet, per shard (--prelogin-max) and per source address per shard
+ * (--prelogin-per-addr-max). An honest login takes a few round trips, so even a 10k-connection
+ * reconnect storm holds a few hundred at once; with the deadlines above a source dripping bytes
+ * holds at most this many slots for at most 30 s. NATed clients share an address, hence the
+ * generous per-address default; 0 is not allowed (no cap would be the old behaviour). */
+#define SRV_PRELOGIN_SHARD_MAX_DEFAULT 16384u
+#define SRV_PRELOGIN_ADDR_MAX_DEFAULT  2048u
+#define SRV_PRELOGIN_MAX_MAX           (1u << 20)
+_Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
+               "the per-address cap is within the shard's");
 
 /* Net send queue of a client: it plays the part of derper's kernel socket buffer (a writer
  * goroutine drains derper's 32-packet queues into it concurrently; ours fills within a tick and

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "server.h"
 #include "server_flags.h"
 
@@ -18,6 +20,8 @@
 /* ---------------------------------------------------------------- the module */
 
 static struct srv_config config;
+static uint8_t hash_key[SRV_HASH_KEY_LEN]; /* --hash-key */
+static bool hash_key_given;
 
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
@@ -39,6 +43,12 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
+    if ((rc = srv_prelogin_init(ds)) < 0) {
+        srv_peers_fini(&ds->peers);
+        free(ds->scratch);
+        free(ds);
+        return rc;
+    }
     srv_accept_limit_init(ds);
     struct net_listener_options lo = {.reuseport = true,
                                       .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
@@ -46,6 +56,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     rc = net_listener_start(s, &config.addr, &lo, srv_http_accept, ds, &ds->listener);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
+        srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         free(ds->scratch);
         free(ds);
@@ -69,6 +80,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
+        srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         free(ds->scratch);
         free(ds);
@@ -99,6 +111,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_prelogin_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
@@ -109,7 +122,10 @@ static void shard_fini(struct hd_shard *s, void *state)
 static int global_init(struct hd_runtime *rt, void *arg)
 {
     (void)rt, (void)arg;
-    return derp_crypto_init();
+    int rc = derp_crypto_init();
+    if (rc == 0)
+        srv_hash_init(hash_key_given ? hash_key : NULL);
+    return rc;
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */
@@ -246,6 +262,22 @@ static int configure(const struct srv_flags *f)
     config.home = f->home;
     config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
     config.accept_burst = (double)f->accept_burst;
+    config.http_deadline_ms = (uint32_t)f->http_deadline_ms;
+    config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
+    config.prelogin_shard_max = (uint32_t)f->prelogin_max;
+    config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    if (f->hash_key) {
+        size_t got = 0;
+        if (strlen(f->hash_key) != 2 * SRV_HASH_KEY_LEN ||
+            sodium_hex2bin(hash_key, sizeof(hash_key), f->hash_key, 2 * SRV_HASH_KEY_LEN, NULL,
+                           &got, NULL) != 0 ||
+            got != sizeof(hash_key)) {
+            fprintf(stderr, "hderp-server: --hash-key: expected %d hex digits\n",
+                    2 * SRV_HASH_KEY_LEN);
+            return -EINVAL;
+        }
+        hash_key_given = true;
+    }
     config.stun = f->stun;
     config.stun_port = f->stun_port;
     if (f->mesh_psk_file) {

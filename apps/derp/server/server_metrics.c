@@ -36,6 +36,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
+        v->ctr.prelogin_now = ds->prelogin.count;
         v->rate = *srv_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
@@ -159,6 +160,15 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
+    put(o, "# TYPE hderp_conns_accepted counter\nhderp_conns_accepted %lld\n",
+        (long long)SUM(conns_accepted));
+    put(o, "# TYPE hderp_prelogin_conns gauge\nhderp_prelogin_conns %lld\n",
+        (long long)SUM(prelogin_now));
+    put(o, "# TYPE hderp_prelogin_refused counter\n");
+    put(o, "hderp_prelogin_refused{cap=\"shard\"} %lld\n", (long long)SUM(prelogin_refused_shard));
+    put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n", (long long)SUM(prelogin_refused_addr));
+    put(o, "# TYPE hderp_deadline_closes counter\nhderp_deadline_closes %lld\n",
+        (long long)SUM(deadline_closes));
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -227,6 +237,7 @@ static ssize_t varz_data(struct net_conn *c, const uint8_t *data, size_t len)
 static void varz_closed(struct net_conn *c, int reason)
 {
     (void)reason;
+    srv_prelogin_leave(srv_shard_here(), net_conn_peer(c)); /* as http_close: an HTTP request */
     struct varz_req *r = net_conn_app(c);
     r->conn = NULL;
     if (r->done)

@@ -12,9 +12,7 @@
 
 static uint32_t slot_of(const struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    memcpy(&h, key + 8, sizeof(h)); /* not bytes 0..8: those chose the shard */
-    return (uint32_t)(h * 0x9E3779B97F4A7C15ull >> 32) & (t->cap - 1);
+    return srv_key_slot(srv_hash(key, DERP_KEY_LEN), t->cap - 1); /* keyed: server_hash.c */
 }
 
 int srv_peers_init(struct srv_peer_table *t)
