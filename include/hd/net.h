@@ -316,6 +316,14 @@ int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
                        struct net_listener **out);
 /* Stop accepting and close the socket; the struct is freed once the kernel returned the op. */
 void net_listener_stop(struct net_listener *l);
+/* Claims addr for this process before its shards listen there: SO_REUSEPORT lets any process of
+ * the same user join a port (the kernel then spreads connections over both), so the shards'
+ * sharing alone cannot tell a second server. A socket with SO_REUSEADDR and without
+ * SO_REUSEPORT cannot bind where another socket listens, but does not stop our own listeners;
+ * it stays bound (never listening) until closed, so a later claim by another process fails
+ * too. Returns the socket (close it at exit) or -errno: -EADDRINUSE when someone listens on
+ * addr. Port 0 claims nothing (returns -EINVAL: every shard would get its own port anyway). */
+int net_listener_claim(const struct net_addr *addr);
 const struct net_listener_stats *net_listener_stats(const struct net_listener *l);
 /* The bound address (the actual port when addr had port 0). */
 const struct net_addr *net_listener_addr(const struct net_listener *l);

@@ -363,6 +363,27 @@ static void log_start(struct hd_runtime *rt)
                net_addr_port(&config.addr), net_addr_port(&config.addr));
 }
 
+/* derper fails with "address in use" when another process listens on its address; our shards
+ * share it through SO_REUSEPORT, which would let a second server in silently
+ * (net_listener_claim). Returns the claim's socket, -1 for port 0 (nothing claimed), or -2
+ * (message printed). */
+static int claim(const struct net_addr *addr, const char *what)
+{
+    int fd = net_listener_claim(addr);
+    if (fd >= 0 || fd == -EINVAL)
+        return fd >= 0 ? fd : -1;
+    char text[64];
+    net_addr_format(addr, text, sizeof(text));
+    if (fd == -EADDRINUSE)
+        fprintf(stderr,
+                "hderp-server: %s %s: address in use: another process listens there (a second "
+                "hderp-server or derper?)\n",
+                what, text);
+    else
+        fprintf(stderr, "hderp-server: %s %s: cannot bind: %s\n", what, text, strerror(-fd));
+    return -2;
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
@@ -373,6 +394,12 @@ int main(int argc, char **argv)
         return 1;
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
+    int claim_fd = claim(&config.addr, "-a"), claim80_fd = -1;
+    if (claim_fd == -2)
+        return 1;
+    if (config.tls && config.http_port > 0 &&
+        (claim80_fd = claim(&config.http_addr, "-http-port")) == -2)
+        return 1;
     static const struct hd_frame_class classes[] = {
         {.size = 2048, .cap_count = 65536},
         {.size = SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX,
@@ -429,6 +456,10 @@ int main(int argc, char **argv)
     hd_runtime_destroy(rt);
     srv_admit_fini(&config);
     srv_mesh_config_free(&config);
+    if (claim_fd >= 0)
+        close(claim_fd);
+    if (claim80_fd >= 0)
+        close(claim80_fd);
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }

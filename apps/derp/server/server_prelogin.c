@@ -62,8 +62,10 @@ bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer)
     struct srv_prelogin *p = &ds->prelogin;
     if (p->count >= ds->cfg->prelogin_shard_max) {
         ds->ctr.prelogin_refused_shard++;
-        hd_log_rl(HD_LOG_WARN, "accept: %u connections not logged in on this shard (the cap, "
-                  "--prelogin-max): refused one", p->count);
+        hd_log_rl(HD_LOG_WARN,
+                  "accept: %u connections not logged in on this shard (the cap, "
+                  "--prelogin-max): refused one",
+                  p->count);
         return false;
     }
     uint8_t ip[16];
@@ -72,8 +74,10 @@ bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer)
     struct srv_prelogin_slot *s = &p->slots[i];
     if (s->count >= ds->cfg->prelogin_addr_max) {
         ds->ctr.prelogin_refused_addr++;
-        hd_log_rl(HD_LOG_WARN, "accept: %u connections not logged in from one address on this "
-                  "shard (the cap, --prelogin-per-addr-max): refused one", s->count);
+        hd_log_rl(HD_LOG_WARN,
+                  "accept: %u connections not logged in from one address on this "
+                  "shard (the cap, --prelogin-per-addr-max): refused one",
+                  s->count);
         return false;
     }
     if (s->count == 0)
