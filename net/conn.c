@@ -85,6 +85,8 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
             c->send_low = opt->send_low_bytes;
         if (opt->send_max_bytes)
             c->send_max = opt->send_max_bytes;
+        c->send_high_frames = opt->send_high_frames;
+        c->send_low_frames = opt->send_low_frames;
     }
     ns->conns_count++;
     c->all_next = ns->all;

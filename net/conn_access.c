@@ -67,6 +67,13 @@ void net_conn_set_deadline(struct net_conn *c, uint32_t ms)
     hd_timer_start(c->shard, &c->deadline_timer, ms);
 }
 
+void net_conn_set_frame_limits(struct net_conn *c, uint32_t high, uint32_t low)
+{
+    HD_ASSERT(low <= high);
+    c->send_high_frames = high;
+    c->send_low_frames = low;
+}
+
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max)
 {
     c->send_high = high;

@@ -151,7 +151,9 @@ void net_migrate_step(struct net_conn *c)
                                        .write_timeout_ms = c->write_timeout_ms,
                                        .send_high_bytes = c->send_high,
                                        .send_low_bytes = c->send_low,
-                                       .send_max_bytes = c->send_max};
+                                       .send_max_bytes = c->send_max,
+                                       .send_high_frames = c->send_high_frames,
+                                       .send_low_frames = c->send_low_frames};
     /* Everything moved is detached; the frames' references now belong to the package. */
     c->codec = c->upper = NULL;
     c->rx_tail = c->raw_tail = c->upper_tail = NULL;

@@ -102,9 +102,10 @@ struct net_conn {
     struct hd_timer deadline_timer;
     uint64_t deadline_at_ms;
     uint32_t send_high, send_low, send_max;
-    struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
-    struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */
-    struct hd_frame *recv_frame;   /* fallback recv target */
+    uint32_t send_high_frames, send_low_frames; /* 0: no entry watermark */
+    struct hd_frame *rx_tail;                   /* bytes the app left unconsumed (data[0..len)) */
+    struct hd_frame *raw_tail;                  /* bytes the codec left unconsumed */
+    struct hd_frame *recv_frame;                /* fallback recv target */
     uint16_t held_head, held_tail; /* ring buffers received while paused (NET_BID_NONE: none) */
     struct hd_frame *pending_head, *pending_tail; /* raw bytes to replay before new ones */
     struct net_sendq plain;        /* app frames awaiting the codec (only with a codec) */

@@ -194,6 +194,13 @@ static inline void hd_frame_ref(struct hd_frame *f)
 void hd_frame_unref(struct hd_shard *s, struct hd_frame *f);
 void hd_frame_stats(struct hd_shard *s, unsigned cls, struct hd_pool_stats *out);
 unsigned hd_frame_classes_count(const struct hd_shard *s);
+/* The class a frame of size bytes would come from, with how many more frames it can hand out
+ * now (*avail) and its cap (*cap): a policy (a reserve, fair shares) decides before the get.
+ * Returns the class index or -ENOBUFS (no class fits). O(classes). */
+int hd_frame_room(struct hd_shard *s, size_t size, uint64_t *avail, uint64_t *cap);
+/* Called on the owner shard for each frame whose app_u64 is non-zero just before it goes back
+ * to its pool (the app's accounting of who holds frames: hd_runtime_config.frame_release). */
+typedef void hd_frame_release_fn(struct hd_shard *s, struct hd_frame *f);
 
 /* ---------------------------------------------------------------- bus */
 
@@ -366,6 +373,7 @@ struct hd_runtime_config {
     uint32_t features_disable; /* HD_FEAT_* to leave unused (tests force the fallbacks) */
     const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 64 classes */
     unsigned frame_classes_count;
+    hd_frame_release_fn *frame_release; /* NULL: none */
     const struct hd_module *const *modules;
     void *const *modules_args;
     unsigned modules_count;

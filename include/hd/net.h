@@ -145,6 +145,10 @@ struct net_conn_options {
     uint32_t send_high_bytes;  /* queued bytes that pause the source (on_send_pressure) */
     uint32_t send_low_bytes;   /* and resume it */
     uint32_t send_max_bytes;   /* hard cap: net_conn_send beyond it fails with -ENOBUFS */
+    /* Queued entries (frames) that pause the source too, and resume it (both must be under
+     * their low marks); 0 = no entry watermark. Small packets hold a whole pool frame each, so
+     * bytes alone would let one slow reader hold thousands of frames. */
+    uint32_t send_high_frames, send_low_frames;
 };
 
 struct net_conn_stats {
@@ -205,6 +209,8 @@ void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
 void net_conn_set_deadline(struct net_conn *c, uint32_t ms);
 /* Change the send watermarks and cap (see struct net_conn_options). */
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
+/* Change the entry watermarks (send_high_frames / send_low_frames; 0, 0: none). */
+void net_conn_set_frame_limits(struct net_conn *c, uint32_t high, uint32_t low);
 
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */

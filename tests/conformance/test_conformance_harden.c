@@ -156,3 +156,93 @@ Test(test_conformance_harden, prelogin_per_addr_cap)
     conf_raw_close(&ok);
     cr_assert_eq(conf_server_stop(&srv), 0);
 }
+
+/* The pool-drain attack (issue 16 item 2), scaled down: one shard with a 4 MiB frame pool
+ * (1,024 small frames), no write timeout (so stalled receivers keep what is queued for them),
+ * STALLED receivers with tiny socket buffers that never read, and a flooder sending them FLOOD
+ * 1,000-byte packets each. Meanwhile, every ROUND flood packets, a bystander pair exchanges a
+ * packet and a ping client gets its Pong: each must come through, nobody may be closed, and a
+ * fresh login works at the end. The flooder may hold its share of the pool, not all of it, and
+ * control frames have their reserve. */
+#define STALLED 2
+#define FLOOD   12000
+#define ROUND   200
+
+/* A login on a socket with a tiny receive buffer (set before connect, so the window stays
+ * small): the kernel absorbs little, and what the server queues for it stays in its pools. */
+static void login_stalled(struct conf_raw *r)
+{
+    CONF_OK(conf_raw_open(r, &srv, NULL));
+    close(r->fd);
+    r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int small = 2048;
+    setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons(srv.port)};
+    inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
+    cr_assert_eq(connect(r->fd, (struct sockaddr *)&d, sizeof(d)), 0);
+    CONF_OK(conf_raw_upgrade(r, NULL));
+    CONF_OK(conf_raw_read_server_key(r));
+    uint8_t ci[2048];
+    ssize_t n = conf_raw_client_info(r, NULL, ci, sizeof(ci));
+    cr_assert_gt(n, 0);
+    CONF_OK(conf_raw_write(r, ci, (size_t)n));
+    CONF_OK(conf_raw_read_server_info(r, NULL));
+}
+
+/* One bystander packet a -> b (it must arrive) and one Ping from p (its Pong must come). */
+static void bystanders(struct conf_raw *a, struct conf_raw *b, struct conf_raw *p, int i)
+{
+    uint8_t pkt[64] = {(uint8_t)i};
+    CONF_OK(conf_raw_send_packet(a, &b->kp.pub, pkt, sizeof(pkt)));
+    struct derp_pubkey src;
+    const uint8_t *d;
+    size_t len;
+    int rc = conf_raw_read_packet(b, CONF_IO_TIMEOUT_MS, &src, &d, &len);
+    cr_assert_eq(rc, 0, "bystander packet of round %d lost: %d", i, rc);
+    cr_assert(len == sizeof(pkt) && d[0] == (uint8_t)i);
+    rc = conf_raw_ping_pong(p, (uint64_t)i, CONF_IO_TIMEOUT_MS);
+    cr_assert_eq(rc, 0, "ping of round %d: %d", i, rc);
+}
+
+Test(test_conformance_harden, pool_drain_bystanders_served, .timeout = 240)
+{
+    static const char *const extra[] = {"--frame-pool-mib", "4", NULL};
+    CONF_OK(conf_server_start(
+        &srv, &(struct conf_server_opts){.shards = 1, .write_timeout = "0", .extra = extra}));
+    struct conf_raw stalled[STALLED], flooder, a, b, p;
+    for (int k = 0; k < STALLED; k++)
+        login_stalled(&stalled[k]);
+    CONF_OK(conf_raw_login(&flooder, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&a, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&p, &srv, NULL, NULL));
+    static uint8_t pkt[1000];
+    memset(pkt, 0xab, sizeof(pkt));
+    for (int i = 0; i < FLOOD; i++) {
+        for (int k = 0; k < STALLED; k++)
+            CONF_OK(conf_raw_send_packet(&flooder, &stalled[k].kp.pub, pkt, sizeof(pkt)));
+        if (i % ROUND == ROUND - 1)
+            bystanders(&a, &b, &p, i / ROUND);
+    }
+    int64_t v = 0; /* the flood was all read */
+    CONF_OK(
+        conf_varz_wait(&srv, "derp_packets_received", STALLED * FLOOD + FLOOD / ROUND, 30000, &v));
+    CONF_OK(conf_varz(&srv, "hderp_frames_refused", true, &v));
+    cr_assert_gt(v, 0, "the flood never reached the flooder's share: no attack");
+    bystanders(&a, &b, &p, FLOOD / ROUND);
+    CONF_OK(conf_varz(&srv, "derp_current_connections", false, &v));
+    cr_assert_eq(v, STALLED + 4, "a client was closed: %lld left", (long long)v);
+    struct conf_raw fresh;
+    CONF_OK(conf_raw_login(&fresh, &srv, NULL, NULL));
+    CONF_OK(conf_raw_ping_pong(&fresh, 9, CONF_IO_TIMEOUT_MS));
+    CONF_OK(conf_varz(&srv, "hderp_ctl_dropped", false, &v));
+    cr_assert_eq(v, 0);
+    conf_raw_close(&fresh);
+    conf_raw_close(&p);
+    conf_raw_close(&b);
+    conf_raw_close(&a);
+    conf_raw_close(&flooder);
+    for (int k = 0; k < STALLED; k++)
+        conf_raw_close(&stalled[k]);
+    cr_assert_eq(conf_server_stop(&srv), 0);
+}

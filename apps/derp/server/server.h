@@ -56,9 +56,10 @@ struct srv_client {
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
-    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
-    bool send_paused;   /* net queue over its high watermark */
-    bool prelogin;      /* counted in ds->prelogin (until admitted or closed) */
+    uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
+    bool send_paused;         /* net queue over its high watermark */
+    bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
+    struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -138,6 +139,7 @@ struct srv_mesh_link {
 
 /* Connections on this shard not logged in yet (server_prelogin.c). */
 struct srv_prelogin_slot;
+struct srv_account;
 struct srv_prelogin {
     uint32_t count; /* all of them */
     uint32_t mask;  /* slots - 1 */
@@ -166,6 +168,7 @@ struct srv_shard {
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct srv_prelogin prelogin;
+    struct hd_slab *accounts; /* server_frames.c */
     struct srv_counters ctr;
 };
 
@@ -194,11 +197,21 @@ void srv_prelogin_fini(struct srv_shard *ds);
 bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
 void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
 
+/* server_frames.c: fair shares of the frame pools. */
+int srv_frames_init(struct srv_shard *ds);
+void srv_frames_client_init(struct srv_client *cl); /* at activation, on the owner shard */
+void srv_frames_client_fini(struct srv_client *cl); /* at close */
+/* A frame for a packet cl sent, or NULL (the reserve or cl's share reached: counted). */
+struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
+hd_frame_release_fn srv_frame_release;
+/* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
+int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
+
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
                        enum srv_kind kind);
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
 void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);

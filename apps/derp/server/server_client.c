@@ -15,10 +15,20 @@ static const struct net_conn_handler client_handler;
 
 static void writer_run(struct hd_flush *f);
 
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
+/* A control frame (KeepAlive, Pong, ServerInfo, PeerGone, ...). No frame even in the pool's
+ * reserve (-ENOMEM) is the shard's trouble, not this client's: the frame is skipped and counted
+ * (a KeepAlive comes again, a lost Pong is a lost Ping). A queue over its cap (-ENOBUFS) is the
+ * client's own backlog: then it is closed, as before. Returns 0 or the send's -errno. */
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
 {
-    if (net_conn_send_copy(cl->conn, frame, len) < 0)
+    int rc = net_conn_send_copy(cl->conn, frame, len);
+    if (rc == -ENOMEM) {
+        cl->ds->ctr.ctl_dropped++;
+        hd_log_rl(HD_LOG_WARN, "frame pool exhausted: a control frame was not sent");
+    } else if (rc < 0) {
         srv_client_close(cl, -ENOBUFS);
+    }
+    return rc;
 }
 
 static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop why)
@@ -194,8 +204,10 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
         srv_client_close(cl, (int)n);
         return;
     }
+    srv_frames_client_init(cl);
     srv_register(ds, cl);
-    srv_client_send_ctl(cl, buf, (size_t)n);
+    if (srv_client_send_ctl(cl, buf, (size_t)n) == -ENOMEM)
+        srv_client_close(cl, -ENOMEM); /* no ServerInfo: the login failed, the client retries */
 }
 
 static void client_adopt(struct net_conn *c, void *arg)
@@ -236,9 +248,11 @@ static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_
     cl->prober = info.is_prober;
     cl->can_ack_pings = info.can_ack_pings;
     derp_splitter_set_mesh(&cl->sp, cl->mesh);
-    if (cl->mesh)
+    if (cl->mesh) {
         net_conn_set_limits(cl->conn, SRV_NET_HIGH_BYTES, SRV_NET_LOW_BYTES,
                             SRV_MESH_NET_MAX_BYTES);
+        net_conn_set_frame_limits(cl->conn, 0, 0); /* a watch stream: derper's is unbounded */
+    }
     /* Admission (§5): mesh peers skip every check. --allow-keys first: no controller request
      * for a key that is not listed. */
     if (!cl->mesh && !srv_allow_admits(ds, &cl->key))
@@ -286,11 +300,11 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     }
     /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
     uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;
-    struct hd_frame *f = hd_frame_get(ds->s, SRV_ROUTE_OFF + out_len);
-    if (f == NULL) {
+    struct hd_frame *f = srv_frame_get_data(cl, SRV_ROUTE_OFF + out_len);
+    if (f == NULL) { /* the pool's reserve or this sender's share reached (server_frames.c) */
         ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
         ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] += pkt_len;
-        hd_log_rl(HD_LOG_WARN, "frame pool exhausted: packet dropped");
+        hd_log_rl(HD_LOG_WARN, "frame pool at a sender's share or the reserve: packet dropped");
         return;
     }
     memcpy(f->data, dst, DERP_KEY_LEN);
@@ -429,6 +443,7 @@ static void client_closed(struct net_conn *c, int reason)
             while ((f = queue_pop(cl, k)) != NULL)
                 drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
         }
+        srv_frames_client_fini(cl);
     }
     srv_admit_cancel(cl);
     srv_sources_drop(cl);

@@ -23,7 +23,10 @@ struct srv_counters {
     uint64_t accepts_refused; /* closed by -accept-connection-limit */
     uint64_t conns_accepted;  /* every TCP connection (derper's accepts counts DERP clients) */
     uint64_t prelogin_refused_shard, prelogin_refused_addr; /* --prelogin-max, -per-addr-max */
-    uint64_t deadline_closes; /* closed at the HTTP or login deadline */
+    uint64_t deadline_closes;        /* closed at the HTTP or login deadline */
+    uint64_t frames_share_dropped;   /* packets dropped: the sender held its share of the pool */
+    uint64_t frames_reserve_dropped; /* packets dropped: only the control reserve was left */
+    uint64_t ctl_dropped;            /* KeepAlive/Pong not sent: no frame even in the reserve */
     uint64_t bytes_received, packets_received;
     uint64_t packets_received_kind[SRV_KINDS];
     uint64_t bytes_sent, packets_sent;

@@ -100,6 +100,9 @@ static void usage(FILE *out)
         "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
         "                          connection is closed at once (default 16384)\n"
         "  --prelogin-per-addr-max N  the same per source address per shard (default 2048)\n"
+        "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
+        "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
+        "                          this bounds what a burst can take\n"
         "  --hash-key HEX          32 hex digits: the tables' SipHash key (tests only: makes\n"
         "                          owner shards predictable; default random per process)\n"
         "  --verbose               debug logging\n"
@@ -283,6 +286,13 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             return -1;
         }
         *(strcmp(name, "prelogin-max") == 0 ? &f->prelogin_max : &f->prelogin_addr_max) = n;
+    } else if (strcmp(name, "frame-pool-mib") == 0) {
+        if (parse_int(v, SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected %u..%u\n", name, v,
+                    SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX);
+            return -1;
+        }
+        f->frame_pool_mib = n;
     } else if (strcmp(name, "hash-key") == 0) {
         f->hash_key = v; /* 32 hex digits, checked by configure */
     } else if (strcmp(name, "verify-clients") == 0) {
@@ -344,7 +354,8 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .http_deadline_ms = SRV_HTTP_DEADLINE_MS_DEFAULT,
                             .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
                             .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
-                            .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT};
+                            .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
+                            .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

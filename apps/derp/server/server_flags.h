@@ -34,6 +34,7 @@ struct srv_flags {
     uint64_t login_deadline_ms;       /* --login-deadline (derper: 10 s) */
     long prelogin_max;                /* --prelogin-max, per shard */
     long prelogin_addr_max;           /* --prelogin-per-addr-max, per shard */
+    long frame_pool_mib;              /* --frame-pool-mib, per shard */
     const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */
 };
 

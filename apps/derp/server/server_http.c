@@ -339,7 +339,9 @@ static void accept_with(struct net_listener *l, int fd, const struct net_addr *p
                                    .write_timeout_ms = ds->cfg->write_timeout_ms,
                                    .send_high_bytes = SRV_NET_HIGH_BYTES,
                                    .send_low_bytes = SRV_NET_LOW_BYTES,
-                                   .send_max_bytes = SRV_NET_MAX_BYTES};
+                                   .send_max_bytes = SRV_NET_MAX_BYTES,
+                                   .send_high_frames = SRV_NET_HIGH_FRAMES,
+                                   .send_low_frames = SRV_NET_LOW_FRAMES};
     struct net_conn *c;
     if (net_conn_adopt(net_listener_shard(l), fd, h, ds, &opt, &c) < 0) {
         hd_log_rl(HD_LOG_WARN, "accept: connection pool exhausted: refused a connection");

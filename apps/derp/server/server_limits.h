@@ -4,6 +4,7 @@
 #define SERVER_LIMITS_H
 
 #include "derp_limits.h"
+#include <hd/net_limits.h>
 
 /* derper: perClientSendQueueDepth = 32, one queue for disco and one for other packets. */
 #define SRV_QUEUE_DEPTH 32
@@ -49,6 +50,30 @@ _Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
 #define SRV_NET_LOW_BYTES      (256u * 1024u)
 #define SRV_NET_MAX_BYTES      (4u * 1024u * 1024u)
 #define SRV_MESH_NET_MAX_BYTES (64u * 1024u * 1024u)
+
+/* Frame pools per shard (server_frames.c): two classes, MTU-sized packets and the largest routed
+ * frame (at least net's tail size), half of --frame-pool-mib each: the default 256 MiB gives
+ * 65,536 x 2 KiB and 2,048 x 64 KiB. At least 4 MiB (1,024 small frames: tests), at most
+ * 16 GiB. A pool's pages are carved lazily, so an idle server does not use the cap. */
+#define SRV_FRAME_CLASSES 2u
+#define SRV_FRAME_SMALL   2048u
+#define SRV_FRAME_BIG                                                                              \
+    (SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX)
+#define SRV_FRAME_POOL_MIB_DEFAULT 256u
+#define SRV_FRAME_POOL_MIB_MIN     4u
+#define SRV_FRAME_POOL_MIB_MAX     16384u
+/* Of each class, 1/8 is kept for control frames (KeepAlive, Pong, ServerInfo), logins and HTTP
+ * answers; a sender may hold at most 1/5 of what is free above that (at least 32 frames). */
+#define SRV_FRAMES_RESERVE_DIV 8u
+#define SRV_FRAMES_SHARE_DIV   4u
+#define SRV_FRAMES_SHARE_MIN   32u
+/* Accounts: one per sending client plus closed ones whose frames are still out: never more
+ * than connections + frames. */
+#define SRV_ACCOUNTS_MAX (2u * NET_CONNS_MAX)
+/* A client's net send queue also pauses at this many frames (resumes at the low mark): small
+ * packets hold a whole 2 KiB frame each, so 1 MiB of them would be ~7,000 frames. */
+#define SRV_NET_HIGH_FRAMES 1024u
+#define SRV_NET_LOW_FRAMES  256u
 
 /* PeerGone bookkeeping: most distinct sources one connection remembers. */
 #define SRV_SOURCES_MAX 65536u

@@ -43,7 +43,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
-    if ((rc = srv_prelogin_init(ds)) < 0) {
+    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0) {
+        srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         free(ds->scratch);
         free(ds);
@@ -400,11 +401,8 @@ int main(int argc, char **argv)
     if (config.tls && config.http_port > 0 &&
         (claim80_fd = claim(&config.http_addr, "-http-port")) == -2)
         return 1;
-    static const struct hd_frame_class classes[] = {
-        {.size = 2048, .cap_count = 65536},
-        {.size = SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX,
-         .cap_count = 2048},
-    };
+    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
+    HD_ASSERT(srv_frame_classes((uint32_t)f.frame_pool_mib, classes) == 0); /* flag checked */
     static const struct hd_module *const modules[] = {&srv_module};
     struct hd_runtime_config cfg = {
         .shards_count = f.shards,
@@ -412,6 +410,7 @@ int main(int argc, char **argv)
         .handle_signals = true,
         .frame_classes = classes,
         .frame_classes_count = HD_ARRAY_SIZE(classes),
+        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
         .modules = modules,
         .modules_count = 1,
     };

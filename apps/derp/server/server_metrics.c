@@ -169,6 +169,11 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n", (long long)SUM(prelogin_refused_addr));
     put(o, "# TYPE hderp_deadline_closes counter\nhderp_deadline_closes %lld\n",
         (long long)SUM(deadline_closes));
+    put(o, "# TYPE hderp_frames_refused counter\n");
+    put(o, "hderp_frames_refused{why=\"share\"} %lld\n", (long long)SUM(frames_share_dropped));
+    put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n", (long long)SUM(frames_reserve_dropped));
+    put(o, "# TYPE hderp_ctl_dropped counter\nhderp_ctl_dropped %lld\n",
+        (long long)SUM(ctl_dropped));
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -219,11 +224,20 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
                                           .content_length = (int64_t)o.len,
                                           .connection = NET_HTTP_CONN_CLOSE};
         int n = net_http_write_resp(head, sizeof(head), &spec);
-        if (n > 0)
-            net_conn_send_copy(r->conn, head, (size_t)n);
-        if (!r->head_only)
-            net_conn_send_copy(r->conn, o.buf, o.len);
+        /* No body without its head; a failed send (no frames, queue cap) drops the answer:
+         * the connection closes at once instead of flushing half of it. */
+        int rc = n > 0 ? net_conn_send_copy(r->conn, head, (size_t)n) : -EINVAL;
+        if (rc == 0 && !r->head_only)
+            rc = net_conn_send_copy(r->conn, o.buf, o.len);
         free(o.buf);
+        if (rc < 0) {
+            hd_log_rl(HD_LOG_WARN, "/debug/varz: answer not sent: %s", strerror(-rc));
+            net_conn_close(r->conn, rc, false);
+            return;
+        }
+    } else {
+        net_conn_close(r->conn, -ENOMEM, false);
+        return;
     }
     net_conn_close(r->conn, 0, true); /* on_close frees r */
 }
@@ -264,8 +278,8 @@ void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
         r->done = true;
         char buf[256];
         int n = net_http_write_error(buf, sizeof(buf), 503, head_only);
-        if (n > 0)
-            net_conn_send_copy(c, buf, (size_t)n);
-        net_conn_close(c, 0, true);
+        if (n > 0 && net_conn_send_copy(c, buf, (size_t)n) < 0)
+            n = -1; /* not sent: close at once */
+        net_conn_close(c, 0, n > 0);
     }
 }
