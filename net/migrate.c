@@ -42,6 +42,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE)))
         return -EBUSY;
+    HD_ASSERT(c->migration == NULL);
     struct net_migration *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
@@ -93,6 +94,11 @@ void net_migrate_step(struct net_conn *c)
 {
     struct net_migration *m = c->migration;
     struct hd_shard *s = c->shard;
+    /* net_conn_maybe_finish calls this once nothing of c is in flight and it is still open */
+    HD_ASSERT(m != NULL && m->c == c && (c->flags & NET_F_MIGRATING));
+    HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0 && !(c->flags & NET_F_QUIET));
+    HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
+    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s));
     /* The codec first: if it cannot move, nothing else has been taken apart yet. */
     m->codec = c->codec;
     m->codec_state = c->codec_state;
@@ -135,6 +141,7 @@ void net_migrate_step(struct net_conn *c)
         net_conn_close(c, rc, false);
         return;
     }
+    HD_ASSERT(c->held_head == NET_BID_NONE && c->pending_head == NULL); /* all taken */
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;
@@ -214,6 +221,7 @@ static int requeue(struct net_conn *c, struct net_sendq *q, struct net_sendq_ent
 static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
 {
     struct net_migration *m = msg->ptr;
+    HD_ASSERT(m->c == NULL && m->dst == hd_shard_id(dst) && m->fd >= 0); /* packed and sent */
     int rc = 0;
     struct net_conn *c = net_conn_new(dst, m->fd, m->h, m->app, &m->opt);
     if (c == NULL) {

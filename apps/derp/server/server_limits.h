@@ -63,7 +63,8 @@ _Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
 #define SRV_FRAME_POOL_MIB_MIN     4u
 #define SRV_FRAME_POOL_MIB_MAX     16384u
 /* Of each class, 1/8 is kept for control frames (KeepAlive, Pong, ServerInfo), logins and HTTP
- * answers; a sender may hold at most 1/5 of what is free above that (at least 32 frames). */
+ * answers; a sender gets a frame while it holds less than 1/4 of what is free above that (at
+ * least 32 frames), so one flooder converges to a fifth of the pool. */
 #define SRV_FRAMES_RESERVE_DIV 8u
 #define SRV_FRAMES_SHARE_DIV   4u
 #define SRV_FRAMES_SHARE_MIN   32u
