@@ -424,14 +424,16 @@ void hd_log_set_level(enum hd_log_level level);
 void hd_log_write(enum hd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Per call site and thread: at most HD_LOG_RATE_PER_SEC lines a second; the next line that gets
- * through says how many were suppressed. */
+/* Per call site and thread: at most HD_LOG_RL_BURST lines per HD_LOG_RL_WINDOW_MS; the first line
+ * of a later window says how many were suppressed. */
 struct hd_log_rl {
     uint64_t window_ms;
     uint32_t lines;
     uint32_t suppressed;
 };
 bool hd_log_rl_allow(struct hd_log_rl *rl, uint32_t *suppressed);
+/* The same at a given time (tests). */
+bool hd_log_rl_allow_at(struct hd_log_rl *rl, uint64_t now_ms, uint32_t *suppressed);
 
 #define hd_log(level, ...)                                                                         \
     do {                                                                                           \

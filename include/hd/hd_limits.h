@@ -71,8 +71,12 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
 #define HD_STOP_GRACE_MS_DEFAULT 1000
 #define HD_STOP_CANCEL_MS        2000
 
-/* Logging: lines per second per call site per shard before lines are suppressed (and counted). */
-#define HD_LOG_RATE_PER_SEC 10
+/* Logging: per call site and thread (shard), HD_LOG_RL_BURST lines per HD_LOG_RL_WINDOW_MS, then
+ * lines are suppressed and counted; the first line of a later window carries the count. Lines
+ * a peer can trigger go through it, so a flood (accept failing with EMFILE every 100 ms on each
+ * shard, a stream of bad frames) costs a few lines per 10 s, not 20 a second (issue 16). */
+#define HD_LOG_RL_BURST     5
+#define HD_LOG_RL_WINDOW_MS 10000
 #define HD_LOG_LINE_MAX     1024
 
 /* Histograms: log-linear, 2^HD_HIST_SUB_BITS linear sub-buckets per power of two (~6% error). */
