@@ -293,6 +293,26 @@ Test(derp_handshake, json_unknown_keys_nulls_duplicates)
     cr_assert_str_eq(ci.app_name, "a");
 }
 
+/* Go's json.Unmarshal replaces each invalid UTF-8 byte in a string with U+FFFD (issue 16): the
+ * login goes on, AppName carries the replacements; outside strings it is still a syntax error. */
+Test(derp_handshake, json_invalid_utf8_replaced)
+{
+    struct derp_client_info ci;
+    cr_assert_eq(parse("{\"AppName\":\"a\xff\xc0\x80"
+                       "b\",\"version\":2}",
+                       &ci),
+                 0);
+    cr_assert_eq(ci.version, 2);
+    cr_assert_str_eq(ci.app_name, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                                  "b");
+    cr_assert_eq(parse("{\"x\":\"\xed\xa0\x80\xf4\x90\x80\x80\xe2\x82\",\"version\":3}", &ci), 0,
+                 "surrogates, > U+10FFFF and a cut sequence in an unknown field");
+    cr_assert_eq(ci.version, 3);
+    cr_assert_eq(parse("{\"AppName\":\"\xc3\xa9\xf0\x9f\x98\x80\"}", &ci), 0);
+    cr_assert_str_eq(ci.app_name, "\xc3\xa9\xf0\x9f\x98\x80", "valid UTF-8 is kept");
+    cr_assert_eq(parse("{\"version\":2\xff}", &ci), -EPROTO, "outside a string: syntax error");
+}
+
 Test(derp_handshake, json_rejections)
 {
     struct derp_client_info ci = {.version = 77};
