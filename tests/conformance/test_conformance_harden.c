@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
 #include <sys/socket.h>
@@ -244,5 +245,51 @@ Test(test_conformance_harden, pool_drain_bystanders_served, .timeout = 240)
     conf_raw_close(&flooder);
     for (int k = 0; k < STALLED; k++)
         conf_raw_close(&stalled[k]);
+    cr_assert_eq(conf_server_stop(&srv), 0);
+}
+
+/* ClientInfo frames up to the spec's 256 KiB log in (derper reads them; net's unconsumed tail
+ * holds only ~64 KiB, so the server gathers big ones itself); one over it is refused. */
+static int big_login(size_t json_len, int64_t *version)
+{
+    struct conf_raw r;
+    int rc = conf_raw_open(&r, &srv, NULL);
+    if (rc == 0)
+        rc = conf_raw_upgrade(&r, NULL);
+    if (rc == 0)
+        rc = conf_raw_read_server_key(&r);
+    char *json = malloc(json_len + 1);
+    uint8_t *ci = malloc(json_len + 256);
+    cr_assert(json && ci);
+    static const char head[] = "{\"version\":2,\"pad\":\"";
+    memcpy(json, head, sizeof(head) - 1);
+    memset(json + sizeof(head) - 1, 'x', json_len - (sizeof(head) - 1) - 2);
+    memcpy(json + json_len - 2, "\"}", 3);
+    ssize_t n = rc == 0 ? conf_raw_client_info(&r, json, ci, json_len + 256) : rc;
+    if (n > 0)
+        rc = conf_raw_write(&r, ci, (size_t)n);
+    if (rc == 0)
+        rc = conf_raw_read_server_info(&r, version);
+    if (rc == 0)
+        rc = conf_raw_ping_pong(&r, 5, CONF_IO_TIMEOUT_MS);
+    free(json);
+    free(ci);
+    conf_raw_close(&r);
+    return rc;
+}
+
+Test(test_conformance_harden, client_info_up_to_256k)
+{
+    CONF_OK(conf_server_start(&srv, &(struct conf_server_opts){0}));
+    int64_t version = 0;
+    CONF_OK(big_login(200 * 1024, &version)); /* over net's tail, under the spec's cap */
+    cr_assert_eq(version, 2);
+    CONF_OK(big_login(20 * 1024, &version)); /* just over the inline size */
+    /* the frame (JSON + 72 bytes of key, nonce and MAC) just over 256 KiB: refused */
+    int rc = big_login((256 << 10) - 72 + 1, &version);
+    cr_assert(rc == -ESHUTDOWN || rc == -ECONNRESET, "an oversized ClientInfo logged in: %d", rc);
+    int64_t v = 0;
+    CONF_OK(conf_varz(&srv, "derp_current_connections", false, &v));
+    cr_assert_eq(v, 0);
     cr_assert_eq(conf_server_stop(&srv), 0);
 }

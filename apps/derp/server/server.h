@@ -60,6 +60,10 @@ struct srv_client {
     bool send_paused;         /* net queue over its high watermark */
     bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
     struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
+    /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
+     * NET_RX_TAIL_MAX unconsumed; the spec allows 256 KiB): the whole frame, login only. */
+    uint8_t *login_buf;
+    uint32_t login_len, login_have;
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;

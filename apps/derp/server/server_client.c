@@ -369,10 +369,56 @@ static int on_frame(struct srv_client *cl, uint8_t type, const uint8_t *payload,
     }
 }
 
+/* A big ClientInfo (over SRV_LOGIN_INLINE_MAX): take what is there into cl->login_buf; once the
+ * frame is whole, split and dispatch it from there. Returns the bytes of data used, or -errno. */
+static ssize_t login_gather(struct srv_client *cl, const uint8_t *data, size_t len)
+{
+    uint32_t take = cl->login_len - cl->login_have;
+    if (take > len)
+        take = (uint32_t)len;
+    memcpy(cl->login_buf + cl->login_have, data, take);
+    cl->login_have += take;
+    if (cl->login_have < cl->login_len)
+        return take;
+    struct derp_split sp;
+    int rc = derp_splitter_next(&cl->sp, cl->login_buf, cl->login_len, &sp);
+    HD_ASSERT(rc < 0 || (sp.kind == DERP_SPLIT_FRAME && sp.consumed == cl->login_len));
+    if (rc == 0)
+        rc = on_frame(cl, sp.type, cl->login_buf + sp.payload_offset, sp.len);
+    free(cl->login_buf);
+    cl->login_buf = NULL;
+    if (rc < 0) {
+        cl->ds->ctr.handshake_errors++;
+        return rc;
+    }
+    return take;
+}
+
+/* The first frame's header says it is a ClientInfo too big for net's tail: start gathering. */
+static bool login_gather_start(struct srv_client *cl, const struct derp_split *sp)
+{
+    size_t whole = DERP_FRAME_HEADER_LEN + (size_t)sp->len;
+    if (cl->phase != SRV_CLIENT_HANDSHAKE || sp->kind != DERP_SPLIT_NEED || !sp->header_known ||
+        whole <= SRV_LOGIN_INLINE_MAX)
+        return false;
+    cl->login_buf = malloc(whole); /* bounded by the splitter: DERP_CLIENT_INFO_LEN_MAX */
+    if (cl->login_buf == NULL)
+        return false; /* then net's tail limit closes it, as before */
+    cl->login_len = (uint32_t)whole;
+    cl->login_have = 0;
+    return true;
+}
+
 static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct srv_client *cl = net_conn_app(c);
     size_t done = 0;
+    if (cl->login_buf) {
+        ssize_t n = login_gather(cl, data, len);
+        if (n < 0 || cl->login_buf || net_conn_state(c) != NET_CONN_OPEN)
+            return n;
+        done = (size_t)n;
+    }
     const bool rate_on = cl->ds->cfg->rate_var != NULL; /* -rate-config given (§6.9) */
     while (cl->phase != SRV_CLIENT_MOVING && cl->phase != SRV_CLIENT_ADMITTING) {
         struct derp_split sp;
@@ -391,8 +437,18 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
         if (rate_on && sp.header_known && !skipping && cl->phase == SRV_CLIENT_ACTIVE &&
             !srv_rate_take(cl, sp.len))
             break; /* reading paused: this frame is offered again when its tokens are there */
-        if (sp.kind == DERP_SPLIT_NEED)
+        if (sp.kind == DERP_SPLIT_NEED) {
+            if (login_gather_start(cl, &sp)) {
+                ssize_t n = login_gather(cl, data + done, len - done);
+                if (n < 0)
+                    return n;
+                done += (size_t)n;
+                if (cl->login_buf || net_conn_state(c) != NET_CONN_OPEN)
+                    break;
+                continue;
+            }
             break;
+        }
         if (sp.kind == DERP_SPLIT_FRAME) {
             rc = on_frame(cl, sp.type, data + done + sp.payload_offset, sp.len);
             if (rc < 0) {
@@ -447,6 +503,7 @@ static void client_closed(struct net_conn *c, int reason)
     }
     srv_admit_cancel(cl);
     srv_sources_drop(cl);
+    free(cl->login_buf);
     free(cl);
 }
 

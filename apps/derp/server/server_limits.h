@@ -76,6 +76,13 @@ _Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
 #define SRV_NET_HIGH_FRAMES 1024u
 #define SRV_NET_LOW_FRAMES  256u
 
+/* A ClientInfo frame larger than this is gathered in its own heap buffer (login only, freed at
+ * once) instead of in net's unconsumed tail, which holds at most NET_RX_TAIL_MAX: derper reads
+ * ClientInfo up to 256 KiB (DERP_CLIENT_INFO_LEN_MAX). */
+#define SRV_LOGIN_INLINE_MAX (16u * 1024u)
+_Static_assert(SRV_LOGIN_INLINE_MAX < NET_RX_TAIL_MAX,
+               "small ClientInfo frames stay in net's tail");
+
 /* PeerGone bookkeeping: most distinct sources one connection remembers. */
 #define SRV_SOURCES_MAX 65536u
 /* Watchers in the process (mesh peers and monitoring tools). */
