@@ -357,7 +357,8 @@ static void accept_with(struct net_listener *l, int fd, const struct net_addr *p
     /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
     struct tls_conn_options to = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
-                                  .on_handshake = ds->cfg->sni_required ? check_sni : NULL};
+                                  .on_handshake = ds->cfg->sni_required ? check_sni : NULL,
+                                  .reply_plain_http = true}; /* Go's 400 to plain HTTP */
     int rc = tls_conn_start(c, srv_certs_current(ds), &to);
     if (rc < 0)
         net_conn_close(c, rc, false);
