@@ -141,6 +141,7 @@ struct hd_pool_stats {
     uint64_t exhausted;  /* gets that returned NULL */
     uint64_t gets, puts;
     uint64_t chunks;
+    uint64_t chunks_freed; /* empty chunks given back after a burst (HD_SLAB_SPARE_CHUNKS) */
 };
 /* A pool of fixed-size objects owned by shard s, grown in HD_SLAB_CHUNK_SIZE-aligned chunks up to
  * cap_objects. Start-up only (allocates). Returns 0, -EINVAL, -ENOMEM. */
@@ -153,6 +154,11 @@ void hd_slab_destroy(struct hd_slab *p);
 void *hd_slab_get(struct hd_slab *p);
 /* Return an object to its pool (asserts the pool owns it). In debug builds it is poisoned. */
 void hd_slab_put(struct hd_slab *p, void *obj);
+/* Frees the empty chunks beyond what the pool's peak since the last trim needed (plus
+ * HD_SLAB_SPARE_CHUNKS); a shard's pools are trimmed every HD_SLAB_TRIM_MS by its loop. Owner
+ * thread. Frees memory: never from the data path. */
+void hd_slab_trim(struct hd_slab *p);
+bool hd_slab_trim_wanted(const struct hd_slab *p);
 /* O(1): does obj lie in one of this pool's chunks? obj must come from some hd_slab. */
 bool hd_slab_owns(const struct hd_slab *p, const void *obj);
 void hd_slab_stats(const struct hd_slab *p, struct hd_pool_stats *out);

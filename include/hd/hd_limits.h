@@ -61,6 +61,12 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * chunks aligned to their size; a chunk header finds its pool in O(1). */
 #define HD_SLAB_CHUNK_SIZE (2u * 1024u * 1024u) /* all pools: header found by masking */
 #define HD_SLAB_OBJ_MIN    16u
+/* Empty chunks a pool keeps after a burst (more go back to the allocator): one, so a load that
+ * hovers at a chunk boundary does not allocate and free 2 MiB per cycle. */
+#define HD_SLAB_SPARE_CHUNKS 1u
+/* How often a shard frees the empty chunks its pools did not need over that interval; an idle
+ * shard with such chunks wakes for it (one tick), one without sleeps on. */
+#define HD_SLAB_TRIM_MS 1000u
 _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer");
 
 /* Frame pools: size classes of frame payload bytes. 2 KiB holds an MTU packet with headers;

@@ -20,6 +20,13 @@
 /* ---------------------------------------------------------------- the module */
 
 static struct srv_config config;
+
+/* jemalloc (release builds): give freed pages back within about a second, from its own
+ * background thread, so the chunks pools free after a burst (hd_slab_trim) leave RSS without
+ * waiting for allocator activity (issue 16: RSS stayed at the burst's peak). Read by jemalloc at
+ * start-up; an unused symbol under the sanitizers. */
+extern const char *malloc_conf;
+const char *malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
 static uint8_t hash_key[SRV_HASH_KEY_LEN]; /* --hash-key */
 static bool hash_key_given;
 
