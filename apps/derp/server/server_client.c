@@ -206,6 +206,7 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
     }
     srv_frames_client_init(cl);
     srv_register(ds, cl);
+    srv_admit_recheck_start(cl);
     if (srv_client_send_ctl(cl, buf, (size_t)n) == -ENOMEM)
         srv_client_close(cl, -ENOMEM); /* no ServerInfo: the login failed, the client retries */
 }
@@ -487,6 +488,7 @@ static void client_closed(struct net_conn *c, int reason)
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
         hd_flush_cancel(ds->s, &cl->writer);
         hd_timer_stop(ds->s, &cl->keepalive);
+        srv_admit_recheck_stop(cl);
         srv_rate_client_fini(cl);
         srv_unregister(ds, cl);
         ds->ctr.current_connections--;

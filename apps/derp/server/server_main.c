@@ -120,6 +120,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
+    srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
@@ -245,6 +246,48 @@ static int configure_tls(const struct srv_flags *f)
     return 0;
 }
 
+/* The mesh key (spec §7): -mesh-psk-file, or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+static int configure_mesh_key(const struct srv_flags *f)
+{
+    if (f->mesh_psk_file) {
+        char err[256];
+        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
+        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
+        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
+            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    }
+    return 0;
+}
+
+/* Issue 16's limits (deadlines, pre-login caps) and --hash-key. 0 or -EINVAL (printed). */
+static int configure_limits(const struct srv_flags *f)
+{
+    config.http_deadline_ms = (uint32_t)f->http_deadline_ms;
+    config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
+    config.prelogin_shard_max = (uint32_t)f->prelogin_max;
+    config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    if (f->hash_key == NULL)
+        return 0;
+    size_t got = 0;
+    if (strlen(f->hash_key) != 2 * SRV_HASH_KEY_LEN ||
+        sodium_hex2bin(hash_key, sizeof(hash_key), f->hash_key, 2 * SRV_HASH_KEY_LEN, NULL, &got,
+                       NULL) != 0 ||
+        got != sizeof(hash_key)) {
+        fprintf(stderr, "hderp-server: --hash-key: expected %d hex digits\n", 2 * SRV_HASH_KEY_LEN);
+        return -EINVAL;
+    }
+    hash_key_given = true;
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -270,45 +313,20 @@ static int configure(const struct srv_flags *f)
     config.home = f->home;
     config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
     config.accept_burst = (double)f->accept_burst;
-    config.http_deadline_ms = (uint32_t)f->http_deadline_ms;
-    config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
-    config.prelogin_shard_max = (uint32_t)f->prelogin_max;
-    config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
-    if (f->hash_key) {
-        size_t got = 0;
-        if (strlen(f->hash_key) != 2 * SRV_HASH_KEY_LEN ||
-            sodium_hex2bin(hash_key, sizeof(hash_key), f->hash_key, 2 * SRV_HASH_KEY_LEN, NULL,
-                           &got, NULL) != 0 ||
-            got != sizeof(hash_key)) {
-            fprintf(stderr, "hderp-server: --hash-key: expected %d hex digits\n",
-                    2 * SRV_HASH_KEY_LEN);
-            return -EINVAL;
-        }
-        hash_key_given = true;
-    }
+    if (configure_limits(f) < 0)
+        return -EINVAL;
     config.stun = f->stun;
     config.stun_port = f->stun_port;
-    if (f->mesh_psk_file) {
-        char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
-        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
-        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
-            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    }
+    if (configure_mesh_key(f) < 0)
+        return -EINVAL;
     char aerr[256];
     if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
                             sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -EINVAL;
     if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
         return -EINVAL;
@@ -392,6 +410,25 @@ static int claim(const struct net_addr *addr, const char *what)
     return -2;
 }
 
+static int claim_fds[2] = {-1, -1}; /* -a, -http-port: held until exit */
+
+static int claim_all(void)
+{
+    if ((claim_fds[0] = claim(&config.addr, "-a")) == -2)
+        return -1;
+    if (config.tls && config.http_port > 0 &&
+        (claim_fds[1] = claim(&config.http_addr, "-http-port")) == -2)
+        return -1;
+    return 0;
+}
+
+static void claim_release(void)
+{
+    for (unsigned i = 0; i < 2; i++)
+        if (claim_fds[i] >= 0)
+            close(claim_fds[i]);
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
@@ -402,11 +439,7 @@ int main(int argc, char **argv)
         return 1;
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
-    int claim_fd = claim(&config.addr, "-a"), claim80_fd = -1;
-    if (claim_fd == -2)
-        return 1;
-    if (config.tls && config.http_port > 0 &&
-        (claim80_fd = claim(&config.http_addr, "-http-port")) == -2)
+    if (claim_all() < 0)
         return 1;
     static struct hd_frame_class classes[SRV_FRAME_CLASSES];
     HD_ASSERT(srv_frame_classes((uint32_t)f.frame_pool_mib, classes) == 0); /* flag checked */
@@ -420,6 +453,9 @@ int main(int argc, char **argv)
         .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
         .modules = modules,
         .modules_count = 1,
+        .stall_ms = !f.stall_set      ? 0
+                    : f.stall_ms == 0 ? HD_STALL_OFF
+                                      : (uint32_t)f.stall_ms,
     };
     struct hd_runtime *rt;
     rc = hd_runtime_create(&cfg, &rt);
@@ -462,10 +498,7 @@ int main(int argc, char **argv)
     hd_runtime_destroy(rt);
     srv_admit_fini(&config);
     srv_mesh_config_free(&config);
-    if (claim_fd >= 0)
-        close(claim_fd);
-    if (claim80_fd >= 0)
-        close(claim80_fd);
+    claim_release();
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }
