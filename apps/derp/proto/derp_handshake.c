@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "derp_frame.h"
+#include "derp_json.h"
 
 _Static_assert(crypto_box_NONCEBYTES == DERP_NONCE_LEN, "NaCl box nonce");
 _Static_assert(crypto_box_MACBYTES == DERP_BOX_MAC_LEN, "NaCl box tag");
@@ -154,8 +155,18 @@ static json_t *json_parse(const uint8_t *text, size_t len)
     json_error_t jerr;
     size_t n;
     uint8_t *clean = utf8_sanitize(text, len, &n);
-    json_t *v = json_loadb(clean ? (const char *)clean : (const char *)text, n,
-                           JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    const uint8_t *doc = clean ? clean : text;
+    json_t *v = json_loadb((const char *)doc, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    struct derp_json_deep *deep = v ? NULL : malloc(sizeof(*deep));
+    if (deep && derp_json_scan(doc, n, deep) == 0 && deep->count > 0) {
+        /* nested deeper than jansson goes but within Go's 10,000: those members become [] */
+        size_t flat_len;
+        uint8_t *flat = derp_json_flatten(doc, n, deep, &flat_len);
+        if (flat)
+            v = json_loadb((const char *)flat, flat_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        free(flat);
+    }
+    free(deep);
     free(clean);
     return v;
 }
