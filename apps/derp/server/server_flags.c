@@ -115,7 +115,7 @@ static void usage_own(FILE *out)
         "                          upgrade (default 10s, as derper; at least 100ms)\n"
         "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
         "                          connection is closed at once (default 16384)\n"
-        "  --prelogin-per-addr-max N  the same per source address per shard (default 2048)\n"
+        "  --prelogin-per-addr-max N  the same per source address per shard (default 4096)\n"
         "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
         "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
         "                          this bounds what a burst can take\n"

@@ -33,9 +33,10 @@
  * (--prelogin-per-addr-max). An honest login takes a few round trips, so even a 10k-connection
  * reconnect storm holds a few hundred at once; with the deadlines above a source dripping bytes
  * holds at most this many slots for at most 30 s. NATed clients share an address, hence the
- * generous per-address default; 0 is not allowed (no cap would be the old behaviour). */
+ * generous per-address default (also: hderp-bench logs in up to 4,096 peers at once from one
+ * address); 0 is not allowed (no cap would be the old behaviour). */
 #define SRV_PRELOGIN_SHARD_MAX_DEFAULT 16384u
-#define SRV_PRELOGIN_ADDR_MAX_DEFAULT  2048u
+#define SRV_PRELOGIN_ADDR_MAX_DEFAULT  4096u
 #define SRV_PRELOGIN_MAX_MAX           (1u << 20)
 _Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
                "the per-address cap is within the shard's");
