@@ -7,6 +7,7 @@
 set -u
 B=$1; SECS=${2:-600}
 W=$(mktemp -d)
+O= A= BB= C=
 trap 'kill $O $A $BB $C 2>/dev/null; rm -rf "$W"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 uport() { python3 -c 'import socket; s=socket.socket(type=socket.SOCK_DGRAM); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
