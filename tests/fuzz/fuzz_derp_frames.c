@@ -21,96 +21,99 @@ static bool inside(const uint8_t *v, size_t n, const uint8_t *p, size_t len)
     return v == NULL || (v >= p && v + n <= p + len);
 }
 
-/* Every decoder for the frame's type; views checked, digest of what was decoded. */
-static uint64_t decode(uint8_t type, const uint8_t *p, size_t len)
+/* The three packet frames: keys and data inside the payload. */
+static int decode_packet(uint8_t type, const uint8_t *p, size_t len, uint64_t *h)
 {
-    uint64_t h = fuzz_mix(0, type);
     struct derp_packet pk;
-    const uint8_t *v;
-    int rc = -ENOSYS;
-    switch (type) {
-    case DERP_FRAME_SEND_PACKET:
-    case DERP_FRAME_RECV_PACKET:
-    case DERP_FRAME_FORWARD_PACKET:
-        rc = type == DERP_FRAME_SEND_PACKET   ? derp_frame_send_packet_decode(p, len, &pk)
+    int rc = type == DERP_FRAME_SEND_PACKET   ? derp_frame_send_packet_decode(p, len, &pk)
              : type == DERP_FRAME_RECV_PACKET ? derp_frame_recv_packet_decode(p, len, &pk)
                                               : derp_frame_forward_packet_decode(p, len, &pk);
-        if (rc == 0) {
-            CHECK(inside(pk.src_key, DERP_KEY_LEN, p, len));
-            CHECK(inside(pk.dst_key, DERP_KEY_LEN, p, len));
-            CHECK(inside(pk.data, pk.data_len, p, len));
-            h = fuzz_mix(h, pk.data_len);
-        }
-        break;
-    case DERP_FRAME_SERVER_KEY:
+    if (rc == 0) {
+        CHECK(inside(pk.src_key, DERP_KEY_LEN, p, len));
+        CHECK(inside(pk.dst_key, DERP_KEY_LEN, p, len));
+        CHECK(inside(pk.data, pk.data_len, p, len));
+        *h = fuzz_mix(*h, pk.data_len);
+    }
+    return rc;
+}
+
+/* The login and mesh frames. */
+static int decode_login(uint8_t type, const uint8_t *p, size_t len)
+{
+    const uint8_t *v;
+    int rc;
+    if (type == DERP_FRAME_SERVER_KEY) {
         if ((rc = derp_frame_server_key_decode(p, len, &v)) == 0)
             CHECK(inside(v, DERP_KEY_LEN, p, len));
-        break;
-    case DERP_FRAME_CLIENT_INFO: {
+    } else if (type == DERP_FRAME_CLIENT_INFO) {
         struct derp_client_info_frame ci;
         if ((rc = derp_frame_client_info_decode(p, len, &ci)) == 0)
             CHECK(inside(ci.client_key, DERP_KEY_LEN, p, len) &&
                   inside(ci.sealed, ci.sealed_len, p, len));
-        break;
-    }
-    case DERP_FRAME_SERVER_INFO: {
+    } else if (type == DERP_FRAME_SERVER_INFO) {
         struct derp_server_info_frame si;
         if ((rc = derp_frame_server_info_decode(p, len, &si)) == 0)
             CHECK(inside(si.sealed, si.sealed_len, p, len));
-        break;
+    } else if (type == DERP_FRAME_WATCH_CONNS) {
+        rc = derp_frame_watch_conns_decode(len);
+    } else {
+        if ((rc = derp_frame_close_peer_decode(p, len, &v)) == 0)
+            CHECK(inside(v, DERP_KEY_LEN, p, len));
     }
-    case DERP_FRAME_NOTE_PREFERRED: {
+    return rc;
+}
+
+/* Presence, pings, health and the rest a server or client sends in the steady state. */
+static int decode_other(uint8_t type, const uint8_t *p, size_t len, uint64_t *h)
+{
+    const uint8_t *v;
+    int rc = -ENOSYS;
+    if (type == DERP_FRAME_NOTE_PREFERRED) {
         bool pref;
         if ((rc = derp_frame_note_preferred_decode(p, len, &pref)) == 0)
-            h = fuzz_mix(h, pref);
-        break;
-    }
-    case DERP_FRAME_PEER_GONE: {
+            *h = fuzz_mix(*h, pref);
+    } else if (type == DERP_FRAME_PEER_GONE) {
         struct derp_peer_gone g;
-        if ((rc = derp_frame_peer_gone_decode(p, len, &g)) == 0) {
+        if ((rc = derp_frame_peer_gone_decode(p, len, &g)) == 0)
             CHECK(inside(g.key, DERP_KEY_LEN, p, len));
-            h = fuzz_mix(h, g.reason);
-        }
-        break;
-    }
-    case DERP_FRAME_PEER_PRESENT: {
+    } else if (type == DERP_FRAME_PEER_PRESENT) {
         struct derp_peer_present pp;
         if ((rc = derp_frame_peer_present_decode(p, len, &pp)) == 0) {
             CHECK(inside(pp.key, DERP_KEY_LEN, p, len));
-            h = fuzz_mix(h, (uint64_t)pp.has_addr << 1 | pp.has_flags);
+            *h = fuzz_mix(*h, (uint64_t)pp.has_addr << 1 | pp.has_flags);
         }
-        break;
-    }
-    case DERP_FRAME_WATCH_CONNS:
-        rc = derp_frame_watch_conns_decode(len);
-        break;
-    case DERP_FRAME_CLOSE_PEER:
-        if ((rc = derp_frame_close_peer_decode(p, len, &v)) == 0)
-            CHECK(inside(v, DERP_KEY_LEN, p, len));
-        break;
-    case DERP_FRAME_PING:
-    case DERP_FRAME_PONG:
+    } else if (type == DERP_FRAME_PING || type == DERP_FRAME_PONG) {
         rc = type == DERP_FRAME_PING ? derp_frame_ping_decode(p, len, &v)
                                      : derp_frame_pong_decode(p, len, &v);
         if (rc == 0)
             CHECK(inside(v, DERP_PING_LEN, p, len));
-        break;
-    case DERP_FRAME_HEALTH: {
+    } else if (type == DERP_FRAME_HEALTH) {
         const char *text;
         size_t n;
         if ((rc = derp_frame_health_decode(p, len, &text, &n)) == 0)
             CHECK(inside((const uint8_t *)text, n, p, len));
-        break;
-    }
-    case DERP_FRAME_RESTARTING: {
+    } else if (type == DERP_FRAME_RESTARTING) {
         struct derp_restarting r;
         if ((rc = derp_frame_restarting_decode(p, len, &r)) == 0)
-            h = fuzz_mix(h, (uint64_t)r.reconnect_in_ms << 32 | r.try_for_ms);
-        break;
+            *h = fuzz_mix(*h, (uint64_t)r.reconnect_in_ms << 32 | r.try_for_ms);
     }
-    default:
-        break;
-    }
+    return rc;
+}
+
+/* Every decoder for the frame's type; views checked, digest of what was decoded. */
+static uint64_t decode(uint8_t type, const uint8_t *p, size_t len)
+{
+    uint64_t h = fuzz_mix(0, type);
+    int rc;
+    if (type == DERP_FRAME_SEND_PACKET || type == DERP_FRAME_RECV_PACKET ||
+        type == DERP_FRAME_FORWARD_PACKET)
+        rc = decode_packet(type, p, len, &h);
+    else if (type == DERP_FRAME_SERVER_KEY || type == DERP_FRAME_CLIENT_INFO ||
+             type == DERP_FRAME_SERVER_INFO || type == DERP_FRAME_WATCH_CONNS ||
+             type == DERP_FRAME_CLOSE_PEER)
+        rc = decode_login(type, p, len);
+    else
+        rc = decode_other(type, p, len, &h);
     CHECK(rc == 0 || rc == -EPROTO || rc == -EMSGSIZE || rc == -ENOSYS);
     return fuzz_mix(h, (uint64_t)(rc + 1000));
 }

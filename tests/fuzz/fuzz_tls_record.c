@@ -55,6 +55,18 @@ static void open_raw(struct tls_record_state *r, uint8_t *buf, size_t len)
     }
 }
 
+/* Intact: everything opened, in order, nothing left. Damaged: the record with the flipped byte
+ * (and every later one) did not open, and the verdict is one the layer documents. */
+static void check_verdict(bool damaged, int verdict, bool all_opened, bool some_unopened)
+{
+    if (!damaged) {
+        CHECK(verdict == 0 && all_opened);
+        return;
+    }
+    CHECK(verdict == -EBADMSG || verdict == -EPROTO || verdict == -EMSGSIZE || verdict == 0);
+    CHECK(some_unopened);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2 || size > STREAM_MAX / 2)
@@ -118,12 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             have -= ri.record_len;
         }
     }
-    if (flip == SIZE_MAX) {
-        CHECK(verdict == 0 && rec == nrec && out_off == plen && have == 0);
-    } else {
-        CHECK(verdict == -EBADMSG || verdict == -EPROTO || verdict == -EMSGSIZE || verdict == 0);
-        CHECK(rec < nrec); /* the damaged record and the ones after it did not open */
-    }
+    check_verdict(flip != SIZE_MAX, verdict, rec == nrec && out_off == plen && have == 0,
+                  rec < nrec);
 out:
     tls_record_state_deinit(&w);
     tls_record_state_deinit(&r);
