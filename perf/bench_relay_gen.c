@@ -365,6 +365,8 @@ static void closed(struct bench_pair *p, int reason)
 static void tx_close(struct derp_client *k, int reason)
 {
     struct bench_sender *tx = derp_client_user(k);
+    tx->close_stats = *derp_client_stats(k);
+    tx->closed = true;
     tx->k = NULL;
     closed(tx->pair, reason);
 }
@@ -372,6 +374,8 @@ static void tx_close(struct derp_client *k, int reason)
 static void rx_close(struct derp_client *k, int reason)
 {
     struct bench_receiver *rx = derp_client_user(k);
+    rx->close_stats = *derp_client_stats(k);
+    rx->closed = true;
     rx->k = NULL;
     closed(rx->pair, reason);
 }

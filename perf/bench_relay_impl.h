@@ -156,6 +156,8 @@ struct bench_sender {
     unsigned trailers_sent;
     uint64_t trailer_last_ns;
     bool done; /* drain: its trailers went out (or its local receiver has one) */
+    struct derp_client_stats close_stats; /* its client's, when it closed (the failure report) */
+    bool closed;
 };
 
 struct bench_receiver {
@@ -177,7 +179,9 @@ struct bench_receiver {
     uint64_t expected; /* trailer: measured packets the sender sent (end - first) */
     uint64_t meas_seq_min, meas_seq_max;
     bool meas_any;
-    struct hd_hist latency_ns; /* measured packets: receive time - send time */
+    struct hd_hist latency_ns;            /* measured packets: receive time - send time */
+    struct derp_client_stats close_stats; /* as the sender's */
+    bool closed;
 };
 
 struct bench_gen_shard;

@@ -29,7 +29,8 @@ sweep=(--rates 20,0 --repeats 2)
 python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" \
     --relay "hderp=$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}$(
         [ "$mode" = tls ] && echo ' -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1')" \
-    "${sweep[@]}" --duration 2 --warmup 1 --shards 1 --out "$work" >"$work/run.out" 2>&1 ||
+    "${sweep[@]}" --duration 2 --warmup 1 --shards 1 --syscall-run 0 --out "$work" \
+    >"$work/run.out" 2>&1 ||
     { cat "$work/run.out"; exit 1; }
 cat "$work/run.out"
 python3 - "$work" "$mode" <<'PY'
