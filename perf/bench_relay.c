@@ -16,6 +16,7 @@
  * Threads: main parses and reports; the load runs on the generator's shards (bench_relay_gen.c).
  * Exit: 0 figures printed, 1 the run failed (a client could not log in or closed), 2 usage. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,9 +92,9 @@ static int parse_num(const char *name, const char *v, double lo, double hi, doub
     return 0;
 }
 
-static int apply(struct bench_config *c, const char *name, const char *v)
+/* The options with text values: 0 applied, -1 an error printed, 1 not one of them. */
+static int apply_text(struct bench_config *c, const char *name, const char *v)
 {
-    double x;
     if (strcmp(name, "server") == 0) {
         if (c->servers_count == BENCH_SERVERS_MAX) {
             fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
@@ -150,6 +151,15 @@ static int apply(struct bench_config *c, const char *name, const char *v)
         c->pair_file = v;
         return 0;
     }
+    return 1;
+}
+
+static int apply(struct bench_config *c, const char *name, const char *v)
+{
+    double x;
+    int rc = apply_text(c, name, v);
+    if (rc <= 0)
+        return rc;
     struct {
         const char *name;
         double lo, hi;
@@ -235,6 +245,22 @@ static int pairs_resolve(struct bench_config *c)
     return 0;
 }
 
+/* The options without a value. */
+static bool *flag_of(struct bench_config *c, const char *name)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } flags[] = {{"json", offsetof(struct bench_config, json)},
+                 {"insecure", offsetof(struct bench_config, insecure)},
+                 {"latency", offsetof(struct bench_config, latency)},
+                 {"relay-syscalls", offsetof(struct bench_config, relay_syscalls)}};
+    for (size_t i = 0; i < HD_ARRAY_SIZE(flags); i++)
+        if (strcmp(name, flags[i].name) == 0)
+            return (bool *)((char *)c + flags[i].off);
+    return NULL;
+}
+
 /* Returns 0, 1 (--help printed) or -1 (usage error). */
 static int parse_args(int argc, char **argv, struct bench_config *c)
 {
@@ -257,13 +283,9 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
             usage(stdout);
             return 1;
         }
-        if (strcmp(name, "relay-syscalls") == 0) {
-            c->relay_syscalls = true;
-            continue;
-        }
-        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0 ||
-            strcmp(name, "latency") == 0) {
-            *(name[0] == 'j' ? &c->json : name[0] == 'i' ? &c->insecure : &c->latency) = true;
+        bool *flag = flag_of(c, name);
+        if (flag) {
+            *flag = true;
             continue;
         }
         if (eq) {
@@ -495,20 +517,47 @@ static void print_figures(const struct bench_run *r, const struct bench_totals *
         print_latency_figures(&r->lat);
 }
 
-static void print_summary(const struct bench_run *r, const struct bench_totals *t)
+static void rate_text(const struct bench_config *c, char *out, size_t size)
 {
-    const struct bench_config *c = &r->cfg;
-    char rate[96];
     if (c->rate_mbps > 0 && c->client_load)
-        snprintf(rate, sizeof(rate),
+        snprintf(out, size,
                  "offered %.0f Mbit/s (client-like: one frame per write, "
                  "evenly paced)",
                  c->rate_mbps);
     else if (c->rate_mbps > 0)
-        snprintf(rate, sizeof(rate), "offered %.0f Mbit/s (paced per %d ms tick)", c->rate_mbps,
+        snprintf(out, size, "offered %.0f Mbit/s (paced per %d ms tick)", c->rate_mbps,
                  BENCH_TICK_MS);
     else
-        snprintf(rate, sizeof(rate), "unpaced");
+        snprintf(out, size, "unpaced");
+}
+
+/* The summary's per-packet kernel lines (context switches, syscalls, client-like writes). */
+static void print_summary_kernel(const struct bench_run *r, const struct bench_totals *t)
+{
+    const struct bench_config *c = &r->cfg;
+    if (t->ctxsw_ok)
+        printf("#   relay context switches: %llu voluntary + %llu involuntary = %.3f per relayed "
+               "packet\n",
+               (unsigned long long)t->ctxsw_vol, (unsigned long long)t->ctxsw_invol,
+               per_packet(t->ctxsw_vol + t->ctxsw_invol, t));
+    if (c->relay_syscalls && r->relay_sc.ok)
+        printf("#   relay syscalls: %.3f per relayed packet, io_uring_enter %.3f per packet (%u "
+               "threads)\n",
+               per_packet(r->relay_sc.syscalls, t), per_packet(r->relay_sc.uring_enters, t),
+               r->relay_sc.threads);
+    else if (c->relay_syscalls)
+        printf("#   relay syscalls: not counted (%s)\n", r->relay_sc.error);
+    if (c->client_load)
+        printf("#   client-like senders: %llu frames in %llu write calls (one frame per write "
+               "when equal)\n",
+               (unsigned long long)t->client_frames, (unsigned long long)t->client_writes);
+}
+
+static void print_summary(const struct bench_run *r, const struct bench_totals *t)
+{
+    const struct bench_config *c = &r->cfg;
+    char rate[96];
+    rate_text(c, rate, sizeof(rate));
     printf("# hderp-bench: %u pairs x %u B (%u peers) to %s%s%s, %s\n", c->pairs_count, c->size,
            c->peers_count, c->urls[0].host, c->urls[0].path,
            c->servers_count > 1 ? " and more" : "", rate);
@@ -557,22 +606,7 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
     else if (c->relay_pid > 0)
         printf("#   relay pid %d: could not read /proc/%d/stat\n", (int)c->relay_pid,
                (int)c->relay_pid);
-    if (t->ctxsw_ok)
-        printf("#   relay context switches: %llu voluntary + %llu involuntary = %.3f per relayed "
-               "packet\n",
-               (unsigned long long)t->ctxsw_vol, (unsigned long long)t->ctxsw_invol,
-               per_packet(t->ctxsw_vol + t->ctxsw_invol, t));
-    if (c->relay_syscalls && r->relay_sc.ok)
-        printf("#   relay syscalls: %.3f per relayed packet, io_uring_enter %.3f per packet (%u "
-               "threads)\n",
-               per_packet(r->relay_sc.syscalls, t), per_packet(r->relay_sc.uring_enters, t),
-               r->relay_sc.threads);
-    else if (c->relay_syscalls)
-        printf("#   relay syscalls: not counted (%s)\n", r->relay_sc.error);
-    if (c->client_load)
-        printf("#   client-like senders: %llu frames in %llu write calls (one frame per write "
-               "when equal)\n",
-               (unsigned long long)t->client_frames, (unsigned long long)t->client_writes);
+    print_summary_kernel(r, t);
     if (t->core_ok)
         printf("#   relay CPU %d: busy %.2f cores (%.2f CPU-s/GB, softirq included)\n",
                c->relay_cpu, t->core_s / t->window_s, per_gb(t->core_s, t->window_bytes));
@@ -697,40 +731,6 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     printf("]}\n");
 }
 
-/* One side's client closed because the length policy refused a frame header: name it. */
-static void print_refused(const char *side, const struct derp_client_stats *st)
-{
-    if (!st->refused)
-        return;
-    fprintf(stderr,
-            "hderp-bench:   the %s's client refused a frame header at DERP stream byte %llu: "
-            "type 0x%02x (%s), length %u (%s; no reference relay sends a frame over 64 KiB + "
-            "keys, so a length like this is bytes from inside another frame: the relay's stream "
-            "lost its frame boundaries, e.g. a short write followed by another frame); %llu "
-            "frames before it, the last %s of %u bytes\n",
-            side, (unsigned long long)st->refused_at, st->refused_type,
-            derp_frame_type_name(st->refused_type), st->refused_len,
-            st->refused_len > DERP_CLIENT_RECV_FRAME_LEN_MAX
-                ? "over the client's 1 MiB limit, DERP_CLIENT_RECV_FRAME_LEN_MAX"
-                : "under the type's minimum or not allowed",
-            (unsigned long long)st->frames_in, derp_frame_type_name(st->last_type), st->last_len);
-}
-
-static void print_failure(const struct bench_run *r, int rc)
-{
-    unsigned who = atomic_load(&r->failed_pair);
-    fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n", who, strerror(-rc));
-    for (unsigned i = 0; r->pairs && i < r->cfg.pairs_count; i++) {
-        const struct bench_pair *p = &r->pairs[i];
-        if (p->id != who)
-            continue;
-        if (p->tx.closed)
-            print_refused("sender", &p->tx.close_stats);
-        if (p->rx.closed)
-            print_refused("receiver", &p->rx.close_stats);
-    }
-}
-
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "gen-pairs") == 0)
@@ -745,7 +745,7 @@ int main(int argc, char **argv)
     if (run.progress_printed)
         fputc('\n', stderr); /* end the progress line */
     if (rc < 0) {
-        print_failure(&run, rc);
+        bench_print_failure(&run, rc);
         bench_run_deinit(&run);
         return 1;
     }

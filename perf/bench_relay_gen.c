@@ -170,6 +170,40 @@ static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
     bench_fail(sh->r, sh->s, pair, reason);
 }
 
+/* One side's client closed because the length policy refused a frame header: name it. */
+static void print_refused(const char *side, const struct derp_client_stats *st)
+{
+    if (!st->refused)
+        return;
+    fprintf(stderr,
+            "hderp-bench:   the %s's client refused a frame header at DERP stream byte %llu: "
+            "type 0x%02x (%s), length %u (%s; no reference relay sends a frame over 64 KiB + "
+            "keys, so a length like this is bytes from inside another frame: the relay's stream "
+            "lost its frame boundaries, e.g. a short write followed by another frame); %llu "
+            "frames before it, the last %s of %u bytes\n",
+            side, (unsigned long long)st->refused_at, st->refused_type,
+            derp_frame_type_name(st->refused_type), st->refused_len,
+            st->refused_len > DERP_CLIENT_RECV_FRAME_LEN_MAX
+                ? "over the client's 1 MiB limit, DERP_CLIENT_RECV_FRAME_LEN_MAX"
+                : "under the type's minimum or not allowed",
+            (unsigned long long)st->frames_in, derp_frame_type_name(st->last_type), st->last_len);
+}
+
+void bench_print_failure(const struct bench_run *r, int rc)
+{
+    unsigned who = atomic_load(&r->failed_pair);
+    fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n", who, strerror(-rc));
+    for (unsigned i = 0; r->pairs && i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        if (p->id != who)
+            continue;
+        if (p->tx.closed)
+            print_refused("sender", &p->tx.close_stats);
+        if (p->rx.closed)
+            print_refused("receiver", &p->rx.close_stats);
+    }
+}
+
 unsigned bench_clients_count(const struct bench_run *r)
 {
     return r->cfg.peers_count + (r->cfg.latency ? 2 : 0);

@@ -322,6 +322,8 @@ unsigned bench_clients_count(const struct bench_run *r);
 int bench_connect(struct bench_run *r, struct hd_shard *s, unsigned server,
                   const struct derp_keypair *kp, const struct derp_client_callbacks *cb, void *user,
                   struct derp_client **out);
+/* Main, after a failed run: the reason, and the frame header a client refused if one did. */
+void bench_print_failure(const struct bench_run *r, int rc);
 /* Records the first failure (who: a pair id, or an idle/latency client) and stops the run. */
 void bench_fail(struct bench_run *r, struct hd_shard *s, unsigned who, int reason);
 /* Measured packets the sender of p sent, as its receiver knows it: from the sender's trailer;
