@@ -4,7 +4,8 @@
 # 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
 # misrouted, and its JSON carries the documented keys; --peers, two --server URLs and
 # --start-at and --latency (a ping/echo pair beside the load) do what --help says; --load client
-# (plain and TLS) writes one frame per write and reports the relay's switches and syscalls; a progress line appears on a terminal and only there. Bounded waits; the server is stopped by PID.
+# (plain and TLS) writes one frame per write and reports the relay's switches and syscalls; a
+# relay that breaks its stream's frame boundaries (desync_proxy.py) gets a named refused header; a progress line appears on a terminal and only there. Bounded waits; the server is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
 bench=$bin/hderp-bench
@@ -88,6 +89,25 @@ if "$bench" --server "$url" --load bursty >/dev/null 2>"$work/usage.log"; then
     fail "--load bursty ran"
 fi
 grep -q -- '--load bursty' "$work/usage.log" || fail "no clear error for --load bursty"
+# a relay whose stream loses its frame boundaries (desync_proxy.py: a RecvPacket cut short and
+# the next frame written before its rest, as Hyper-DERP's unpaced runs did in issue 11): the run
+# fails with "Message too long" and names the refused header, its offset and the frame before
+rm -f "$work/proxy.port"
+python3 "$(dirname "$0")/desync_proxy.py" "$work/proxy.port" "$p" 20 >"$work/proxy.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.05; done
+[ -s "$work/proxy.port" ] || fail "the desync proxy did not start"
+if timeout 60 "$bench" --server "http://127.0.0.1:$(cat "$work/proxy.port")/derp" --pairs 1 \
+    --rate-mbps 2 --duration 2 --warmup 0.5 --json >/dev/null 2>"$work/desync.log"; then
+    fail "a run through a stream-breaking relay succeeded"
+fi
+cat "$work/desync.log"
+grep -q 'the run failed (pair 0): Message too long' "$work/desync.log" || fail "desync: reason"
+named="the receiver's client refused a frame header at DERP stream byte [0-9]+: "
+named+="type 0x[0-9a-f]{2} .*length [0-9]+ \\(over the client's 1 MiB limit"
+grep -Eq "$named" "$work/desync.log" || fail "desync: the refused header is not named"
+grep -q 'frames before it, the last RecvPacket of 1432 bytes' "$work/desync.log" ||
+    fail "desync: the frame before it is not named"
 # the progress line: on stderr once a second on a terminal (script gives it one), never
 # otherwise (bench.log above is a file)
 ! grep -q 'Mbit/s' "$work/bench.log" || fail "a progress line on stderr that is not a terminal"

@@ -15,7 +15,9 @@ rm -rf "$work" && mkdir -p "$work"
 cat >"$work/bench-wrapper.sh" <<WRAP
 #!/bin/sh
 # fails as a generator does when its relay breaks the stream, at the rate 7 only
-case " \$* " in *" --rate-mbps 7 "*) echo "the run failed (pair 0): Message too long" >&2; exit 1;; esac
+case " \$* " in
+*" --rate-mbps 7 "*) echo "the run failed (pair 0): Message too long" >&2; exit 1;;
+esac
 exec "$bin/hderp-bench" "\$@"
 WRAP
 chmod +x "$work/bench-wrapper.sh"
