@@ -58,8 +58,9 @@ struct bench_csender {
     bool started;
     int fd;
     SSL *ssl;
-    _Atomic bool done;               /* a trailer went out: the shard's drain may end */
-    uint64_t frames, writes;         /* after login: frames written, write(2) calls made */
+    _Atomic bool done;       /* a trailer went out: the shard's drain may end */
+    uint64_t frames, writes; /* after login: frames written, write(2) calls made */
+    struct hd_hist late_ns;  /* paced, in the window: how long after its deadline a packet went */
     uint8_t rbuf[BENCH_CLIENT_RBUF]; /* login only */
     size_t rlen;
     uint8_t frame[BENCH_CLIENT_FRAME_MAX];
@@ -349,6 +350,8 @@ static int send_loop(struct bench_csender *c, uint64_t t0, unsigned index)
                 tx->forfeited_bytes += measuring ? missed * size : 0;
                 next += missed * interval;
             }
+            if (measuring)
+                hd_hist_record(&c->late_ns, now - next);
             next += interval;
         }
         int rc = send_frame(c, tx->seq, now, measuring ? BENCH_F_MEASURED : 0);
@@ -457,6 +460,7 @@ int bench_client_init(struct bench_run *r)
         c->r = r;
         c->p = &r->pairs[i];
         c->fd = -1;
+        hd_hist_init(&c->late_ns);
         atomic_store(&c->done, !c->p->has_tx);
     }
     bool tls = false;
@@ -508,12 +512,15 @@ bool bench_client_done(const struct bench_run *r, const struct bench_pair *p)
     return atomic_load(&r->clients[p - r->pairs].done);
 }
 
-void bench_client_counts(const struct bench_run *r, uint64_t *frames, uint64_t *writes)
+void bench_client_counts(const struct bench_run *r, uint64_t *frames, uint64_t *writes,
+                         struct hd_hist *late)
 {
     *frames = *writes = 0;
+    hd_hist_init(late);
     for (unsigned i = 0; r->clients && i < r->cfg.pairs_count; i++) {
         *frames += r->clients[i].frames;
         *writes += r->clients[i].writes;
+        hd_hist_merge(late, &r->clients[i].late_ns);
     }
 }
 

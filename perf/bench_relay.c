@@ -350,6 +350,7 @@ struct bench_totals {
     uint64_t ctxsw_vol, ctxsw_invol; /* the relay's, over the window (ctxsw_ok) */
     bool ctxsw_ok;
     uint64_t client_frames, client_writes; /* --load client: after login, all senders here */
+    struct hd_hist client_late;            /* --load client, paced: lateness after deadlines */
 };
 
 /* Receiver side: what its sender sent in the window (trailer) minus what arrived. */
@@ -407,7 +408,7 @@ static void totals_compute(const struct bench_run *r, struct bench_totals *t)
     t->ctxsw_ok = t->relay_ok && r->relay_start.ctxsw_ok && r->relay_end.ctxsw_ok;
     t->ctxsw_vol = r->relay_end.ctxsw_voluntary - r->relay_start.ctxsw_voluntary;
     t->ctxsw_invol = r->relay_end.ctxsw_involuntary - r->relay_start.ctxsw_involuntary;
-    bench_client_counts(r, &t->client_frames, &t->client_writes);
+    bench_client_counts(r, &t->client_frames, &t->client_writes, &t->client_late);
 }
 
 /* Per relayed packet: the packets delivered to the receivers here in the window. */
@@ -549,8 +550,10 @@ static void print_summary_kernel(const struct bench_run *r, const struct bench_t
         printf("#   relay syscalls: not counted (%s)\n", r->relay_sc.error);
     if (c->client_load)
         printf("#   client-like senders: %llu frames in %llu write calls (one frame per write "
-               "when equal)\n",
-               (unsigned long long)t->client_frames, (unsigned long long)t->client_writes);
+               "when equal); sent after the deadline by p50 %.0f us, p99 %.0f us\n",
+               (unsigned long long)t->client_frames, (unsigned long long)t->client_writes,
+               (double)hd_hist_quantile(&t->client_late, 0.5) / 1e3,
+               (double)hd_hist_quantile(&t->client_late, 0.99) / 1e3);
 }
 
 static void print_summary(const struct bench_run *r, const struct bench_totals *t)
@@ -647,9 +650,13 @@ static void print_json_kernel(const struct bench_run *r, const struct bench_tota
         printf("\"relay_syscalls\":null,");
     if (r->cfg.client_load)
         printf("\"client_senders\":{\"frames\":%llu,\"send_syscalls\":%llu,"
-               "\"syscalls_per_frame\":%.4f},",
+               "\"syscalls_per_frame\":%.4f,\"late_p50_us\":%.1f,\"late_p99_us\":%.1f,"
+               "\"late_max_us\":%.1f},",
                (unsigned long long)t->client_frames, (unsigned long long)t->client_writes,
-               t->client_frames ? (double)t->client_writes / (double)t->client_frames : 0);
+               t->client_frames ? (double)t->client_writes / (double)t->client_frames : 0,
+               (double)hd_hist_quantile(&t->client_late, 0.5) / 1e3,
+               (double)hd_hist_quantile(&t->client_late, 0.99) / 1e3,
+               (double)t->client_late.max / 1e3);
     else
         printf("\"client_senders\":null,");
 }

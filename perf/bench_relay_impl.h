@@ -312,8 +312,10 @@ void bench_client_join(struct bench_run *r); /* stop and join them (idempotent) 
 void bench_client_deinit(struct bench_run *r);
 /* Shard: the pair's sender sent a trailer (or runs elsewhere). */
 bool bench_client_done(const struct bench_run *r, const struct bench_pair *p);
-/* After join: frames written and write(2) calls made after login, over all local senders. */
-void bench_client_counts(const struct bench_run *r, uint64_t *frames, uint64_t *writes);
+/* After join: frames written and write(2) calls made after login, over all local senders, and
+ * how late the paced ones went after their deadlines in the window (the pacing's evenness). */
+void bench_client_counts(const struct bench_run *r, uint64_t *frames, uint64_t *writes,
+                         struct hd_hist *late);
 
 /* bench_relay_gen.c */
 /* Clients this process logs in: its peers, plus the ping/echo pair with --latency. */

@@ -59,6 +59,7 @@ assert t["sent"] > 0 and t["lost"] == 0 and t["received"] == t["sent"] and t["co
 c = r["client_senders"]
 assert c["frames"] > t["sent"] and c["send_syscalls"] == c["frames"], c  # + warm-up, trailers
 assert c["syscalls_per_frame"] == 1, c
+assert 0 <= c["late_p50_us"] <= c["late_p99_us"] <= c["late_max_us"], c
 cs = r["relay_ctxsw"]
 assert cs and cs["voluntary"] + cs["involuntary"] > 0 and cs["threads"] >= 2, cs
 assert 0 < r["relayed_packets"] <= t["received"] + 10, (r["relayed_packets"], t)
