@@ -97,7 +97,12 @@ struct net_conn {
     struct hd_flush flush;
     struct hd_timer idle_timer, write_timer;
     uint32_t idle_timeout_ms, write_timeout_ms;
+    /* An absolute deadline (net_conn_set_deadline): bytes do not restart it. deadline_at_ms is
+     * the shard clock's time of it (0: none), so a move can re-arm what is left. */
+    struct hd_timer deadline_timer;
+    uint64_t deadline_at_ms;
     uint32_t send_high, send_low, send_max;
+    uint32_t send_high_frames, send_low_frames; /* 0: no entry watermark */
     uint32_t rx_tail_max;          /* bound of each tail below (net_conn_options.rx_tail_max) */
     struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
     struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */

@@ -165,9 +165,12 @@ Test(test_conformance_multiapp, two_relays_and_an_echo_app_in_one_runtime, .time
         relay_configure(&relays[i]);
     const struct hd_module *const mods[] = {&srv_module, &srv_module, &echo_module};
     void *const args[] = {&relays[0].cfg, &relays[1].cfg, NULL};
+    struct hd_frame_class classes[SRV_FRAME_CLASSES];
+    cr_assert_eq(srv_frame_classes(SRV_FRAME_POOL_MIB_DEFAULT, classes), 0);
     struct hd_runtime_config rc_cfg = {.shards_count = SHARDS,
-                                       .frame_classes = srv_frame_classes,
-                                       .frame_classes_count = SRV_FRAME_CLASSES_COUNT,
+                                       .frame_classes = classes,
+                                       .frame_classes_count = SRV_FRAME_CLASSES,
+                                       .frame_release = srv_frame_release,
                                        .modules = mods,
                                        .modules_args = args,
                                        .modules_count = 3};

@@ -114,7 +114,15 @@ Test(test_layers, listed_layer_args_and_one_instance)
         .shards_count = SHARDS, .modules = mods, .modules_args = args, .modules_count = 3};
     struct hd_runtime *rt;
     cr_assert_eq(hd_runtime_create(&cfg, &rt), 0);
+    /* Resolved: net (the listed arg), tls (required by app), app, app. */
+    cr_assert_eq(hd_runtime_module_index(rt, &net_module, &no), 0);
+    cr_assert_eq(hd_runtime_module_index(rt, &tls_module, NULL), 1);
+    cr_assert_eq(hd_runtime_module_index(rt, &app_module, &no), 2);
+    cr_assert_eq(hd_runtime_module_index(rt, &spy_module, NULL), -ENOENT);
     cr_assert_eq(hd_runtime_start(rt), 0);
+    cr_assert_null(hd_shard_instance_state(hd_runtime_shard(rt, 0), 99));
+    cr_assert_eq(hd_shard_instance_state(hd_runtime_shard(rt, 0), 0),
+                 hd_shard_module_state(hd_runtime_shard(rt, 0), &net_module));
     hd_runtime_stop(rt);
     cr_assert_eq(hd_runtime_wait(rt), 0);
     cr_assert_eq(atomic_load(&g.app_inits), 2 * SHARDS, "two app instances per shard");

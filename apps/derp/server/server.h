@@ -14,6 +14,7 @@
 #include "derp_proto.h"
 #include "server_config.h"
 #include "server_counters.h"
+#include "server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -52,12 +53,18 @@ struct net_http_client;
 struct srv_client {
     struct net_conn *conn;
     struct srv_shard *ds;
-    const struct srv_config *cfg; /* ds->cfg, also readable after a move to another shard */
+    unsigned instance; /* ds->instance: which relay of the runtime, after a move too */
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
-    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
-    bool send_paused;   /* net queue over its high watermark */
+    uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
+    bool send_paused;         /* net queue over its high watermark */
+    bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
+    struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
+    /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
+     * DERP_CONN_TAIL_MAX unconsumed; the spec allows 256 KiB): the whole frame, login only. */
+    uint8_t *login_buf;
+    uint32_t login_len, login_have;
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -139,9 +146,21 @@ struct srv_mesh_link {
     unsigned addrs_count, addr_next;
 };
 
+/* Connections on this shard not logged in yet (server_prelogin.c). */
+struct srv_prelogin_slot;
+struct srv_account;
+struct srv_prelogin {
+    uint32_t count; /* all of them */
+    uint32_t mask;  /* slots - 1 */
+    struct srv_prelogin_slot *slots;
+};
+
 struct srv_shard {
     struct hd_shard *s;
     const struct srv_config *cfg;
+    /* This relay's place in the runtime's modules (hd_runtime_module_index): several relays,
+     * each with its own configuration, share one runtime; bus messages name their instance. */
+    unsigned instance;
     struct net_listener *listener;
     struct net_listener *http_listener; /* -http-port in TLS mode */
     struct net_udp *stun;
@@ -160,6 +179,8 @@ struct srv_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_prelogin prelogin;
+    struct hd_slab *accounts;                 /* server_frames.c */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
     struct srv_counters ctr;
@@ -183,20 +204,16 @@ bool srv_needs_tls(const struct srv_config *cfg);
  * with err set (nothing attached). */
 int srv_attach(struct srv_config *cfg, struct hd_runtime *rt, char *err, size_t err_size);
 void srv_detach(struct srv_config *cfg);
-/* Frame classes a runtime with the relay needs (hd_runtime_config.frame_classes). */
-#define SRV_FRAME_CLASSES_COUNT 2
-extern const struct hd_frame_class srv_frame_classes[SRV_FRAME_CLASSES_COUNT];
-/* This instance's state on shard s (NULL before its shard_init, after its shard_fini). */
-static inline struct srv_shard *srv_shard_on(const struct srv_config *cfg, const struct hd_shard *s)
+/* Relay instance's state on shard s (NULL before its shard_init, after its shard_fini). */
+static inline struct srv_shard *srv_shard_at(const struct hd_shard *s, unsigned instance)
 {
-    return cfg->on_shard[hd_shard_id(s)];
+    return hd_shard_instance_state(s, instance);
 }
 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
-    return (unsigned)(h % hd_shard_count(ds->s));
+    /* keyed (server_hash.c): a client cannot pick keys that all land on one shard */
+    return srv_key_shard(srv_hash(key, DERP_KEY_LEN), hd_shard_count(ds->s));
 }
 
 /* server_http.c: a fresh connection's HTTP phase */
@@ -206,11 +223,29 @@ void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *pe
 /* -accept-connection-limit: this shard's bucket, before its listener starts. */
 void srv_accept_limit_init(struct srv_shard *ds);
 
+/* server_prelogin.c: connections not logged in yet, per shard and per source address. enter
+ * returns false (counted, logged) over --prelogin-max or --prelogin-per-addr-max; leave once
+ * for each enter that returned true. */
+int srv_prelogin_init(struct srv_shard *ds);
+void srv_prelogin_fini(struct srv_shard *ds);
+bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
+void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
+
+/* server_frames.c: fair shares of the frame pools. */
+int srv_frames_init(struct srv_shard *ds);
+void srv_frames_client_init(struct srv_client *cl); /* at activation, on the owner shard */
+void srv_frames_client_fini(struct srv_client *cl); /* at close */
+/* A frame for a packet cl sent, or NULL (the reserve or cl's share reached: counted). */
+struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
+hd_frame_release_fn srv_frame_release;
+/* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
+int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
+
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
                        enum srv_kind kind);
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
 void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);
@@ -242,7 +277,8 @@ void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
 void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
- * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). */
+ * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). arg
+ * fits 32 bits (the message's other half names the relay instance). */
 typedef void srv_event_fn(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct hd_frame *f,
                    uint64_t arg);
@@ -346,6 +382,8 @@ void srv_rate_frame_done(struct srv_client *cl);
  * (SIGHUP; a bad file is logged, the old list stays). detach: after hd_runtime_wait. admits: on
  * the client's shard; counts and logs a refusal. */
 int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
+/* The list configure loaded, when it never got attached (tools, tests, error paths). */
+void srv_allow_config_free(struct srv_config *cfg);
 int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt);
 void srv_allow_reload(struct srv_config *cfg);
 void srv_allow_detach(struct srv_config *cfg);

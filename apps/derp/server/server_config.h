@@ -4,6 +4,7 @@
 #define SERVER_CONFIG_H
 
 #include "derp_proto.h"
+#include "server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -11,7 +12,6 @@
 struct srv_tls_snap;
 struct srv_allow;
 struct tls_ctx;
-struct srv_shard;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
 struct srv_mesh_node {
@@ -79,6 +79,15 @@ struct srv_config {
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
+    /* Absolute deadlines from accept (derper: http.Server ReadTimeout 30 s for the TLS handshake
+     * and the request head) and from the upgrade (derper: 10 s for the login), and the caps on
+     * connections not logged in yet, per shard and per source address per shard. */
+    uint32_t http_deadline_ms, login_deadline_ms;
+    uint32_t prelogin_shard_max, prelogin_addr_max;
+    /* --hash-key (the keyed hash of the peer tables). Process-wide: every relay instance's
+     * global_init sets it, the last one wins; without the flag a random key. */
+    uint8_t hash_key[SRV_HASH_KEY_LEN];
+    bool hash_key_given;
     /* -mesh-with (server_mesh.c): node i's link lives on shard i % shards. */
     struct srv_mesh_node *mesh;
     unsigned mesh_count;
@@ -92,10 +101,6 @@ struct srv_config {
     const char *allow_path;
     struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
     struct hd_snap_var *allow;
-    /* This instance's state on shard i, set and read on shard i only (the module's shard_init
-     * and shard_fini; bus messages find their instance through it): several relays, each with
-     * its own configuration, can share one runtime. */
-    struct srv_shard *on_shard[HD_SHARDS_MAX];
 };
 
 #endif /* SERVER_CONFIG_H */

@@ -5,11 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 #include "server_flags.h"
 
 #define HDERP_VERSION "0.1.0"
+
+/* jemalloc (release builds): give freed pages back within about a second, from its own
+ * background thread, so the chunks pools free after a burst (hd_slab_trim) leave RSS without
+ * waiting for allocator activity (issue 16: RSS stayed at the burst's peak). Read by jemalloc at
+ * start-up; an unused symbol under the sanitizers. */
+extern const char *malloc_conf;
+const char *malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
 
 static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
 {
@@ -38,12 +46,55 @@ static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
                net_addr_port(&cfg->addr), net_addr_port(&cfg->addr));
 }
 
+/* derper fails with "address in use" when another process listens on its address; our shards
+ * share it through SO_REUSEPORT, which would let a second server in silently
+ * (net_listener_claim). Returns the claim's socket, -1 for port 0 (nothing claimed), or -2
+ * (message printed). */
+static int claim(const struct net_addr *addr, const char *what)
+{
+    int fd = net_listener_claim(addr);
+    if (fd >= 0 || fd == -EINVAL)
+        return fd >= 0 ? fd : -1;
+    char text[64];
+    net_addr_format(addr, text, sizeof(text));
+    if (fd == -EADDRINUSE)
+        fprintf(stderr,
+                "hderp-server: %s %s: address in use: another process listens there (a second "
+                "hderp-server or derper?)\n",
+                what, text);
+    else
+        fprintf(stderr, "hderp-server: %s %s: cannot bind: %s\n", what, text, strerror(-fd));
+    return -2;
+}
+
+static int claim_fds[2] = {-1, -1}; /* -a, -http-port: held until exit */
+
+static int claim_all(const struct srv_config *cfg)
+{
+    if ((claim_fds[0] = claim(&cfg->addr, "-a")) == -2)
+        return -1;
+    if (cfg->tls && cfg->http_port > 0 &&
+        (claim_fds[1] = claim(&cfg->http_addr, "-http-port")) == -2)
+        return -1;
+    return 0;
+}
+
+static void claim_release(void)
+{
+    for (unsigned i = 0; i < 2; i++)
+        if (claim_fds[i] >= 0)
+            close(claim_fds[i]);
+}
+
 /* The runtime with the relay (and tls_module before it when it speaks TLS) until a signal. */
 static int run(struct srv_config *cfg, const struct srv_flags *f)
 {
     const struct hd_module *const modules[] = {&tls_module, &srv_module};
     void *const args[] = {NULL, cfg};
     unsigned first = srv_needs_tls(cfg) ? 0 : 1;
+    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
+    int fc = srv_frame_classes((uint32_t)f->frame_pool_mib, classes);
+    HD_ASSERT(fc == 0); /* the flag parser checked the size */
     struct hd_runtime_config rc_cfg = {
         .shards_count = f->shards,
         .stall_ms = !f->stall_set      ? 0
@@ -51,8 +102,9 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
                                        : (uint32_t)f->stall_ms,
         .pin = true,
         .handle_signals = true,
-        .frame_classes = srv_frame_classes,
-        .frame_classes_count = SRV_FRAME_CLASSES_COUNT,
+        .frame_classes = classes,
+        .frame_classes_count = SRV_FRAME_CLASSES,
+        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
         .modules = modules + first,
         .modules_args = args + first,
         .modules_count = 2 - first,
@@ -97,7 +149,13 @@ int main(int argc, char **argv)
     }
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
+    if (claim_all(cfg) < 0) {
+        srv_config_fini(cfg);
+        free(cfg);
+        return 1;
+    }
     rc = run(cfg, &f);
+    claim_release();
     srv_config_fini(cfg);
     free(cfg);
     return rc < 0 ? 1 : 0;

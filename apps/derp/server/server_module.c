@@ -10,16 +10,18 @@
 
 #include "server.h"
 
-/* MTU packets, and a whole routed frame or a connection's tail (the larger). */
-const struct hd_frame_class srv_frame_classes[SRV_FRAME_CLASSES_COUNT] = {
-    {.size = 2048, .cap_count = 65536},
-    {.size = SRV_ROUTE_FRAME_MAX > DERP_CONN_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : DERP_CONN_TAIL_MAX,
-     .cap_count = 2048},
-};
-
 bool srv_needs_tls(const struct srv_config *cfg)
 {
     return cfg->tls || cfg->mesh_tls || srv_admit_needs_tls(cfg);
+}
+
+/* What shard_init built before its listeners, freed. */
+static void ds_free(struct srv_shard *ds)
+{
+    srv_prelogin_fini(ds);
+    srv_peers_fini(&ds->peers);
+    free(ds->scratch);
+    free(ds);
 }
 
 static int shard_init(struct hd_shard *s, void *arg, void **state)
@@ -32,11 +34,18 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         return -ENOMEM;
     ds->s = s;
     ds->cfg = cfg;
+    int idx = hd_runtime_module_index(hd_shard_runtime(s), &srv_module, cfg);
+    HD_ASSERT(idx >= 0); /* this very instance is in the runtime's list */
+    ds->instance = (unsigned)idx;
     ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
     if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
         free(ds->scratch);
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
+    }
+    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0) {
+        ds_free(ds);
+        return rc;
     }
     srv_accept_limit_init(ds);
     struct net_listener_options lo = {.reuseport = true,
@@ -45,9 +54,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     rc = net_listener_start(s, &cfg->addr, &lo, srv_http_accept, ds, &ds->listener);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", cfg->addr_text, strerror(-rc));
-        srv_peers_fini(&ds->peers);
-        free(ds->scratch);
-        free(ds);
+        ds_free(ds);
         return rc;
     }
     if (cfg->tls && cfg->http_port > 0) {
@@ -67,12 +74,9 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
-        srv_peers_fini(&ds->peers);
-        free(ds->scratch);
-        free(ds);
+        ds_free(ds);
         return rc;
     }
-    cfg->on_shard[hd_shard_id(s)] = ds;
     *state = ds;
     return 0;
 }
@@ -94,12 +98,12 @@ static void shard_stop(struct hd_shard *s, void *state)
 static void shard_fini(struct hd_shard *s, void *state)
 {
     struct srv_shard *ds = state;
-    /* The one field of the configuration the shards write: each its own slot. */
-    ((struct srv_config *)ds->cfg)->on_shard[hd_shard_id(s)] = NULL;
+    (void)s;
     srv_mesh_fini(ds);
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
@@ -107,8 +111,12 @@ static void shard_fini(struct hd_shard *s, void *state)
 
 static int global_init(struct hd_runtime *rt, void *arg)
 {
-    (void)rt, (void)arg;
-    return derp_crypto_init();
+    const struct srv_config *cfg = arg;
+    (void)rt;
+    int rc = derp_crypto_init();
+    if (rc == 0)
+        srv_hash_init(cfg->hash_key_given ? cfg->hash_key : NULL);
+    return rc;
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */

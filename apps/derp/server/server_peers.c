@@ -12,9 +12,7 @@
 
 static uint32_t slot_of(const struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    memcpy(&h, key + 8, sizeof(h)); /* not bytes 0..8: those chose the shard */
-    return (uint32_t)(h * 0x9E3779B97F4A7C15ull >> 32) & (t->cap - 1);
+    return srv_key_slot(srv_hash(key, DERP_KEY_LEN), t->cap - 1); /* keyed: server_hash.c */
 }
 
 int srv_peers_init(struct srv_peer_table *t)
@@ -35,7 +33,8 @@ void srv_peers_fini(struct srv_peer_table *t)
 
 struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
-    for (uint32_t i = slot_of(t, key);; i = (i + 1) & (t->cap - 1)) {
+    for (uint32_t i = slot_of(t, key), probes = 0;; i = (i + 1) & (t->cap - 1)) {
+        HD_ASSERT(probes++ < t->cap); /* at most half full: a free slot ends every probe */
         struct srv_peer *p = t->slots[i];
         if (p == NULL)
             return NULL;
@@ -47,8 +46,9 @@ struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP
 static void table_put(struct srv_peer_table *t, struct srv_peer *p)
 {
     uint32_t i = slot_of(t, p->key.bytes);
-    while (t->slots[i])
-        i = (i + 1) & (t->cap - 1);
+    for (uint32_t probes = 0; t->slots[i]; i = (i + 1) & (t->cap - 1)) {
+        HD_ASSERT(probes++ < t->cap && t->slots[i] != p); /* room, and not in it twice */
+    }
     t->slots[i] = p;
 }
 
@@ -66,16 +66,20 @@ static int table_insert(struct srv_peer_table *t, struct srv_peer *p)
         t->slots = n.slots;
         t->cap = n.cap;
     }
+    HD_DASSERT(srv_peers_find(t, p->key.bytes) == NULL); /* one entry per key */
     table_put(t, p);
     t->count++;
+    HD_ASSERT(t->count * 2 <= t->cap);
     return 0;
 }
 
 static void table_remove(struct srv_peer_table *t, struct srv_peer *p)
 {
     uint32_t mask = t->cap - 1, i = slot_of(t, p->key.bytes);
-    while (t->slots[i] != p)
-        i = (i + 1) & mask;
+    HD_ASSERT(t->count > 0);
+    /* p must be in its probe chain: a missing entry would walk forever (or remove another) */
+    for (uint32_t probes = 0; t->slots[i] != p; i = (i + 1) & mask)
+        HD_ASSERT(t->slots[i] != NULL && ++probes < t->cap);
     uint32_t hole = i;
     for (uint32_t k = (i + 1) & mask; t->slots[k]; k = (k + 1) & mask) {
         uint32_t home = slot_of(t, t->slots[k]->key.bytes);
@@ -92,11 +96,10 @@ static void table_remove(struct srv_peer_table *t, struct srv_peer *p)
 
 static void event_msg(struct hd_shard *s, const struct hd_msg *m)
 {
-    const struct hd_frame *f = m->ptr;
-    struct srv_shard *ds = srv_shard_on((const struct srv_config *)(uintptr_t)f->app_u64, s);
+    struct srv_shard *ds = srv_shard_at(s, (unsigned)(m->u64[0] >> 32));
     srv_event_fn *fn = (srv_event_fn *)(uintptr_t)m->u64[1];
     if (ds && !hd_shard_stopping(s))
-        fn(ds, m->ptr, m->u64[0]);
+        fn(ds, m->ptr, m->u64[0] & UINT32_MAX);
     hd_frame_unref(s, m->ptr);
 }
 
@@ -108,12 +111,11 @@ int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct h
         hd_frame_unref(ds->s, f);
         return 0;
     }
-    /* The instance goes with the frame (both message words are taken): written before the
-     * first send publishes it, and only then (a broadcast's later sends find it set). */
-    uint64_t inst = (uint64_t)(uintptr_t)ds->cfg;
-    if (f->app_u64 != inst)
-        f->app_u64 = inst;
-    struct hd_msg m = {.fn = event_msg, .ptr = f, .u64 = {arg, (uint64_t)(uintptr_t)fn}};
+    /* The relay instance rides in the arg's high half (events' args are small). */
+    HD_ASSERT(arg <= UINT32_MAX);
+    struct hd_msg m = {.fn = event_msg,
+                       .ptr = f,
+                       .u64 = {arg | (uint64_t)ds->instance << 32, (uint64_t)(uintptr_t)fn}};
     int rc = hd_bus_send(ds->s, to, &m);
     if (rc < 0) {
         ds->ctr.bus_dropped++;
@@ -218,6 +220,7 @@ static void broadcast_present(struct srv_shard *ds, struct srv_client *cl)
 
 void srv_register(struct srv_shard *ds, struct srv_client *cl)
 {
+    HD_ASSERT(cl->peer == NULL && cl->phase == SRV_CLIENT_ACTIVE); /* registered once */
     struct srv_peer *p = srv_peers_find(&ds->peers, cl->key.bytes);
     if (p == NULL) {
         p = calloc(1, sizeof(*p));
@@ -254,9 +257,12 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
     struct srv_peer *p = cl->peer;
     if (p == NULL)
         return;
+    HD_ASSERT(p->clients_count > 0 && p->clients != NULL);
     struct srv_client **pp = &p->clients;
-    while (*pp != cl)
+    while (*pp != cl) {
+        HD_ASSERT(*pp != NULL); /* cl is on its key's list */
         pp = &(*pp)->peer_next;
+    }
     *pp = cl->peer_next;
     cl->peer = NULL;
     if (p->clients_count == 2) {
@@ -274,6 +280,8 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
     }
     if (cl->watcher)
         srv_watch_stop(ds, cl);
+    HD_ASSERT((p->clients_count == 0) == (p->clients == NULL));
+    HD_ASSERT(p->clients_count == 0 || p->active != NULL);
     if (p->clients_count > 0)
         return;
     ds->ctr.clients_local--;
@@ -323,7 +331,7 @@ static void deliver(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind
 
 static void route_msg(struct hd_shard *s, const struct hd_msg *m)
 {
-    struct srv_shard *ds = srv_shard_on((const struct srv_config *)(uintptr_t)m->u64[1], s);
+    struct srv_shard *ds = srv_shard_at(s, (unsigned)m->u64[1]);
     if (ds == NULL || hd_shard_stopping(s)) {
         hd_frame_unref(s, m->ptr);
         return;
@@ -340,9 +348,8 @@ void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_
         deliver(ds, f, kind, forwarded);
         return;
     }
-    struct hd_msg m = {.fn = route_msg,
-                       .ptr = f,
-                       .u64 = {kind | (forwarded ? 2u : 0u), (uint64_t)(uintptr_t)ds->cfg}};
+    struct hd_msg m = {
+        .fn = route_msg, .ptr = f, .u64 = {kind | (forwarded ? 2u : 0u), ds->instance}};
     if (hd_bus_send(ds->s, owner, &m) < 0) {
         /* The owner's bus is full: drop like a full queue would, never block the reader. */
         ds->ctr.bus_dropped++;
@@ -510,11 +517,13 @@ static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
 }
 
 /* Every shard: count the watcher and send it this shard's active keys. */
-#define WATCH_NEW (1ull << 32) /* watch_add_event's arg: a new watcher (count it), or a repeat */
+/* watch_add_event's arg: a new watcher (count it), or a repeat; below it the shard id. */
+#define WATCH_NEW (1ull << 31)
+_Static_assert(HD_SHARDS_MAX < WATCH_NEW, "the shard id stays below the flag");
 
 static void watch_add_event(struct srv_shard *ds, struct hd_frame *kf, uint64_t arg)
 {
-    unsigned watcher_shard = (unsigned)(arg & 0xffffffffu);
+    unsigned watcher_shard = (unsigned)(arg & (WATCH_NEW - 1));
     if (arg & WATCH_NEW)
         ds->watchers_total++;
     const size_t one = DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN;

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "server.h"
 #include "server_flags.h"
 
@@ -120,6 +122,27 @@ static int configure_mesh_key(struct srv_config *cfg, const struct srv_flags *f)
     return 0;
 }
 
+/* Issue 16's limits (deadlines, pre-login caps) and --hash-key. 0 or -EINVAL (printed). */
+static int configure_limits(struct srv_config *cfg, const struct srv_flags *f)
+{
+    cfg->http_deadline_ms = (uint32_t)f->http_deadline_ms;
+    cfg->login_deadline_ms = (uint32_t)f->login_deadline_ms;
+    cfg->prelogin_shard_max = (uint32_t)f->prelogin_max;
+    cfg->prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    if (f->hash_key == NULL)
+        return 0;
+    size_t got = 0;
+    if (strlen(f->hash_key) != 2 * SRV_HASH_KEY_LEN ||
+        sodium_hex2bin(cfg->hash_key, sizeof(cfg->hash_key), f->hash_key, 2 * SRV_HASH_KEY_LEN,
+                       NULL, &got, NULL) != 0 ||
+        got != sizeof(cfg->hash_key)) {
+        fprintf(stderr, "hderp-server: --hash-key: expected %d hex digits\n", 2 * SRV_HASH_KEY_LEN);
+        return -EINVAL;
+    }
+    cfg->hash_key_given = true;
+    return 0;
+}
+
 int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &cfg->addr) < 0) {
@@ -145,6 +168,8 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->home = f->home;
     cfg->accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
     cfg->accept_burst = (double)f->accept_burst;
+    if (configure_limits(cfg, f) < 0)
+        return -EINVAL;
     cfg->stun = f->stun;
     cfg->stun_port = f->stun_port;
     if (configure_mesh_key(cfg, f) < 0)
