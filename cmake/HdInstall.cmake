@@ -1,8 +1,8 @@
 # The installable framework: the static libraries as they are built for the apps (hd::reactor,
-# hd::net, hd::tls and the two they are made of, hd::net_http and hd::tls_crypto), the same
-# code as shared libraries exporting only the public API (hd::reactor_shared, hd::net_shared,
-# hd::tls_shared: libhd_reactor.so, libhd_net.so with net_http inside, libhd_tls.so with
-# tls_crypto inside), the public headers as <hd/...>, a CMake package (find_package(hd)) and a
+# hd::net, hd::tls, hd::kit and the two they are made of, hd::net_http and hd::tls_crypto), the
+# same code as shared libraries exporting only the public API (hd::reactor_shared,
+# hd::net_shared, hd::tls_shared, hd::kit_shared: libhd_reactor.so, libhd_net.so with net_http
+# inside, libhd_tls.so with tls_crypto inside, libhd_kit.so), the public headers as <hd/...>, a CMake package (find_package(hd)) and a
 # pkg-config file (hd.pc). Included from the top-level CMakeLists.txt once the layers exist.
 #
 # Export mechanism of the shared libraries: they are compiled with -fvisibility=hidden and with
@@ -18,7 +18,7 @@ include(CMakePackageConfigHelpers)
 
 option(HD_SHARED "Also build the framework as shared libraries (libhd_*.so)" ON)
 
-foreach(_t reactor net_http net tls_crypto tls)
+foreach(_t reactor net_http net tls_crypto tls kit)
   add_library(hd::${_t} ALIAS hd_${_t})
   set_target_properties(hd_${_t} PROPERTIES EXPORT_NAME ${_t})
 endforeach()
@@ -76,7 +76,7 @@ function(hd_shared_library name)
   target_link_options(${_lib} PRIVATE LINKER:--no-undefined)
 endfunction()
 
-set(_hd_exported hd_reactor hd_net_http hd_net hd_tls_crypto hd_tls)
+set(_hd_exported hd_reactor hd_net_http hd_net hd_tls_crypto hd_tls hd_kit)
 if(HD_SHARED)
   hd_shared_library(reactor hd_reactor)
   target_link_libraries(hd_reactor_shared PUBLIC hd::uring Threads::Threads)
@@ -85,7 +85,9 @@ if(HD_SHARED)
   hd_shared_library(tls hd_tls hd_tls_crypto)
   target_link_libraries(hd_tls_shared PUBLIC hd_net_shared
                         PRIVATE hd::boringssl_ssl hd::boringssl_crypto)
-  list(APPEND _hd_exported hd_reactor_shared hd_net_shared hd_tls_shared)
+  hd_shared_library(kit hd_kit)
+  target_link_libraries(hd_kit_shared PUBLIC hd_net_shared)
+  list(APPEND _hd_exported hd_reactor_shared hd_net_shared hd_tls_shared hd_kit_shared)
 endif()
 
 install(TARGETS ${_hd_exported} EXPORT hdTargets
