@@ -22,12 +22,7 @@ static struct srv_config config;
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg;
-    int rc = net_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
-    if ((config.tls || config.mesh_tls || srv_admit_needs_tls(&config)) &&
-        (rc = tls_shard_init(s, NULL)) < 0)
-        return rc;
+    int rc = 0;
     struct srv_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
         return -ENOMEM;
@@ -101,9 +96,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_subs_fini(&ds->subs);
     free(ds->scratch);
     free(ds);
-    if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
-        tls_shard_fini(s);
-    net_shard_fini(s);
+    (void)s;
 }
 
 static int global_init(struct hd_runtime *rt, void *arg)
@@ -123,9 +116,12 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     srv_rate_reload(&config);  /* -rate-config */
 }
 
+static const struct hd_module *const srv_requires[] = {&net_module, NULL};
+
 const struct hd_module srv_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
+    .requires = srv_requires,
     .global_init = global_init,
     .shard_init = shard_init,
     .shard_stop = shard_stop,
@@ -346,15 +342,17 @@ int main(int argc, char **argv)
         {.size = SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX,
          .cap_count = 2048},
     };
-    static const struct hd_module *const modules[] = {&srv_module};
+    /* tls_module (net before it) when anything on the shards speaks TLS. */
+    static const struct hd_module *const modules[] = {&tls_module, &srv_module};
+    unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
     struct hd_runtime_config cfg = {
         .shards_count = f.shards,
         .pin = true,
         .handle_signals = true,
         .frame_classes = classes,
         .frame_classes_count = HD_ARRAY_SIZE(classes),
-        .modules = modules,
-        .modules_count = 1,
+        .modules = modules + first,
+        .modules_count = 2 - first,
     };
     struct hd_runtime *rt;
     rc = hd_runtime_create(&cfg, &rt);
