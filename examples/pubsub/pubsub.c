@@ -180,18 +180,13 @@ static void on_accept(struct net_listener *l, int fd, const struct net_addr *pee
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     const struct ps_config *cfg = arg;
-    int rc = net_shard_init(s, NULL); /* LAYERS: goes once the runtime initialises them */
-    if (rc == 0 && cfg->tls)
-        rc = tls_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
     struct ps_shard *ps = calloc(1, sizeof(*ps));
     if (ps == NULL)
         return -ENOMEM;
     ps->s = s;
     ps->cfg = cfg;
     struct net_listener_options lo = {.reuseport = true};
-    rc = net_listener_start(s, &cfg->listen, &lo, on_accept, ps, &ps->listener);
+    int rc = net_listener_start(s, &cfg->listen, &lo, on_accept, ps, &ps->listener);
     if (rc < 0) {
         free(ps);
         return rc;
@@ -215,14 +210,14 @@ static void shard_fini(struct hd_shard *s, void *state)
            hd_shard_id(s), (unsigned long long)ps->local.sent,
            (unsigned long long)ps->local.dropped, (unsigned long long)ps->remote.sent,
            (unsigned long long)ps->remote.dropped, (unsigned long long)ps->protocol_errors);
-    if (ps->cfg->tls)
-        tls_shard_fini(s);
-    net_shard_fini(s);
     free(ps);
 }
 
+/* net/ on every shard before us (and after us at the end); tls/ is listed by main when -tls. */
+static const struct hd_module *const ps_requires[] = {&net_module, NULL};
 static const struct hd_module ps_module = {
     .abi_version = HD_MODULE_ABI,
+    .requires = ps_requires,
     .name = "pubsub",
     .shard_init = shard_init,
     .shard_stop = shard_stop,
@@ -257,13 +252,14 @@ int main(int argc, char **argv)
         fprintf(stderr, "pubsub: cannot bind: %s\n", strerror(-hold));
         return 1;
     }
-    const struct hd_module *mods[] = {&ps_module};
-    void *args[] = {&cfg};
+    const struct hd_module *mods[] = {&tls_module, &ps_module};
+    void *args[] = {NULL, &cfg};
+    unsigned skip = cfg.tls ? 0 : 1; /* plain TCP: no TLS layer */
     struct hd_runtime_config rc_cfg = {.shards_count = cfg.shards,
                                        .handle_signals = true,
-                                       .modules = mods,
-                                       .modules_args = args,
-                                       .modules_count = 1};
+                                       .modules = mods + skip,
+                                       .modules_args = args + skip,
+                                       .modules_count = 2 - skip};
     struct hd_runtime *rt = NULL;
     rc = hd_runtime_create(&rc_cfg, &rt);
     if (rc == 0)

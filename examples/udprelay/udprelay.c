@@ -155,14 +155,11 @@ static void on_sweep(struct hd_timer *t)
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     const struct net_addr *addr = arg;
-    int rc = net_shard_init(s, NULL); /* LAYERS: goes once the runtime initialises it */
-    if (rc < 0)
-        return rc;
     struct udpr_shard *us = calloc(1, sizeof(*us));
     if (us == NULL)
         return -ENOMEM;
     us->s = s;
-    rc = net_udp_open(s, addr, on_datagram, us, &us->udp);
+    int rc = net_udp_open(s, addr, on_datagram, us, &us->udp);
     if (rc < 0) {
         free(us);
         return rc;
@@ -188,11 +185,12 @@ static void shard_fini(struct hd_shard *s, void *state)
            (unsigned long long)us->st.refused, (unsigned long long)us->st.unpaired,
            (unsigned long long)us->st.bad);
     free(us);
-    net_shard_fini(s);
 }
 
+static const struct hd_module *const udpr_requires[] = {&net_module, NULL};
 static const struct hd_module udpr_module = {
     .abi_version = HD_MODULE_ABI,
+    .requires = udpr_requires,
     .name = "udprelay",
     .shard_init = shard_init,
     .shard_stop = shard_stop,

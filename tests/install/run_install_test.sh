@@ -9,6 +9,7 @@
 #   5. examples/ through add_subdirectory of the source tree, built and tested.
 # Usage: run_install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
+export LC_ALL=C # one collation for sort, comm and python's sorted
 build=$(realpath "$1")
 src=$(realpath "$2")
 tmp=$(mktemp -d)
@@ -32,9 +33,16 @@ priv=$(find "$prefix" -name '*_impl.h' -o -name 'hd_poison.h' -o -name 'tls_keys
 [ -z "$priv" ] || die "private headers installed: $priv"
 say "headers ok ($(echo "$have" | wc -l) public, no private)"
 
-# 2. exported symbols: the identifiers of the public headers, comments included (a superset
-# of the declared names is enough: a symbol must be named there to count as public).
-grep -ohE '\b[A-Za-z_][A-Za-z0-9_]*\b' "$prefix"/include/hd/*.h | sort -u >"$tmp/idents"
+# 2. exported symbols: the identifiers of the public headers' code, comments left out (every
+# declared name is among them; a symbol must be named there to count as public).
+python3 - "$prefix"/include/hd/*.h >"$tmp/idents" <<'PY'
+import re, sys
+names = set()
+for path in sys.argv[1:]:
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", open(path).read(), flags=re.S)
+    names.update(re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*\b", code))
+print("\n".join(sorted(names)))
+PY
 for lib in reactor net tls kit; do
     so="$libdir/libhd_$lib.so"
     [ -f "$so" ] || die "no $so"
