@@ -16,7 +16,12 @@ include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-option(HD_SHARED "Also build the framework as shared libraries (libhd_*.so)" ON)
+# Sanitizer and fuzz builds are never installed (tests/install runs in release-like builds).
+set(_hd_shared_default ON)
+if(HD_SANITIZE OR HD_FUZZ)
+  set(_hd_shared_default OFF)
+endif()
+option(HD_SHARED "Also build the framework as shared libraries (libhd_*.so)" ${_hd_shared_default})
 
 foreach(_t reactor net_http net tls_crypto tls kit)
   add_library(hd::${_t} ALIAS hd_${_t})

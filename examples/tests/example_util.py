@@ -17,6 +17,7 @@ def fail(msg):
 
 
 def start(argv):
+    """Returns the process, the port it announced and the whole announcement line."""
     p = subprocess.Popen(argv + ["-listen", "127.0.0.1:0", "-shards", "2"],
                          stdout=subprocess.PIPE, text=True)
     end = time.monotonic() + DEADLINE_S
@@ -26,7 +27,7 @@ def start(argv):
             line = p.stdout.readline()
             m = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
             if m:
-                return p, int(m.group(1))
+                return p, int(m.group(1)), line
             if line == "":
                 break
         if p.poll() is not None:

@@ -61,7 +61,7 @@ def subscribe(port, tls, topic):
 
 def main():
     tls = "--tls" in sys.argv[2:]
-    p, port = start([sys.argv[1]] + (["-tls"] if tls else []))
+    p, port, _ = start([sys.argv[1]] + (["-tls"] if tls else []))
     subs, shards = [], set()
     for _ in range(CONNECT_MAX):
         c, shard = subscribe(port, tls, b"news")

@@ -1,12 +1,16 @@
 """examples/udprelay over real UDP sockets: 16 sessions of two parties each get each other's
 datagrams (byte for byte, from the relay's address) whichever shard their datagrams land on, a
 third address on a session is refused, a datagram too short for a session id is counted; the
-relay stops cleanly on SIGTERM, having routed datagrams to their owner shard over the bus.
+relay stops cleanly on SIGTERM, having routed datagrams to their owner shard over the bus. The
+counters are read from the relay's GET /metrics (the relay kit's endpoint) before the stop.
 Usage: test_udprelay.py UDPRELAY"""
 import os
+import re
 import socket
 import sys
 import time
+import urllib.error
+import urllib.request
 
 from example_util import DEADLINE_S, fail, start, stop, total
 
@@ -60,6 +64,13 @@ def owner(sid, shards=2):
     return h % shards
 
 
+def metrics(port):
+    """GET /metrics: the relay's counters summed over its shards."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=DEADLINE_S) as r:
+        text = r.read().decode()
+    return {k: int(v) for k, v in re.findall(r"^udprelay_(\w+)_total (\d+)$", text, re.M)}
+
+
 def expect(sock, want, relay):
     data, src = sock.recvfrom(2048)
     if data != want or src != relay:
@@ -67,8 +78,9 @@ def expect(sock, want, relay):
 
 
 def main():
-    p, port = start([sys.argv[1]])
+    p, port, line = start([sys.argv[1], "-metrics", "127.0.0.1:0"])
     relay = ("127.0.0.1", port)
+    mport = int(re.search(r"metrics 127\.0\.0\.1:(\d+)", line).group(1))
     sessions = []
     for _ in range(SESSIONS):
         sid = os.urandom(8)
@@ -94,6 +106,16 @@ def main():
     expect(d, sid2 + b"after", relay)
     a.sendto(sid + b"after", relay)  # sid still belongs to a and b
     expect(b, sid + b"after", relay)
+    m = metrics(mport)
+    if m["relayed"] < SESSIONS * 10 + 2 or m["refused"] != 1 or m["bad"] != 1 \
+            or m["routed"] == 0:
+        fail("metrics: %r" % m)
+    try:
+        urllib.request.urlopen("http://127.0.0.1:%d/other" % mport, timeout=DEADLINE_S)
+        fail("/other answered")
+    except urllib.error.HTTPError as e:
+        if e.code != 404:
+            fail("/other: %d" % e.code)
     st = stop(p)
     if len(st) != 2 or total(st, "routed") == 0 or total(st, "refused") != 1 \
             or total(st, "bad") != 1:

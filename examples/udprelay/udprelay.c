@@ -39,10 +39,21 @@ struct udpr_session {
 struct udpr_stats {
     uint64_t relayed, routed, refused, unpaired, bad, no_frame, table_full;
 };
+/* Its fields in order, for the metrics endpoint (udprelay_<name>_total). */
+static const char *const udpr_stat_names[] = {"relayed", "routed",   "refused",   "unpaired",
+                                              "bad",     "no_frame", "table_full"};
+_Static_assert(sizeof(struct udpr_stats) == sizeof(udpr_stat_names) / sizeof(char *) * 8,
+               "one name per counter");
+
+struct udpr_config {
+    struct net_addr listen, metrics; /* metrics.len 0: no metrics endpoint */
+    uint32_t shards;
+};
 
 struct udpr_shard {
     struct hd_shard *s;
     struct net_udp *udp;
+    struct kit_metrics *metrics; /* shard 0, with -metrics */
     struct hd_timer sweep;
     struct udpr_stats st;
     struct udpr_session sessions[UDPR_SESSIONS_MAX];
@@ -152,15 +163,46 @@ static void on_sweep(struct hd_timer *t)
     hd_timer_start(us->s, &us->sweep, UDPR_SWEEP_MS);
 }
 
+/* The metrics endpoint: each shard's counters into its slot, then their sums as text. */
+static void metrics_fill(struct hd_shard *s, void *slot, void *arg)
+{
+    (void)arg;
+    struct udpr_shard *us = hd_shard_module_state(s, &udpr_module);
+    if (us)
+        memcpy(slot, &us->st, sizeof(us->st));
+}
+
+static size_t metrics_format(const void *slots, unsigned count, char *buf, size_t size, void *arg)
+{
+    (void)arg;
+    const uint64_t *v = slots;
+    size_t n = 0, fields = sizeof(udpr_stat_names) / sizeof(udpr_stat_names[0]);
+    for (size_t i = 0; i < fields && n < size; i++) {
+        unsigned long long sum = 0;
+        for (unsigned j = 0; j < count; j++)
+            sum += v[j * fields + i];
+        n += (size_t)snprintf(buf + n, size - n, "udprelay_%s_total %llu\n", udpr_stat_names[i],
+                              sum);
+    }
+    return n;
+}
+
+static const struct kit_metrics_options udpr_metrics = {
+    .slot_size = sizeof(struct udpr_stats), .fill = metrics_fill, .format = metrics_format};
+
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
-    const struct net_addr *addr = arg;
+    const struct udpr_config *cfg = arg;
     struct udpr_shard *us = calloc(1, sizeof(*us));
     if (us == NULL)
         return -ENOMEM;
     us->s = s;
-    int rc = net_udp_open(s, addr, on_datagram, us, &us->udp);
+    int rc = net_udp_open(s, &cfg->listen, on_datagram, us, &us->udp);
+    if (rc == 0 && cfg->metrics.len > 0 && hd_shard_id(s) == 0)
+        rc = kit_metrics_start(s, &cfg->metrics, &udpr_metrics, &us->metrics);
     if (rc < 0) {
+        if (us->udp)
+            net_udp_close(us->udp);
         free(us);
         return rc;
     }
@@ -175,6 +217,9 @@ static void shard_stop(struct hd_shard *s, void *state)
     struct udpr_shard *us = state;
     hd_timer_stop(s, &us->sweep);
     net_udp_close(us->udp);
+    if (us->metrics)
+        kit_metrics_stop(us->metrics);
+    net_shard_close_all(s, 0);
 }
 
 static void shard_fini(struct hd_shard *s, void *state)
@@ -199,12 +244,12 @@ static const struct hd_module udpr_module = {
 
 int main(int argc, char **argv)
 {
-    struct net_addr addr;
-    uint32_t shards = 2;
-    net_addr_parse("127.0.0.1:7500", &addr);
+    struct udpr_config cfg = {.shards = 2};
+    net_addr_parse("127.0.0.1:7500", &cfg.listen);
     const struct kit_flag flags[] = {
-        {"listen", KIT_FLAG_ADDR, &addr, 0, 0, "UDP address (default 127.0.0.1:7500; port 0)"},
-        {"shards", KIT_FLAG_U32, &shards, 1, 64, "shards (default 2)"},
+        {"listen", KIT_FLAG_ADDR, &cfg.listen, 0, 0, "UDP address (default 127.0.0.1:7500)"},
+        {"metrics", KIT_FLAG_ADDR, &cfg.metrics, 0, 0, "GET /metrics on this TCP address"},
+        {"shards", KIT_FLAG_U32, &cfg.shards, 1, 64, "shards (default 2)"},
     };
     unsigned flags_count = sizeof(flags) / sizeof(flags[0]);
     char err[160];
@@ -215,26 +260,33 @@ int main(int argc, char **argv)
         kit_flags_usage(rc == -ECANCELED ? stdout : stderr, "udprelay", flags, flags_count);
         return rc == -ECANCELED ? 0 : 2;
     }
-    int hold = kit_port_hold(&addr, SOCK_DGRAM);
+    int hold = kit_port_hold(&cfg.listen, SOCK_DGRAM), mhold = -1;
+    if (hold >= 0 && cfg.metrics.len > 0 && (mhold = kit_port_hold(&cfg.metrics, SOCK_STREAM)) < 0)
+        close(hold), hold = mhold;
     if (hold < 0) {
         fprintf(stderr, "udprelay: cannot bind: %s\n", strerror(-hold));
         return 1;
     }
     const struct hd_module *mods[] = {&udpr_module};
-    void *args[] = {&addr};
-    struct hd_runtime_config cfg = {.shards_count = shards,
-                                    .handle_signals = true,
-                                    .modules = mods,
-                                    .modules_args = args,
-                                    .modules_count = 1};
+    void *args[] = {&cfg};
+    struct hd_runtime_config rc_cfg = {.shards_count = cfg.shards,
+                                       .handle_signals = true,
+                                       .modules = mods,
+                                       .modules_args = args,
+                                       .modules_count = 1};
     struct hd_runtime *rt = NULL;
-    rc = hd_runtime_create(&cfg, &rt);
+    rc = hd_runtime_create(&rc_cfg, &rt);
     if (rc == 0)
         rc = hd_runtime_start(rt);
     close(hold); /* before the port is announced: it would get its share of datagrams */
+    if (mhold >= 0)
+        close(mhold);
     if (rc == 0) {
-        char buf[64];
-        printf("udprelay: listening on %s\n", net_addr_format(&addr, buf, sizeof(buf)));
+        char a[64], b[64] = "";
+        if (cfg.metrics.len > 0)
+            net_addr_format(&cfg.metrics, b, sizeof(b));
+        printf("udprelay: listening on %s%s%s\n", net_addr_format(&cfg.listen, a, sizeof(a)),
+               b[0] ? " metrics " : "", b);
         fflush(stdout);
         rc = hd_runtime_wait(rt);
     }

@@ -3,6 +3,7 @@
  *   fan-out of one frame         kit_fanout_conns (many connections of this shard),
  *                                kit_fanout_shards (every other shard, over the bus)
  *   port 0 on many shards        kit_port_hold (one SO_REUSEPORT port for every shard)
+ *   a metrics endpoint           kit_metrics_start (GET /metrics from every shard's counters)
  *   command lines                kit_flags_parse / kit_flags_usage (a table of flags)
  * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
  *
@@ -59,6 +60,34 @@ unsigned kit_fanout_shards(struct hd_shard *s, struct hd_frame *f, hd_msg_fn *fn
  * bind that port. Returns the socket (close it once hd_runtime_start returned: a UDP socket in
  * the group would receive its share of datagrams) or -errno (bind's). */
 int kit_port_hold(struct net_addr *a, int type);
+
+/* ---------------------------------------------------------------- metrics endpoint */
+
+/* GET /metrics (HEAD too) on a listener of its own answers with text the app writes from every
+ * shard's counters: fill runs on each shard (hd_collect) and copies its counters into its slot
+ * of slot_size bytes; format then runs on the listener's shard with the slots in shard order
+ * and writes the body (e.g. Prometheus text) into buf[0..size), returning the bytes written
+ * (at most size). Other paths get 404, other methods 405, a bad request 400; every answer
+ * closes its connection. At most KIT_METRICS_CONNS_MAX requests at once per endpoint. */
+typedef size_t kit_metrics_format_fn(const void *slots, unsigned count, char *buf, size_t size,
+                                     void *arg);
+struct kit_metrics_options {
+    size_t slot_size;
+    hd_collect_fill_fn *fill; /* fill(shard, slot, arg) */
+    kit_metrics_format_fn *format;
+    void *arg; /* for fill (on every shard: read-only there) and format */
+};
+#define KIT_METRICS_CONNS_MAX 16u          /* a scrape is rare: a few at once is plenty */
+#define KIT_METRICS_BODY_MAX  (48u * 1024) /* answer body: fits one 64 KiB frame with its head */
+struct kit_metrics;
+/* Listen on addr on shard s (SO_REUSEPORT, so kit_port_hold works for port 0). Start-up
+ * (shard_init: allocates). Borrows o's contents until kit_metrics_stop. Returns 0, -ENOMEM or
+ * net_listener_start's error. */
+int kit_metrics_start(struct hd_shard *s, const struct net_addr *addr,
+                      const struct kit_metrics_options *o, struct kit_metrics **out);
+/* Stop listening and close the endpoint's connections (shard_stop); the memory goes once the
+ * last of them has closed and every collect it started has come back. */
+void kit_metrics_stop(struct kit_metrics *m);
 
 /* ---------------------------------------------------------------- flags */
 
