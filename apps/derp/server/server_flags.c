@@ -92,6 +92,9 @@ static void usage(FILE *out)
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
+        "  --stall-threshold D     log a shard that stays busy this long in one stretch, with\n"
+        "                          the callback it runs, and count it (hderp_loop_stalls in\n"
+        "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
@@ -259,6 +262,14 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
             return -1;
         }
+    } else if (strcmp(name, "stall-threshold") == 0) {
+        if (set_duration(name, v, &f->stall_ms) < 0)
+            return -1;
+        if (f->stall_ms >= UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --stall-threshold %s: too long\n", v);
+            return -1;
+        }
+        f->stall_set = true;
     } else if (strcmp(name, "verify-clients") == 0) {
         if (parse_bool(v, &f->verify_clients) < 0) {
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);

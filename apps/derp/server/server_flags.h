@@ -21,6 +21,8 @@ struct srv_flags {
     uint64_t tcp_keepalive_ms, tcp_user_timeout_ms, tcp_write_timeout_ms;
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
+    uint64_t stall_ms;     /* --stall-threshold (with stall_set; 0: no watchdog) */
+    bool stall_set;
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */

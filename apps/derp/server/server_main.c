@@ -353,6 +353,9 @@ int main(int argc, char **argv)
         .frame_classes_count = HD_ARRAY_SIZE(classes),
         .modules = modules + first,
         .modules_count = 2 - first,
+        .stall_ms = !f.stall_set      ? 0
+                    : f.stall_ms == 0 ? HD_STALL_OFF
+                                      : (uint32_t)f.stall_ms,
     };
     struct hd_runtime *rt;
     rc = hd_runtime_create(&cfg, &rt);
