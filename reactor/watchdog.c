@@ -14,14 +14,14 @@
 
 #include "hd_impl.h"
 
-static const char *const kind_names[HD_RUN_KINDS] = {"tick", "op callback", "task", "timer",
-                                                     "flush", "bus message"};
+static const char *const kind_names[HD_RUN_KINDS] = {"tick",  "op callback", "task",
+                                                     "timer", "flush",       "bus message"};
 
 struct hd_watch_shard {
-    uint64_t beat;       /* last beat seen */
-    uint64_t since_ns;   /* when it was first seen (awake) */
-    bool stalled;        /* logged as stalled; waiting for it to move on */
-    const void *fn;      /* what it ran when the stall was noticed */
+    uint64_t beat;     /* last beat seen */
+    uint64_t since_ns; /* when it was first seen (awake) */
+    bool stalled;      /* logged as stalled; waiting for it to move on */
+    const void *fn;    /* what it ran when the stall was noticed */
     uint32_t kind;
     _Atomic uint64_t stalls, stall_max_ms;
 };
@@ -36,7 +36,8 @@ struct hd_watchdog {
 
 static void sleep_ns(uint64_t ns)
 {
-    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000u),
+                          .tv_nsec = (long)(ns % 1000000000u)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
 }
@@ -52,8 +53,8 @@ static void stall_noticed(struct hd_watchdog *wd, unsigned id, struct hd_watch_s
     char sym[256] = "(none)";
     if (w->fn)
         hd_symbolize(w->fn, sym, sizeof(sym));
-    hd_log_write(HD_LOG_WARN, "stall: shard %u busy for %llu ms in one stretch, running %s %s",
-                 id, (unsigned long long)((now - w->since_ns) / 1000000u),
+    hd_log_write(HD_LOG_WARN, "stall: shard %u busy for %llu ms in one stretch, running %s %s", id,
+                 (unsigned long long)((now - w->since_ns) / 1000000u),
                  w->kind < HD_RUN_KINDS ? kind_names[w->kind] : "?", sym);
 }
 

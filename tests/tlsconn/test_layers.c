@@ -48,8 +48,7 @@ static int app_init(struct hd_shard *s, void *arg, void **state)
     *state = NULL;
     atomic_fetch_add(&g.app_inits, 1);
     if (hd_shard_module_state(s, &net_module) == NULL ||
-        hd_shard_module_state(s, &tls_module) == NULL ||
-        extra_pools(s) != NET_POOLS + TLS_POOLS)
+        hd_shard_module_state(s, &tls_module) == NULL || extra_pools(s) != NET_POOLS + TLS_POOLS)
         atomic_store(&g.layers_up_in_init, false);
     if (net_shard_uses_buf_ring(s))
         atomic_store(&g.ring_seen, true);
