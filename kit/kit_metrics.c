@@ -166,5 +166,4 @@ void kit_metrics_stop(struct kit_metrics *m)
         hd_slab_destroy(m->reqs);
         free(m);
     }
-    /* Its connections close with the shard's (net_shard_close_all) or when answered. */
 }

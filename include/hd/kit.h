@@ -85,8 +85,10 @@ struct kit_metrics;
  * net_listener_start's error. */
 int kit_metrics_start(struct hd_shard *s, const struct net_addr *addr,
                       const struct kit_metrics_options *o, struct kit_metrics **out);
-/* Stop listening and close the endpoint's connections (shard_stop); the memory goes once the
- * last of them has closed and every collect it started has come back. */
+/* Stop listening (shard_stop; the app's net_shard_close_all closes what is still open); the
+ * memory goes once the last request's connection has closed and its collect has come back. A
+ * scrape still collecting when the shard exits is never answered, and the runtime drops its
+ * collect without calling back: that request and the endpoint stay allocated (exit only). */
 void kit_metrics_stop(struct kit_metrics *m);
 
 /* ---------------------------------------------------------------- flags */
