@@ -112,9 +112,13 @@ static int publish(struct ps_shard *ps, const uint8_t *wire, size_t len)
 static int subscribe(struct ps_shard *ps, struct net_conn *c, const uint8_t *frame)
 {
     struct ps_topic *t = frame_topic(ps, frame, true);
-    if (t == NULL || t->subs_count == PS_SUBS_MAX)
+    unsigned i = 0;
+    while (t && i < t->subs_count && t->subs[i] != c)
+        i++; /* subscribing twice is subscribing once */
+    if (t == NULL || i == PS_SUBS_MAX)
         return -ENOSPC; /* the table's limits: this subscriber is refused (closed) */
-    t->subs[t->subs_count++] = c;
+    if (i == t->subs_count)
+        t->subs[t->subs_count++] = c;
     uint8_t ack[] = {0, 0, 0, 3, 'A', 0, (uint8_t)hd_shard_id(ps->s)};
     return net_conn_send_copy(c, ack, sizeof(ack));
 }

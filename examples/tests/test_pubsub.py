@@ -71,6 +71,9 @@ def main():
             break
     if len(shards) != 2:
         fail("%d connections all landed on shard %s" % (len(subs), shards))
+    subs[0].send(frame(b"S", b"news"))  # again: still one copy of each message
+    if subs[0].read() is None:
+        fail("no ack for a second subscribe")
     other, _ = subscribe(port, tls, b"other")
     pub = Conn(port, tls)
     for i in range(10):
