@@ -2,6 +2,7 @@
  * value goes, range, help), so a program's flags, their checks and its usage text are one
  * table. Go-style single-dash flags (derper's), double dashes accepted. Main thread. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,10 +48,23 @@ static int set_value(const struct kit_flag *f, const char *v, char *err, size_t 
     case KIT_FLAG_U32: {
         errno = 0;
         unsigned long long x = strtoull(v, &end, 10);
-        if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0 || x < f->min || x > f->max)
-            return fail(err, err_size, "-%s %s: expected %u..%u", f->name, v, f->min, f->max);
+        if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0 || x > UINT32_MAX ||
+            !((double)x >= f->min && (double)x <= f->max))
+            return fail(err, err_size, "-%s %s: expected %.0f..%.0f", f->name, v, f->min, f->max);
         *(uint32_t *)f->dst = (uint32_t)x;
         return 0;
+    }
+    case KIT_FLAG_F64: {
+        errno = 0;
+        double x = strtod(v, &end);
+        if (*v == '\0' || *end != '\0' || errno != 0 || !(x >= f->min && x <= f->max))
+            return fail(err, err_size, "-%s %s: expected %g..%g", f->name, v, f->min, f->max);
+        *(double *)f->dst = x;
+        return 0;
+    }
+    case KIT_FLAG_FN: {
+        const struct kit_flag_call *call = f->dst;
+        return call->fn(v, call->arg, err, err_size) < 0 ? -EINVAL : 0;
     }
     case KIT_FLAG_STR:
         *(const char **)f->dst = v;
@@ -95,10 +109,9 @@ int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char
 
 void kit_flags_usage(FILE *out, const char *prog, const struct kit_flag *flags, unsigned count)
 {
-    static const char *const value[] = {[KIT_FLAG_BOOL] = "",
-                                        [KIT_FLAG_U32] = " N",
-                                        [KIT_FLAG_STR] = " S",
-                                        [KIT_FLAG_ADDR] = " HOST:PORT"};
+    static const char *const value[] = {
+        [KIT_FLAG_BOOL] = "",  [KIT_FLAG_U32] = " N",          [KIT_FLAG_F64] = " X",
+        [KIT_FLAG_STR] = " S", [KIT_FLAG_ADDR] = " HOST:PORT", [KIT_FLAG_FN] = " V"};
     fprintf(out, "usage: %s [flags]\n", prog);
     for (unsigned i = 0; i < count; i++) {
         char head[64];

@@ -95,17 +95,26 @@ void kit_metrics_stop(struct kit_metrics *m);
 
 enum kit_flag_type {
     KIT_FLAG_BOOL, /* -name (true), -name=true|false; dst: bool * */
-    KIT_FLAG_U32,  /* -name N, -name=N in [min, max]; dst: uint32_t * */
+    KIT_FLAG_U32,  /* -name N, -name=N, an integer in [min, max]; dst: uint32_t * */
+    KIT_FLAG_F64,  /* -name X, a number in [min, max]; dst: double * */
     KIT_FLAG_STR,  /* -name S; dst: const char ** (points into argv) */
     KIT_FLAG_ADDR, /* -name HOST:PORT (net_addr_parse); dst: struct net_addr * */
+    KIT_FLAG_FN,   /* -name V handed to a function; dst: struct kit_flag_call * */
+};
+/* A KIT_FLAG_FN value (URLs, keys, repeated flags, ...): store it (v points into argv) or
+ * return -EINVAL with a reason in err. */
+typedef int kit_flag_fn(const char *v, void *arg, char *err, size_t err_size);
+struct kit_flag_call {
+    kit_flag_fn *fn;
+    void *arg;
 };
 /* One line of a command line's table. "-name" and "--name" are the same flag. */
 struct kit_flag {
     const char *name;
     enum kit_flag_type type;
     void *dst;
-    uint32_t min, max; /* KIT_FLAG_U32 */
-    const char *help;  /* one line; the default belongs in it */
+    double min, max;  /* KIT_FLAG_U32, KIT_FLAG_F64 */
+    const char *help; /* one line; the default belongs in it */
 };
 /* Parse argv[1..argc) against flags[0..count): dst keeps its value (the default) unless the
  * flag is given. Main thread. Returns 0; -ECANCELED for -h, -help or --help (print usage,

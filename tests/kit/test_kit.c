@@ -15,7 +15,22 @@ struct opts {
     uint32_t shards;
     const char *name;
     struct net_addr listen;
+    double rate;
+    unsigned servers_count;
+    const char *servers[2];
 };
+
+/* A repeated flag with its own check: at most two, each starting with "http". */
+static int add_server(const char *v, void *dst, char *err, size_t err_size)
+{
+    struct opts *o = dst;
+    if (o->servers_count == 2 || strncmp(v, "http", 4) != 0) {
+        snprintf(err, err_size, "-server %s: at most 2, http URLs", v);
+        return -EINVAL;
+    }
+    o->servers[o->servers_count++] = v;
+    return 0;
+}
 
 #define TABLE(o)                                                                                   \
     {                                                                                              \
@@ -23,12 +38,14 @@ struct opts {
             {"shards", KIT_FLAG_U32, &(o)->shards, 1, 64, "shards (default 2)"},                   \
             {"name", KIT_FLAG_STR, &(o)->name, 0, 0, "a name"},                                    \
             {"listen", KIT_FLAG_ADDR, &(o)->listen, 0, 0, "address"},                              \
+            {"rate", KIT_FLAG_F64, &(o)->rate, 0.5, 1e6, "rate"},                                  \
+            {"server", KIT_FLAG_FN, &(struct kit_flag_call){add_server, (o)}, 0, 0, "URL"},        \
     }
 
 static int parse(struct opts *o, char *err, size_t err_size, int argc, char **argv)
 {
     const struct kit_flag flags[] = TABLE(o);
-    return kit_flags_parse(flags, 4, argc, argv, err, err_size);
+    return kit_flags_parse(flags, 6, argc, argv, err, err_size);
 }
 
 Test(kit_flags, values_and_defaults)
@@ -46,6 +63,11 @@ Test(kit_flags, values_and_defaults)
     cr_assert(!o.tls);
     cr_assert_eq(o.shards, 64);
     cr_assert_str_eq(o.name, "x");
+    char *argv3[] = {"p", "-rate", "2.5", "-server", "http://a", "--server=https://b", NULL};
+    cr_assert_eq(parse(&o, err, sizeof(err), 6, argv3), 0, "%s", err);
+    cr_assert_float_eq(o.rate, 2.5, 1e-9);
+    cr_assert_eq(o.servers_count, 2);
+    cr_assert_str_eq(o.servers[1], "https://b");
 }
 
 Test(kit_flags, errors_name_the_reason)
@@ -64,6 +86,10 @@ Test(kit_flags, errors_name_the_reason)
         {"plain", NULL, "unexpected argument plain"},
         {"-listen", "nothere", "expected HOST:PORT"},
         {"-name", NULL, "-name needs a value"},
+        {"-rate", "0.25", "-rate 0.25: expected 0.5..1e+06"},
+        {"-rate", "fast", "expected 0.5..1e+06"},
+        {"-server", "ftp://x", "-server ftp://x: at most 2, http URLs"},
+        {"-shards", "99999999999", "expected 1..64"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *argv[] = {"p", bad[i].arg, bad[i].val, NULL};
@@ -84,11 +110,12 @@ Test(kit_flags, usage_lists_every_flag)
     const struct kit_flag flags[] = TABLE(&o);
     char buf[1024] = "";
     FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
-    kit_flags_usage(f, "prog", flags, 4);
+    kit_flags_usage(f, "prog", flags, 6);
     fclose(f);
     cr_assert(strstr(buf, "usage: prog [flags]") != NULL);
     cr_assert(strstr(buf, "-shards N") != NULL && strstr(buf, "shards (default 2)") != NULL);
     cr_assert(strstr(buf, "-listen HOST:PORT") != NULL && strstr(buf, "-tls ") != NULL);
+    cr_assert(strstr(buf, "-rate X") != NULL && strstr(buf, "-server V") != NULL);
 }
 
 Test(kit_route, hash_vectors_and_owner)
