@@ -143,6 +143,18 @@ static int apply(struct echo_obs_opts *o, int opt, const char *v)
     }
 }
 
+/* What --help states as the defaults. */
+static void set_defaults(struct echo_obs_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->rate_pps = 10;
+    o->size = 64;
+    o->alert_window_s = 60;
+    o->down_after_ms = 3000;
+    o->duration_s = 30;
+    o->mesh_paths = true;
+}
+
 int echo_obs_opts_parse(int argc, char **argv, struct echo_obs_opts *o)
 {
     static const struct option longs[] = {
@@ -165,13 +177,7 @@ int echo_obs_opts_parse(int argc, char **argv, struct echo_obs_opts *o)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    memset(o, 0, sizeof(*o));
-    o->rate_pps = 10;
-    o->size = 64;
-    o->alert_window_s = 60;
-    o->down_after_ms = 3000;
-    o->duration_s = 30;
-    o->mesh_paths = true;
+    set_defaults(o);
     const char *map = NULL;
     bool plain_http = false;
     optind = 2;

@@ -336,7 +336,7 @@ int hd_collect(struct hd_shard *s, size_t slot_size, hd_collect_fill_fn *fill,
 
 /* ---------------------------------------------------------------- runtime and shards */
 
-/* An app: one const struct listed at build time (STYLE.md: no constructor registration). */
+/* An app: one const struct listed at build time (CONVENTIONS.md: no constructor registration). */
 #define HD_MODULE_ABI 1
 struct hd_module {
     uint32_t abi_version; /* HD_MODULE_ABI */
@@ -374,7 +374,7 @@ struct hd_runtime_config {
      * (hd_shard_stalls). 0: HD_STALL_MS_DEFAULT; HD_STALL_OFF: no watchdog thread. */
     uint32_t stall_ms;
     uint32_t features_disable; /* HD_FEAT_* to leave unused (tests force the fallbacks) */
-    const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 64 classes */
+    const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 128 classes */
     unsigned frame_classes_count;
     /* The modules (apps and layers), at most HD_MODULES_MAX once requirements are added. Each
      * entry is one instance with its own arg (one module may be listed twice, e.g. two relays

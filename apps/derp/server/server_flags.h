@@ -26,6 +26,8 @@ struct srv_flags {
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
+    uint64_t verify_cache_ttl_ms;     /* -verify-cache-ttl (hderp; 0: off) */
+    uint64_t verify_recheck_ms;       /* -verify-recheck-interval (hderp; 0: off) */
     bool verify_clients;              /* -verify-clients */
     const char *socket;               /* -socket ("" or NULL: tailscaled's default path) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */

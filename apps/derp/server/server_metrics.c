@@ -158,6 +158,14 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(admit_refused));
     put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
         (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_admit_cache_hits counter\nhderp_admit_cache_hits %lld\n",
+        (long long)SUM(admit_cache_hits));
+    put(o, "# TYPE hderp_admit_rechecks counter\nhderp_admit_rechecks %lld\n",
+        (long long)SUM(admit_rechecks));
+    put(o, "# TYPE hderp_admit_recheck_errors counter\nhderp_admit_recheck_errors %lld\n",
+        (long long)SUM(admit_recheck_errors));
+    put(o, "# TYPE hderp_admit_revoked counter\nhderp_admit_revoked %lld\n",
+        (long long)SUM(admit_revoked));
     put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
