@@ -1,6 +1,6 @@
 /* kit_flags.c - a table-driven command-line parser: each flag is one row (name, type, where the
  * value goes, range, help), so a program's flags, their checks and its usage text are one
- * table. Go-style single-dash flags (derper's), double dashes accepted. Main thread. */
+ * table. Go-style single-dash flags, double dashes accepted too. Main thread. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdarg.h>

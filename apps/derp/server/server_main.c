@@ -369,8 +369,7 @@ int main(int argc, char **argv)
                                       : (uint32_t)f.stall_ms,
     };
     struct hd_runtime *rt;
-    rc = hd_runtime_create(&cfg, &rt);
-    if (rc < 0) {
+    if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
