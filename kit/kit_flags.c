@@ -33,7 +33,9 @@ static const struct kit_flag *find(const struct kit_flag *flags, unsigned count,
     return NULL;
 }
 
-static int set_value(const struct kit_flag *f, const char *v, char *err, size_t err_size)
+/* dash: "-" or "--", as the flag was given, for the messages. */
+static int set_value(const struct kit_flag *f, const char *dash, const char *v, char *err,
+                     size_t err_size)
 {
     char *end;
     switch (f->type) {
@@ -43,14 +45,15 @@ static int set_value(const struct kit_flag *f, const char *v, char *err, size_t 
         else if (strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
             *(bool *)f->dst = false;
         else
-            return fail(err, err_size, "-%s=%s: expected true or false", f->name, v);
+            return fail(err, err_size, "%s%s=%s: expected true or false", dash, f->name, v);
         return 0;
     case KIT_FLAG_U32: {
         errno = 0;
         unsigned long long x = strtoull(v, &end, 10);
         if (*v == '\0' || *v == '-' || *end != '\0' || errno != 0 || x > UINT32_MAX ||
             !((double)x >= f->min && (double)x <= f->max))
-            return fail(err, err_size, "-%s %s: expected %.0f..%.0f", f->name, v, f->min, f->max);
+            return fail(err, err_size, "%s%s %s: expected %.0f..%.0f", dash, f->name, v, f->min,
+                        f->max);
         *(uint32_t *)f->dst = (uint32_t)x;
         return 0;
     }
@@ -58,7 +61,8 @@ static int set_value(const struct kit_flag *f, const char *v, char *err, size_t 
         errno = 0;
         double x = strtod(v, &end);
         if (*v == '\0' || *end != '\0' || errno != 0 || !(x >= f->min && x <= f->max))
-            return fail(err, err_size, "-%s %s: expected %g..%g", f->name, v, f->min, f->max);
+            return fail(err, err_size, "%s%s %s: expected %g..%g", dash, f->name, v, f->min,
+                        f->max);
         *(double *)f->dst = x;
         return 0;
     }
@@ -71,10 +75,10 @@ static int set_value(const struct kit_flag *f, const char *v, char *err, size_t 
         return 0;
     case KIT_FLAG_ADDR:
         if (net_addr_parse(v, f->dst) < 0)
-            return fail(err, err_size, "-%s %s: expected HOST:PORT (numeric)", f->name, v);
+            return fail(err, err_size, "%s%s %s: expected HOST:PORT (numeric)", dash, f->name, v);
         return 0;
     }
-    return fail(err, err_size, "-%s: bad flag table entry", f->name);
+    return fail(err, err_size, "%s%s: bad flag table entry", dash, f->name);
 }
 
 int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char **argv, char *err,
@@ -84,7 +88,7 @@ int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char
         const char *arg = argv[i];
         if (arg[0] != '-' || arg[1] == '\0')
             return fail(err, err_size, "unexpected argument %s", arg);
-        const char *name = arg + (arg[1] == '-' ? 2 : 1);
+        const char *dash = arg[1] == '-' ? "--" : "-", *name = arg + strlen(dash);
         if (strcmp(name, "h") == 0 || strcmp(name, "help") == 0)
             return -ECANCELED;
         const char *eq = strchr(name, '=');
@@ -97,10 +101,10 @@ int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char
             v = "true";
         if (v == NULL) {
             if (i + 1 >= argc)
-                return fail(err, err_size, "-%s needs a value", f->name);
+                return fail(err, err_size, "%s%s needs a value", dash, f->name);
             v = argv[++i];
         }
-        int rc = set_value(f, v, err, err_size);
+        int rc = set_value(f, dash, v, err, err_size);
         if (rc < 0)
             return rc;
     }

@@ -90,6 +90,7 @@ Test(kit_flags, errors_name_the_reason)
         {"-rate", "fast", "expected 0.5..1e+06"},
         {"-server", "ftp://x", "-server ftp://x: at most 2, http URLs"},
         {"-shards", "99999999999", "expected 1..64"},
+        {"--shards", "0", "--shards 0: expected 1..64"}, /* the dashes as given */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         char *argv[] = {"p", bad[i].arg, bad[i].val, NULL};
