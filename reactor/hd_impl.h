@@ -110,13 +110,15 @@ struct hd_shard {
     struct hd_post_inbox posts;      /* from threads that are not shards (post.c) */
     struct hd_collect_req *collects; /* requests this shard is waiting on */
     void **module_states;
-    void *slots[HD_SLOTS_COUNT];
     struct hd_shard_stats stats;
     pthread_t thread;
 };
 
 struct hd_runtime {
-    struct hd_runtime_config cfg;
+    struct hd_runtime_config cfg; /* modules, modules_args: the resolved list below */
+    const struct hd_module *mods[HD_MODULES_MAX];
+    void *mods_args[HD_MODULES_MAX];
+    bool mods_listed[HD_MODULES_MAX]; /* listed in the config (not only required) */
     struct hd_frame_class frame_classes[HD_FRAME_CLASSES_MAX];
     unsigned count;
     struct hd_shard **shards;
@@ -177,6 +179,7 @@ void hd_slabs_destroy_all(struct hd_shard *s);
 /* Every HD_SLAB_TRIM_MS (the tick): free the empty chunks pools did not need (slab.c). */
 void hd_slabs_trim(struct hd_shard *s);
 bool hd_slabs_trim_wanted(const struct hd_shard *s);
+const struct hd_slab *hd_slab_next_in_shard(const struct hd_slab *p);
 void hd_collects_poll(struct hd_shard *s);
 void hd_posts_init(struct hd_shard *s);
 void hd_posts_deinit(struct hd_shard *s);

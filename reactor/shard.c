@@ -63,18 +63,6 @@ struct io_uring *hd_shard_ring(struct hd_shard *s)
     return &s->ring;
 }
 
-void *hd_shard_slot_get(const struct hd_shard *s, enum hd_shard_slot slot)
-{
-    HD_ASSERT((unsigned)slot < HD_SLOTS_COUNT);
-    return s->slots[slot];
-}
-
-void hd_shard_slot_set(struct hd_shard *s, enum hd_shard_slot slot, void *ptr)
-{
-    HD_ASSERT((unsigned)slot < HD_SLOTS_COUNT);
-    s->slots[slot] = ptr;
-}
-
 void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;
@@ -82,6 +70,14 @@ void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m)
         if (cfg->modules[i] == m)
             return s->module_states ? s->module_states[i] : NULL;
     return NULL;
+}
+
+unsigned hd_shard_slabs_count(const struct hd_shard *s)
+{
+    unsigned n = 0;
+    for (const struct hd_slab *p = s->slabs; p; p = hd_slab_next_in_shard(p))
+        n++;
+    return n;
 }
 
 void hd_shard_wake(struct hd_shard *s)
@@ -346,9 +342,11 @@ static int modules_init(struct hd_shard *s, unsigned *inited)
 static void modules_fini(struct hd_shard *s, unsigned inited)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;
-    while (inited-- > 0)
+    while (inited-- > 0) {
         if (cfg->modules[inited]->shard_fini)
             cfg->modules[inited]->shard_fini(s, s->module_states[inited]);
+        s->module_states[inited] = NULL; /* hd_shard_module_state: gone */
+    }
 }
 
 void *hd_shard_main(void *arg);

@@ -364,6 +364,9 @@ struct hd_module {
     void (*shard_fini)(struct hd_shard *s, void *state);
     /* Main thread, in hd_runtime_wait, for SIGHUP (reload) when signals are handled. */
     void (*on_signal)(struct hd_runtime *rt, int signo, void *arg);
+    /* The layers this module needs on every shard before it (e.g. net_module, tls_module),
+     * NULL-terminated, or NULL. See hd_runtime_config.modules for how they are placed. */
+    const struct hd_module *const *requires;
 };
 
 #define HD_FEAT_SINGLE_ISSUER (1u << 0)
@@ -387,8 +390,16 @@ struct hd_runtime_config {
     const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 128 classes */
     unsigned frame_classes_count;
     hd_frame_release_fn *frame_release; /* NULL: none */
+    /* The modules (apps and layers), at most HD_MODULES_MAX once requirements are added. Each
+     * entry is one instance with its own arg (one module may be listed twice, e.g. two relays
+     * on two ports). A module's requires are placed before it, once each however many modules
+     * require them, with arg NULL (the layer's defaults), unless the layer is listed too:
+     * then the listed entry's arg is used (listed before its users, or after: same place).
+     * Hooks run in the resolved order: global_init, shard_init and shard_stop in order,
+     * shard_fini and global_fini in reverse; when a shard_init fails, the modules before it on
+     * that shard get shard_fini (in reverse) and the start fails. */
     const struct hd_module *const *modules;
-    void *const *modules_args;
+    void *const *modules_args; /* NULL: every arg NULL */
     unsigned modules_count;
 };
 
@@ -419,13 +430,12 @@ struct hd_runtime *hd_shard_runtime(const struct hd_shard *s);
 /* True once stop was requested (apps stop accepting new work). */
 bool hd_shard_stopping(const struct hd_shard *s);
 uint32_t hd_shard_features(const struct hd_shard *s);
-/* Per-shard pointers for the layers above the reactor (net/, tls/), which keep their own
- * per-shard state without the reactor knowing their types. */
-enum hd_shard_slot { HD_SLOT_NET, HD_SLOT_TLS, HD_SLOT_APP, HD_SLOTS_COUNT };
-void *hd_shard_slot_get(const struct hd_shard *s, enum hd_shard_slot slot);
-void hd_shard_slot_set(struct hd_shard *s, enum hd_shard_slot slot, void *ptr);
-/* The state a module's shard_init returned on this shard, or NULL. */
+/* The state m's shard_init returned on this shard (its first instance's), or NULL: m is not
+ * in this runtime, its shard_init has not returned yet, or its shard_fini has run. This is how
+ * a layer above the reactor finds its per-shard state (net_shard_of, tls_shard_of). */
 void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m);
+/* Slab pools this shard owns now (frame pools included): leak checks. */
+unsigned hd_shard_slabs_count(const struct hd_shard *s);
 
 /* ---------------------------------------------------------------- logging */
 

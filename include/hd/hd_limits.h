@@ -73,6 +73,9 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
  * 64 KiB + 64 holds the largest DERP frame (derper: MaxPacketSize = 64 << 10, plus header/key). */
 #define HD_FRAME_CLASSES_MAX 4
 
+/* Modules in one runtime once requirements are added: a few apps and their layers. */
+#define HD_MODULES_MAX 16
+
 /* Stopping: how long shards wait for apps to finish their ops after stop, then after cancel-all. */
 #define HD_STOP_GRACE_MS_DEFAULT 1000
 /* Stall watchdog: a tick stretch this long is a stall (a 50 ms stall at 20k packets/s holds up

@@ -300,7 +300,7 @@ void srv_stun_stop(struct srv_shard *ds);
 int srv_admit_configure(struct srv_config *cfg, const char *url, bool fail_open, char *err,
                         size_t err_size);
 bool srv_admit_needed(const struct srv_config *cfg);
-/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+/* Whether admission makes TLS client connections (the runtime then needs tls_module). */
 bool srv_admit_needs_tls(const struct srv_config *cfg);
 void srv_admit_fini(struct srv_config *cfg); /* main thread, after the runtime stopped */
 /* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */

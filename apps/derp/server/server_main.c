@@ -33,12 +33,7 @@ static bool hash_key_given;
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg;
-    int rc = net_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
-    if ((config.tls || config.mesh_tls || srv_admit_needs_tls(&config)) &&
-        (rc = tls_shard_init(s, NULL)) < 0)
-        return rc;
+    int rc = 0;
     struct srv_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
         return -ENOMEM;
@@ -123,9 +118,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
-    if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
-        tls_shard_fini(s);
-    net_shard_fini(s);
+    (void)s;
 }
 
 static int global_init(struct hd_runtime *rt, void *arg)
@@ -148,9 +141,12 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     srv_rate_reload(&config);  /* -rate-config */
 }
 
+static const struct hd_module *const srv_requires[] = {&net_module, NULL};
+
 const struct hd_module srv_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
+    .requires = srv_requires,
     .global_init = global_init,
     .shard_init = shard_init,
     .shard_stop = shard_stop,
@@ -443,7 +439,9 @@ int main(int argc, char **argv)
         return 1;
     static struct hd_frame_class classes[SRV_FRAME_CLASSES];
     HD_ASSERT(srv_frame_classes((uint32_t)f.frame_pool_mib, classes) == 0); /* flag checked */
-    static const struct hd_module *const modules[] = {&srv_module};
+    /* tls_module (net before it) when anything on the shards speaks TLS. */
+    static const struct hd_module *const modules[] = {&tls_module, &srv_module};
+    unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
     struct hd_runtime_config cfg = {
         .shards_count = f.shards,
         .pin = true,
@@ -451,15 +449,14 @@ int main(int argc, char **argv)
         .frame_classes = classes,
         .frame_classes_count = HD_ARRAY_SIZE(classes),
         .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
-        .modules = modules,
-        .modules_count = 1,
+        .modules = modules + first,
+        .modules_count = 2 - first,
         .stall_ms = !f.stall_set      ? 0
                     : f.stall_ms == 0 ? HD_STALL_OFF
                                       : (uint32_t)f.stall_ms,
     };
     struct hd_runtime *rt;
-    rc = hd_runtime_create(&cfg, &rt);
-    if (rc < 0) {
+    if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
