@@ -14,7 +14,7 @@ struct tls_ctx;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
 struct srv_mesh_node {
-    char entry[SRV_MESH_ENTRY_LEN_MAX + 1];  /* as given, for logs */
+    char entry[SRV_MESH_ENTRY_LEN_MAX + 1];   /* as given, for logs */
     char host[NET_URL_AUTHORITY_LEN_MAX + 1]; /* Host header: host[:port] */
     char name[NET_URL_AUTHORITY_LEN_MAX + 1]; /* TLS server name: host without port, brackets */
     char dial[NET_URL_AUTHORITY_LEN_MAX + 1]; /* dialhost, or host: looked up at each dial */
