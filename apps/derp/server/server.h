@@ -249,6 +249,16 @@ void srv_certs_detach(struct srv_config *cfg);
 void srv_certs_reload(struct srv_config *cfg); /* SIGHUP: a bad file keeps the old one */
 struct tls_ctx *srv_certs_current(const struct srv_shard *ds);
 
+/* server_http.c, for server_proxy.c: a main-listener connection in its HTTP phase (NULL: the
+ * pool was full, fd closed), TLS under it (or closed), and the accept bucket's verdict. */
+struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd);
+void srv_http_tls_start(struct srv_shard *ds, struct net_conn *c);
+bool srv_accept_allowed(struct srv_shard *ds);
+
+/* server_proxy.c: -proxy-protocol-from (PROXY protocol v1/v2 on the main listener). */
+int srv_proxy_configure(struct srv_config *cfg, const char *list, char *err, size_t errlen);
+void srv_proxy_accept(struct srv_shard *ds, int fd, const struct net_addr *peer);
+
 /* server_stun.c */
 int srv_stun_start(struct srv_shard *ds);
 void srv_stun_stop(struct srv_shard *ds);

@@ -7,6 +7,7 @@
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
+#include <hd/net_proxy.h>
 
 struct srv_tls_snap;
 struct srv_allow;
@@ -89,6 +90,10 @@ struct srv_config {
     const char *allow_path;
     struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
     struct hd_snap_var *allow;
+    /* -proxy-protocol-from (server_proxy.c): sources whose connections start with a PROXY
+     * header; with any entry, the main listener takes no connection from anyone else. */
+    struct net_cidr proxy_from[NET_CIDR_LIST_MAX];
+    unsigned proxy_from_count;
 };
 
 #endif /* SERVER_CONFIG_H */

@@ -48,6 +48,8 @@ struct srv_counters {
     uint64_t packet_forwarder_delete_other_value;
     uint64_t mesh_forward_dropped;
     uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
+    /* -proxy-protocol-from: headers read; connections from other sources refused; bad headers */
+    uint64_t proxy_headers, proxy_untrusted, proxy_bad_headers;
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;

@@ -89,6 +89,12 @@ static void usage(FILE *out)
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
         "                          SIGHUP (a bad file keeps the old list)\n"
+        "  --proxy-protocol-from LIST  CIDRs (comma-separated; a bare address is /32 or /128)\n"
+        "                          of proxies in front of the -a listener (haproxy\n"
+        "                          send-proxy[-v2], nginx stream proxy_protocol, Caddy L4):\n"
+        "                          each connection starts with a PROXY v1 or v2 header whose\n"
+        "                          client address logs, limits and admission then see;\n"
+        "                          connections from other sources are refused (hderp only)\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
@@ -275,6 +281,8 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
             return -1;
         }
+    } else if (strcmp(name, "proxy-protocol-from") == 0) {
+        f->proxy_from = v; /* parsed and checked by srv_proxy_configure */
     } else if (strcmp(name, "allow-keys") == 0) {
         f->allow_keys = v; /* read and checked by srv_allow_configure */
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||

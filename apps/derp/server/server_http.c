@@ -321,8 +321,7 @@ static void check_sni(struct net_conn *c, const struct tls_conn_info *info)
     }
 }
 
-static void accept_with(struct net_listener *l, int fd, struct srv_shard *ds,
-                        const struct net_conn_handler *h, bool tls)
+static struct net_conn *adopt(struct srv_shard *ds, int fd, const struct net_conn_handler *h)
 {
     struct net_conn_options opt = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                    .write_timeout_ms = ds->cfg->write_timeout_ms,
@@ -330,14 +329,22 @@ static void accept_with(struct net_listener *l, int fd, struct srv_shard *ds,
                                    .send_low_bytes = SRV_NET_LOW_BYTES,
                                    .send_max_bytes = SRV_NET_MAX_BYTES};
     struct net_conn *c;
-    if (net_conn_adopt(net_listener_shard(l), fd, h, ds, &opt, &c) < 0) {
+    if (net_conn_adopt(ds->s, fd, h, ds, &opt, &c) < 0) {
         hd_log_rl(HD_LOG_WARN, "accept: connection pool exhausted: refused a connection");
         close(fd);
-        return;
+        return NULL;
     }
     ds->ctr.accepts++;
-    if (!tls)
-        return;
+    return c;
+}
+
+struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd)
+{
+    return adopt(ds, fd, &http_handler);
+}
+
+void srv_http_tls_start(struct srv_shard *ds, struct net_conn *c)
+{
     /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
     struct tls_conn_options to = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
@@ -349,7 +356,7 @@ static void accept_with(struct net_listener *l, int fd, struct srv_shard *ds,
 
 /* -accept-connection-limit: this shard's token bucket (srv_accept_limit_init). A refused
  * connection is closed and the accept loop goes on (derper's loop stopped on it, spec §6.9). */
-static bool accept_allowed(struct srv_shard *ds)
+bool srv_accept_allowed(struct srv_shard *ds)
 {
     return ds->accept_per_ms <= 0 ||
            hd_tbucket_take(&ds->accept, ds->accept_per_ms, ds->accept_burst, hd_now_ms(ds->s), 1);
@@ -367,19 +374,25 @@ void srv_accept_limit_init(struct srv_shard *ds)
 
 void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
-    (void)peer;
+    (void)l;
     struct srv_shard *ds = arg;
-    if (!accept_allowed(ds)) {
+    if (ds->cfg->proxy_from_count) { /* -proxy-protocol-from: the header first (server_proxy.c) */
+        srv_proxy_accept(ds, fd, peer);
+        return;
+    }
+    if (!srv_accept_allowed(ds)) {
         ds->ctr.accepts_refused++;
         hd_log_rl(HD_LOG_INFO, "accept: over -accept-connection-limit: connection closed");
         close(fd);
         return;
     }
-    accept_with(l, fd, ds, &http_handler, ds->cfg->tls);
+    struct net_conn *c = srv_http_adopt(ds, fd);
+    if (c && ds->cfg->tls)
+        srv_http_tls_start(ds, c);
 }
 
 void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
-    (void)peer;
-    accept_with(l, fd, arg, &http80_handler, false);
+    (void)peer, (void)l;
+    adopt(arg, fd, &http80_handler);
 }

@@ -285,6 +285,10 @@ static int configure(const struct srv_flags *f)
         }
         config.rate_config_path = f->rate_config;
     }
+    if (f->proxy_from && srv_proxy_configure(&config, f->proxy_from, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: --proxy-protocol-from %s\n", aerr);
+        return -EINVAL;
+    }
     if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
         char err[512];
         if (srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {

@@ -79,6 +79,9 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
+    put_metric(o, "proxy_headers", "counter", SUM(proxy_headers));
+    put_metric(o, "proxy_untrusted_refused", "counter", SUM(proxy_untrusted));
+    put_metric(o, "proxy_bad_headers", "counter", SUM(proxy_bad_headers));
     put_metric(o, "bytes_received", "counter", SUM(bytes_received));
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
