@@ -89,12 +89,7 @@ static void usage(FILE *out)
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
         "                          SIGHUP (a bad file keeps the old list)\n"
-        "  --proxy-protocol-from LIST  CIDRs (comma-separated; a bare address is /32 or /128)\n"
-        "                          of proxies in front of the -a listener (haproxy\n"
-        "                          send-proxy[-v2], nginx stream proxy_protocol, Caddy L4):\n"
-        "                          each connection starts with a PROXY v1 or v2 header whose\n"
-        "                          client address logs, limits and admission then see;\n"
-        "                          connections from other sources are refused (hderp only)\n"
+        "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
@@ -102,7 +97,7 @@ static void usage(FILE *out)
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
-    fputs(text, out);
+    fprintf(out, text, srv_flags_deploy_usage);
 }
 
 int64_t srv_parse_duration_ms(const char *t)
@@ -178,7 +173,7 @@ static bool is_bool_flag(const char *name)
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
         if (strcmp(name, bools[i]) == 0)
             return true;
-    return false;
+    return srv_flags_deploy_is_bool(name);
 }
 
 static int set_duration(const char *name, const char *v, uint64_t *out)
@@ -281,8 +276,6 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
             return -1;
         }
-    } else if (strcmp(name, "proxy-protocol-from") == 0) {
-        f->proxy_from = v; /* parsed and checked by srv_proxy_configure */
     } else if (strcmp(name, "allow-keys") == 0) {
         f->allow_keys = v; /* read and checked by srv_allow_configure */
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
@@ -301,8 +294,7 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
         else
             *version = b;
     } else {
-        fprintf(stderr, "hderp-server: unknown flag -%s (see --help)\n", name);
-        return -1;
+        return srv_flags_apply_deploy(f, name, v); /* server_flags_deploy.c */
     }
     return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct srv_flags {
     const char *addr;        /* -a */
@@ -30,12 +31,25 @@ struct srv_flags {
     long accept_burst;                /* -accept-connection-burst */
     const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
     const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
-    const char *proxy_from;           /* --proxy-protocol-from CIDR,... (hderp's own) */
+    /* hderp's own deployment flags (server_flags_deploy.c) */
+    const char *proxy_from; /* --proxy-protocol-from CIDR,... */
+    int print_derpmap;      /* --print-derpmap[=json|yaml]: 0 no, 1 JSON, 2 YAML */
+    long derpmap_region_id; /* --derpmap-region-id (default 900) */
+    const char *derpmap_region_code, *derpmap_region_name, *derpmap_node_name;
+    const char *derpmap_ipv4, *derpmap_ipv6; /* --derpmap-ipv4/-ipv6: public addresses */
+    bool log_json;                           /* --log-format json */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:
  * exit 2). */
 int srv_flags_parse(int argc, char **argv, struct srv_flags *out);
+/* server_flags_deploy.c: the flags above, for apply's unknown names (0, or -1 with a message:
+ * bad value or unknown flag); which of them are booleans; their --help lines. */
+int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v);
+bool srv_flags_deploy_is_bool(const char *name);
+extern const char srv_flags_deploy_usage[];
+/* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
+int srv_derpmap_print(const struct srv_flags *f, FILE *out);
 /* derper: TLS iff the port is 443 (or "https") or -certmode manual. */
 bool srv_flags_tls_mode(const struct srv_flags *f);
 /* Go's time.ParseDuration subset: "0", "1.5s", "500ms", "10m", "1h30m". -1 if malformed. */
