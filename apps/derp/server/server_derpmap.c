@@ -72,11 +72,11 @@ static int node_from_flags(const struct srv_flags *f, struct node *n)
         inet_ntop(AF_INET, ip, n->ipv4, sizeof(n->ipv4));
     if (inet_pton(AF_INET6, f->hostname, ip) == 1 && n->ipv6[0] == '\0')
         inet_ntop(AF_INET6, ip, n->ipv6, sizeof(n->ipv6));
-    if (f->derpmap_ipv4 && ip_flag("derpmap-ipv4", f->derpmap_ipv4, AF_INET, n->ipv4,
-                                   sizeof(n->ipv4)) < 0)
+    if (f->derpmap_ipv4 &&
+        ip_flag("derpmap-ipv4", f->derpmap_ipv4, AF_INET, n->ipv4, sizeof(n->ipv4)) < 0)
         return -1;
-    if (f->derpmap_ipv6 && ip_flag("derpmap-ipv6", f->derpmap_ipv6, AF_INET6, n->ipv6,
-                                   sizeof(n->ipv6)) < 0)
+    if (f->derpmap_ipv6 &&
+        ip_flag("derpmap-ipv6", f->derpmap_ipv6, AF_INET6, n->ipv6, sizeof(n->ipv6)) < 0)
         return -1;
     if (f->dev && strcmp(f->hostname, "derp.tailscale.com") == 0) /* -dev: the address */
         n->host = n->ipv4[0] ? n->ipv4 : n->ipv6[0] ? n->ipv6 : n->host;

@@ -341,7 +341,9 @@ int main(int argc, char **argv)
     int rc = srv_flags_parse(argc, argv, &f);
     if (rc != 0)
         return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
-    if (f.print_derpmap)       /* server_derpmap.c: print the DERP map entry instead of running */
+    if (f.log_json)            /* --log-format json: every hd_log line from here on */
+        hd_log_set_format(HD_LOG_FORMAT_JSON);
+    if (f.print_derpmap) /* server_derpmap.c: the DERP map entry instead of running */
         return srv_derpmap_print(&f, stdout) < 0 ? 2 : 0;
     if (configure(&f) < 0)
         return 1;
