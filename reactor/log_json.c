@@ -92,8 +92,8 @@ static size_t event_prefix(const char *msg)
 {
     size_t n = 0;
     while (n < LOG_EVENT_LEN_MAX &&
-           ((msg[n] >= 'a' && msg[n] <= 'z') || (msg[n] >= '0' && msg[n] <= '9') ||
-            msg[n] == '-' || msg[n] == '_'))
+           ((msg[n] >= 'a' && msg[n] <= 'z') || (msg[n] >= '0' && msg[n] <= '9') || msg[n] == '-' ||
+            msg[n] == '_'))
         n++;
     return n > 0 && msg[n] == ':' && msg[n + 1] == ' ' ? n : 0;
 }

@@ -71,8 +71,10 @@ Test(log_json, fields)
     json_decref(o);
 
     capture();
-    hd_log_write(HD_LOG_INFO, "tls: [2001:db8::1]:443: handshake failed (%u similar lines "
-                              "suppressed)", 17u);
+    hd_log_write(HD_LOG_INFO,
+                 "tls: [2001:db8::1]:443: handshake failed (%u similar lines "
+                 "suppressed)",
+                 17u);
     o = one_line(release());
     cr_assert_str_eq(str(o, "event"), "tls");
     cr_assert_str_eq(str(o, "addr"), "[2001:db8::1]:443");
