@@ -56,9 +56,10 @@ struct srv_counters {
     int64_t current_notideal_connections;
     int64_t clients_local; /* keys with at least one connection here */
     int64_t current_dup_client_keys, current_dup_client_conns;
-    int64_t watchers;         /* ds->watch_count, set when read */
-    int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
-    int64_t mesh_links_ready; /* outbound mesh links logged in */
+    int64_t watchers;              /* ds->watch_count, set when read */
+    int64_t clients_total;         /* keys local or reachable via the mesh (set when read) */
+    int64_t mesh_links_ready;      /* outbound mesh links logged in */
+    int64_t mesh_links_configured; /* -mesh-with entries that are not this server (when read) */
 };
 
 #endif /* SERVER_COUNTERS_H */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "server.h"
+#include "server_check.h"
 #include "server_flags.h"
 
 #define HDERP_VERSION "0.1.0"
@@ -337,6 +338,8 @@ static void log_start(struct hd_runtime *rt)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
+        return srv_check_main(argc - 1, argv + 1);
     struct srv_flags f;
     int rc = srv_flags_parse(argc, argv, &f);
     if (rc != 0)
