@@ -34,11 +34,10 @@ struct chk_tally {
     char failed[256];
 };
 
-static void report(struct chk_tally *t, const char *verdict, const char *name, const char *fmt,
-                   ...) __attribute__((format(printf, 4, 5)));
+static void report(struct chk_tally *t, const char *verdict, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
-static void report(struct chk_tally *t, const char *verdict, const char *name, const char *fmt,
-                   ...)
+static void report(struct chk_tally *t, const char *verdict, const char *name, const char *fmt, ...)
 {
     char text[512];
     va_list ap;
@@ -160,11 +159,11 @@ static void check_http(const struct chk_opts *o, const struct derp_client_url *u
     static char resp[CHK_RESP_MAX];
     struct chk_tls_info info;
     unsigned status = 0;
-    int rc = chk_http_get(&h, "/generate_204", "X-Tailscale-Challenge: hderp-check-0123\r\n",
-                          &info, &status, resp, sizeof(resp), err, sizeof(err));
+    int rc = chk_http_get(&h, "/generate_204", "X-Tailscale-Challenge: hderp-check-0123\r\n", &info,
+                          &status, resp, sizeof(resp), err, sizeof(err));
     if (u->tls && (rc == 0 || info.subject[0])) {
-        const char *v = !info.verified && !o->insecure ? "FAIL"
-                        : info.days_left < 0           ? "FAIL"
+        const char *v = !info.verified && !o->insecure                            ? "FAIL"
+                        : info.days_left < 0                                      ? "FAIL"
                         : info.days_left < CHK_EXPIRY_WARN_DAYS || !info.verified ? "warn"
                                                                                   : "ok";
         report(t, v, "tls", "certificate %s (issuer %s) for %s: %s; expires %s (%ld days)",
@@ -178,8 +177,7 @@ static void check_http(const struct chk_opts *o, const struct derp_client_url *u
         return;
     }
     bool challenge = strcasestr(resp, "X-Tailscale-Response: response hderp-check-0123") != NULL;
-    report(t, status == 204 && challenge ? "ok" : "FAIL", "generate_204",
-           "answered %u%s", status,
+    report(t, status == 204 && challenge ? "ok" : "FAIL", "generate_204", "answered %u%s", status,
            challenge ? " with the challenge response" : ", no X-Tailscale-Response");
 }
 
@@ -243,8 +241,7 @@ static void check_stun(const struct chk_opts *o, const struct derp_client_url *u
     if (rc == 0)
         report(t, "ok", "stun", "%s answered: this client is %s", where, mapped);
     else
-        report(t, "FAIL", "stun", "%s: %s", where,
-               rc == -ETIMEDOUT ? "no answer" : "bad answer");
+        report(t, "FAIL", "stun", "%s: %s", where, rc == -ETIMEDOUT ? "no answer" : "bad answer");
 }
 
 static long metric(const char *text, const char *name)
@@ -268,8 +265,9 @@ static void check_mesh(const struct chk_opts *o, const struct derp_client_url *u
         }
         where = &vu;
     } else if (!is_loopback(&u->addr)) {
-        report(t, "skip", "mesh", "/debug/varz answers loopback only (run check on the node, "
-                                  "or give --varz)");
+        report(t, "skip", "mesh",
+               "/debug/varz answers loopback only (run check on the node, "
+               "or give --varz)");
         return;
     }
     char name[NET_URL_AUTHORITY_LEN_MAX + 1], err[256];
@@ -325,8 +323,8 @@ int srv_check_main(int argc, char **argv)
     check_stun(&o, &u, &t);
     check_mesh(&o, &u, &t);
     if (t.fail)
-        printf("verdict: FAIL (%u failed: %s; %u ok, %u warnings, %u skipped)\n", t.fail,
-               t.failed, t.ok, t.warn, t.skip);
+        printf("verdict: FAIL (%u failed: %s; %u ok, %u warnings, %u skipped)\n", t.fail, t.failed,
+               t.ok, t.warn, t.skip);
     else
         printf("verdict: PASS (%u ok, %u warnings, %u skipped)\n", t.ok, t.warn, t.skip);
     return t.fail ? 1 : 0;

@@ -28,7 +28,7 @@ int chk_derp_run(const struct chk_derp_opts *opts, struct chk_derp_result *res);
 
 /* server_check_net.c: blocking probes from the main thread, every step bounded by timeout_ms. */
 struct chk_tls_info {
-    bool verified;     /* chain and name verified (false with --insecure, or a failure) */
+    bool verified; /* chain and name verified (false with --insecure, or a failure) */
     char verify_error[160];
     char subject[256], issuer[256];
     long days_left; /* until notAfter (negative: expired) */

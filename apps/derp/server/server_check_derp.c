@@ -90,8 +90,8 @@ static void on_ready(struct derp_client *k, const struct derp_server_info *info)
         struct derp_pubkey up;
         const struct derp_pubkey *sk = derp_client_server_key(k);
         r->res->upgrade_ok = r->res->upgrade_status == 101;
-        r->res->upgrade_key_ok = derp_client_upgrade_key(k, &up) && sk &&
-                                 memcmp(up.bytes, sk->bytes, DERP_KEY_LEN) == 0;
+        r->res->upgrade_key_ok =
+            derp_client_upgrade_key(k, &up) && sk && memcmp(up.bytes, sk->bytes, DERP_KEY_LEN) == 0;
         if (sk)
             derp_pubkey_format(sk, r->res->server_key);
     } else {
@@ -143,9 +143,8 @@ static void on_close(struct derp_client *k, int reason)
         r->b = NULL;
     if (r->done)
         return;
-    snprintf(r->res->error, sizeof(r->res->error), "client %c (%s) closed: %s",
-             is_a ? 'A' : 'B', is_a ? "upgrade" : "fast start",
-             reason ? strerror(-reason) : "by us");
+    snprintf(r->res->error, sizeof(r->res->error), "client %c (%s) closed: %s", is_a ? 'A' : 'B',
+             is_a ? "upgrade" : "fast start", reason ? strerror(-reason) : "by us");
     finish(r);
 }
 

@@ -22,10 +22,12 @@
 #include "server_check.h"
 
 /* The system CA bundles Go's crypto/x509 tries on Linux (SSL_CERT_FILE replaces them). */
-static const char *const ca_bundles[] = {
-    "/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
-    "/etc/ssl/ca-bundle.pem", "/etc/pki/tls/cacert.pem",
-    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/cert.pem"};
+static const char *const ca_bundles[] = {"/etc/ssl/certs/ca-certificates.crt",
+                                         "/etc/pki/tls/certs/ca-bundle.crt",
+                                         "/etc/ssl/ca-bundle.pem",
+                                         "/etc/pki/tls/cacert.pem",
+                                         "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+                                         "/etc/ssl/cert.pem"};
 
 static int connect_bounded(const struct net_addr *a, uint32_t timeout_ms, int *out)
 {
@@ -59,7 +61,7 @@ static SSL_CTX *client_ctx(const struct chk_http *h)
     if (ctx == NULL)
         return NULL;
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION); /* derper speaks 1.2 and 1.3 */
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);      /* verified below, to say why */
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);     /* verified below, to say why */
     if (h->ca_file) {
         SSL_CTX_load_verify_locations(ctx, h->ca_file, NULL);
         return ctx;
