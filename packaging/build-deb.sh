@@ -25,7 +25,7 @@ bash "$here/help2man.sh" "$root/usr/bin/hderp-server" 8 "a DERP relay for Tailsc
     gzip -9n >"$root/usr/share/man/man8/hderp-server.8.gz"
 bash "$here/help2man.sh" "$root/usr/bin/hderp-echo" 1 "DERP echo client and latency probe" |
     gzip -9n >"$root/usr/share/man/man1/hderp-echo.1.gz"
-install -m 0644 "$src/README.md" "$root/usr/share/doc/hderp/README.md"
+(cd "$src" && install -m 0644 README.md "$root/usr/share/doc/hderp/")
 # Depends: what the binaries link, as dpkg-shlibdeps reads it (it wants a debian/control).
 mkdir -p "$stage/debian"
 printf 'Source: hderp\n\nPackage: hderp\nArchitecture: any\n' >"$stage/debian/control"

@@ -17,4 +17,4 @@ echo "$help" | sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/"
 printf '.fi\n'
 printf '.SH FILES\n.TP\n/etc/default/hderp-server\nflags for the systemd unit (hderp-server.service)\n'
 printf '.TP\n/var/lib/hderp\nstate: the server key, certificates\n'
-printf '.SH SEE ALSO\n/usr/share/doc/hderp/README.md\n'
+printf '.SH SEE ALSO\n%s\n' "the README in /usr/share/doc/hderp/"

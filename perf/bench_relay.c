@@ -82,57 +82,52 @@ static int parse_num(const char *name, const char *v, double lo, double hi, doub
     return 0;
 }
 
-static int apply(struct bench_config *c, const char *name, const char *v)
+/* --server URL: one more relay to spread the peers over. */
+static int apply_server(struct bench_config *c, const char *v)
+{
+    if (c->servers_count == BENCH_SERVERS_MAX) {
+        fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
+        return -1;
+    }
+    if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
+        fprintf(stderr,
+                "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
+                "or a name that resolves)\n",
+                v);
+        return -1;
+    }
+    c->servers_count++;
+    return 0;
+}
+
+/* --start-at T: unix seconds, not more than 1 s past nor BENCH_START_AHEAD_MAX_S ahead. */
+static int apply_start_at(struct bench_config *c, const char *v)
+{
+    char *end;
+    errno = 0;
+    double t = strtod(v, &end), now = bench_unix_now();
+    if (errno || end == v || *end || !(t > 0)) {
+        fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
+        return -1;
+    }
+    if (t < now - 1) {
+        fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v, now - t,
+                now);
+        return -1;
+    }
+    if (t > now + BENCH_START_AHEAD_MAX_S) {
+        fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
+                BENCH_START_AHEAD_MAX_S);
+        return -1;
+    }
+    c->start_at = t;
+    return 0;
+}
+
+/* The numeric options, each with its range. */
+static int apply_number(struct bench_config *c, const char *name, const char *v)
 {
     double x;
-    if (strcmp(name, "server") == 0) {
-        if (c->servers_count == BENCH_SERVERS_MAX) {
-            fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
-            return -1;
-        }
-        if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
-            fprintf(stderr,
-                    "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
-                    "or a name that resolves)\n",
-                    v);
-            return -1;
-        }
-        c->servers_count++;
-        return 0;
-    }
-    if (strcmp(name, "start-at") == 0) {
-        char *end;
-        errno = 0;
-        double t = strtod(v, &end), now = bench_unix_now();
-        if (errno || end == v || *end || !(t > 0)) {
-            fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
-            return -1;
-        }
-        if (t < now - 1) {
-            fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v,
-                    now - t, now);
-            return -1;
-        }
-        if (t > now + BENCH_START_AHEAD_MAX_S) {
-            fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
-                    BENCH_START_AHEAD_MAX_S);
-            return -1;
-        }
-        c->start_at = t;
-        return 0;
-    }
-    if (strcmp(name, "ca") == 0) {
-        c->ca_file = v;
-        return 0;
-    }
-    if (strcmp(name, "tls-name") == 0) {
-        c->tls_name = v;
-        return 0;
-    }
-    if (strcmp(name, "pair-file") == 0) {
-        c->pair_file = v;
-        return 0;
-    }
     struct {
         const char *name;
         double lo, hi;
@@ -185,6 +180,27 @@ static int apply(struct bench_config *c, const char *name, const char *v)
         break;
     }
     return 0;
+}
+
+static int apply(struct bench_config *c, const char *name, const char *v)
+{
+    if (strcmp(name, "server") == 0)
+        return apply_server(c, v);
+    if (strcmp(name, "start-at") == 0)
+        return apply_start_at(c, v);
+    if (strcmp(name, "ca") == 0) {
+        c->ca_file = v;
+        return 0;
+    }
+    if (strcmp(name, "tls-name") == 0) {
+        c->tls_name = v;
+        return 0;
+    }
+    if (strcmp(name, "pair-file") == 0) {
+        c->pair_file = v;
+        return 0;
+    }
+    return apply_number(c, name, v);
 }
 
 /* --pair-file / --instance after the flags: the file says how many pairs this process runs. */
@@ -521,6 +537,38 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
     }
 }
 
+/* A JSON string (quotes and backslashes escaped, control characters as '?'), or null. */
+static void print_json_string(const char *str)
+{
+    if (str == NULL) {
+        printf("null");
+        return;
+    }
+    putchar('"');
+    for (const char *q = str; *q; q++)
+        printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
+    putchar('"');
+}
+
+/* "per_pair":[...]: one object per pair of this process. */
+static void print_pairs_json(const struct bench_run *r)
+{
+    printf("\"per_pair\":[");
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
+               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
+               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
+               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
+               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
+               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
+               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
+               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
+               (unsigned long long)p->rx.corrupt);
+    }
+    printf("]");
+}
+
 static void print_json(const struct bench_run *r, const struct bench_totals *t)
 {
     const struct bench_config *c = &r->cfg;
@@ -556,14 +604,7 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     printf("\"experiment_offered_mbps\":%.3f,\"pairs_total\":%u,\"instance\":%u,"
            "\"instances\":%u,\"pair_file\":",
            c->rate_mbps, c->pairs_total, c->instance, c->instances);
-    if (c->pair_file) {
-        putchar('"');
-        for (const char *q = c->pair_file; *q; q++)
-            printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
-        putchar('"');
-    } else {
-        printf("null");
-    }
+    print_json_string(c->pair_file);
     printf(",\"local_senders\":%u,\"local_receivers\":%u,\"trailers_missing\":%u,"
            "\"counted_by\":{\"sender\":[\"sent\",\"sent_mbps\",\"offered_mbps\"],"
            "\"receiver\":[\"received\",\"expected\",\"lost\",\"loss_pct\",\"reordered\","
@@ -581,20 +622,8 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
         print_latency_json(&r->lat);
     else
         printf("\"latency_under_load\":null,");
-    printf("\"per_pair\":[");
-    for (unsigned i = 0; i < c->pairs_count; i++) {
-        const struct bench_pair *p = &r->pairs[i];
-        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
-               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
-               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
-               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
-               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
-               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
-               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
-               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
-               (unsigned long long)p->rx.corrupt);
-    }
-    printf("]}\n");
+    print_pairs_json(r);
+    printf("}\n");
 }
 
 int main(int argc, char **argv)

@@ -44,8 +44,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const uint8_t *v;
         uint16_t vlen;
         int rc;
-        while ((rc = net_proxy_tlv_next(data + h.tlv_off, h.tlv_len, &off, &type, &v, &vlen)) ==
-               1)
+        while ((rc = net_proxy_tlv_next(data + h.tlv_off, h.tlv_len, &off, &type, &v, &vlen)) == 1)
             ;
         CHECK(rc == 0 && off == h.tlv_len);
     }

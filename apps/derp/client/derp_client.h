@@ -1,6 +1,6 @@
 /* derp_client.h - a DERP client on the framework (prefix derp_client_): TCP connect, the HTTP
  * upgrade (or fast start), the login handshake (ServerKey, ClientInfo, ServerInfo) and the frames
- * a client sends and receives after it (DERP-SPEC §1.3, §1.4, §2, §4, §6). Used by the
+ * a client sends and receives after it (spec §1.3, §1.4, §2, §4, §6). Used by the
  * conformance tests, apps/echo, perf/ and the mesh.
  *
  * Threading: a client lives on the shard that connected it; every function and callback runs

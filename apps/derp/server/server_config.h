@@ -69,6 +69,8 @@ struct srv_config {
     struct net_addr verify_addr; /* its host, resolved */
     struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
     bool verify_fail_open;
+    uint64_t verify_cache_ttl_ms; /* -verify-cache-ttl: answers kept per key; 0: off */
+    uint64_t verify_recheck_ms;   /* -verify-recheck-interval: admitted keys asked again; 0: off */
     /* -verify-clients (spec §5): ask tailscaled's LocalAPI at -socket (server_admit_local.c). */
     bool verify_local;
     const char *verify_local_path;

@@ -24,7 +24,9 @@ const char srv_flags_deploy_usage[] =
     "  --derpmap-ipv4 IP, --derpmap-ipv6 IP  the node's public addresses (default: the\n"
     "                          -a address or an IP -hostname, when they name one)\n"
     "  --log-format text|json  log lines as text (default) or one JSON object a line\n"
-    "                          (time, level, shard, event, msg) (hderp only)\n";
+    "                          (time, level, shard, event, msg) (hderp only)\n"
+    "  hderp-server check URL  a self-test of any DERP server instead of running one (TLS,\n"
+    "                          HTTP, logins, packets, ping, STUN, mesh): check --help\n";
 
 bool srv_flags_deploy_is_bool(const char *name)
 {

@@ -100,6 +100,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
@@ -222,6 +223,27 @@ static int configure_tls(const struct srv_flags *f)
     return 0;
 }
 
+/* The mesh key (spec §7): -mesh-psk-file, or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+static int configure_mesh_key(const struct srv_flags *f)
+{
+    if (f->mesh_psk_file) {
+        char err[256];
+        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
+        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
+        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
+            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    }
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -249,27 +271,16 @@ static int configure(const struct srv_flags *f)
     config.accept_burst = (double)f->accept_burst;
     config.stun = f->stun;
     config.stun_port = f->stun_port;
-    if (f->mesh_psk_file) {
-        char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
-        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
-        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
-            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    }
+    if (configure_mesh_key(f) < 0)
+        return -EINVAL;
     char aerr[256];
     if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
                             sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -EINVAL;
     if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
         return -EINVAL;
@@ -286,10 +297,8 @@ static int configure(const struct srv_flags *f)
         }
         config.rate_config_path = f->rate_config;
     }
-    if (f->proxy_from && srv_proxy_configure(&config, f->proxy_from, aerr, sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: --proxy-protocol-from %s\n", aerr);
-        return -EINVAL;
-    }
+    if (f->proxy_from && srv_proxy_configure(&config, f->proxy_from) < 0)
+        return -EINVAL;  /* --proxy-protocol-from: the message is printed */
     if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
         char err[512];
         if (srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
@@ -336,18 +345,27 @@ static void log_start(struct hd_runtime *rt)
                net_addr_port(&config.addr), net_addr_port(&config.addr));
 }
 
-int main(int argc, char **argv)
+/* The flags, and the modes that do not run a server: the exit code, or -1 to go on. */
+static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
 {
     if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
         return srv_check_main(argc - 1, argv + 1);
-    struct srv_flags f;
-    int rc = srv_flags_parse(argc, argv, &f);
+    int rc = srv_flags_parse(argc, argv, f);
     if (rc != 0)
         return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
-    if (f.log_json)            /* --log-format json: every hd_log line from here on */
+    if (f->log_json)           /* --log-format json: every hd_log line from here on */
         hd_log_set_format(HD_LOG_FORMAT_JSON);
-    if (f.print_derpmap) /* server_derpmap.c: the DERP map entry instead of running */
-        return srv_derpmap_print(&f, stdout) < 0 ? 2 : 0;
+    if (f->print_derpmap) /* server_derpmap.c: the DERP map entry instead of running */
+        return srv_derpmap_print(f, stdout) < 0 ? 2 : 0;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct srv_flags f;
+    int rc = parse_and_modes(argc, argv, &f);
+    if (rc >= 0)
+        return rc; /* --help, -version, check, --print-derpmap, or bad flags */
     if (configure(&f) < 0)
         return 1;
     if (f.verbose)
@@ -366,6 +384,9 @@ int main(int argc, char **argv)
         .frame_classes_count = HD_ARRAY_SIZE(classes),
         .modules = modules,
         .modules_count = 1,
+        .stall_ms = !f.stall_set      ? 0
+                    : f.stall_ms == 0 ? HD_STALL_OFF
+                                      : (uint32_t)f.stall_ms,
     };
     struct hd_runtime *rt;
     rc = hd_runtime_create(&cfg, &rt);

@@ -12,18 +12,21 @@
 
 #include "server.h"
 
-int srv_proxy_configure(struct srv_config *cfg, const char *list, char *err, size_t errlen)
+int srv_proxy_configure(struct srv_config *cfg, const char *list)
 {
     const char *bad = list;
     int n = net_cidr_parse_list(list, cfg->proxy_from, NET_CIDR_LIST_MAX, &bad);
     if (n == -E2BIG) {
-        snprintf(err, errlen, "%s: more than %u entries", list, NET_CIDR_LIST_MAX);
+        fprintf(stderr, "hderp-server: --proxy-protocol-from %s: more than %u entries\n", list,
+                NET_CIDR_LIST_MAX);
         return n;
     }
     if (n < 0) {
         size_t len = strcspn(bad, ",");
-        snprintf(err, errlen, "%s: \"%.*s\" is not an address or CIDR (like 10.0.0.0/8, ::1)", list,
-                 (int)len, bad);
+        fprintf(stderr,
+                "hderp-server: --proxy-protocol-from %s: \"%.*s\" is not an address or CIDR "
+                "(like 10.0.0.0/8, ::1)\n",
+                list, (int)len, bad);
         return n;
     }
     cfg->proxy_from_count = (unsigned)n;
