@@ -73,11 +73,20 @@ def static_checks():
     # a wildcard and a DNS name: no address known, the note says so
     r = run("--print-derpmap", "-a", ":443", "-hostname", "derp.example.com")
     assert r.returncode == 0 and "IPv4" not in r.stdout and "no IPv4/IPv6" in r.stderr, r
+    # behind a proxy: -a is the inside address; the map has the proxy's port and no -a address
+    _, n = node_json("-a", "127.0.0.1:8443", "-certmode", "manual", "-hostname",
+                     "derp.example.com", "--proxy-protocol-from", "127.0.0.1")
+    assert n["DERPPort"] == 443 and "IPv4" not in n, n
+    _, n = node_json("-a", "127.0.0.1:8443", "-certmode", "manual", "-hostname",
+                     "derp.example.com", "--proxy-protocol-from", "127.0.0.1",
+                     "--derpmap-port", "8443", "--derpmap-ipv4", "203.0.113.7")
+    assert n["DERPPort"] == 8443 and n["IPv4"] == "203.0.113.7", n
     # -dev: plain HTTP on loopback
     _, n = node_json("-dev")
     assert n["HostName"] == "127.0.0.1" and n["DERPPort"] == 3340 and n["InsecureForTests"], n
     for bad in (["--print-derpmap=xml"], ["--print-derpmap", "--derpmap-ipv4", "::1"],
-                ["--print-derpmap", "--derpmap-region-id", "0"]):
+                ["--print-derpmap", "--derpmap-region-id", "0"],
+                ["--print-derpmap", "--derpmap-port", "70000"]):
         r = run(*bad)
         assert r.returncode == 2 and r.stdout == "", (bad, r)
 

@@ -1,11 +1,12 @@
 /* server_derpmap.c - --print-derpmap: the DERP map region (tailcfg.DERPRegion with one
  * DERPNode) a control server needs for this node, worked out from the flags it would run with:
  * HostName (-hostname), IPv4/IPv6 (--derpmap-ipv4/-ipv6, else the -a address or an IP
- * -hostname when they name one), DERPPort (-a's port), STUNPort (-stun-port; -1 with
- * -stun=false, as derper's map disables STUN), CanPort80 (TLS mode with -http-port 80) and
- * InsecureForTests for plain HTTP. As JSON for a Tailscale policy file's "derpMap", or as YAML
- * for a Headscale derp.paths file (its keys are the Go field names in lower case). Main thread,
- * instead of starting. */
+ * -hostname when they name one), DERPPort (--derpmap-port, else -a's port; behind a proxy,
+ * --proxy-protocol-from, 443 and no address from -a: those are the inside ones), STUNPort
+ * (-stun-port; -1 with -stun=false, as derper's map disables STUN), CanPort80 (TLS mode with
+ * -http-port 80) and InsecureForTests for plain HTTP. As JSON for a Tailscale policy file's
+ * "derpMap", or as YAML for a Headscale derp.paths file (its keys are the Go field names in lower
+ * case). Main thread, instead of starting. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -66,7 +67,8 @@ static int node_from_flags(const struct srv_flags *f, struct node *n)
     if (n->node_name[0] == '\0')
         snprintf(n->node_name, sizeof(n->node_name), "%lda", n->region_id);
     n->host = f->hostname;
-    listen_ip(&a, n);
+    if (f->proxy_from == NULL) /* behind a proxy, -a is the inside address */
+        listen_ip(&a, n);
     unsigned char ip[16];
     if (inet_pton(AF_INET, f->hostname, ip) == 1 && n->ipv4[0] == '\0')
         inet_ntop(AF_INET, ip, n->ipv4, sizeof(n->ipv4));
@@ -81,7 +83,9 @@ static int node_from_flags(const struct srv_flags *f, struct node *n)
     if (f->dev && strcmp(f->hostname, "derp.tailscale.com") == 0) /* -dev: the address */
         n->host = n->ipv4[0] ? n->ipv4 : n->ipv6[0] ? n->ipv6 : n->host;
     bool tls = srv_flags_tls_mode(f);
-    n->derp_port = net_addr_port(&a);
+    n->derp_port = f->derpmap_port         ? (int)f->derpmap_port
+                   : f->proxy_from == NULL ? net_addr_port(&a)
+                                           : 443; /* the proxy's port, as a client dials it */
     n->stun_port = f->stun ? f->stun_port : -1;
     n->can80 = tls && f->http_port == 80;
     n->insecure = !tls;

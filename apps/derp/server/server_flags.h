@@ -39,6 +39,7 @@ struct srv_flags {
     const char *proxy_from; /* --proxy-protocol-from CIDR,... */
     int print_derpmap;      /* --print-derpmap[=json|yaml]: 0 no, 1 JSON, 2 YAML */
     long derpmap_region_id; /* --derpmap-region-id (default 900) */
+    long derpmap_port;      /* --derpmap-port: the public DERP port (0: from -a) */
     const char *derpmap_region_code, *derpmap_region_name, *derpmap_node_name;
     const char *derpmap_ipv4, *derpmap_ipv6; /* --derpmap-ipv4/-ipv6: public addresses */
     bool log_json;                           /* --log-format json */

@@ -23,6 +23,8 @@ const char srv_flags_deploy_usage[] =
     "                          code), --derpmap-node-name NAME (default <id>a)\n"
     "  --derpmap-ipv4 IP, --derpmap-ipv6 IP  the node's public addresses (default: the\n"
     "                          -a address or an IP -hostname, when they name one)\n"
+    "  --derpmap-port N        the public DERP port (default -a's; 443 with\n"
+    "                          --proxy-protocol-from, where -a is the inside address)\n"
     "  --log-format text|json  log lines as text (default) or one JSON object a line\n"
     "                          (time, level, shard, event, msg) (hderp only)\n"
     "  hderp-server check URL  a self-test of any DERP server instead of running one (TLS,\n"
@@ -43,6 +45,14 @@ static int derpmap_flag(struct srv_flags *f, const char *name, const char *v)
             return -1;
         }
         f->derpmap_region_id = id;
+    } else if (strcmp(name, "derpmap-port") == 0) {
+        char *end;
+        long port = strtol(v, &end, 10);
+        if (end == v || *end || port < 1 || port > 65535) {
+            fprintf(stderr, "hderp-server: --%s %s: not a port\n", name, v);
+            return -1;
+        }
+        f->derpmap_port = port;
     } else if (strcmp(name, "derpmap-region-code") == 0) {
         f->derpmap_region_code = v;
     } else if (strcmp(name, "derpmap-region-name") == 0) {
