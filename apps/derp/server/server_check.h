@@ -48,6 +48,13 @@ struct chk_http {
 int chk_http_get(const struct chk_http *h, const char *path, const char *extra_headers,
                  struct chk_tls_info *info, unsigned *status, char *resp, size_t resp_size,
                  char *err, size_t err_size);
+/* A TCP connection to a within timeout_ms, blocking afterwards with that read/write timeout. */
+int chk_connect(const struct net_addr *a, uint32_t timeout_ms, int *fd);
+/* A client SSL_CTX (TLS 1.2+) trusting ca_file, or the system roots as Go finds them
+ * (SSL_CERT_FILE, SSL_CERT_DIR); it does not verify by itself: callers check
+ * SSL_get_verify_result (or set SSL_VERIFY_PEER). NULL: out of memory. */
+struct ssl_ctx_st;
+struct ssl_ctx_st *chk_ssl_ctx(const char *ca_file);
 /* One STUN Binding Request to addr (retried thrice within timeout_ms); the mapped address as
  * text. Returns 0, -ETIMEDOUT or -EPROTO (a reply that does not parse). */
 int chk_stun(const struct net_addr *addr, uint32_t timeout_ms, char *mapped, size_t size);

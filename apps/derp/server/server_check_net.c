@@ -29,7 +29,7 @@ static const char *const ca_bundles[] = {"/etc/ssl/certs/ca-certificates.crt",
                                          "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
                                          "/etc/ssl/cert.pem"};
 
-static int connect_bounded(const struct net_addr *a, uint32_t timeout_ms, int *out)
+int chk_connect(const struct net_addr *a, uint32_t timeout_ms, int *out)
 {
     int fd = socket(a->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
@@ -55,15 +55,15 @@ static int connect_bounded(const struct net_addr *a, uint32_t timeout_ms, int *o
     return 0;
 }
 
-static SSL_CTX *client_ctx(const struct chk_http *h)
+SSL_CTX *chk_ssl_ctx(const char *ca_file)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_method());
     if (ctx == NULL)
         return NULL;
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION); /* derper speaks 1.2 and 1.3 */
     SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);     /* verified below, to say why */
-    if (h->ca_file) {
-        SSL_CTX_load_verify_locations(ctx, h->ca_file, NULL);
+    if (ca_file) {
+        SSL_CTX_load_verify_locations(ctx, ca_file, NULL);
         return ctx;
     }
     const char *file = getenv("SSL_CERT_FILE");
@@ -186,7 +186,7 @@ int chk_http_get(const struct chk_http *h, const char *path, const char *extra_h
                  struct chk_tls_info *info, unsigned *status, char *resp, size_t resp_size,
                  char *err, size_t err_size)
 {
-    int fd = -1, rc = connect_bounded(h->addr, h->timeout_ms, &fd);
+    int fd = -1, rc = chk_connect(h->addr, h->timeout_ms, &fd);
     if (rc < 0) {
         snprintf(err, err_size, "connect: %s", strerror(-rc));
         return rc;
@@ -194,7 +194,7 @@ int chk_http_get(const struct chk_http *h, const char *path, const char *extra_h
     SSL_CTX *ctx = NULL;
     SSL *ssl = NULL;
     if (h->tls) {
-        ctx = client_ctx(h);
+        ctx = chk_ssl_ctx(h->ca_file);
         rc = ctx ? tls_open(fd, ctx, h, &ssl, err, err_size) : -ENOMEM;
         if (rc == 0 && info)
             tls_facts(ssl, h, info);

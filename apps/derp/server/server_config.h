@@ -60,6 +60,7 @@ struct srv_config {
     /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
      * the server context is a snapshot per shard, rebuilt on SIGHUP. */
     bool self_signed;
+    bool acme; /* -certmode letsencrypt: server_acme.c keeps cert_file/key_file current */
     char cert_file[1400], key_file[1400];
     struct srv_tls_snap *tls_initial; /* built at start-up, until srv_certs_attach */
     struct hd_snap_var *tls_var;

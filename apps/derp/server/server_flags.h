@@ -42,7 +42,11 @@ struct srv_flags {
     long derpmap_port;      /* --derpmap-port: the public DERP port (0: from -a) */
     const char *derpmap_region_code, *derpmap_region_name, *derpmap_node_name;
     const char *derpmap_ipv4, *derpmap_ipv6; /* --derpmap-ipv4/-ipv6: public addresses */
-    bool log_json;                           /* --log-format json */
+    bool log_json;
+    /* -certmode letsencrypt (server_acme.c): -acme-directory (hderp only; NULL: Let's Encrypt),
+     * -acme-email, --acme-renew-before and --acme-check-interval (0: 30 days, 12 hours) */
+    const char *acme_directory, *acme_email;
+    uint64_t acme_renew_before_ms, acme_check_interval_ms; /* --log-format json */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:
@@ -55,7 +59,8 @@ bool srv_flags_deploy_is_bool(const char *name);
 extern const char srv_flags_deploy_usage[];
 /* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
 int srv_derpmap_print(const struct srv_flags *f, FILE *out);
-/* derper: TLS iff the port is 443 (or "https") or -certmode manual. */
+/* derper: TLS iff the port is 443 (or "https") or -certmode manual; hderp also when
+ * -certmode letsencrypt comes with -acme-directory (its own flag), on any port. */
 bool srv_flags_tls_mode(const struct srv_flags *f);
 /* Go's time.ParseDuration subset: "0", "1.5s", "500ms", "10m", "1h30m". -1 if malformed. */
 int64_t srv_parse_duration_ms(const char *text);

@@ -25,6 +25,11 @@ const char srv_flags_deploy_usage[] =
     "                          -a address or an IP -hostname, when they name one)\n"
     "  --derpmap-port N        the public DERP port (default -a's; 443 with\n"
     "                          --proxy-protocol-from, where -a is the inside address)\n"
+    "  -acme-directory URL     -certmode letsencrypt: the ACME CA (default Let's Encrypt's\n"
+    "                          production directory); given, TLS on any -a port (hderp)\n"
+    "  -acme-email ADDR        the ACME account's contact (derper's flag)\n"
+    "  --acme-renew-before D   renew this long before expiry (default 720h)\n"
+    "  --acme-check-interval D look at the certificate this often (default 12h)\n"
     "  --log-format text|json  log lines as text (default) or one JSON object a line\n"
     "                          (time, level, shard, event, msg) (hderp only)\n"
     "  hderp-server check URL  a self-test of any DERP server instead of running one (TLS,\n"
@@ -85,6 +90,15 @@ int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v)
             fprintf(stderr, "hderp-server: --print-derpmap=%s: expected json or yaml\n", v);
             return -1;
         }
+    } else if (strcmp(name, "acme-directory") == 0 || strcmp(name, "acme-email") == 0) {
+        *(name[5] == 'd' ? &f->acme_directory : &f->acme_email) = v;
+    } else if (strcmp(name, "acme-renew-before") == 0 || strcmp(name, "acme-check-interval") == 0) {
+        int64_t ms = srv_parse_duration_ms(v);
+        if (ms <= 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration > 0\n", name, v);
+            return -1;
+        }
+        *(name[5] == 'r' ? &f->acme_renew_before_ms : &f->acme_check_interval_ms) = (uint64_t)ms;
     } else if (strcmp(name, "log-format") == 0) {
         if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0) {
             fprintf(stderr, "hderp-server: --log-format %s: expected text or json\n", v);

@@ -11,6 +11,13 @@
 
 #include <hd/net_ws.h>
 #include "server.h"
+#include "server_acme.h"
+
+static bool ds_acme(struct net_conn *c)
+{
+    const struct srv_shard *ds = net_conn_app(c);
+    return ds->cfg->acme;
+}
 
 static const char home_html[] =
     "<html><head><title>hderp</title></head><body>\n"
@@ -208,8 +215,24 @@ static bool serve_derp(struct net_conn *c, struct srv_shard *ds, const struct ne
 
 /* Port 80 in TLS mode (§1.1): /generate_204 and /debug as on the main port, other GET/HEAD
  * redirected to https, anything else refused. Returns true when it answered. */
+/* -certmode letsencrypt's http-01 answers (RFC 8555 section 8.3), from server_acme.c. */
+static bool serve_acme(struct net_conn *c, const struct net_http_req *req, bool keep)
+{
+    static const char prefix[] = "/.well-known/acme-challenge/";
+    size_t n = sizeof(prefix) - 1;
+    if (req->path.len <= n || memcmp(req->path.ptr, prefix, n) != 0)
+        return false;
+    char auth[512];
+    bool ours = srv_acme_http01(req->path.ptr + n, req->path.len - n, auth, sizeof(auth));
+    reply_text(c, ours ? 200 : 404, ours ? auth : "no such challenge\n", keep,
+               req->method == NET_HTTP_METHOD_HEAD);
+    return true;
+}
+
 static bool serve_port80(struct net_conn *c, const struct net_http_req *req, bool keep)
 {
+    if (ds_acme(c) && serve_acme(c, req, keep))
+        return true;
     if (net_http_str_eq(req->path, "/generate_204") ||
         (req->path.len >= 6 && memcmp(req->path.ptr, "/debug", 6) == 0))
         return false;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "server.h"
+#include "server_acme.h"
 #include "server_check.h"
 #include "server_flags.h"
 
@@ -111,7 +112,14 @@ static void shard_fini(struct hd_shard *s, void *state)
 static int global_init(struct hd_runtime *rt, void *arg)
 {
     (void)rt, (void)arg;
-    return derp_crypto_init();
+    int rc = derp_crypto_init();
+    return rc < 0 ? rc : srv_acme_start(&config); /* -certmode letsencrypt: its thread */
+}
+
+static void global_fini(struct hd_runtime *rt, void *arg)
+{
+    (void)rt, (void)arg;
+    srv_acme_stop();
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */
@@ -129,6 +137,7 @@ const struct hd_module srv_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
     .global_init = global_init,
+    .global_fini = global_fini,
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,
@@ -175,12 +184,11 @@ static bool is_ip_literal(const char *host)
  * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
 static int configure_tls(const struct srv_flags *f)
 {
-    if (strcmp(f->certmode, "manual") != 0) {
+    bool acme = strcmp(f->certmode, "letsencrypt") == 0; /* server_acme.c */
+    if (!acme && strcmp(f->certmode, "manual") != 0) {
         fprintf(stderr,
-                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
-                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
-                "port (e.g. -a :3340) behind a TLS terminator\n",
-                f->addr, f->certmode);
+                "hderp-server: -certmode %s is not implemented: use letsencrypt or manual\n",
+                f->certmode);
         return -1;
     }
     char certdir[1024];
@@ -205,7 +213,9 @@ static int configure_tls(const struct srv_flags *f)
     snprintf(config.key_file, sizeof(config.key_file), "%s/%s.key", certdir, host);
     config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
-    if (access(config.cert_file, R_OK) != 0 && !config.sni_required) {
+    if (acme && srv_acme_configure(&config, f, certdir) < 0)
+        return -1;
+    if (!acme && access(config.cert_file, R_OK) != 0 && !config.sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",
