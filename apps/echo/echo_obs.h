@@ -33,7 +33,7 @@
  * unanswered after the timeout, so rate x timeout must stay below the ring. */
 #define ECHO_OBS_RING            4096u
 #define ECHO_OBS_LOSS_TIMEOUT_MS 5000u
-#define ECHO_OBS_RATE_MAX        500.0
+#define ECHO_OBS_RATE_MAX        500u
 #define ECHO_OBS_SIZE_MIN        20u /* ECHO_HEADER_LEN */
 #define ECHO_OBS_SIZE_MAX        1400u
 #define ECHO_OBS_TICK_MIN_MS     1u
@@ -119,6 +119,7 @@ struct echo_obs_side {
     uint64_t connect_ns; /* start of the current attempt */
     uint64_t connects, reconnects, failures;
     double upgrade_ms, login_ms; /* the last successful login's (ms from connect) */
+    double tcp_ms, tls_ms;       /* of it: the TCP connect, the TLS handshake after it */
     uint32_t backoff_ms;
     int last_error;
     struct hd_timer retry;

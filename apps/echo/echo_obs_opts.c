@@ -25,7 +25,7 @@ static void usage(FILE *out)
             "  --derp-map FILE     a DERP map in JSON (Tailscale's derpMap / Headscale's)\n"
             "  --derp-http         DERP map nodes over plain http (as TS_DEBUG_USE_DERP_HTTP)\n"
             "  --no-mesh-paths     DERP map: only each node's own path\n"
-            "  --rate PPS          probes per second per path (default 10, at most %.0f)\n"
+            "  --rate PPS          probes per second per path (default 10, at most %u)\n"
             "  --size B            probe size in bytes (default 64, %u..%u)\n"
             "  --metrics-listen A  serve /metrics (Prometheus), /status.json and / on A\n"
             "                      (e.g. 127.0.0.1:9464; port 0 picks one, logged at start)\n"

@@ -36,12 +36,13 @@ LAYER_DIRS = ("reactor", "net", "tls", "kit")
 NO_DERP_DIRS = LAYER_DIRS + ("include",)
 
 # Who may include a layer's private header (a header in reactor/, net/ or tls/ itself, not in
-# include/): the layer, its own tests, and perf/, whose microbenchmarks measure internals
-# (hd-microbench, the AEAD floor, the stream benchmark). Nothing an app or example is built from.
+# include/): the layer, its own tests (tests/fuzz/ holds every layer's fuzz targets), and perf/,
+# whose microbenchmarks measure internals (hd-microbench, the AEAD floor, the stream benchmark).
+# Nothing an app or example is built from.
 PRIVATE_READERS = {
-    "reactor": ("reactor/", "tests/reactor/", "perf/"),
-    "net": ("net/", "tests/net/", "tests/http/", "perf/"),
-    "tls": ("tls/", "tests/tls/", "tests/tlsconn/", "tests/vm/", "perf/"),
+    "reactor": ("reactor/", "tests/reactor/", "tests/fuzz/", "perf/"),
+    "net": ("net/", "tests/net/", "tests/http/", "tests/fuzz/", "perf/"),
+    "tls": ("tls/", "tests/tls/", "tests/tlsconn/", "tests/vm/", "tests/fuzz/", "perf/"),
     "kit": ("kit/", "tests/kit/", "perf/"),
 }
 # Any other *_impl.h (apps/derp/client, perf/, tests/...) is private to its own directory.

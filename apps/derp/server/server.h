@@ -334,6 +334,8 @@ void srv_rate_frame_done(struct srv_client *cl);
  * (SIGHUP; a bad file is logged, the old list stays). detach: after hd_runtime_wait. admits: on
  * the client's shard; counts and logs a refusal. */
 int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
+/* The list configure loaded, when it never got attached (tools, tests, error paths). */
+void srv_allow_config_free(struct srv_config *cfg);
 int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt);
 void srv_allow_reload(struct srv_config *cfg);
 void srv_allow_detach(struct srv_config *cfg);

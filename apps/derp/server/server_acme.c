@@ -109,8 +109,8 @@ static int post(const char *url, const char *payload, bool use_jwk, struct acme_
     for (int attempt = 0; attempt < 2; attempt++) {
         if (A.nonce[0] == '\0') {
             struct acme_resp h;
-            int rc = acme_http("HEAD", A.new_nonce, NULL, ACME_REQUEST_TIMEOUT_MS, &h, err,
-                               err_size);
+            int rc =
+                acme_http("HEAD", A.new_nonce, NULL, ACME_REQUEST_TIMEOUT_MS, &h, err, err_size);
             snprintf(A.nonce, sizeof(A.nonce), "%s", rc == 0 ? h.nonce : "");
             acme_resp_free(&h);
             if (rc < 0 || A.nonce[0] == '\0')
@@ -128,8 +128,8 @@ static int post(const char *url, const char *payload, bool use_jwk, struct acme_
             return rc;
         snprintf(A.nonce, sizeof(A.nonce), "%s", r->nonce);
         *json = json_loadb(r->body, r->body_len, 0, NULL);
-        bool bad_nonce = r->status == 400 &&
-                         strstr(jstr(*json, "type"), "badNonce") != NULL && attempt == 0;
+        bool bad_nonce =
+            r->status == 400 && strstr(jstr(*json, "type"), "badNonce") != NULL && attempt == 0;
         if (!bad_nonce)
             break;
         json_decref(*json);
@@ -185,8 +185,7 @@ static int account(char *err, size_t err_size)
 }
 
 /* POST-as-GET url until its status is want (or not "pending"/"processing"). */
-static int poll_status(const char *url, const char *want, json_t **out, char *err,
-                       size_t err_size)
+static int poll_status(const char *url, const char *want, json_t **out, char *err, size_t err_size)
 {
     time_t end = time(NULL) + ACME_POLL_DEADLINE_S;
     for (;;) {
@@ -391,8 +390,8 @@ static void *acme_thread(void *arg)
                A.directory);
         char err[1024];
         if (issue(err, sizeof(err)) == 0) {
-            hd_log(HD_LOG_INFO, "ACME: new certificate for %s in %s; reloading",
-                   A.cfg->hostname, A.cfg->cert_file);
+            hd_log(HD_LOG_INFO, "ACME: new certificate for %s in %s; reloading", A.cfg->hostname,
+                   A.cfg->cert_file);
             backoff = 0;
             kill(getpid(), SIGHUP); /* the reload path: new handshakes get it */
             continue;
@@ -410,14 +409,16 @@ static void *acme_thread(void *arg)
 int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir)
 {
     if (!cfg->sni_required) {
-        fprintf(stderr, "hderp-server: -certmode letsencrypt needs a DNS -hostname (ACME does "
-                        "not issue for %s here); use -certmode manual\n",
+        fprintf(stderr,
+                "hderp-server: -certmode letsencrypt needs a DNS -hostname (ACME does "
+                "not issue for %s here); use -certmode manual\n",
                 f->hostname);
         return -1;
     }
     if (f->http_port <= 0)
-        hd_log(HD_LOG_WARN, "ACME: -http-port is off, so the CA's http-01 check of %s cannot "
-                            "reach this server (certificates will not be issued)",
+        hd_log(HD_LOG_WARN,
+               "ACME: -http-port is off, so the CA's http-01 check of %s cannot "
+               "reach this server (certificates will not be issued)",
                f->hostname);
     A.cfg = cfg;
     snprintf(A.directory, sizeof(A.directory), "%s",
@@ -433,8 +434,7 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
     bool created;
     int rc = acme_key_load_or_create(A.account_path, &A.account, &created);
     if (rc < 0) {
-        fprintf(stderr, "hderp-server: ACME account key %s: %s\n", A.account_path,
-                strerror(-rc));
+        fprintf(stderr, "hderp-server: ACME account key %s: %s\n", A.account_path, strerror(-rc));
         return -1;
     }
     if (created)

@@ -30,10 +30,10 @@ int acme_csr(EVP_PKEY *k, const char *host, char *out, size_t size); /* base64ur
 /* ---- server_acme_http.c */
 struct acme_resp {
     unsigned status;
-    char nonce[256];              /* Replay-Nonce */
-    char location[ACME_URL_MAX];  /* Location */
-    unsigned retry_after_s;       /* Retry-After (seconds form), 0: none */
-    char *body;                   /* NUL-terminated, malloc'd: acme_resp_free */
+    char nonce[256];             /* Replay-Nonce */
+    char location[ACME_URL_MAX]; /* Location */
+    unsigned retry_after_s;      /* Retry-After (seconds form), 0: none */
+    char *body;                  /* NUL-terminated, malloc'd: acme_resp_free */
     size_t body_len;
 };
 /* method GET, HEAD or POST (body with Content-Type application/jose+json) to an https (or, for

@@ -104,8 +104,8 @@ static int tls_start(int fd, const char *host, SSL_CTX **ctxp, SSL **sslp, char 
     return 0;
 }
 
-static int roundtrip(int fd, SSL *ssl, const char *req, size_t req_len, const char *body,
-                     bool head, struct acme_resp *r, char *err, size_t err_size)
+static int roundtrip(int fd, SSL *ssl, const char *req, size_t req_len, const char *body, bool head,
+                     struct acme_resp *r, char *err, size_t err_size)
 {
     size_t blen = body ? strlen(body) : 0;
     if (io(fd, ssl, true, (void *)req, req_len) != (ssize_t)req_len ||

@@ -109,9 +109,9 @@ int acme_jwk(EVP_PKEY *k, char *out, size_t size)
 {
     const EC_KEY *ec = EVP_PKEY_get0_EC_KEY(k);
     uint8_t pt[65];
-    if (ec == NULL || EC_POINT_point2oct(EC_KEY_get0_group(ec), EC_KEY_get0_public_key(ec),
-                                         POINT_CONVERSION_UNCOMPRESSED, pt, sizeof(pt),
-                                         NULL) != sizeof(pt))
+    if (ec == NULL ||
+        EC_POINT_point2oct(EC_KEY_get0_group(ec), EC_KEY_get0_public_key(ec),
+                           POINT_CONVERSION_UNCOMPRESSED, pt, sizeof(pt), NULL) != sizeof(pt))
         return -EINVAL;
     char x[64], y[64];
     acme_b64url(pt + 1, 32, x, sizeof(x));
