@@ -190,4 +190,9 @@ void hd_collects_free(struct hd_shard *s);
 void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
 uint64_t hd_clock_ms(void);
 
+/* log_json.c: one JSON log line into out (always '}' and '\n' terminated, truncating the
+ * message if it must); returns its length. level is padded text ("INFO "), trimmed here. */
+size_t hd_log_json_line(char *out, size_t size, const char *time, const char *level,
+                        const char *shard, const char *msg);
+
 #endif /* HD_IMPL_H */

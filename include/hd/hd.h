@@ -447,6 +447,13 @@ void hd_log_set_level(enum hd_log_level level);
 void hd_log_write(enum hd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Text (the default) or JSON lines: one object a line, {"time", "level", "shard", "event",
+ * "msg"} plus "addr" (the first ip:port in the message) and "suppressed" (a rate-limited line's
+ * count) when present; event is the message's "word:" prefix ("mesh", "tls", ...) or "log".
+ * Set before the shards start. */
+enum hd_log_format { HD_LOG_FORMAT_TEXT = 0, HD_LOG_FORMAT_JSON };
+void hd_log_set_format(enum hd_log_format format);
+
 /* Per call site and thread: at most HD_LOG_RL_BURST lines per HD_LOG_RL_WINDOW_MS; the first line
  * of a later window says how many were suppressed. */
 struct hd_log_rl {

@@ -92,6 +92,10 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
 #define HD_LOG_RL_BURST     5
 #define HD_LOG_RL_WINDOW_MS 10000
 #define HD_LOG_LINE_MAX     1024
+/* A JSON log line: the message (at most HD_LOG_LINE_MAX) escaped (a control byte is 6 bytes,
+ * \u00XX; most need none) plus the fixed fields; an escaped message that does not fit is cut at
+ * an escape boundary. */
+#define HD_LOG_JSON_LINE_MAX (4 * HD_LOG_LINE_MAX)
 
 /* Histograms: log-linear, 2^HD_HIST_SUB_BITS linear sub-buckets per power of two (~6% error). */
 #define HD_HIST_SUB_BITS 4

@@ -13,6 +13,8 @@
 #include <sodium.h>
 
 #include "server.h"
+#include "server_acme.h"
+#include "server_check.h"
 #include "server_flags.h"
 
 #define HDERP_VERSION "0.1.0"
@@ -127,7 +129,13 @@ static int global_init(struct hd_runtime *rt, void *arg)
     int rc = derp_crypto_init();
     if (rc == 0)
         srv_hash_init(hash_key_given ? hash_key : NULL);
-    return rc;
+    return rc < 0 ? rc : srv_acme_start(&config); /* -certmode letsencrypt: its thread */
+}
+
+static void global_fini(struct hd_runtime *rt, void *arg)
+{
+    (void)rt, (void)arg;
+    srv_acme_stop();
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */
@@ -148,6 +156,7 @@ const struct hd_module srv_module = {
     .name = "derp",
     .requires = srv_requires,
     .global_init = global_init,
+    .global_fini = global_fini,
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,
@@ -194,12 +203,11 @@ static bool is_ip_literal(const char *host)
  * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
 static int configure_tls(const struct srv_flags *f)
 {
-    if (strcmp(f->certmode, "manual") != 0) {
+    bool acme = strcmp(f->certmode, "letsencrypt") == 0; /* server_acme.c */
+    if (!acme && strcmp(f->certmode, "manual") != 0) {
         fprintf(stderr,
-                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
-                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
-                "port (e.g. -a :3340) behind a TLS terminator\n",
-                f->addr, f->certmode);
+                "hderp-server: -certmode %s is not implemented: use letsencrypt or manual\n",
+                f->certmode);
         return -1;
     }
     char certdir[1024];
@@ -224,7 +232,9 @@ static int configure_tls(const struct srv_flags *f)
     snprintf(config.key_file, sizeof(config.key_file), "%s/%s.key", certdir, host);
     config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
-    if (access(config.cert_file, R_OK) != 0 && !config.sni_required) {
+    if (acme && srv_acme_configure(&config, f, certdir) < 0)
+        return -1;
+    if (!acme && access(config.cert_file, R_OK) != 0 && !config.sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",
@@ -339,6 +349,8 @@ static int configure(const struct srv_flags *f)
         }
         config.rate_config_path = f->rate_config;
     }
+    if (f->proxy_from && srv_proxy_configure(&config, f->proxy_from) < 0)
+        return -EINVAL;  /* --proxy-protocol-from: the message is printed */
     if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
         char err[512];
         if (srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
@@ -425,12 +437,27 @@ static void claim_release(void)
             close(claim_fds[i]);
 }
 
+/* The flags, and the modes that do not run a server: the exit code, or -1 to go on. */
+static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
+{
+    if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
+        return srv_check_main(argc - 1, argv + 1);
+    int rc = srv_flags_parse(argc, argv, f);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    if (f->log_json)           /* --log-format json: every hd_log line from here on */
+        hd_log_set_format(HD_LOG_FORMAT_JSON);
+    if (f->print_derpmap) /* server_derpmap.c: the DERP map entry instead of running */
+        return srv_derpmap_print(f, stdout) < 0 ? 2 : 0;
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
-    int rc = srv_flags_parse(argc, argv, &f);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    int rc = parse_and_modes(argc, argv, &f);
+    if (rc >= 0)
+        return rc; /* --help, -version, check, --print-derpmap, or bad flags */
     if (configure(&f) < 0)
         return 1;
     if (f.verbose)

@@ -38,6 +38,10 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
         v->ctr.prelogin_now = ds->prelogin.count;
+        v->ctr.mesh_links_configured = 0; /* this shard's links (id % shards), self excluded */
+        for (unsigned i = hd_shard_id(s); ds->links && i < ds->cfg->mesh_count;
+             i += hd_shard_count(s))
+            v->ctr.mesh_links_configured += !ds->links[i].self;
         v->rate = *srv_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
@@ -83,6 +87,9 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
+    put_metric(o, "proxy_headers", "counter", SUM(proxy_headers));
+    put_metric(o, "proxy_untrusted_refused", "counter", SUM(proxy_untrusted));
+    put_metric(o, "proxy_bad_headers", "counter", SUM(proxy_bad_headers));
     put_metric(o, "bytes_received", "counter", SUM(bytes_received));
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
@@ -153,6 +160,8 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
         (long long)SUM(mesh_refused));
+    put(o, "# TYPE hderp_mesh_links_configured gauge\nhderp_mesh_links_configured %lld\n",
+        (long long)SUM(mesh_links_configured));
     put(o, "# TYPE hderp_handshake_errors counter\nhderp_handshake_errors %lld\n",
         (long long)SUM(handshake_errors));
     put(o, "# TYPE hderp_admit_refused counter\nhderp_admit_refused %lld\n",
