@@ -24,6 +24,7 @@ struct hdt_options {
     unsigned shards;
     uint32_t features_disable;
     uint32_t busy_poll_us;
+    uint32_t min_wait_us; /* 0: the default */
     const struct hd_frame_class *frame_classes;
     unsigned frame_classes_count;
     /* Optional per-shard hooks around the body (e.g. net_shard_init / net_shard_fini);
