@@ -354,7 +354,8 @@ static void pin(struct hd_shard *s)
 static int shard_setup(struct hd_shard *s)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;
-    int rc = hd_ring_setup(s, cfg->sq_entries, cfg->features_disable);
+    uint32_t disable = cfg->features_disable | (cfg->min_wait_us == 0 ? HD_FEAT_MIN_WAIT : 0);
+    int rc = hd_ring_setup(s, cfg->sq_entries, disable);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "io_uring set-up failed: %s", strerror(-rc));
         return rc;

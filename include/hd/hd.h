@@ -365,8 +365,8 @@ struct hd_runtime_config {
     bool handle_signals;       /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
     uint32_t sq_entries;       /* 0: HD_SQ_ENTRIES_DEFAULT */
     uint32_t busy_poll_us;     /* spin this long on an empty CQ before sleeping; 0 = off */
-    uint32_t min_wait_us;      /* batch completions this long under load; 0: HD_MIN_WAIT_US_DEFAULT
-                                * (off with features_disable HD_FEAT_MIN_WAIT or an older kernel) */
+    uint32_t min_wait_us;      /* under load, let a sleep gather completions this long; 0 = off
+                                * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
     uint32_t stop_grace_ms;    /* 0: HD_STOP_GRACE_MS_DEFAULT */
     uint32_t features_disable; /* HD_FEAT_* to leave unused (tests force the fallbacks) */
     const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 64 classes */

@@ -61,13 +61,13 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * Under load (at least HD_MIN_WAIT_ARM_CQES completions dispatched in this millisecond and the
  * one before) a sleep waits for HD_MIN_WAIT_BATCH completions, or until the min-wait passed with at
  * least one: one wake-up for several packets instead of one each. A completion it holds waits at
- * most the min-wait (50 us: a fifth of an idle loopback round trip through the relay); once the
- * min-wait passed empty the first completion wakes at once, and a lone ping (four CQEs) never
- * arms it. The cap keeps a configuration from holding completions for long. */
-#define HD_MIN_WAIT_US_DEFAULT 50
-#define HD_MIN_WAIT_US_MAX     1000000
-#define HD_MIN_WAIT_BATCH      32
-#define HD_MIN_WAIT_ARM_CQES   16
+ * most the min-wait; once the min-wait passed empty the first completion wakes at once, and a
+ * lone ping (four CQEs) never arms it. Off unless configured (min_wait_us): measured on loopback
+ * it added latency under load without a CPU saving that rose above the noise (perf/RESULTS.md).
+ * The cap keeps a configuration from holding completions for long. */
+#define HD_MIN_WAIT_US_MAX   1000000
+#define HD_MIN_WAIT_BATCH    32
+#define HD_MIN_WAIT_ARM_CQES 16
 /* A min-wait sleep always carries a timeout (without one the kernel ends the wait at the
  * min-wait even with nothing to report): at most this long when no timer is armed. */
 #define HD_MIN_WAIT_IDLE_TS_MS 1000

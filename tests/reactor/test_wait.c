@@ -40,13 +40,13 @@ static uint64_t sleep_now(struct hd_shard *s)
 }
 
 /* A read of a timerfd that expires in ns: completes then, through the kernel's task work. */
-static void timerfd_read(struct hd_shard *s, struct hd_op *op, hd_op_fn *fn, int *fd,
-                         uint64_t *buf, uint64_t ns)
+static void timerfd_read(struct hd_shard *s, struct hd_op *op, hd_op_fn *fn, int *fd, uint64_t *buf,
+                         uint64_t ns)
 {
     *fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
     HDT_CHECK(*fd >= 0);
-    struct itimerspec it = {.it_value = {.tv_sec = (time_t)(ns / 1000000000u),
-                                         .tv_nsec = (long)(ns % 1000000000u)}};
+    struct itimerspec it = {
+        .it_value = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)}};
     HDT_CHECK(timerfd_settime(*fd, 0, &it, NULL) == 0);
     hd_op_init(s, op, fn);
     struct io_uring_sqe *sqe = hd_op_sqe(s, op);
@@ -161,6 +161,18 @@ Test(test_reactor_wait, disabled_never_min_waits)
 {
     struct wait_ctx c = {0};
     cr_assert_eq(hdt_run(&no_min_wait, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, BATCH_OPS);
+    cr_assert_eq(c.features & HD_FEAT_MIN_WAIT, 0);
+    cr_assert_eq(c.min_waits, 0);
+}
+
+/* Off by default (min_wait_us 0): the plain wait even under load. */
+Test(test_reactor_wait, off_by_default)
+{
+    static const struct hdt_options defaults = {.shards = 1};
+    struct wait_ctx c = {0};
+    cr_assert_eq(hdt_run(&defaults, burst_body, &c, NULL), 0);
     close_fds(&c);
     cr_assert_eq(c.ops_done, BATCH_OPS);
     cr_assert_eq(c.features & HD_FEAT_MIN_WAIT, 0);

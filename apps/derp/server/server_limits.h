@@ -60,4 +60,8 @@
 /* derper: the key file root uses without -c. */
 #define SRV_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 
+/* --min-wait-us: the most latency a relay operator may trade for fewer wake-ups (1 ms: beyond
+ * that a ping under load would wait longer than an idle round trip takes). */
+#define SRV_MIN_WAIT_US_MAX 1000
+
 #endif /* SERVER_LIMITS_H */

@@ -350,6 +350,7 @@ int main(int argc, char **argv)
     static const struct hd_module *const modules[] = {&srv_module};
     struct hd_runtime_config cfg = {
         .shards_count = f.shards,
+        .min_wait_us = f.min_wait_us,
         .pin = true,
         .handle_signals = true,
         .frame_classes = classes,
