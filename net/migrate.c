@@ -86,26 +86,24 @@ static void migrate_retry(struct hd_timer *t)
     migrate_send(m, hd_shard_current());
 }
 
-/* Source side, once nothing of c is in flight. */
-void net_migrate_step(struct net_conn *c)
+/* The codec first: if it cannot move, nothing else has been taken apart yet. -ENOMEM: it
+ * cannot (move_out released its pooled state either way). */
+static int take_codec(struct net_conn *c, struct net_migration *m)
 {
-    struct net_migration *m = c->migration;
-    struct hd_shard *s = c->shard;
-    /* The codec first: if it cannot move, nothing else has been taken apart yet. */
     m->codec = c->codec;
     m->codec_state = c->codec_state;
     if (c->codec && c->codec->move_out) {
         m->codec_state = c->codec->move_out(c, c->codec_state);
-        c->codec = NULL; /* move_out released the pooled state either way */
-        if (m->codec_state == NULL) {
-            hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
-            c->migration = NULL;
-            c->flags &= ~NET_F_MIGRATING;
-            free(m);
-            net_conn_close(c, -ENOMEM, false);
-            return;
-        }
+        c->codec = NULL;
+        if (m->codec_state == NULL)
+            return -ENOMEM;
     }
+    return 0;
+}
+
+/* Held buffers and the three send queues into the package (references and all). */
+static int take_buffers(struct net_conn *c, struct net_migration *m)
+{
     int rc = net_conn_held_take(c, &m->chunks, &m->chunks_count);
     if (rc == 0)
         rc = take_queue(&c->plain, &m->plain, &m->plain_count);
@@ -113,26 +111,31 @@ void net_migrate_step(struct net_conn *c)
         rc = take_queue(&c->mid, &m->mid, &m->mid_count);
     if (rc == 0)
         rc = take_queue(&c->wire, &m->wire, &m->wire_count);
-    if (rc < 0) {
-        if (m->codec && m->codec->move_out) { /* take the codec back before closing */
-            c->codec = m->codec;
-            c->codec_state = m->codec->move_in(c, m->codec_state);
-            if (c->codec_state == NULL)
-                c->codec = NULL;
-        }
-        for (uint32_t i = 0; i < m->chunks_count; i++)
-            hd_frame_unref(s, m->chunks[i]);
-        free(m->chunks);
-        free(m->plain);
-        free(m->mid);
-        free(m->wire);
-        free(m);
-        c->migration = NULL;
-        c->flags &= ~NET_F_MIGRATING;
-        hd_log_rl(HD_LOG_WARN, "net: cannot move a connection: %s", strerror(-rc));
-        net_conn_close(c, rc, false);
-        return;
+    return rc;
+}
+
+/* take_buffers failed: the codec goes back to c (to be closed), the package is freed. */
+static void take_undo(struct net_conn *c, struct net_migration *m)
+{
+    if (m->codec && m->codec->move_out) {
+        c->codec = m->codec;
+        c->codec_state = m->codec->move_in(c, m->codec_state);
+        if (c->codec_state == NULL)
+            c->codec = NULL;
     }
+    for (uint32_t i = 0; i < m->chunks_count; i++)
+        hd_frame_unref(c->shard, m->chunks[i]);
+    free(m->chunks);
+    free(m->plain);
+    free(m->mid);
+    free(m->wire);
+    free(m);
+}
+
+/* The rest of what the destination needs; then c lets go of everything moved (the frames'
+ * references now belong to the package). */
+static void take_rest(struct net_conn *c, struct net_migration *m)
+{
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;
@@ -149,15 +152,36 @@ void net_migrate_step(struct net_conn *c)
                                        .send_high_bytes = c->send_high,
                                        .send_low_bytes = c->send_low,
                                        .send_max_bytes = c->send_max};
-    /* Everything moved is detached; the frames' references now belong to the package. */
     c->codec = c->upper = NULL;
     c->rx_tail = c->raw_tail = c->upper_tail = NULL;
     while (c->plain.count)
-        net_sendq_pop(c->ns, s, &c->plain, false);
+        net_sendq_pop(c->ns, c->shard, &c->plain, false);
     while (c->mid.count)
-        net_sendq_pop(c->ns, s, &c->mid, false);
+        net_sendq_pop(c->ns, c->shard, &c->mid, false);
     while (c->wire.count)
-        net_sendq_pop(c->ns, s, &c->wire, false);
+        net_sendq_pop(c->ns, c->shard, &c->wire, false);
+}
+
+/* Source side, once nothing of c is in flight. */
+void net_migrate_step(struct net_conn *c)
+{
+    struct net_migration *m = c->migration;
+    struct hd_shard *s = c->shard;
+    int rc = take_codec(c, m);
+    if (rc < 0) {
+        hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
+        free(m);
+    } else if ((rc = take_buffers(c, m)) < 0) {
+        take_undo(c, m);
+        hd_log_rl(HD_LOG_WARN, "net: cannot move a connection: %s", strerror(-rc));
+    }
+    if (rc < 0) {
+        c->migration = NULL;
+        c->flags &= ~NET_F_MIGRATING;
+        net_conn_close(c, rc, false);
+        return;
+    }
+    take_rest(c, m);
     c->migration = NULL;
     c->state = NET_CONN_CLOSED;
     m->c = NULL;

@@ -292,6 +292,7 @@ static void tick(struct hd_shard *s)
     uint64_t t0 = hd_clock_ns();
     s->now_ms = t0 / 1000000u;
     s->stats.ticks++;
+    atomic_store_explicit(&s->beat, s->stats.ticks, memory_order_relaxed);
     hd_tasks_run(s);
     hd_bus_drain(s, HD_BUS_DRAIN_BUDGET);
     hd_posts_drain(s);
@@ -319,6 +320,8 @@ static void tick(struct hd_shard *s)
      * not from before a sleep (or a long tick) that may have lasted a while. */
     uint64_t t2 = hd_clock_ns();
     s->now_ms = t2 / 1000000u;
+    /* The wait is over: the dispatch below is new work (the watchdog times it from here). */
+    atomic_store_explicit(&s->beat, s->stats.ticks | (UINT64_C(1) << 63), memory_order_relaxed);
     unsigned cqes = hd_ops_dispatch(s, HD_CQE_BUDGET_MAX);
     rate_roll(s);
     s->rate_cur += cqes;

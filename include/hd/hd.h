@@ -324,6 +324,9 @@ struct hd_shard_stats {
     struct hd_hist cqes_per_tick;
 };
 const struct hd_shard_stats *hd_shard_stats(const struct hd_shard *s);
+/* Stalls the watchdog saw on this shard, and the longest that ended (ms). Any thread. */
+uint64_t hd_shard_stalls(const struct hd_shard *s);
+uint64_t hd_shard_stall_max_ms(const struct hd_shard *s);
 
 /* Gather per-shard data from every shard: fill(shard, slot) runs on each shard (over the bus),
  * writing slot_size bytes; then done(s, slots, count, arg) runs on the requesting shard with the
@@ -335,7 +338,7 @@ int hd_collect(struct hd_shard *s, size_t slot_size, hd_collect_fill_fn *fill,
 
 /* ---------------------------------------------------------------- runtime and shards */
 
-/* An app: one const struct listed at build time (STYLE.md: no constructor registration). */
+/* An app: one const struct listed at build time (CONVENTIONS.md: no constructor registration). */
 #define HD_MODULE_ABI 1
 struct hd_module {
     uint32_t abi_version; /* HD_MODULE_ABI */
@@ -360,16 +363,20 @@ struct hd_module {
 #define HD_FEAT_MIN_WAIT      (1u << 5) /* IORING_FEAT_MIN_TIMEOUT (6.12) on a DEFER_TASKRUN ring */
 
 struct hd_runtime_config {
-    unsigned shards_count;     /* 0: one per CPU this process may run on */
-    bool pin;                  /* pin shard i to the i-th allowed CPU */
-    bool handle_signals;       /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
-    uint32_t sq_entries;       /* 0: HD_SQ_ENTRIES_DEFAULT */
-    uint32_t busy_poll_us;     /* spin this long on an empty CQ before sleeping; 0 = off */
-    uint32_t min_wait_us;      /* under load, let a sleep gather completions this long; 0 = off
-                                * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
-    uint32_t stop_grace_ms;    /* 0: HD_STOP_GRACE_MS_DEFAULT */
+    unsigned shards_count;  /* 0: one per CPU this process may run on */
+    bool pin;               /* pin shard i to the i-th allowed CPU */
+    bool handle_signals;    /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
+    uint32_t sq_entries;    /* 0: HD_SQ_ENTRIES_DEFAULT */
+    uint32_t busy_poll_us;  /* spin this long on an empty CQ before sleeping; 0 = off */
+    uint32_t min_wait_us;   /* under load, let a sleep gather completions this long; 0 = off
+                             * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
+    uint32_t stop_grace_ms; /* 0: HD_STOP_GRACE_MS_DEFAULT */
+    /* Stall watchdog: a shard awake and inside one stretch of work (one tick's callbacks, or
+     * one callback) for this long is logged with the callback it runs, and counted
+     * (hd_shard_stalls). 0: HD_STALL_MS_DEFAULT; HD_STALL_OFF: no watchdog thread. */
+    uint32_t stall_ms;
     uint32_t features_disable; /* HD_FEAT_* to leave unused (tests force the fallbacks) */
-    const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 64 classes */
+    const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 128 classes */
     unsigned frame_classes_count;
     const struct hd_module *const *modules;
     void *const *modules_args;

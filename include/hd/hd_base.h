@@ -9,7 +9,7 @@
 
 noreturn void hd_assert_fail(const char *expr, const char *file, int line, const char *func);
 
-/* Guards our own invariants; always on (STYLE.md: never <assert.h>, NDEBUG would remove it).
+/* Guards our own invariants; always on (CONVENTIONS.md: never <assert.h>, NDEBUG would remove it).
  * Bad input from a peer is an operating error (-EPROTO), never an assert. */
 #define HD_ASSERT(expr)                                                                            \
     ((__builtin_expect(!!(expr), 1)) ? (void)0                                                     \

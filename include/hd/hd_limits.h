@@ -84,7 +84,12 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
 
 /* Stopping: how long shards wait for apps to finish their ops after stop, then after cancel-all. */
 #define HD_STOP_GRACE_MS_DEFAULT 1000
-#define HD_STOP_CANCEL_MS        2000
+/* Stall watchdog: a tick stretch this long is a stall (a 50 ms stall at 20k packets/s holds up
+ * 1,000 packets); sampled this many times per threshold (the error of the reported length). */
+#define HD_STALL_MS_DEFAULT 50u
+#define HD_STALL_OFF        UINT32_MAX
+#define HD_STALL_SAMPLES    5u
+#define HD_STOP_CANCEL_MS   2000
 
 /* Logging: lines per second per call site per shard before lines are suppressed (and counted). */
 #define HD_LOG_RATE_PER_SEC 10

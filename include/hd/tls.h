@@ -91,7 +91,7 @@ int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **o
 void tls_ctx_destroy(struct tls_ctx *ctx);
 /* Append a self-signed Ed25519 certificate with subject and issuer CN = common_name, the given
  * serial number, valid from validity_s before now to validity_s after, and exactly one extension
- * (basicConstraints CA:FALSE), after the server's chain: DERP's meta certificate (DERP-SPEC §1.2).
+ * (basicConstraints CA:FALSE), after the server's chain: DERP's meta certificate (spec §1.2).
  * Main thread, before connections use ctx. Returns 0, -EINVAL, -ENOMEM. */
 int tls_server_ctx_add_meta_cert(struct tls_ctx *ctx, const char *common_name, long serial,
                                  long validity_s);

@@ -80,6 +80,10 @@ struct srv_client {
     struct hd_tbucket rate;
     struct hd_timer rate_timer;
     bool rate_paid, rate_waiting;
+    /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
+     * flight is cl->admit, rechecking while it is. */
+    struct hd_timer recheck;
+    bool rechecking;
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -155,6 +159,8 @@ struct srv_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
+    uint32_t rechecks_inflight;
     struct srv_counters ctr;
 };
 
@@ -273,6 +279,24 @@ int srv_admit_local_start(struct srv_client *cl);
 void srv_admit_local_done(struct srv_client *cl, const char *why_refused);
 int srv_admit_start(struct srv_client *cl);
 void srv_admit_cancel(struct srv_client *cl);
+struct net_http_result;
+/* A controller's answer: NULL with *allow (200 {"Allow": true}; or err < 0 and fail_open), else
+ * the reason it refuses. */
+const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_open, bool *allow);
+/* POST the key to -verify-client-url; done gets the answer. 0 or -errno (nothing started). */
+int srv_admit_url_request(struct srv_client *cl,
+                          void (*done)(void *arg, int err, const struct net_http_result *r));
+/* server_admit_recheck.c: the answer cache (-verify-cache-ttl): 1 allow, 0 refuse, -ENOENT
+ * none; put stores a definite answer. Re-checks (-verify-recheck-interval): start at
+ * activation (on the owner shard), stop at close; cancelled: the request was cancelled. */
+/* Main thread: the two flags (they need -verify-client-url: message printed, -EINVAL). */
+int srv_admit_recheck_configure(struct srv_config *cfg, uint64_t cache_ttl_ms, uint64_t recheck_ms);
+int srv_admit_cache_get(struct srv_shard *ds, const struct derp_pubkey *key);
+void srv_admit_cache_put(struct srv_shard *ds, const struct derp_pubkey *key, bool allow);
+void srv_admit_shard_fini(struct srv_shard *ds);
+void srv_admit_recheck_start(struct srv_client *cl);
+void srv_admit_recheck_stop(struct srv_client *cl);
+void srv_admit_recheck_cancelled(struct srv_client *cl);
 
 /* server_rate.c: -rate-config (spec §6.9) */
 /* Main thread: read FILE into *out. Returns 0 or -EINVAL with err naming what is wrong. */
@@ -299,6 +323,8 @@ void srv_rate_frame_done(struct srv_client *cl);
  * (SIGHUP; a bad file is logged, the old list stays). detach: after hd_runtime_wait. admits: on
  * the client's shard; counts and logs a refusal. */
 int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
+/* The list configure loaded, when it never got attached (tools, tests, error paths). */
+void srv_allow_config_free(struct srv_config *cfg);
 int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt);
 void srv_allow_reload(struct srv_config *cfg);
 void srv_allow_detach(struct srv_config *cfg);

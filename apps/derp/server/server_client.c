@@ -190,6 +190,7 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
         return;
     }
     srv_register(ds, cl);
+    srv_admit_recheck_start(cl);
     srv_client_send_ctl(cl, buf, (size_t)n);
 }
 
@@ -395,6 +396,7 @@ static void client_closed(struct net_conn *c, int reason)
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
         hd_flush_cancel(ds->s, &cl->writer);
         hd_timer_stop(ds->s, &cl->keepalive);
+        srv_admit_recheck_stop(cl);
         srv_rate_client_fini(cl);
         srv_unregister(ds, cl);
         ds->ctr.current_connections--;

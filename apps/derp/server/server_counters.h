@@ -37,10 +37,14 @@ struct srv_counters {
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
     uint64_t websocket_accepts;
-    uint64_t admit_refused;     /* closed by admission control (§5) */
-    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
-    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
+    uint64_t admit_refused;        /* closed by admission control (§5) */
+    uint64_t admit_errors;         /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t admit_cache_hits;     /* logins decided by a cached answer (-verify-cache-ttl) */
+    uint64_t admit_rechecks;       /* re-checks of admitted keys asked (-verify-recheck-interval) */
+    uint64_t admit_recheck_errors; /* of those, the controller unreachable (nobody closed) */
+    uint64_t admit_revoked;        /* connections closed: the controller now refuses the key */
+    uint64_t allowlist_refused;    /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;          /* packets dropped because the bus to the owner was full */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */

@@ -22,9 +22,13 @@ struct srv_flags {
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
     unsigned min_wait_us;  /* --min-wait-us (0: off) */
+    uint64_t stall_ms;     /* --stall-threshold (with stall_set; 0: no watchdog) */
+    bool stall_set;
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */
     bool verify_client_url_fail_open; /* -verify-client-url-fail-open (default true) */
+    uint64_t verify_cache_ttl_ms;     /* -verify-cache-ttl (hderp; 0: off) */
+    uint64_t verify_recheck_ms;       /* -verify-recheck-interval (hderp; 0: off) */
     bool verify_clients;              /* -verify-clients */
     const char *socket;               /* -socket ("" or NULL: tailscaled's default path) */
     double accept_limit;              /* -accept-connection-limit, per second (INFINITY: off) */

@@ -63,5 +63,13 @@
 /* --min-wait-us: the most latency a relay operator may trade for fewer wake-ups (1 ms: beyond
  * that a ping under load would wait longer than an idle round trip takes). */
 #define SRV_MIN_WAIT_US_MAX 1000
+/* -verify-cache-ttl: answers cached per shard, direct-mapped (a power of two). 4,096 x 48 B =
+ * 192 KiB a shard, allocated at the first answer. */
+#define SRV_ADMIT_CACHE_SLOTS 4096u
+_Static_assert((SRV_ADMIT_CACHE_SLOTS & (SRV_ADMIT_CACHE_SLOTS - 1)) == 0, "masked index");
+/* -verify-recheck-interval: at most this many re-check requests in flight per shard (a
+ * controller sees a trickle, never a burst); a re-check over it waits [1, 2) s and tries again. */
+#define SRV_RECHECK_INFLIGHT_MAX 8u
+#define SRV_RECHECK_BUSY_MS      1000u
 
 #endif /* SERVER_LIMITS_H */

@@ -99,6 +99,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_admit_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
@@ -221,6 +222,27 @@ static int configure_tls(const struct srv_flags *f)
     return 0;
 }
 
+/* The mesh key (spec §7): -mesh-psk-file, or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+static int configure_mesh_key(const struct srv_flags *f)
+{
+    if (f->mesh_psk_file) {
+        char err[256];
+        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
+        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
+        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
+            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
+            return -EINVAL;
+        }
+        config.have_mesh_key = true;
+    }
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -248,27 +270,16 @@ static int configure(const struct srv_flags *f)
     config.accept_burst = (double)f->accept_burst;
     config.stun = f->stun;
     config.stun_port = f->stun_port;
-    if (f->mesh_psk_file) {
-        char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &config.mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    } else if (f->dev && getenv("TAILSCALE_DERPER_MESH_KEY")) {
-        const char *k = getenv("TAILSCALE_DERPER_MESH_KEY");
-        if (derp_mesh_key_parse(k, strlen(k), &config.mesh_key) < 0) {
-            fprintf(stderr, "hderp-server: TAILSCALE_DERPER_MESH_KEY is not 64 hex digits\n");
-            return -EINVAL;
-        }
-        config.have_mesh_key = true;
-    }
+    if (configure_mesh_key(f) < 0)
+        return -EINVAL;
     char aerr[256];
     if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
                             sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
         return -EINVAL;
     }
+    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -EINVAL;
     if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
         return -EINVAL;
@@ -357,6 +368,9 @@ int main(int argc, char **argv)
         .frame_classes_count = HD_ARRAY_SIZE(classes),
         .modules = modules,
         .modules_count = 1,
+        .stall_ms = !f.stall_set      ? 0
+                    : f.stall_ms == 0 ? HD_STALL_OFF
+                                      : (uint32_t)f.stall_ms,
     };
     struct hd_runtime *rt;
     rc = hd_runtime_create(&cfg, &rt);

@@ -19,7 +19,8 @@ struct varz_slot {
     struct srv_counters ctr;
     struct hd_shard_stats loop;
     uint64_t frames_in_use, frames_exhausted;
-    struct srv_rate rate; /* -rate-config as the shard applies it */
+    uint64_t stalls, stall_max_ms; /* the stall watchdog's (hd_shard_stalls) */
+    struct srv_rate rate;          /* -rate-config as the shard applies it */
 };
 
 struct varz_req {
@@ -39,6 +40,8 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->rate = *srv_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
+    v->stalls = hd_shard_stalls(s);
+    v->stall_max_ms = hd_shard_stall_max_ms(s);
     for (unsigned i = 0; i < hd_frame_classes_count(s); i++) {
         struct hd_pool_stats st;
         hd_frame_stats(s, i, &st);
@@ -155,6 +158,14 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(admit_refused));
     put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
         (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_admit_cache_hits counter\nhderp_admit_cache_hits %lld\n",
+        (long long)SUM(admit_cache_hits));
+    put(o, "# TYPE hderp_admit_rechecks counter\nhderp_admit_rechecks %lld\n",
+        (long long)SUM(admit_rechecks));
+    put(o, "# TYPE hderp_admit_recheck_errors counter\nhderp_admit_recheck_errors %lld\n",
+        (long long)SUM(admit_recheck_errors));
+    put(o, "# TYPE hderp_admit_revoked counter\nhderp_admit_revoked %lld\n",
+        (long long)SUM(admit_revoked));
     put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
@@ -183,6 +194,13 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
             (unsigned long long)v[i].loop.min_waits);
+    put(o, "# TYPE hderp_loop_stalls counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
+    put(o, "# TYPE hderp_loop_stall_max_ms gauge\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_stall_max_ms{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].stall_max_ms);
     put(o, "# TYPE hderp_bus_full counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.bus_full);
