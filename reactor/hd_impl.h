@@ -82,6 +82,10 @@ struct hd_shard {
     uint32_t ops_inflight;
     uint16_t op_gen;
     int error;
+    /* The wait policy's load estimate: CQEs dispatched in millisecond rate_ms and the one before.
+     */
+    uint64_t rate_ms;
+    uint32_t rate_cur, rate_prev;
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
      * the exchange and wakes it. Pairs with the producer's fence after publishing a tail. */

@@ -316,6 +316,8 @@ uint64_t hd_hist_bucket_upper(unsigned bucket);
 struct hd_shard_stats {
     uint64_t ticks;
     uint64_t enters;     /* io_uring_enter calls that waited or submitted */
+    uint64_t sleeps;     /* of those, waits that could block (the shard had nothing to do) */
+    uint64_t min_waits;  /* of those, waits with the kernel's min-wait (completions batched) */
     uint64_t sqes;       /* SQEs submitted */
     uint64_t cqes;       /* CQEs dispatched */
     uint64_t cqes_stale; /* completions of an op's previous life: dropped */
@@ -374,6 +376,7 @@ struct hd_module {
 #define HD_FEAT_COOP_TASKRUN  (1u << 2)
 #define HD_FEAT_MSG_RING      (1u << 3) /* wake-ups by IORING_OP_MSG_RING, else eventfd writes */
 #define HD_FEAT_EXT_ARG       (1u << 4)
+#define HD_FEAT_MIN_WAIT      (1u << 5) /* IORING_FEAT_MIN_TIMEOUT (6.12) on a DEFER_TASKRUN ring */
 
 struct hd_runtime_config {
     unsigned shards_count;  /* 0: one per CPU this process may run on */
@@ -381,6 +384,8 @@ struct hd_runtime_config {
     bool handle_signals;    /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
     uint32_t sq_entries;    /* 0: HD_SQ_ENTRIES_DEFAULT */
     uint32_t busy_poll_us;  /* spin this long on an empty CQ before sleeping; 0 = off */
+    uint32_t min_wait_us;   /* under load, let a sleep gather completions this long; 0 = off
+                             * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
     uint32_t stop_grace_ms; /* 0: HD_STOP_GRACE_MS_DEFAULT */
     /* Stall watchdog: a shard awake and inside one stretch of work (one tick's callbacks, or
      * one callback) for this long is logged with the callback it runs, and counted

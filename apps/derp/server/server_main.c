@@ -382,14 +382,15 @@ static void log_start(struct hd_runtime *rt)
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
            "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
-           "STUN %s, io_uring%s%s, mesh key %s, %u mesh nodes",
+           "STUN %s, io_uring%s%s%s, mesh key %s, %u mesh nodes",
            HDERP_VERSION, config.addr_text,
            config.tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
                       : "plain HTTP",
            hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
-           config.have_mesh_key ? "set" : "none", config.mesh_count);
+           (feat & HD_FEAT_MIN_WAIT) ? " min-wait" : "", config.have_mesh_key ? "set" : "none",
+           config.mesh_count);
     if (config.dev)
         hd_log(HD_LOG_INFO,
                "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
@@ -471,6 +472,7 @@ int main(int argc, char **argv)
     unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
     struct hd_runtime_config cfg = {
         .shards_count = f.shards,
+        .min_wait_us = f.min_wait_us,
         .pin = true,
         .handle_signals = true,
         .frame_classes = classes,

@@ -207,6 +207,17 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "# TYPE hderp_loop_ticks counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
+    /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
+    put(o, "# TYPE hderp_loop_enters counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.enters);
+    put(o, "# TYPE hderp_loop_sleeps counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.sleeps);
+    put(o, "# TYPE hderp_loop_min_waits counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].loop.min_waits);
     put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
