@@ -294,6 +294,24 @@ static int configure_limits(const struct srv_flags *f)
     return 0;
 }
 
+/* -verify-client-url (its cache and re-checks) and -verify-clients: 0 or -1 (printed). */
+static int configure_admission(const struct srv_flags *f)
+{
+    char aerr[256];
+    if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
+                            sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
+        return -1;
+    }
+    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -1;
+    if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -1;
+    }
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -325,18 +343,9 @@ static int configure(const struct srv_flags *f)
     config.stun_port = f->stun_port;
     if (configure_mesh_key(f) < 0)
         return -EINVAL;
+    if (configure_admission(f) < 0)
+        return -EINVAL;
     char aerr[256];
-    if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
-                            sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
-        return -EINVAL;
-    }
-    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
-        return -EINVAL;
-    if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
-        return -EINVAL;
-    }
     if (srv_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
         return -EINVAL;
@@ -453,6 +462,32 @@ static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
     return -1;
 }
 
+/* The runtime the flags ask for: frame pools, the modules (tls_module when anything on the
+ * shards speaks TLS), the wait and stall settings. 0 or hd_runtime_create's error. */
+static int runtime_create(const struct srv_flags *f, struct hd_runtime **rt)
+{
+    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
+    HD_ASSERT(srv_frame_classes((uint32_t)f->frame_pool_mib, classes) == 0); /* flag checked */
+    /* tls_module (net before it) when anything on the shards speaks TLS. */
+    static const struct hd_module *const modules[] = {&tls_module, &srv_module};
+    unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
+    struct hd_runtime_config cfg = {
+        .shards_count = f->shards,
+        .min_wait_us = f->min_wait_us,
+        .pin = true,
+        .handle_signals = true,
+        .frame_classes = classes,
+        .frame_classes_count = HD_ARRAY_SIZE(classes),
+        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
+        .modules = modules + first,
+        .modules_count = 2 - first,
+        .stall_ms = !f->stall_set      ? 0
+                    : f->stall_ms == 0 ? HD_STALL_OFF
+                                       : (uint32_t)f->stall_ms,
+    };
+    return hd_runtime_create(&cfg, rt);
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
@@ -465,27 +500,8 @@ int main(int argc, char **argv)
         hd_log_set_level(HD_LOG_DEBUG);
     if (claim_all() < 0)
         return 1;
-    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
-    HD_ASSERT(srv_frame_classes((uint32_t)f.frame_pool_mib, classes) == 0); /* flag checked */
-    /* tls_module (net before it) when anything on the shards speaks TLS. */
-    static const struct hd_module *const modules[] = {&tls_module, &srv_module};
-    unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
-    struct hd_runtime_config cfg = {
-        .shards_count = f.shards,
-        .min_wait_us = f.min_wait_us,
-        .pin = true,
-        .handle_signals = true,
-        .frame_classes = classes,
-        .frame_classes_count = HD_ARRAY_SIZE(classes),
-        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
-        .modules = modules + first,
-        .modules_count = 2 - first,
-        .stall_ms = !f.stall_set      ? 0
-                    : f.stall_ms == 0 ? HD_STALL_OFF
-                                      : (uint32_t)f.stall_ms,
-    };
     struct hd_runtime *rt;
-    if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
+    if ((rc = runtime_create(&f, &rt)) < 0) {
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }

@@ -157,7 +157,6 @@ static void format_rate(struct out *o, const struct varz_slot *v, unsigned count
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
 {
-    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
         (long long)SUM(mesh_refused));
     put(o, "# TYPE hderp_mesh_links_configured gauge\nhderp_mesh_links_configured %lld\n",
@@ -194,6 +193,12 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n", (long long)SUM(frames_reserve_dropped));
     put(o, "# TYPE hderp_ctl_dropped counter\nhderp_ctl_dropped %lld\n",
         (long long)SUM(ctl_dropped));
+}
+
+/* The loop's own figures, per shard, so an uneven load shows. */
+static void format_loop(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -254,6 +259,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
         if (srv_shard_here()->cfg->rate_config_path)
             format_rate(&o, slots, count);
         format_hderp(&o, slots, count);
+        format_loop(&o, slots, count);
         char head[256];
         struct net_http_hdr ct = {"Content-Type", NET_HTTP_LIT("text/plain; version=0.0.4")};
         struct net_http_resp_spec spec = {.status = 200,
