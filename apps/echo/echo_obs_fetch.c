@@ -39,8 +39,8 @@ static void fetched(void *arg, int err, const struct net_http_result *r)
         return;
     }
     char why[256];
-    if (echo_obs_derpmap_parse((const char *)r->body, r->body_len, fetch.o->map_plain_http,
-                               fetch.o, why, sizeof(why)) < 0) {
+    if (echo_obs_derpmap_parse((const char *)r->body, r->body_len, fetch.o->map_plain_http, fetch.o,
+                               why, sizeof(why)) < 0) {
         hd_log(HD_LOG_ERROR, "observe: --derp-map %s: %s", url, why);
         fetch.done(fetch.ob, -EPROTO);
         return;
