@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <hd/hd_fault.h>
+
 #include "hd_impl.h"
 
 _Static_assert(HD_OP_F_MORE == IORING_CQE_F_MORE, "hd.h mirrors the CQE flag");
@@ -14,7 +16,7 @@ _Static_assert(HD_OP_F_MORE == IORING_CQE_F_MORE, "hd.h mirrors the CQE flag");
 static inline uint64_t op_tag(const struct hd_op *op)
 {
     uint64_t p = (uint64_t)(uintptr_t)op;
-    HD_ASSERT((p & ~HD_TAG_PTR_MASK) == 0 && p > HD_TAG_WAKE);
+    HD_ASSERT((p & ~HD_TAG_PTR_MASK) == 0 && p > HD_TAG_FAULT);
     return p | ((uint64_t)op->gen << HD_TAG_PTR_BITS);
 }
 
@@ -34,7 +36,13 @@ void hd_op_init(struct hd_shard *s, struct hd_op *op, hd_op_fn *fn)
 
 struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    struct io_uring_sqe *sqe = NULL;
+    if (hd_fault(HD_FAULT_SQE) && (sqe = hd_fault_sqe(s, op_tag(op))) != NULL) {
+        op->inflight++; /* in flight until its failed CQE is dispatched */
+        s->ops_inflight++;
+        return sqe;
+    }
+    sqe = io_uring_get_sqe(&s->ring);
     if (hd_unlikely(sqe == NULL)) {
         int n = io_uring_submit(&s->ring);
         if (n > 0)
@@ -60,6 +68,12 @@ static void dispatch_one(struct hd_shard *s, const struct io_uring_cqe *cqe)
         return; /* our cancels and wake sources; liburing's own timeout on kernels w/o EXT_ARG */
     if (tag == HD_TAG_WAKE) {
         hd_bus_wake_received(s);
+        return;
+    }
+    if (tag == HD_TAG_FAULT) { /* a failed submission's stand-in: hand the op its error */
+        struct io_uring_cqe failed;
+        if (hd_fault_cqe(&failed))
+            dispatch_one(s, &failed);
         return;
     }
     struct hd_op *op = (struct hd_op *)(uintptr_t)(tag & HD_TAG_PTR_MASK);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/hd_fault.h>
+
 #include "hd_impl.h"
 #include "hd_poison.h"
 
@@ -99,6 +101,10 @@ static struct hd_slab_chunk *slab_grow(struct hd_slab *p)
 
 void *hd_slab_get(struct hd_slab *p)
 {
+    if (hd_fault(HD_FAULT_ALLOC)) { /* as if the pool were at its cap: every caller copes */
+        p->st.exhausted++;
+        return NULL;
+    }
     void *obj = p->free_list;
     if (obj) {
         HD_UNPOISON(obj, p->obj_size);
