@@ -7,6 +7,7 @@
  * left waiting on an open connection, or given a wrong packet, fails the test. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -19,12 +20,12 @@
 /* The load: FAULT_THREADS test threads, each driving FAULT_PAIRS (sender, receiver) pairs in
  * FAULT_ROUNDS rounds of FAULT_BATCH packets (well under the relay's per-client queue depth). */
 #define FAULT_THREADS 4
-#define FAULT_PAIRS   8
+#define FAULT_PAIRS   12
 #define FAULT_ROUNDS  25
 #define FAULT_BATCH   8
 /* Rates that close a part of the pairs and leave most to finish; the seed makes the server's
  * draws the same from run to run (the event order, and so the victims, still vary). */
-#define FAULT_SPEC "HD_FAULTS=seed=7,sqe=0.003,short_send=0.05,reset=0.002,alloc=0.002"
+#define FAULT_SPEC "HD_FAULTS=seed=7,sqe=0.01,short_send=0.05,reset=0.004,alloc=0.002"
 /* A receiver's wait for a batch, in slices between which the sender is checked for a close. */
 #define FAULT_WAIT_MS  5000
 #define FAULT_SLICE_MS 100
@@ -33,7 +34,7 @@
 
 /* How a pair ended. OUT_DROPS: open to the end, some packets missing; the server must have
  * counted at least as many drops (a pool get that failed drops the packet, as under exhaustion).
- * OUT_STUCK: a login neither finished nor was closed. */
+ * OUT_STUCK: a login, or a Ping at the end, got neither its answer nor a close. */
 enum outcome { OUT_ACTIVE, OUT_PACKETS, OUT_CLOSED, OUT_DROPS, OUT_STUCK, OUT_WRONG };
 
 struct pair {
@@ -146,6 +147,21 @@ static void pair_receive(struct pair *p)
     }
 }
 
+/* The end of an open pair: both clients must still be served (a Ping gets its Pong) or see a
+ * close. A connection the server dropped without closing its socket fails here. */
+static void pair_finish(struct pair *p, uint64_t ping)
+{
+    if (p->out != OUT_ACTIVE)
+        return;
+    int rc = conf_raw_ping_pong(&p->a, ping, FAULT_WAIT_MS);
+    if (rc == 0)
+        rc = conf_raw_ping_pong(&p->b, ping, FAULT_WAIT_MS);
+    if (rc != 0)
+        pair_end(p, is_close(rc) ? OUT_CLOSED : OUT_STUCK, rc);
+    else
+        pair_end(p, p->got == p->sent ? OUT_PACKETS : OUT_DROPS, 0);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -157,12 +173,35 @@ static void *worker_main(void *arg)
         for (int i = 0; i < FAULT_PAIRS; i++)
             pair_receive(&w->pairs[i]);
     }
-    for (int i = 0; i < FAULT_PAIRS; i++) {
-        struct pair *p = &w->pairs[i];
-        if (p->out == OUT_ACTIVE)
-            pair_end(p, p->got == p->sent ? OUT_PACKETS : OUT_DROPS, 0);
-    }
+    for (int i = 0; i < FAULT_PAIRS; i++)
+        pair_finish(&w->pairs[i], (uint64_t)i);
     return NULL;
+}
+
+/* Open fds of the server (/proc/PID/fd), or -errno. */
+static int fds_open(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+    DIR *d = opendir(path);
+    if (d == NULL)
+        return -errno;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* Polls until the server holds no more fds than at start (every connection's socket closed):
+ * the count last seen. */
+static int fds_settle(pid_t pid, int baseline)
+{
+    int64_t deadline = conf_now_ms() + FAULT_WAIT_MS;
+    int n;
+    while ((n = fds_open(pid)) > baseline && conf_now_ms() < deadline)
+        conf_sleep_ms(FAULT_SLICE_MS);
+    return n;
 }
 
 static bool probe_ok(const struct conf_server *s)
@@ -210,7 +249,7 @@ static uint64_t count(const struct worker *w, unsigned *n)
                 missing += p->sent - p->got;
             if (p->out == OUT_STUCK || p->out == OUT_WRONG)
                 fprintf(stderr, "pair %d.%d: %s (%d, %s), got %u of %u\n", t, i,
-                        p->out == OUT_STUCK ? "neither logged in nor closed" : "wrong packet",
+                        p->out == OUT_STUCK ? "neither an answer nor a close" : "wrong packet",
                         p->err, strerror(-p->err), p->got, p->sent);
         }
     }
@@ -230,6 +269,8 @@ Test(test_conformance_faults, load_under_faults)
 {
     const char *env[] = {FAULT_SPEC, NULL};
     CONF_OK(conf_server_start(&srv, &(struct conf_server_opts){.env = env}));
+    int fds_before = fds_open(srv.pid);
+    cr_assert_gt(fds_before, 0, "/proc/%d/fd: %s", (int)srv.pid, strerror(-fds_before));
     static struct worker w[FAULT_THREADS];
     for (int t = 0; t < FAULT_THREADS; t++) {
         w[t].srv = &srv;
@@ -247,7 +288,10 @@ Test(test_conformance_faults, load_under_faults)
             (long long)drops, n[OUT_STUCK], n[OUT_WRONG]);
     cr_expect(conf_server_alive(&srv), "the server died under faults");
     cr_expect(probe_ok(&srv), "no /derp/probe answered after the load");
-    cr_expect_eq(n[OUT_STUCK], 0, "clients that neither logged in nor saw a close");
+    int fds_after = fds_settle(srv.pid, fds_before);
+    cr_expect_leq(fds_after, fds_before, "the server holds %d fds, %d before the load", fds_after,
+                  fds_before);
+    cr_expect_eq(n[OUT_STUCK], 0, "clients that got neither an answer nor a close");
     cr_expect_eq(n[OUT_WRONG], 0, "clients given a wrong packet");
     cr_expect_geq(drops, (int64_t)missing, "packets missing on open connections, not counted");
     cr_expect_gt(n[OUT_PACKETS], 0, "no client got through: the rates are too high to test");
