@@ -104,7 +104,7 @@ static int parse_pair(const char *key, const char *val)
 
 int hd_faults_configure(const char *spec)
 {
-    HD_ASSERT(!atomic_load(&hd_faults_armed));
+    atomic_store(&hd_faults_armed, false); /* disarmed until hd_faults_arm */
     seed = 0;
     any_rate = false;
     memset(thresholds, 0, sizeof(thresholds));

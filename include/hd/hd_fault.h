@@ -37,9 +37,10 @@ static inline bool hd_fault(enum hd_fault_kind kind)
  * a fault (where a send or a receive is cut). */
 uint32_t hd_fault_below(uint32_t bound);
 
-/* Parse a spec ("key=value,..."; NULL or "" = off) into the process's settings; -EINVAL on an
- * unknown key or a rate outside [0, 1]. Called by hd_runtime_create with getenv("HD_FAULTS")
- * once per process; tests of the mechanism itself may call it before arming. */
+/* Parse a spec ("key=value,..."; NULL or "" = off) into the process's settings, disarmed;
+ * -EINVAL (and off) on an unknown key or a rate outside [0, 1]. Called by hd_runtime_create with
+ * getenv("HD_FAULTS") once per process; tests of the mechanism itself may call it again while
+ * no other shard draws. */
 int hd_faults_configure(const char *spec);
 /* Arm (true) or disarm: the runtime arms after start-up when a spec set any rate. */
 void hd_faults_arm(bool on);
