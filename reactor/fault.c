@@ -196,12 +196,13 @@ struct io_uring_sqe *hd_fault_sqe(struct hd_shard *s, uint64_t tag)
     return &tls.scratch;
 }
 
-bool hd_fault_cqe(struct io_uring_cqe *out)
+bool hd_fault_cqe(uint64_t *tag, int32_t *res)
 {
     if (tls.head == tls.tail)
         return false;
     const struct fault_cqe *f = &tls.pending[tls.head % HD_FAULT_PENDING_MAX];
     tls.head++;
-    *out = (struct io_uring_cqe){.user_data = f->tag, .res = f->res, .flags = 0};
+    *tag = f->tag;
+    *res = f->res;
     return true;
 }

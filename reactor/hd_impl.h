@@ -18,8 +18,8 @@ void hd_faults_report(void);  /* one log line of what was injected, when any rat
 /* A scratch SQE for a submission made to fail (a NOP tagged HD_TAG_FAULT is queued in its place
  * and the op's CQE will carry the error); NULL: no room, submit this one normally. */
 struct io_uring_sqe *hd_fault_sqe(struct hd_shard *s, uint64_t tag);
-/* The CQE of the oldest failed submission, when its NOP completes. */
-bool hd_fault_cqe(struct io_uring_cqe *out);
+/* The oldest refused submission's tag and error, when its NOP completes (false: none). */
+bool hd_fault_cqe(uint64_t *tag, int32_t *res);
 
 /* ---- bus: one SPSC ring per (producer, consumer) pair */
 struct hd_bus_ring {
