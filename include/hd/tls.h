@@ -56,6 +56,10 @@ struct tls_server_options {
     /* Dev mode (when cert_file is NULL): a self-signed ECDSA P-256 certificate generated now
      * for this host name or IP literal (SAN dNSName or iPAddress), valid for a year. */
     const char *self_signed_host;
+    /* When set, a ClientHello whose SNI is not exactly this name (or has none) fails the
+     * handshake with an unrecognized_name alert, logged rate-limited (a relay's manual mode
+     * with a DNS host name, as Go's servers do it). Copied. */
+    const char *sni_required;
 };
 
 /* Creates a server context (TLS 1.3 only, no session tickets, ALPN: http/1.1 if the client
@@ -133,6 +137,10 @@ struct tls_conn_options {
     /* Userspace records: seal each queued frame as its own record instead of coalescing
      * frames into records of up to 16 KiB (benchmarks; costs a header and tag per frame). */
     bool record_per_frame;
+    /* Server: a first record header that reads like a plain HTTP request ("GET /", "HEAD ",
+     * "POST ", "PUT /", "OPTIO") gets Go's net/http answer, "HTTP/1.0 400 Bad Request ... Client
+     * sent an HTTP request to an HTTPS server.", and the connection closes. */
+    bool reply_plain_http;
 };
 
 /* Starts TLS on an adopted (server ctx) or connecting/connected (client ctx) connection: installs
@@ -166,10 +174,11 @@ struct tls_shard_options {
     bool ktls_disable;       /* always use userspace records (tests, benchmarks) */
 };
 
-/* Per-shard pools (handshakes, connection states) and counters; call after net_shard_init
- * from the module's shard_init, tls_shard_fini from shard_fini. Returns 0, -ENOMEM. */
-int tls_shard_init(struct hd_shard *s, const struct tls_shard_options *o);
-void tls_shard_fini(struct hd_shard *s);
+/* The TLS layer as a module (it requires net_module, placed before it): list tls_module (arg:
+ * a struct tls_shard_options *, or NULL) in the runtime's modules before the modules that make
+ * TLS connections, or put it in their requires. Per shard: the handshake and connection-state
+ * pools and the counters below. */
+extern const struct hd_module tls_module;
 
 struct tls_shard_stats {
     uint64_t handshakes_started;

@@ -182,7 +182,10 @@ int conf_raw_read_packet(struct conf_raw *r, int timeout_ms, struct derp_pubkey 
 /* Ping(8 bytes) and wait for the matching Pong (skipping other frames). */
 int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms);
 
-/* Key pairs whose owner shard (hash(key) % shards: the low 64 bits, little endian) is shard. */
+/* The servers' --hash-key: the tables' SipHash key, so a test knows each key's owner shard. */
+#define CONF_HASH_KEY_HEX "000102030405060708090a0b0c0d0e0f"
+/* Key pairs whose owner shard (the server's srv_owner: the high 32 bits of SipHash-2-4 of the
+ * key under CONF_HASH_KEY_HEX, modulo shards) is shard. */
 int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards);
 unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards);
 /* A disco-looking payload (TS💬 prefix, >= 62 bytes). */
@@ -222,7 +225,7 @@ struct conf_load_opts {
     bool websocket_half;           /* odd-numbered clients use the WebSocket carrier (§1.5) */
 };
 
-/* Runs CONF_LOAD_CLIENTS DERP clients on 2 test shards (the TLS ones with tls_shard_init), each
+/* Runs CONF_LOAD_CLIENTS DERP clients on 2 test shards (tls_module under them for TLS), each
  * sending CONF_LOAD_PACKETS in paced rounds, and asserts (criterion): no timeout, connect, send
  * or early-close errors, every packet exactly once to the right key with the right source,
  * varz derp_packets_sent == total and derp_packets_dropped == 0, and derp_current_connections

@@ -14,6 +14,7 @@
 #include "derp_proto.h"
 #include "server_config.h"
 #include "server_counters.h"
+#include "server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -55,8 +56,14 @@ struct srv_client {
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
-    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
-    bool send_paused;   /* net queue over its high watermark */
+    uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
+    bool send_paused;         /* net queue over its high watermark */
+    bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
+    struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
+    /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
+     * NET_RX_TAIL_MAX unconsumed; the spec allows 256 KiB): the whole frame, login only. */
+    uint8_t *login_buf;
+    uint32_t login_len, login_have;
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -138,6 +145,15 @@ struct srv_mesh_link {
     unsigned addrs_count, addr_next;
 };
 
+/* Connections on this shard not logged in yet (server_prelogin.c). */
+struct srv_prelogin_slot;
+struct srv_account;
+struct srv_prelogin {
+    uint32_t count; /* all of them */
+    uint32_t mask;  /* slots - 1 */
+    struct srv_prelogin_slot *slots;
+};
+
 struct srv_shard {
     struct hd_shard *s;
     const struct srv_config *cfg;
@@ -159,6 +175,8 @@ struct srv_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_prelogin prelogin;
+    struct hd_slab *accounts;                 /* server_frames.c */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
     struct srv_counters ctr;
@@ -170,9 +188,8 @@ extern const struct hd_module srv_module;
 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
-    return (unsigned)(h % hd_shard_count(ds->s));
+    /* keyed (server_hash.c): a client cannot pick keys that all land on one shard */
+    return srv_key_shard(srv_hash(key, DERP_KEY_LEN), hd_shard_count(ds->s));
 }
 
 /* server_http.c: a fresh connection's HTTP phase */
@@ -182,11 +199,33 @@ void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *pe
 /* -accept-connection-limit: this shard's bucket, before its listener starts. */
 void srv_accept_limit_init(struct srv_shard *ds);
 
+/* server_prelogin.c: connections not logged in yet, per shard and per source address. enter
+ * returns false (counted, logged) over --prelogin-max or --prelogin-per-addr-max; leave once
+ * for each enter that returned true. */
+int srv_prelogin_init(struct srv_shard *ds);
+void srv_prelogin_fini(struct srv_shard *ds);
+bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
+void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
+/* The connection counted under from (entered) now counts under to (a PROXY header named the
+ * client): always moved; true when to is now over the per-address cap (close it). */
+bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from,
+                       const struct net_addr *to);
+
+/* server_frames.c: fair shares of the frame pools. */
+int srv_frames_init(struct srv_shard *ds);
+void srv_frames_client_init(struct srv_client *cl); /* at activation, on the owner shard */
+void srv_frames_client_fini(struct srv_client *cl); /* at close */
+/* A frame for a packet cl sent, or NULL (the reserve or cl's share reached: counted). */
+struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
+hd_frame_release_fn srv_frame_release;
+/* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
+int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
+
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
                        enum srv_kind kind);
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
 void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);
@@ -255,6 +294,17 @@ void srv_certs_detach(struct srv_config *cfg);
 void srv_certs_reload(struct srv_config *cfg); /* SIGHUP: a bad file keeps the old one */
 struct tls_ctx *srv_certs_current(const struct srv_shard *ds);
 
+/* server_http.c, for server_proxy.c: a main-listener connection in its HTTP phase (NULL: the
+ * pool was full, fd closed), TLS under it (or closed), and the accept bucket's verdict. */
+struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd, const struct net_addr *peer);
+void srv_http_tls_start(struct srv_shard *ds, struct net_conn *c);
+bool srv_accept_allowed(struct srv_shard *ds);
+
+/* server_proxy.c: -proxy-protocol-from (PROXY protocol v1/v2 on the main listener). */
+/* Parses the list into cfg; 0, or -errno with the message printed. Main thread. */
+int srv_proxy_configure(struct srv_config *cfg, const char *list);
+void srv_proxy_accept(struct srv_shard *ds, int fd, const struct net_addr *peer);
+
 /* server_stun.c */
 int srv_stun_start(struct srv_shard *ds);
 void srv_stun_stop(struct srv_shard *ds);
@@ -265,7 +315,7 @@ void srv_stun_stop(struct srv_shard *ds);
 int srv_admit_configure(struct srv_config *cfg, const char *url, bool fail_open, char *err,
                         size_t err_size);
 bool srv_admit_needed(const struct srv_config *cfg);
-/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+/* Whether admission makes TLS client connections (the runtime then needs tls_module). */
 bool srv_admit_needs_tls(const struct srv_config *cfg);
 void srv_admit_fini(struct srv_config *cfg); /* main thread, after the runtime stopped */
 /* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */

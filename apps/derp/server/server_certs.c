@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -31,6 +32,7 @@ static int build(const struct srv_config *cfg, struct srv_tls_snap **out, char *
     struct tls_server_options o = {.cert_file = cfg->cert_file, .key_file = cfg->key_file};
     if (cfg->self_signed)
         o = (struct tls_server_options){.self_signed_host = cfg->hostname};
+    o.sni_required = cfg->sni_required ? cfg->hostname : NULL; /* the handshake fails (alert) */
     struct srv_tls_snap *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         snprintf(err, err_size, "out of memory");
@@ -89,6 +91,8 @@ void srv_certs_reload(struct srv_config *cfg)
 {
     if (cfg->tls_var == NULL)
         return;
+    if (cfg->self_signed && cfg->acme && access(cfg->cert_file, R_OK) == 0)
+        cfg->self_signed = false; /* ACME's first certificate replaces the stand-in */
     if (cfg->self_signed) {
         hd_log(HD_LOG_INFO, "TLS: self-signed certificate for %s: nothing to reload",
                cfg->hostname);

@@ -7,6 +7,7 @@
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
+#include <hd/net_proxy.h>
 
 struct srv_tls_snap;
 struct srv_allow;
@@ -59,6 +60,7 @@ struct srv_config {
     /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
      * the server context is a snapshot per shard, rebuilt on SIGHUP. */
     bool self_signed;
+    bool acme; /* -certmode letsencrypt: server_acme.c keeps cert_file/key_file current */
     char cert_file[1400], key_file[1400];
     struct srv_tls_snap *tls_initial; /* built at start-up, until srv_certs_attach */
     struct hd_snap_var *tls_var;
@@ -78,6 +80,11 @@ struct srv_config {
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
+    /* Absolute deadlines from accept (derper: http.Server ReadTimeout 30 s for the TLS handshake
+     * and the request head) and from the upgrade (derper: 10 s for the login), and the caps on
+     * connections not logged in yet, per shard and per source address per shard. */
+    uint32_t http_deadline_ms, login_deadline_ms;
+    uint32_t prelogin_shard_max, prelogin_addr_max;
     /* -mesh-with (server_mesh.c): node i's link lives on shard i % shards. */
     struct srv_mesh_node *mesh;
     unsigned mesh_count;
@@ -91,6 +98,10 @@ struct srv_config {
     const char *allow_path;
     struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
     struct hd_snap_var *allow;
+    /* -proxy-protocol-from (server_proxy.c): sources whose connections start with a PROXY
+     * header; with any entry, the main listener takes no connection from anyone else. */
+    struct net_cidr proxy_from[NET_CIDR_LIST_MAX];
+    unsigned proxy_from_count;
 };
 
 #endif /* SERVER_CONFIG_H */

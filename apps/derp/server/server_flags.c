@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "derp_limits.h"
+#include "server_limits.h"
 #include "server_flags.h"
+#include "server_limits.h"
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
 static const char *const unsupported[] = {
@@ -19,7 +20,6 @@ static const char *const unsupported[] = {
     "acme-ip-certs",
     "acme-eab-kid",
     "acme-eab-key",
-    "acme-email",
     "secrets-url",
     "secrets-path-prefix",
     "secrets-cache-dir",
@@ -41,9 +41,10 @@ static void usage_derper(FILE *out)
         "                          {\"PrivateKey\": \"privkey:...\"}, created 0600 if missing;\n"
         "                          root's default /var/lib/derper/derper.key\n"
         "  -certmode MODE          manual: <certdir>/<hostname>.crt and .key (an IP hostname\n"
-        "                          without them gets a self-signed certificate); derper's\n"
-        "                          default letsencrypt (ACME) is not implemented; SIGHUP\n"
-        "                          re-reads the files (a bad file keeps the old certificate)\n"
+        "                          without them gets a self-signed certificate); SIGHUP\n"
+        "                          re-reads the files (a bad file keeps the old certificate);\n"
+        "                          letsencrypt (default): ACME keeps those files current\n"
+        "                          (http-01 on -http-port; see -acme-directory)\n"
         "  -certdir DIR            certificate directory (default\n"
         "                          $XDG_CACHE_HOME/tailscale/derper-certs)\n"
         "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
@@ -105,17 +106,35 @@ static void usage_own(FILE *out)
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
         "                          SIGHUP (a bad file keeps the old list)\n"
+        "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
+        "  --min-wait-us N         under load, let a shard's sleep gather completions for up\n"
+        "                          to N us (io_uring min-wait, Linux >= 6.12; 0 = off, the\n"
+        "                          default; max 1000): fewer wake-ups, up to N us more latency\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
+        "  --http-deadline D       a new connection's TLS handshake and HTTP request head\n"
+        "                          must be done within D of accept, each further request on\n"
+        "                          it within D (default 30s, as derper; at least 100ms)\n"
+        "  --login-deadline D      the DERP login (ClientInfo) must arrive within D of the\n"
+        "                          upgrade (default 10s, as derper; at least 100ms)\n"
+        "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
+        "                          connection is closed at once (default 16384)\n"
+        "  --prelogin-per-addr-max N  the same per source address per shard (default 4096)\n"
+        "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
+        "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
+        "                          this bounds what a burst can take\n"
+        "  --hash-key HEX          32 hex digits: the tables' SipHash key (tests only: makes\n"
+        "                          owner shards predictable; default random per process)\n"
         "  --stall-threshold D     log a shard that stays busy this long in one stretch, with\n"
         "                          the callback it runs, and count it (hderp_loop_stalls in\n"
         "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
-        "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
-    fputs(text, out);
+        "-unpublished-bootstrap-dns-names, -acme-ip-certs, -acme-eab-*, -secrets-*, -ace, "
+        "-derp=false.\n";
+    fprintf(out, text, srv_flags_deploy_usage);
 }
 
 static void usage(FILE *out)
@@ -197,7 +216,7 @@ static bool is_bool_flag(const char *name)
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
         if (strcmp(name, bools[i]) == 0)
             return true;
-    return false;
+    return srv_flags_deploy_is_bool(name);
 }
 
 static int set_duration(const char *name, const char *v, uint64_t *out)
@@ -252,6 +271,7 @@ static const struct flag_field string_flags[] = {
     FIELD("rate-config", rate_config),
     FIELD("verify-client-url", verify_client_url),
     FIELD("allow-keys", allow_keys),
+    FIELD("hash-key", hash_key), /* 32 hex digits, checked by configure */
 };
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),
@@ -335,6 +355,45 @@ static int apply_number(struct srv_flags *f, const char *name, const char *v)
             return -1;
         }
         f->shards = (unsigned)n;
+    } else if (strcmp(name, "min-wait-us") == 0) {
+        if (parse_int(v, 0, SRV_MIN_WAIT_US_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --min-wait-us %s: expected 0..%d\n", v,
+                    SRV_MIN_WAIT_US_MAX);
+            return -1;
+        }
+        f->min_wait_us = (unsigned)n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Issue 16's limits: 1 applied, -1 bad value, 0 none of them. The deadlines have a lower bound
+ * only (tests shorten them). */
+static int apply_limit(struct srv_flags *f, const char *name, const char *v)
+{
+    long n;
+    if (strcmp(name, "http-deadline") == 0 || strcmp(name, "login-deadline") == 0) {
+        uint64_t *out = name[0] == 'h' ? &f->http_deadline_ms : &f->login_deadline_ms;
+        if (set_duration(name, v, out) < 0 || *out < SRV_DEADLINE_MS_MIN || *out > UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration of at least %ums\n", name,
+                    v, SRV_DEADLINE_MS_MIN);
+            return -1;
+        }
+    } else if (strcmp(name, "prelogin-max") == 0 || strcmp(name, "prelogin-per-addr-max") == 0) {
+        if (parse_int(v, 1, SRV_PRELOGIN_MAX_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected 1..%u\n", name, v,
+                    SRV_PRELOGIN_MAX_MAX);
+            return -1;
+        }
+        *(strcmp(name, "prelogin-max") == 0 ? &f->prelogin_max : &f->prelogin_addr_max) = n;
+    } else if (strcmp(name, "frame-pool-mib") == 0) {
+        if (parse_int(v, SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected %u..%u\n", name, v,
+                    SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX);
+            return -1;
+        }
+        f->frame_pool_mib = n;
     } else {
         return 0;
     }
@@ -349,6 +408,8 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
         rc = apply_field(f, name, v);
     if (rc == 0)
         rc = apply_number(f, name, v);
+    if (rc == 0)
+        rc = apply_limit(f, name, v);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
     if (strcmp(name, "certmode") == 0) {
@@ -371,8 +432,7 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             return -1;
         }
     } else {
-        fprintf(stderr, "hderp-server: unknown flag -%s (see --help)\n", name);
-        return -1;
+        return srv_flags_apply_deploy(f, name, v); /* server_flags_deploy.c */
     }
     return 0;
 }
@@ -392,7 +452,12 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
                             .verify_client_url_fail_open = true,
                             .accept_limit = INFINITY,
-                            .accept_burst = 1L << 30};
+                            .accept_burst = 1L << 30,
+                            .http_deadline_ms = SRV_HTTP_DEADLINE_MS_DEFAULT,
+                            .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
+                            .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
+                            .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
+                            .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -439,5 +504,6 @@ bool srv_flags_tls_mode(const struct srv_flags *f)
     const char *colon = strrchr(f->addr, ':');
     const char *port = colon ? colon + 1 : f->addr;
     return strcmp(port, "443") == 0 || strcmp(port, "https") == 0 ||
-           strcmp(f->certmode, "manual") == 0;
+           strcmp(f->certmode, "manual") == 0 ||
+           (strcmp(f->certmode, "letsencrypt") == 0 && f->acme_directory != NULL);
 }

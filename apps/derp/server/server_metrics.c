@@ -37,6 +37,11 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
+        v->ctr.prelogin_now = ds->prelogin.count;
+        v->ctr.mesh_links_configured = 0; /* this shard's links (id % shards), self excluded */
+        for (unsigned i = hd_shard_id(s); ds->links && i < ds->cfg->mesh_count;
+             i += hd_shard_count(s))
+            v->ctr.mesh_links_configured += !ds->links[i].self;
         v->rate = *srv_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
@@ -82,6 +87,9 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
+    put_metric(o, "proxy_headers", "counter", SUM(proxy_headers));
+    put_metric(o, "proxy_untrusted_refused", "counter", SUM(proxy_untrusted));
+    put_metric(o, "proxy_bad_headers", "counter", SUM(proxy_bad_headers));
     put_metric(o, "bytes_received", "counter", SUM(bytes_received));
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
@@ -149,9 +157,10 @@ static void format_rate(struct out *o, const struct varz_slot *v, unsigned count
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
 {
-    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
         (long long)SUM(mesh_refused));
+    put(o, "# TYPE hderp_mesh_links_configured gauge\nhderp_mesh_links_configured %lld\n",
+        (long long)SUM(mesh_links_configured));
     put(o, "# TYPE hderp_handshake_errors counter\nhderp_handshake_errors %lld\n",
         (long long)SUM(handshake_errors));
     put(o, "# TYPE hderp_admit_refused counter\nhderp_admit_refused %lld\n",
@@ -170,6 +179,26 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
+    put(o, "# TYPE hderp_conns_accepted counter\nhderp_conns_accepted %lld\n",
+        (long long)SUM(conns_accepted));
+    put(o, "# TYPE hderp_prelogin_conns gauge\nhderp_prelogin_conns %lld\n",
+        (long long)SUM(prelogin_now));
+    put(o, "# TYPE hderp_prelogin_refused counter\n");
+    put(o, "hderp_prelogin_refused{cap=\"shard\"} %lld\n", (long long)SUM(prelogin_refused_shard));
+    put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n", (long long)SUM(prelogin_refused_addr));
+    put(o, "# TYPE hderp_deadline_closes counter\nhderp_deadline_closes %lld\n",
+        (long long)SUM(deadline_closes));
+    put(o, "# TYPE hderp_frames_refused counter\n");
+    put(o, "hderp_frames_refused{why=\"share\"} %lld\n", (long long)SUM(frames_share_dropped));
+    put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n", (long long)SUM(frames_reserve_dropped));
+    put(o, "# TYPE hderp_ctl_dropped counter\nhderp_ctl_dropped %lld\n",
+        (long long)SUM(ctl_dropped));
+}
+
+/* The loop's own figures, per shard, so an uneven load shows. */
+static void format_loop(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -183,6 +212,17 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "# TYPE hderp_loop_ticks counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
+    /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
+    put(o, "# TYPE hderp_loop_enters counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.enters);
+    put(o, "# TYPE hderp_loop_sleeps counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.sleeps);
+    put(o, "# TYPE hderp_loop_min_waits counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].loop.min_waits);
     put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
@@ -219,6 +259,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
         if (srv_shard_here()->cfg->rate_config_path)
             format_rate(&o, slots, count);
         format_hderp(&o, slots, count);
+        format_loop(&o, slots, count);
         char head[256];
         struct net_http_hdr ct = {"Content-Type", NET_HTTP_LIT("text/plain; version=0.0.4")};
         struct net_http_resp_spec spec = {.status = 200,
@@ -227,11 +268,20 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
                                           .content_length = (int64_t)o.len,
                                           .connection = NET_HTTP_CONN_CLOSE};
         int n = net_http_write_resp(head, sizeof(head), &spec);
-        if (n > 0)
-            net_conn_send_copy(r->conn, head, (size_t)n);
-        if (!r->head_only)
-            net_conn_send_copy(r->conn, o.buf, o.len);
+        /* No body without its head; a failed send (no frames, queue cap) drops the answer:
+         * the connection closes at once instead of flushing half of it. */
+        int rc = n > 0 ? net_conn_send_copy(r->conn, head, (size_t)n) : -EINVAL;
+        if (rc == 0 && !r->head_only)
+            rc = net_conn_send_copy(r->conn, o.buf, o.len);
         free(o.buf);
+        if (rc < 0) {
+            hd_log_rl(HD_LOG_WARN, "/debug/varz: answer not sent: %s", strerror(-rc));
+            net_conn_close(r->conn, rc, false);
+            return;
+        }
+    } else {
+        net_conn_close(r->conn, -ENOMEM, false);
+        return;
     }
     net_conn_close(r->conn, 0, true); /* on_close frees r */
 }
@@ -245,6 +295,7 @@ static ssize_t varz_data(struct net_conn *c, const uint8_t *data, size_t len)
 static void varz_closed(struct net_conn *c, int reason)
 {
     (void)reason;
+    srv_prelogin_leave(srv_shard_here(), net_conn_peer(c)); /* as http_close: an HTTP request */
     struct varz_req *r = net_conn_app(c);
     r->conn = NULL;
     if (r->done)
@@ -271,8 +322,8 @@ void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
         r->done = true;
         char buf[256];
         int n = net_http_write_error(buf, sizeof(buf), 503, head_only);
-        if (n > 0)
-            net_conn_send_copy(c, buf, (size_t)n);
-        net_conn_close(c, 0, true);
+        if (n > 0 && net_conn_send_copy(c, buf, (size_t)n) < 0)
+            n = -1; /* not sent: close at once */
+        net_conn_close(c, 0, n > 0);
     }
 }
