@@ -635,6 +635,9 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     HD_ASSERT(c->state == NET_CONN_OPEN || c->state == NET_CONN_CONNECTING);
     c->state = NET_CONN_CLOSING; /* OPEN/CONNECTING -> CLOSING, once */
     c->close_reason = reason;
+    /* Closed while waiting to move (an op still in flight failed): the move is off, and
+     * net_conn_release frees its empty package. */
+    c->flags &= ~NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
     hd_timer_stop(c->shard, &c->deadline_timer);
