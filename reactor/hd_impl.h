@@ -10,6 +10,16 @@
 /* Reserved CQE tags: never valid op pointers. */
 #define HD_TAG_IGNORE 0u /* our own cancel requests and MSG_RING source completions */
 #define HD_TAG_WAKE   1u /* a wake-up MSG_RING arriving from another shard */
+#define HD_TAG_FAULT  2u /* fault.c's NOP standing in for a submission made to fail */
+
+/* ---- fault injection (fault.c; the switch itself is in hd/hd_fault.h) */
+int hd_faults_from_env(void); /* HD_FAULTS, parsed once per process: 0 or -EINVAL */
+void hd_faults_report(void);  /* one log line of what was injected, when any rate is set */
+/* A scratch SQE for a submission made to fail (a NOP tagged HD_TAG_FAULT is queued in its place
+ * and the op's CQE will carry the error); NULL: no room, submit this one normally. */
+struct io_uring_sqe *hd_fault_sqe(struct hd_shard *s, uint64_t tag);
+/* The oldest refused submission's tag and error, when its NOP completes (false: none). */
+bool hd_fault_cqe(uint64_t *tag, int32_t *res);
 
 /* ---- bus: one SPSC ring per (producer, consumer) pair */
 struct hd_bus_ring {
