@@ -172,6 +172,21 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "# TYPE hderp_loop_ticks counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
+        /* Loop counters per shard (enters, bus messages, wake-ups): per-packet kernel and
+         * cross-shard cost, read by perf/ scripts. */
+#define LOOP_COUNTER(name)                                                                         \
+    do {                                                                                           \
+        put(o, "# TYPE hderp_loop_" #name " counter\n");                                           \
+        for (unsigned i = 0; i < count; i++)                                                       \
+            put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                                 \
+                (unsigned long long)v[i].loop.name);                                               \
+    } while (0)
+    LOOP_COUNTER(enters);
+    LOOP_COUNTER(bus_sent);
+    LOOP_COUNTER(wakes_sent);
+    LOOP_COUNTER(wakes_received);
+    LOOP_COUNTER(frames_returned);
+#undef LOOP_COUNTER
     put(o, "# TYPE hderp_bus_full counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.bus_full);
