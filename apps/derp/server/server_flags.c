@@ -90,6 +90,9 @@ static void usage(FILE *out)
         "                          before -verify-clients and -verify-client-url; re-read on\n"
         "                          SIGHUP (a bad file keeps the old list)\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
+        "  --placement=false       keep every client on its key's owner shard (default: a\n"
+        "                          client that keeps sending to one peer on another shard\n"
+        "                          moves to that shard)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
         "  --verbose               debug logging\n"
@@ -158,17 +161,10 @@ static int parse_int(const char *v, long lo, long hi, long *out)
 
 static bool is_bool_flag(const char *name)
 {
-    static const char *const bools[] = {"dev",
-                                        "stun",
-                                        "version",
-                                        "verbose",
-                                        "h",
-                                        "help",
-                                        "verify-clients",
-                                        "acme-ip-certs",
-                                        "ace",
-                                        "derp",
-                                        "verify-client-url-fail-open"};
+    static const char *const bools[] = {"dev",     "stun",           "placement",
+                                        "version", "verbose",        "h",
+                                        "help",    "verify-clients", "acme-ip-certs",
+                                        "ace",     "derp",           "verify-client-url-fail-open"};
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
         if (strcmp(name, bools[i]) == 0)
             return true;
@@ -277,6 +273,11 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
         }
     } else if (strcmp(name, "allow-keys") == 0) {
         f->allow_keys = v; /* read and checked by srv_allow_configure */
+    } else if (strcmp(name, "placement") == 0) {
+        if (parse_bool(v, &f->placement) < 0) {
+            fprintf(stderr, "hderp-server: --placement=%s: expected true or false\n", v);
+            return -1;
+        }
     } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
                strcmp(name, "verbose") == 0 || strcmp(name, "version") == 0) {
         bool b;
@@ -306,6 +307,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .hostname = "derp.tailscale.com",
                             .http_port = 80,
                             .stun = true,
+                            .placement = true,
                             .stun_port = 3478,
                             .home = "",
                             .tcp_keepalive_ms = 10 * 60 * 1000,

@@ -34,7 +34,10 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     ds->s = s;
     ds->cfg = &config;
     ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
-    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
+    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0 ||
+        (rc = srv_peers_init(&ds->guests)) < 0) {
+        srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
@@ -47,6 +50,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
         srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -70,6 +74,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
         srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -98,6 +103,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_mesh_fini(ds);
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
+    srv_peers_fini(&ds->guests);
     srv_subs_fini(&ds->subs);
     free(ds->scratch);
     free(ds);
@@ -237,6 +243,7 @@ static int configure(const struct srv_flags *f)
     config.dev = f->dev;
     config.verbose = f->verbose;
     config.shards = f->shards;
+    config.placement = f->placement;
     config.write_timeout_ms = f->tcp_write_timeout_ms;
     config.keepalive_ms = f->keepalive_ms;
     config.keepalive_jitter_ms =
