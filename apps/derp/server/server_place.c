@@ -202,8 +202,7 @@ static void to_guest(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *
     }
 }
 
-void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
-                       uint32_t flags)
+void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
 {
     if (!p->placing) {
         to_guest(ds, p, f, flags);
@@ -301,8 +300,7 @@ static void home_adopt(struct net_conn *c, void *arg)
         p->active = cl;
 }
 
-void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn,
-                     struct hd_frame *f)
+void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn, struct hd_frame *f)
 {
     srv_event_send(ds, (unsigned)p->guest_at - 1, fn, f, 1);
 }
