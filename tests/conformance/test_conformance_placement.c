@@ -3,15 +3,23 @@
  * end up on one shard (hderp_placement_moves), and every packet is delivered exactly once, in
  * order, while that happens, while a third client sends to both, while one side reconnects
  * and while a duplicate connection calls the moved one home; PeerGone still reaches the
- * correspondent of a moved client, and --placement=false moves nobody. Raw blocking clients on the test thread, strict turns, so
- * a lost, repeated or misrouted packet is a named failure. */
+ * correspondent of a moved client, and --placement=false moves nobody. Raw blocking clients on the
+ * test thread, strict turns, so a lost, repeated or misrouted packet is a named failure. Over TLS,
+ * hderp-echo's ping and echo (the DERP client library) on keys of different shards: the record
+ * codec moves with the connection and every echo comes back. */
+#define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "conf_support.h"
 
-#define SHARDS 2
+#define SHARDS   2
 #define QUIET_MS 300
 /* Packets each way per exchange: well past the server's SRV_PLACE_PACKETS (64). */
 #define ROUNDS 200
@@ -138,9 +146,8 @@ Test(test_conformance_placement, off_never_moves)
 {
     conf_server_down(&srv);
     const char *extra[] = {"--placement=false", NULL};
-    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS,
-                                                                     .extra = extra}),
-                 0);
+    cr_assert_eq(
+        conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .extra = extra}), 0);
     struct conf_raw a, b;
     struct derp_keypair ka, kb;
     login_on_shard(&a, &ka, 0);
@@ -149,5 +156,94 @@ Test(test_conformance_placement, off_never_moves)
     cr_assert_eq(moves(), 0);
     conf_raw_close(&a);
     conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
+}
+
+/* A derper key file for kp (what hderp-echo --key-file reads). */
+static void write_key_file(const char *path, const struct derp_keypair *kp)
+{
+    char text[DERP_PRIVKEY_TEXT_SIZE];
+    derp_privkey_format(&kp->priv, text);
+    FILE *f = fopen(path, "w");
+    cr_assert(f != NULL, "%s", path);
+    fprintf(f, "{\"PrivateKey\": \"%s\"}\n", text);
+    fclose(f);
+}
+
+extern char **environ;
+
+Test(test_conformance_placement, tls_pair_moves_every_echo_back)
+{
+    conf_server_down(&srv);
+    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .tls = true}),
+                 0);
+    struct derp_keypair ke, kp;
+    CONF_OK(conf_keypair_on_shard(&ke, 0, SHARDS));
+    CONF_OK(conf_keypair_on_shard(&kp, 1, SHARDS));
+    char url[96], kef[300], kpf[300], elog[300], plog[300], peer[DERP_PUBKEY_TEXT_SIZE];
+    snprintf(url, sizeof(url), "https://%s:%u/derp", CONF_TLS_HOSTNAME, srv.port);
+    snprintf(kef, sizeof(kef), "%s/echo.key", srv.dir);
+    snprintf(kpf, sizeof(kpf), "%s/ping.key", srv.dir);
+    snprintf(elog, sizeof(elog), "%s/echo.log", srv.dir);
+    snprintf(plog, sizeof(plog), "%s/ping.log", srv.dir);
+    write_key_file(kef, &ke);
+    write_key_file(kpf, &kp);
+    derp_pubkey_format(&ke.pub, peer);
+    const char *eargv[] = {CONF_BIN_DIR "/hderp-echo",
+                           "echo",
+                           "--server",
+                           url,
+                           "--ca",
+                           srv.cert_file,
+                           "--key-file",
+                           kef,
+                           NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, elog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t echo = 0;
+    int rc = posix_spawn(&echo, eargv[0], &fa, NULL, (char *const *)eargv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0, "spawn hderp-echo: %s", strerror(rc));
+    int64_t last = -1;
+    rc = conf_varz_wait(&srv, "derp_current_connections", 1, CONF_IO_TIMEOUT_MS, &last);
+    if (rc == 0) {
+        const char *pargv[] = {CONF_BIN_DIR "/hderp-echo",
+                               "ping",
+                               "--server",
+                               url,
+                               "--ca",
+                               srv.cert_file,
+                               "--key-file",
+                               kpf,
+                               "--peer",
+                               peer,
+                               "--count",
+                               "400",
+                               "--warmup",
+                               "0",
+                               "--size",
+                               "1200",
+                               "--json",
+                               NULL};
+        int status = -1;
+        rc = conf_run(pargv, plog, 60000, &status);
+        if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+            rc = -ECHILD;
+    }
+    kill(echo, SIGKILL);
+    waitpid(echo, NULL, 0);
+    cr_assert_eq(rc, 0, "echo up and ping run: %s (see %s, %s)", strerror(-rc), elog, plog);
+    char out[4096] = "";
+    FILE *f = fopen(plog, "r");
+    cr_assert(f != NULL);
+    size_t n = fread(out, 1, sizeof(out) - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    cr_assert(strstr(out, "\"received\":400,") && strstr(out, "\"lost\":0,") &&
+                  strstr(out, "\"duplicated\":0,") && strstr(out, "\"misrouted\":0,"),
+              "ping: %s", out);
+    cr_assert_eq(moves(), 1, "one side moved");
     conf_server_stop_clean(&srv);
 }
