@@ -234,7 +234,7 @@ int net_http_write_derp_101(char *buf, size_t size,
         key_hex[2 * i + 1] = hex[server_key[i] & 0xf];
     }
     wbuf_init(&w, buf, size);
-    /* derper's bytes exactly (DERP-SPEC section 1.3); Derp-Version is derp.ProtocolVersion = 2. */
+    /* derper's bytes exactly (spec §1.3); Derp-Version is derp.ProtocolVersion = 2. */
     put_cstr(&w, "HTTP/1.1 101 Switching Protocols\r\n"
                  "Upgrade: DERP\r\n"
                  "Connection: Upgrade\r\n"

@@ -26,6 +26,7 @@ struct net_migration {
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_conn_options opt;
+    uint64_t deadline_at_ms; /* net_conn_set_deadline's, on the shared monotonic clock; 0: none */
     bool send_paused; /* the app was told to pause (on_send_pressure) and waits for the resume */
     struct net_sendq_entry *plain, *mid, *wire;
     uint32_t plain_count, mid_count, wire_count;
@@ -41,6 +42,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE)))
         return -EBUSY;
+    HD_ASSERT(c->migration == NULL);
     struct net_migration *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
@@ -52,6 +54,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
     c->flags |= NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);
     return 0;
@@ -86,26 +89,24 @@ static void migrate_retry(struct hd_timer *t)
     migrate_send(m, hd_shard_current());
 }
 
-/* Source side, once nothing of c is in flight. */
-void net_migrate_step(struct net_conn *c)
+/* The codec first: if it cannot move, nothing else has been taken apart yet. -ENOMEM: it
+ * cannot (move_out released its pooled state either way). */
+static int take_codec(struct net_conn *c, struct net_migration *m)
 {
-    struct net_migration *m = c->migration;
-    struct hd_shard *s = c->shard;
-    /* The codec first: if it cannot move, nothing else has been taken apart yet. */
     m->codec = c->codec;
     m->codec_state = c->codec_state;
     if (c->codec && c->codec->move_out) {
         m->codec_state = c->codec->move_out(c, c->codec_state);
-        c->codec = NULL; /* move_out released the pooled state either way */
-        if (m->codec_state == NULL) {
-            hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
-            c->migration = NULL;
-            c->flags &= ~NET_F_MIGRATING;
-            free(m);
-            net_conn_close(c, -ENOMEM, false);
-            return;
-        }
+        c->codec = NULL;
+        if (m->codec_state == NULL)
+            return -ENOMEM;
     }
+    return 0;
+}
+
+/* Held buffers and the three send queues into the package (references and all). */
+static int take_buffers(struct net_conn *c, struct net_migration *m)
+{
     int rc = net_conn_held_take(c, &m->chunks, &m->chunks_count);
     if (rc == 0)
         rc = take_queue(&c->plain, &m->plain, &m->plain_count);
@@ -113,26 +114,32 @@ void net_migrate_step(struct net_conn *c)
         rc = take_queue(&c->mid, &m->mid, &m->mid_count);
     if (rc == 0)
         rc = take_queue(&c->wire, &m->wire, &m->wire_count);
-    if (rc < 0) {
-        if (m->codec && m->codec->move_out) { /* take the codec back before closing */
-            c->codec = m->codec;
-            c->codec_state = m->codec->move_in(c, m->codec_state);
-            if (c->codec_state == NULL)
-                c->codec = NULL;
-        }
-        for (uint32_t i = 0; i < m->chunks_count; i++)
-            hd_frame_unref(s, m->chunks[i]);
-        free(m->chunks);
-        free(m->plain);
-        free(m->mid);
-        free(m->wire);
-        free(m);
-        c->migration = NULL;
-        c->flags &= ~NET_F_MIGRATING;
-        hd_log_rl(HD_LOG_WARN, "net: cannot move a connection: %s", strerror(-rc));
-        net_conn_close(c, rc, false);
-        return;
+    return rc;
+}
+
+/* take_buffers failed: the codec goes back to c (to be closed), the package is freed. */
+static void take_undo(struct net_conn *c, struct net_migration *m)
+{
+    if (m->codec && m->codec->move_out) {
+        c->codec = m->codec;
+        c->codec_state = m->codec->move_in(c, m->codec_state);
+        if (c->codec_state == NULL)
+            c->codec = NULL;
     }
+    for (uint32_t i = 0; i < m->chunks_count; i++)
+        hd_frame_unref(c->shard, m->chunks[i]);
+    free(m->chunks);
+    free(m->plain);
+    free(m->mid);
+    free(m->wire);
+    free(m);
+}
+
+/* The rest of what the destination needs; then c lets go of everything moved (the frames'
+ * references now belong to the package). */
+static void take_rest(struct net_conn *c, struct net_migration *m)
+{
+    HD_ASSERT(c->held_head == NET_BID_NONE && c->pending_head == NULL); /* all taken */
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;
@@ -144,20 +151,49 @@ void net_migrate_step(struct net_conn *c)
     m->peer = c->peer;
     m->stats = c->stats;
     m->send_paused = (c->flags & NET_F_SEND_PAUSED) != 0;
+    m->deadline_at_ms = c->deadline_at_ms;
     m->opt = (struct net_conn_options){.idle_timeout_ms = c->idle_timeout_ms,
                                        .write_timeout_ms = c->write_timeout_ms,
                                        .send_high_bytes = c->send_high,
                                        .send_low_bytes = c->send_low,
-                                       .send_max_bytes = c->send_max};
-    /* Everything moved is detached; the frames' references now belong to the package. */
+                                       .send_max_bytes = c->send_max,
+                                       .send_high_frames = c->send_high_frames,
+                                       .send_low_frames = c->send_low_frames};
     c->codec = c->upper = NULL;
     c->rx_tail = c->raw_tail = c->upper_tail = NULL;
     while (c->plain.count)
-        net_sendq_pop(c->ns, s, &c->plain, false);
+        net_sendq_pop(c->ns, c->shard, &c->plain, false);
     while (c->mid.count)
-        net_sendq_pop(c->ns, s, &c->mid, false);
+        net_sendq_pop(c->ns, c->shard, &c->mid, false);
     while (c->wire.count)
-        net_sendq_pop(c->ns, s, &c->wire, false);
+        net_sendq_pop(c->ns, c->shard, &c->wire, false);
+}
+
+/* Source side, once nothing of c is in flight. */
+void net_migrate_step(struct net_conn *c)
+{
+    struct net_migration *m = c->migration;
+    struct hd_shard *s = c->shard;
+    /* net_conn_maybe_finish calls this once nothing of c is in flight and it is still open */
+    HD_ASSERT(m != NULL && m->c == c && (c->flags & NET_F_MIGRATING));
+    HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0 && !(c->flags & NET_F_QUIET));
+    HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
+    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s));
+    int rc = take_codec(c, m);
+    if (rc < 0) {
+        hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
+        free(m);
+    } else if ((rc = take_buffers(c, m)) < 0) {
+        take_undo(c, m);
+        hd_log_rl(HD_LOG_WARN, "net: cannot move a connection: %s", strerror(-rc));
+    }
+    if (rc < 0) {
+        c->migration = NULL;
+        c->flags &= ~NET_F_MIGRATING;
+        net_conn_close(c, rc, false);
+        return;
+    }
+    take_rest(c, m);
     c->migration = NULL;
     c->state = NET_CONN_CLOSED;
     m->c = NULL;
@@ -209,6 +245,7 @@ static int requeue(struct net_conn *c, struct net_sendq *q, struct net_sendq_ent
 static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
 {
     struct net_migration *m = msg->ptr;
+    HD_ASSERT(m->c == NULL && m->dst == hd_shard_id(dst) && m->fd >= 0); /* packed and sent */
     int rc = 0;
     struct net_conn *c = net_conn_new(dst, m->fd, m->h, m->app, &m->opt);
     if (c == NULL) {
@@ -254,6 +291,12 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     if (c->state == NET_CONN_OPEN) {
         if (c->idle_timeout_ms)
             hd_timer_start(dst, &c->idle_timer, c->idle_timeout_ms);
+        if (m->deadline_at_ms) { /* what is left of it; one already past fires at once */
+            uint64_t now = hd_now_ms(dst);
+            c->deadline_at_ms = m->deadline_at_ms;
+            hd_timer_start(dst, &c->deadline_timer,
+                           m->deadline_at_ms > now ? m->deadline_at_ms - now : 0);
+        }
         for (uint32_t i = 0; i < m->chunks_count; i++)
             net_conn_pending_add(c, m->chunks[i]); /* references move to the connection */
         m->chunks_count = 0;

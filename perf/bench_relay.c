@@ -16,6 +16,7 @@
  * Threads: main parses and reports; the load runs on the generator's shards (bench_relay_gen.c).
  * Exit: 0 figures printed, 1 the run failed (a client could not log in or closed), 2 usage. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +30,8 @@ static void usage(FILE *out)
             "usage: hderp-bench --server http[s]|ws[s]://HOST:PORT/derp [--server URL]...\n"
             "         [--pairs K | --pair-file F [--instance I]] [--peers P] [--size BYTES]\n"
             "         [--rate-mbps R] [--duration S] [--warmup S] [--start-at T] [--shards N]\n"
-            "         [--relay-pid PID] [--relay-cpu N] [--latency] [--json]\n"
+            "         [--relay-pid PID] [--relay-cpu N] [--relay-syscalls] [--latency]\n"
+            "         [--load batched|client] [--json]\n"
             "         [--insecure | --ca FILE] [--tls-name NAME]\n"
             "       hderp-bench gen-pairs --pairs K --out FILE [--instances N] [--layout L]\n"
             "  --server URL    a relay; repeat it (up to %d) for a mesh: pair i's sender logs in\n"
@@ -59,6 +61,14 @@ static void usage(FILE *out)
             "  --relay-pid PID sample the relay's CPU time and RSS at the window edges\n"
             "  --relay-cpu N   also sample CPU N's busy time (the relay pinned alone there;\n"
             "                  includes softirq work the process is not charged for)\n"
+            "  --relay-syscalls with --relay-pid: count the relay's syscalls and io_uring_enter\n"
+            "                  calls over the window (perf_event tracepoints on its threads; a\n"
+            "                  little overhead on every relay syscall: use a separate run)\n"
+            "  --load L        batched (default): the senders on the generator's shards, frames\n"
+            "                  queued per 1 ms tick leave in one sendmsg; client: like\n"
+            "                  tailscaled, a thread per sender writing exactly one DERP frame\n"
+            "                  per write(2) (one TLS record), evenly paced; receivers read\n"
+            "                  what comes. The JSON's client_senders counts frames and writes\n"
             "  --latency       latency under load: a ping/echo pair (two more connections) beside\n"
             "                  the bulk traffic, %d probes/s of %d B; round trips of the probes\n"
             "                  sent in the window: p50/p90/p95/p99/p999/max, count, lost\n"
@@ -82,57 +92,52 @@ static int parse_num(const char *name, const char *v, double lo, double hi, doub
     return 0;
 }
 
-static int apply(struct bench_config *c, const char *name, const char *v)
+/* --server URL: one more relay to spread the peers over. */
+static int apply_server(struct bench_config *c, const char *v)
+{
+    if (c->servers_count == BENCH_SERVERS_MAX) {
+        fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
+        return -1;
+    }
+    if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
+        fprintf(stderr,
+                "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
+                "or a name that resolves)\n",
+                v);
+        return -1;
+    }
+    c->servers_count++;
+    return 0;
+}
+
+/* --start-at T: unix seconds, not more than 1 s past nor BENCH_START_AHEAD_MAX_S ahead. */
+static int apply_start_at(struct bench_config *c, const char *v)
+{
+    char *end;
+    errno = 0;
+    double t = strtod(v, &end), now = bench_unix_now();
+    if (errno || end == v || *end || !(t > 0)) {
+        fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
+        return -1;
+    }
+    if (t < now - 1) {
+        fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v, now - t,
+                now);
+        return -1;
+    }
+    if (t > now + BENCH_START_AHEAD_MAX_S) {
+        fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
+                BENCH_START_AHEAD_MAX_S);
+        return -1;
+    }
+    c->start_at = t;
+    return 0;
+}
+
+/* The numeric options, each with its range. */
+static int apply_number(struct bench_config *c, const char *name, const char *v)
 {
     double x;
-    if (strcmp(name, "server") == 0) {
-        if (c->servers_count == BENCH_SERVERS_MAX) {
-            fprintf(stderr, "hderp-bench: --server %s: at most %d servers\n", v, BENCH_SERVERS_MAX);
-            return -1;
-        }
-        if (derp_client_url_parse(v, &c->urls[c->servers_count]) < 0) {
-            fprintf(stderr,
-                    "hderp-bench: --server %s: expected http[s]://HOST[:PORT][/path] (an address "
-                    "or a name that resolves)\n",
-                    v);
-            return -1;
-        }
-        c->servers_count++;
-        return 0;
-    }
-    if (strcmp(name, "start-at") == 0) {
-        char *end;
-        errno = 0;
-        double t = strtod(v, &end), now = bench_unix_now();
-        if (errno || end == v || *end || !(t > 0)) {
-            fprintf(stderr, "hderp-bench: --start-at %s: expected unix seconds\n", v);
-            return -1;
-        }
-        if (t < now - 1) {
-            fprintf(stderr, "hderp-bench: --start-at %s is %.3f s in the past (now %.3f)\n", v,
-                    now - t, now);
-            return -1;
-        }
-        if (t > now + BENCH_START_AHEAD_MAX_S) {
-            fprintf(stderr, "hderp-bench: --start-at %s is more than %d s ahead\n", v,
-                    BENCH_START_AHEAD_MAX_S);
-            return -1;
-        }
-        c->start_at = t;
-        return 0;
-    }
-    if (strcmp(name, "ca") == 0) {
-        c->ca_file = v;
-        return 0;
-    }
-    if (strcmp(name, "tls-name") == 0) {
-        c->tls_name = v;
-        return 0;
-    }
-    if (strcmp(name, "pair-file") == 0) {
-        c->pair_file = v;
-        return 0;
-    }
     struct {
         const char *name;
         double lo, hi;
@@ -187,6 +192,35 @@ static int apply(struct bench_config *c, const char *name, const char *v)
     return 0;
 }
 
+static int apply(struct bench_config *c, const char *name, const char *v)
+{
+    if (strcmp(name, "server") == 0)
+        return apply_server(c, v);
+    if (strcmp(name, "start-at") == 0)
+        return apply_start_at(c, v);
+    if (strcmp(name, "ca") == 0) {
+        c->ca_file = v;
+        return 0;
+    }
+    if (strcmp(name, "tls-name") == 0) {
+        c->tls_name = v;
+        return 0;
+    }
+    if (strcmp(name, "pair-file") == 0) {
+        c->pair_file = v;
+        return 0;
+    }
+    if (strcmp(name, "load") == 0) {
+        if (strcmp(v, "client") != 0 && strcmp(v, "batched") != 0) {
+            fprintf(stderr, "hderp-bench: --load %s: expected batched or client\n", v);
+            return -1;
+        }
+        c->client_load = v[0] == 'c';
+        return 0;
+    }
+    return apply_number(c, name, v);
+}
+
 /* --pair-file / --instance after the flags: the file says how many pairs this process runs. */
 static int pairs_resolve(struct bench_config *c)
 {
@@ -218,6 +252,22 @@ static int pairs_resolve(struct bench_config *c)
     return 0;
 }
 
+/* The options without a value. */
+static bool *flag_of(struct bench_config *c, const char *name)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } flags[] = {{"json", offsetof(struct bench_config, json)},
+                 {"insecure", offsetof(struct bench_config, insecure)},
+                 {"latency", offsetof(struct bench_config, latency)},
+                 {"relay-syscalls", offsetof(struct bench_config, relay_syscalls)}};
+    for (size_t i = 0; i < HD_ARRAY_SIZE(flags); i++)
+        if (strcmp(name, flags[i].name) == 0)
+            return (bool *)((char *)c + flags[i].off);
+    return NULL;
+}
+
 /* Returns 0, 1 (--help printed) or -1 (usage error). */
 static int parse_args(int argc, char **argv, struct bench_config *c)
 {
@@ -240,9 +290,9 @@ static int parse_args(int argc, char **argv, struct bench_config *c)
             usage(stdout);
             return 1;
         }
-        if (strcmp(name, "json") == 0 || strcmp(name, "insecure") == 0 ||
-            strcmp(name, "latency") == 0) {
-            *(name[0] == 'j' ? &c->json : name[0] == 'i' ? &c->insecure : &c->latency) = true;
+        bool *flag = flag_of(c, name);
+        if (flag) {
+            *flag = true;
             continue;
         }
         if (eq) {
@@ -304,6 +354,10 @@ struct bench_totals {
     struct hd_hist latency, tick_gap;
     double window_s, sent_mbps, delivered_mbps, loss_pct, gen_cpu_s, relay_cpu_s, core_s;
     bool behind, gen_bound, relay_ok, core_ok;
+    uint64_t ctxsw_vol, ctxsw_invol; /* the relay's, over the window (ctxsw_ok) */
+    bool ctxsw_ok;
+    uint64_t client_frames, client_writes; /* --load client: after login, all senders here */
+    struct hd_hist client_late;            /* --load client, paced: lateness after deadlines */
 };
 
 /* Receiver side: what its sender sent in the window (trailer) minus what arrived. */
@@ -358,6 +412,16 @@ static void totals_compute(const struct bench_run *r, struct bench_totals *t)
     t->relay_cpu_s = r->relay_end.cpu_s - r->relay_start.cpu_s;
     t->core_ok = r->cfg.relay_cpu >= 0 && r->relay_core_start_s >= 0 && r->relay_core_end_s >= 0;
     t->core_s = r->relay_core_end_s - r->relay_core_start_s;
+    t->ctxsw_ok = t->relay_ok && r->relay_start.ctxsw_ok && r->relay_end.ctxsw_ok;
+    t->ctxsw_vol = r->relay_end.ctxsw_voluntary - r->relay_start.ctxsw_voluntary;
+    t->ctxsw_invol = r->relay_end.ctxsw_involuntary - r->relay_start.ctxsw_involuntary;
+    bench_client_counts(r, &t->client_frames, &t->client_writes, &t->client_late);
+}
+
+/* Per relayed packet: the packets delivered to the receivers here in the window. */
+static double per_packet(uint64_t n, const struct bench_totals *t)
+{
+    return t->window_packets ? (double)n / (double)t->window_packets : 0;
 }
 
 static double per_gb(double cpu_s, uint64_t bytes)
@@ -441,6 +505,18 @@ static void print_figures(const struct bench_run *r, const struct bench_totals *
         line("relay_rss_start_kib", (double)r->relay_start.rss_kib, "KiB");
         line("relay_rss_end_kib", (double)r->relay_end.rss_kib, "KiB");
     }
+    if (t->ctxsw_ok) {
+        line("relay_ctxsw_voluntary", (double)t->ctxsw_vol, "switches");
+        line("relay_ctxsw_involuntary", (double)t->ctxsw_invol, "switches");
+        line("relay_ctxsw_per_packet", per_packet(t->ctxsw_vol + t->ctxsw_invol, t), "switches");
+    }
+    if (r->relay_sc.ok) {
+        line("relay_syscalls_per_packet", per_packet(r->relay_sc.syscalls, t), "syscalls");
+        line("relay_io_uring_enter_per_packet", per_packet(r->relay_sc.uring_enters, t), "calls");
+    }
+    if (r->cfg.client_load)
+        line("client_send_syscalls_per_frame",
+             t->client_frames ? (double)t->client_writes / (double)t->client_frames : 0, "calls");
     if (t->core_ok) {
         line("relay_core_busy_cores", t->core_s / t->window_s, "cores");
         line("relay_core_s_per_gb", per_gb(t->core_s, t->window_bytes), "CPU-s/GB");
@@ -449,15 +525,49 @@ static void print_figures(const struct bench_run *r, const struct bench_totals *
         print_latency_figures(&r->lat);
 }
 
+static void rate_text(const struct bench_config *c, char *out, size_t size)
+{
+    if (c->rate_mbps > 0 && c->client_load)
+        snprintf(out, size,
+                 "offered %.0f Mbit/s (client-like: one frame per write, "
+                 "evenly paced)",
+                 c->rate_mbps);
+    else if (c->rate_mbps > 0)
+        snprintf(out, size, "offered %.0f Mbit/s (paced per %d ms tick)", c->rate_mbps,
+                 BENCH_TICK_MS);
+    else
+        snprintf(out, size, "unpaced");
+}
+
+/* The summary's per-packet kernel lines (context switches, syscalls, client-like writes). */
+static void print_summary_kernel(const struct bench_run *r, const struct bench_totals *t)
+{
+    const struct bench_config *c = &r->cfg;
+    if (t->ctxsw_ok)
+        printf("#   relay context switches: %llu voluntary + %llu involuntary = %.3f per relayed "
+               "packet\n",
+               (unsigned long long)t->ctxsw_vol, (unsigned long long)t->ctxsw_invol,
+               per_packet(t->ctxsw_vol + t->ctxsw_invol, t));
+    if (c->relay_syscalls && r->relay_sc.ok)
+        printf("#   relay syscalls: %.3f per relayed packet, io_uring_enter %.3f per packet (%u "
+               "threads)\n",
+               per_packet(r->relay_sc.syscalls, t), per_packet(r->relay_sc.uring_enters, t),
+               r->relay_sc.threads);
+    else if (c->relay_syscalls)
+        printf("#   relay syscalls: not counted (%s)\n", r->relay_sc.error);
+    if (c->client_load)
+        printf("#   client-like senders: %llu frames in %llu write calls (one frame per write "
+               "when equal); sent after the deadline by p50 %.0f us, p99 %.0f us\n",
+               (unsigned long long)t->client_frames, (unsigned long long)t->client_writes,
+               (double)hd_hist_quantile(&t->client_late, 0.5) / 1e3,
+               (double)hd_hist_quantile(&t->client_late, 0.99) / 1e3);
+}
+
 static void print_summary(const struct bench_run *r, const struct bench_totals *t)
 {
     const struct bench_config *c = &r->cfg;
-    char rate[64];
-    if (c->rate_mbps > 0)
-        snprintf(rate, sizeof(rate), "offered %.0f Mbit/s (paced per %d ms tick)", c->rate_mbps,
-                 BENCH_TICK_MS);
-    else
-        snprintf(rate, sizeof(rate), "unpaced");
+    char rate[96];
+    rate_text(c, rate, sizeof(rate));
     printf("# hderp-bench: %u pairs x %u B (%u peers) to %s%s%s, %s\n", c->pairs_count, c->size,
            c->peers_count, c->urls[0].host, c->urls[0].path,
            c->servers_count > 1 ? " and more" : "", rate);
@@ -506,6 +616,7 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
     else if (c->relay_pid > 0)
         printf("#   relay pid %d: could not read /proc/%d/stat\n", (int)c->relay_pid,
                (int)c->relay_pid);
+    print_summary_kernel(r, t);
     if (t->core_ok)
         printf("#   relay CPU %d: busy %.2f cores (%.2f CPU-s/GB, softirq included)\n",
                c->relay_cpu, t->core_s / t->window_s, per_gb(t->core_s, t->window_bytes));
@@ -519,6 +630,74 @@ static void print_summary(const struct bench_run *r, const struct bench_totals *
                (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
                (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted);
     }
+}
+
+/* The per-packet kernel figures: the relay's context switches, its syscalls (with
+ * --relay-syscalls) and, with --load client, the senders' frames and writes. */
+static void print_json_kernel(const struct bench_run *r, const struct bench_totals *t)
+{
+    printf("\"load\":\"%s\",\"relayed_packets\":%llu,", r->cfg.client_load ? "client" : "batched",
+           (unsigned long long)t->window_packets);
+    if (t->ctxsw_ok)
+        printf("\"relay_ctxsw\":{\"voluntary\":%llu,\"involuntary\":%llu,\"threads\":%u,"
+               "\"per_packet\":%.4f},",
+               (unsigned long long)t->ctxsw_vol, (unsigned long long)t->ctxsw_invol,
+               r->relay_end.threads, per_packet(t->ctxsw_vol + t->ctxsw_invol, t));
+    else
+        printf("\"relay_ctxsw\":null,");
+    const struct bench_syscalls *sc = &r->relay_sc;
+    if (r->cfg.relay_syscalls && sc->ok)
+        printf("\"relay_syscalls\":{\"syscalls\":%llu,\"io_uring_enter\":%llu,\"threads\":%u,"
+               "\"syscalls_per_packet\":%.4f,\"io_uring_enter_per_packet\":%.4f},",
+               (unsigned long long)sc->syscalls, (unsigned long long)sc->uring_enters, sc->threads,
+               per_packet(sc->syscalls, t), per_packet(sc->uring_enters, t));
+    else if (r->cfg.relay_syscalls)
+        printf("\"relay_syscalls\":{\"error\":\"%s\"},", sc->error);
+    else
+        printf("\"relay_syscalls\":null,");
+    if (r->cfg.client_load)
+        printf("\"client_senders\":{\"frames\":%llu,\"send_syscalls\":%llu,"
+               "\"syscalls_per_frame\":%.4f,\"late_p50_us\":%.1f,\"late_p99_us\":%.1f,"
+               "\"late_max_us\":%.1f},",
+               (unsigned long long)t->client_frames, (unsigned long long)t->client_writes,
+               t->client_frames ? (double)t->client_writes / (double)t->client_frames : 0,
+               (double)hd_hist_quantile(&t->client_late, 0.5) / 1e3,
+               (double)hd_hist_quantile(&t->client_late, 0.99) / 1e3,
+               (double)t->client_late.max / 1e3);
+    else
+        printf("\"client_senders\":null,");
+}
+
+/* A JSON string (quotes and backslashes escaped, control characters as '?'), or null. */
+static void print_json_string(const char *str)
+{
+    if (str == NULL) {
+        printf("null");
+        return;
+    }
+    putchar('"');
+    for (const char *q = str; *q; q++)
+        printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
+    putchar('"');
+}
+
+/* "per_pair":[...]: one object per pair of this process. */
+static void print_pairs_json(const struct bench_run *r)
+{
+    printf("\"per_pair\":[");
+    for (unsigned i = 0; i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
+               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
+               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
+               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
+               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
+               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
+               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
+               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
+               (unsigned long long)p->rx.corrupt);
+    }
+    printf("]");
 }
 
 static void print_json(const struct bench_run *r, const struct bench_totals *t)
@@ -545,6 +724,7 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     if (t->core_ok)
         printf("\"relay_core\":{\"cpu\":%d,\"busy_s\":%.3f,\"s_per_gb\":%.3f},", c->relay_cpu,
                t->core_s, per_gb(t->core_s, t->window_bytes));
+    print_json_kernel(r, t);
     printf("\"servers\":[");
     for (unsigned i = 0; i < c->servers_count; i++)
         printf("%s\"%s://%s%s\"", i ? "," : "", derp_client_url_scheme(&c->urls[i]),
@@ -556,14 +736,7 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
     printf("\"experiment_offered_mbps\":%.3f,\"pairs_total\":%u,\"instance\":%u,"
            "\"instances\":%u,\"pair_file\":",
            c->rate_mbps, c->pairs_total, c->instance, c->instances);
-    if (c->pair_file) {
-        putchar('"');
-        for (const char *q = c->pair_file; *q; q++)
-            printf(*q == '"' || *q == '\\' ? "\\%c" : (unsigned char)*q < 0x20 ? "?" : "%c", *q);
-        putchar('"');
-    } else {
-        printf("null");
-    }
+    print_json_string(c->pair_file);
     printf(",\"local_senders\":%u,\"local_receivers\":%u,\"trailers_missing\":%u,"
            "\"counted_by\":{\"sender\":[\"sent\",\"sent_mbps\",\"offered_mbps\"],"
            "\"receiver\":[\"received\",\"expected\",\"lost\",\"loss_pct\",\"reordered\","
@@ -581,20 +754,8 @@ static void print_json(const struct bench_run *r, const struct bench_totals *t)
         print_latency_json(&r->lat);
     else
         printf("\"latency_under_load\":null,");
-    printf("\"per_pair\":[");
-    for (unsigned i = 0; i < c->pairs_count; i++) {
-        const struct bench_pair *p = &r->pairs[i];
-        printf("%s{\"pair\":%u,\"sender_here\":%s,\"receiver_here\":%s,\"trailer\":%s,"
-               "\"sent\":%llu,\"received\":%llu,\"expected\":%llu,\"lost\":%llu,"
-               "\"reordered\":%llu,\"duplicated\":%llu,\"misrouted\":%llu,\"corrupt\":%llu}",
-               i ? "," : "", p->id, p->has_tx ? "true" : "false", p->has_rx ? "true" : "false",
-               p->rx.trailer ? "true" : "false", (unsigned long long)p->tx.sent,
-               (unsigned long long)p->rx.received, (unsigned long long)bench_rx_expected(p),
-               (unsigned long long)pair_lost(p), (unsigned long long)p->rx.reordered,
-               (unsigned long long)p->rx.duplicated, (unsigned long long)p->rx.misrouted,
-               (unsigned long long)p->rx.corrupt);
-    }
-    printf("]}\n");
+    print_pairs_json(r);
+    printf("}\n");
 }
 
 int main(int argc, char **argv)
@@ -611,8 +772,7 @@ int main(int argc, char **argv)
     if (run.progress_printed)
         fputc('\n', stderr); /* end the progress line */
     if (rc < 0) {
-        fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n",
-                atomic_load(&run.failed_pair), strerror(-rc));
+        bench_print_failure(&run, rc);
         bench_run_deinit(&run);
         return 1;
     }

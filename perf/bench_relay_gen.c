@@ -22,12 +22,6 @@
 
 #include "bench_relay_impl.h"
 
-/* "HDBR": tells a benchmark payload from anything else a relay might deliver. */
-#define BENCH_MAGIC 0x52424448u
-/* FNV-1a's 64-bit parameters, applied to 64-bit words (a fast, order-sensitive checksum). */
-#define BENCH_FNV_OFFSET 0xcbf29ce484222325ull
-#define BENCH_FNV_PRIME  0x100000001b3ull
-
 enum bench_phase { BENCH_CONNECT, BENCH_WARMUP, BENCH_MEASURE, BENCH_DRAIN, BENCH_DONE };
 
 struct bench_gen_shard {
@@ -42,58 +36,6 @@ struct bench_gen_shard {
     double bytes_per_ns;                             /* per sender */
     double bucket_bytes;
 };
-
-/* ---- Payload --------------------------------------------------------------------------------- */
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, sizeof(v));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, sizeof(v));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-
-uint64_t bench_hash_bytes(uint64_t h, const uint8_t *p, size_t len)
-{
-    size_t i = 0;
-    for (; i + 8 <= len; i += 8)
-        h = (h ^ get64(p + i)) * BENCH_FNV_PRIME;
-    for (; i < len; i++)
-        h = (h ^ p[i]) * BENCH_FNV_PRIME;
-    return h;
-}
-
-/* Header layout: [0] magic u32, [4] pair u32, [8] seq u64, [16] send time u64 (ns,
- * CLOCK_MONOTONIC), [24] flags u32, [28] checksum u32. The checksum covers the filler first and
- * the header last, so a sender hashes the filler once per run and four words per packet. */
-uint64_t bench_hash_header(uint64_t h, const uint8_t *hdr)
-{
-    h = bench_hash_bytes(h, hdr, 24);
-    return (h ^ get32(hdr + 24)) * BENCH_FNV_PRIME;
-}
-
-static uint32_t hash_fold(uint64_t h)
-{
-    return (uint32_t)(h ^ (h >> 32));
-}
-
-_Static_assert(BENCH_HDR_LEN == 32, "header layout above");
 
 /* ---- Set-up (main thread) -------------------------------------------------------------------- */
 
@@ -144,6 +86,11 @@ int bench_run_init(struct bench_run *r)
             return rc;
     }
     r->idle_count = r->cfg.peers_count - r->cfg.sides_count;
+    if (r->cfg.client_load) {
+        int rc = bench_client_init(r);
+        if (rc < 0)
+            return rc;
+    }
     if (r->cfg.latency) {
         int rc = bench_latency_init(r);
         if (rc < 0)
@@ -163,6 +110,8 @@ int bench_run_init(struct bench_run *r)
 
 void bench_run_deinit(struct bench_run *r)
 {
+    if (r->clients)
+        bench_client_deinit(r);
     for (unsigned i = 0; r->pairs && i < r->cfg.pairs_count; i++) {
         free(r->pairs[i].tx.buf);
         free(r->pairs[i].rx.seen);
@@ -221,6 +170,40 @@ static void fail(struct bench_gen_shard *sh, unsigned pair, int reason)
     bench_fail(sh->r, sh->s, pair, reason);
 }
 
+/* One side's client closed because the length policy refused a frame header: name it. */
+static void print_refused(const char *side, const struct derp_client_stats *st)
+{
+    if (!st->refused)
+        return;
+    fprintf(stderr,
+            "hderp-bench:   the %s's client refused a frame header at DERP stream byte %llu: "
+            "type 0x%02x (%s), length %u (%s; no reference relay sends a frame over 64 KiB + "
+            "keys, so a length like this is bytes from inside another frame: the relay's stream "
+            "lost its frame boundaries, e.g. a short write followed by another frame); %llu "
+            "frames before it, the last %s of %u bytes\n",
+            side, (unsigned long long)st->refused_at, st->refused_type,
+            derp_frame_type_name(st->refused_type), st->refused_len,
+            st->refused_len > DERP_CLIENT_RECV_FRAME_LEN_MAX
+                ? "over the client's 1 MiB limit, DERP_CLIENT_RECV_FRAME_LEN_MAX"
+                : "under the type's minimum or not allowed",
+            (unsigned long long)st->frames_in, derp_frame_type_name(st->last_type), st->last_len);
+}
+
+void bench_print_failure(const struct bench_run *r, int rc)
+{
+    unsigned who = atomic_load(&r->failed_pair);
+    fprintf(stderr, "hderp-bench: the run failed (pair %u): %s\n", who, strerror(-rc));
+    for (unsigned i = 0; r->pairs && i < r->cfg.pairs_count; i++) {
+        const struct bench_pair *p = &r->pairs[i];
+        if (p->id != who)
+            continue;
+        if (p->tx.closed)
+            print_refused("sender", &p->tx.close_stats);
+        if (p->rx.closed)
+            print_refused("receiver", &p->rx.close_stats);
+    }
+}
+
 unsigned bench_clients_count(const struct bench_run *r)
 {
     return r->cfg.peers_count + (r->cfg.latency ? 2 : 0);
@@ -231,14 +214,8 @@ unsigned bench_clients_count(const struct bench_run *r)
 static int send_one(struct bench_gen_shard *sh, struct bench_sender *tx, uint64_t now)
 {
     const unsigned size = sh->r->cfg.size;
-    uint8_t *b = tx->buf;
-    put32(b, BENCH_MAGIC);
-    put32(b + 4, tx->pair->id);
-    put64(b + 8, tx->seq);
-    put64(b + 16, now);
-    put32(b + 24, sh->measuring ? BENCH_F_MEASURED : 0);
-    put32(b + 28, hash_fold(bench_hash_header(tx->body_hash, b)));
-    int rc = derp_client_send(tx->k, &tx->pair->receiver_kp.pub, b, size);
+    bench_payload_stamp(tx, tx->seq, now, sh->measuring ? BENCH_F_MEASURED : 0);
+    int rc = derp_client_send(tx->k, &tx->pair->receiver_kp.pub, tx->buf, size);
     if (rc < 0) {
         tx->full += sh->measuring;
         return rc;
@@ -265,14 +242,8 @@ static void send_trailer(struct bench_gen_shard *sh, struct bench_sender *tx, ui
     }
     if (tx->trailers_sent && now - tx->trailer_last_ns < BENCH_TRAILER_GAP_MS * 1000000ull)
         return;
-    uint8_t *b = tx->buf;
-    put32(b, BENCH_MAGIC);
-    put32(b + 4, p->id);
-    put64(b + 8, tx->end_seq);
-    put64(b + 16, tx->first_seq);
-    put32(b + 24, BENCH_F_TRAILER);
-    put32(b + 28, hash_fold(bench_hash_header(tx->body_hash, b)));
-    if (derp_client_send(tx->k, &p->receiver_kp.pub, b, sh->r->cfg.size) == 0) {
+    bench_payload_stamp(tx, tx->end_seq, tx->first_seq, BENCH_F_TRAILER);
+    if (derp_client_send(tx->k, &p->receiver_kp.pub, tx->buf, sh->r->cfg.size) == 0) {
         tx->trailers_sent++;
         tx->trailer_last_ns = now;
     }
@@ -346,24 +317,19 @@ static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     struct bench_gen_shard *sh = p->home;
     uint64_t now = hd_clock_ns();
     rx->last_rx_ns = now;
-    /* Any size that carries the header: an instance elsewhere may run another --size; the
-     * checksum over the whole payload catches truncation. */
-    if (len < BENCH_HDR_LEN || get32(data) != BENCH_MAGIC ||
-        hash_fold(bench_hash_header(
-            bench_hash_bytes(BENCH_FNV_OFFSET, data + BENCH_HDR_LEN, len - BENCH_HDR_LEN), data)) !=
-            get32(data + 28)) {
+    if (!bench_payload_check(data, len)) {
         rx->corrupt++;
         return;
     }
-    uint32_t flags = get32(data + 24);
+    uint32_t flags = bench_get32(data + 24);
     bool measured = flags & BENCH_F_MEASURED;
-    if (get32(data + 4) != p->id || !derp_pubkey_equal(src, &p->sender_kp.pub)) {
+    if (bench_get32(data + 4) != p->id || !derp_pubkey_equal(src, &p->sender_kp.pub)) {
         rx->misrouted += measured;
         return;
     }
-    uint64_t seq = get64(data + 8);
+    uint64_t seq = bench_get64(data + 8);
     if (flags & BENCH_F_TRAILER) {
-        uint64_t first = get64(data + 16);
+        uint64_t first = bench_get64(data + 16);
         rx->trailer = true;
         rx->expected = seq >= first ? seq - first : 0;
         return;
@@ -390,7 +356,7 @@ static void rx_packet(struct derp_client *k, const struct derp_pubkey *src, cons
     if (measured) {
         rx->received++;
         rx->received_bytes += len;
-        hd_hist_record(&rx->latency_ns, now - get64(data + 16));
+        hd_hist_record(&rx->latency_ns, now - bench_get64(data + 16));
     }
     if (sh->measuring) {
         rx->window_bytes += len;
@@ -433,6 +399,8 @@ static void closed(struct bench_pair *p, int reason)
 static void tx_close(struct derp_client *k, int reason)
 {
     struct bench_sender *tx = derp_client_user(k);
+    tx->close_stats = *derp_client_stats(k);
+    tx->closed = true;
     tx->k = NULL;
     closed(tx->pair, reason);
 }
@@ -440,6 +408,8 @@ static void tx_close(struct derp_client *k, int reason)
 static void rx_close(struct derp_client *k, int reason)
 {
     struct bench_receiver *rx = derp_client_user(k);
+    rx->close_stats = *derp_client_stats(k);
+    rx->closed = true;
     rx->k = NULL;
     closed(rx->pair, reason);
 }
@@ -479,11 +449,13 @@ static void progress_publish(struct bench_gen_shard *sh)
         const struct bench_pair *p = &r->pairs[i];
         if (p->home != sh)
             continue;
-        tx += p->tx.sent_total * r->cfg.size;
+        tx += r->clients ? 0 : p->tx.sent_total * r->cfg.size;
         rxb += p->rx.received_total_bytes;
         uint64_t span = p->rx.any ? p->rx.seq_max + 1 - p->rx.seq_first : 0;
         lost += span > p->rx.received_total ? span - p->rx.received_total : 0;
     }
+    if (r->clients && hd_shard_id(sh->s) == 0)
+        tx = atomic_load_explicit(&r->client_sent_bytes, memory_order_relaxed);
     struct bench_progress *pr = &sh->r->progress[hd_shard_id(sh->s)];
     atomic_store_explicit(&pr->sent_bytes, tx, memory_order_relaxed);
     atomic_store_explicit(&pr->received_bytes, rxb, memory_order_relaxed);
@@ -550,17 +522,20 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
     struct bench_run *r = sh->r;
     bool sampler = hd_shard_id(sh->s) == 0;
     sh->phase = p;
+    bool own_tx = !r->cfg.client_load; /* client-like senders keep their own books */
     if (p == BENCH_WARMUP) {
-        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+        for (unsigned i = 0; own_tx && i < r->cfg.pairs_count; i++)
             if (r->pairs[i].home == sh)
                 r->pairs[i].tx.last_ns = now;
     } else if (p == BENCH_MEASURE) {
         sh->measuring = true;
-        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+        for (unsigned i = 0; own_tx && i < r->cfg.pairs_count; i++)
             if (r->pairs[i].home == sh)
                 r->pairs[i].tx.first_seq = r->pairs[i].tx.seq;
         if (sampler) {
             r->gen_start = bench_proc_sample(0);
+            if (r->cfg.relay_syscalls)
+                bench_syscalls_open(r);
             bench_relay_sample(r, &r->relay_start, &r->relay_core_start_s);
             r->window_start_ns = hd_clock_ns();
             r->window_start_unix = bench_unix_now();
@@ -570,7 +545,7 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
     } else if (p == BENCH_DRAIN) {
         sh->measuring = false;
         sh->drain_start_ns = now;
-        for (unsigned i = 0; i < r->cfg.pairs_count; i++)
+        for (unsigned i = 0; own_tx && i < r->cfg.pairs_count; i++)
             if (r->pairs[i].home == sh) {
                 r->pairs[i].tx.end_seq = r->pairs[i].tx.seq;
                 r->pairs[i].tx.done = !r->pairs[i].has_tx;
@@ -581,6 +556,8 @@ static void enter_phase(struct bench_gen_shard *sh, enum bench_phase p, uint64_t
                 bench_latency_window(r, false);
             r->gen_end = bench_proc_sample(0);
             bench_relay_sample(r, &r->relay_end, &r->relay_core_end_s);
+            if (r->cfg.relay_syscalls)
+                bench_syscalls_close(r);
         }
     }
 }
@@ -595,7 +572,8 @@ static bool drained(struct bench_gen_shard *sh, uint64_t now)
         return false;
     for (unsigned i = 0; i < sh->r->cfg.pairs_count; i++) {
         const struct bench_pair *p = &sh->r->pairs[i];
-        if (p->home == sh && ((p->has_tx && !p->tx.done) || (p->has_rx && !p->rx.trailer)))
+        bool tx_done = sh->r->clients ? bench_client_done(sh->r, p) : p->tx.done;
+        if (p->home == sh && ((p->has_tx && !tx_done) || (p->has_rx && !p->rx.trailer)))
             return false;
     }
     return true;
@@ -606,8 +584,11 @@ static void tick_fired(struct hd_timer *t)
     struct bench_gen_shard *sh = hd_container_of(t, struct bench_gen_shard, tick);
     struct bench_run *r = sh->r;
     uint64_t now = hd_clock_ns();
-    if (sh->stopping || atomic_load(&r->failure) < 0)
+    if (sh->stopping || atomic_load(&r->failure) < 0) {
+        if (!sh->stopping) /* a client-like sender's thread failed: it cannot stop us itself */
+            hd_runtime_stop(hd_shard_runtime(sh->s));
         return;
+    }
     if (sh->phase == BENCH_CONNECT) {
         uint64_t zero = 0;
         if (atomic_load(&r->ready_count) == bench_clients_count(r))
@@ -681,7 +662,7 @@ static void gen_start(void *arg)
         if (p->has_rx)
             rc = connect_one(sh, n > 1 ? p->id + 1 : p->id, &p->receiver_kp, &rx_cb, &p->rx,
                              &p->rx.k);
-        if (rc == 0 && p->has_tx)
+        if (rc == 0 && p->has_tx && !r->cfg.client_load)
             rc = connect_one(sh, p->id, &p->sender_kp, &tx_cb, &p->tx, &p->tx.k);
         if (rc < 0) {
             fail(sh, p->id, rc);
@@ -786,7 +767,11 @@ int bench_run_execute(struct bench_run *r)
     int rc = hd_runtime_create(&cfg, &rt);
     if (rc < 0)
         return rc;
+    if (r->clients && (rc = bench_client_start(r)) < 0)
+        atomic_store(&r->failure, rc); /* the first tick stops the runtime */
     rc = hd_runtime_run(rt);
+    if (r->clients)
+        bench_client_join(r);
     hd_runtime_destroy(rt);
     int f = atomic_load(&r->failure);
     return f < 0 ? f : rc;

@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "derp_client.h"
@@ -83,6 +84,11 @@ _Static_assert(BENCH_SHARDS_MAX <= HD_SHARDS_MAX, "the reactor runs that many sh
 
 _Static_assert(BENCH_LATENCY_SIZE >= ECHO_HEADER_LEN, "a probe carries its header");
 
+/* "HDBR": tells a benchmark payload from anything else a relay might deliver; the checksum's
+ * FNV-1a offset basis. */
+#define BENCH_MAGIC      0x52424448u
+#define BENCH_FNV_OFFSET 0xcbf29ce484222325ull
+
 /* Payload flags. */
 #define BENCH_F_MEASURED 1u /* sent inside the measured window */
 #define BENCH_F_TRAILER                                                                            \
@@ -117,6 +123,8 @@ struct bench_config {
     unsigned shards;               /* generator shards */
     pid_t relay_pid;               /* > 0: sample its CPU time and RSS at the window edges */
     int relay_cpu;                 /* >= 0: also sample that CPU's busy time (/proc/stat) */
+    bool client_load;    /* --load client: one frame per write, paced senders (bench_client.c) */
+    bool relay_syscalls; /* --relay-syscalls: count the relay's syscalls over the window */
     bool json;
     bool progress;        /* stderr is a terminal: a live progress line each second */
     bool latency;         /* --latency: the ping/echo pair (bench_latency.c) */
@@ -148,6 +156,8 @@ struct bench_sender {
     unsigned trailers_sent;
     uint64_t trailer_last_ns;
     bool done; /* drain: its trailers went out (or its local receiver has one) */
+    struct derp_client_stats close_stats; /* its client's, when it closed (the failure report) */
+    bool closed;
 };
 
 struct bench_receiver {
@@ -169,10 +179,13 @@ struct bench_receiver {
     uint64_t expected; /* trailer: measured packets the sender sent (end - first) */
     uint64_t meas_seq_min, meas_seq_max;
     bool meas_any;
-    struct hd_hist latency_ns; /* measured packets: receive time - send time */
+    struct hd_hist latency_ns;            /* measured packets: receive time - send time */
+    struct derp_client_stats close_stats; /* as the sender's */
+    bool closed;
 };
 
 struct bench_gen_shard;
+struct bench_csender;
 
 /* An idle peer: logged in, sends nothing, must stay connected through the run. */
 struct bench_idle {
@@ -199,6 +212,23 @@ struct bench_proc_sample {
     double cpu_s;     /* utime + stime */
     uint64_t rss_kib; /* VmRSS */
     bool ok;
+    /* Context switches summed over /proc/PID/task/<tid>/status (the process's own status file
+     * counts its main thread only); ctxsw_ok false when unreadable. */
+    uint64_t ctxsw_voluntary, ctxsw_involuntary;
+    unsigned threads;
+    bool ctxsw_ok;
+};
+
+/* --relay-syscalls: perf_event tracepoint counters (raw_syscalls:sys_enter and
+ * syscalls:sys_enter_io_uring_enter) on each relay thread, opened at the window's start and read
+ * at its end. A relay has a thread per shard and a few more. */
+#define BENCH_RELAY_THREADS_MAX 64
+struct bench_syscalls {
+    int fds[2][BENCH_RELAY_THREADS_MAX];
+    unsigned threads;
+    uint64_t syscalls, uring_enters;
+    bool ok;
+    char error[96]; /* why not, when !ok */
 };
 
 /* --latency: a pinger and an echo client on generator shard 0 (bench_latency.c). */
@@ -237,7 +267,12 @@ struct bench_run {
     struct hd_hist tick_gap_ns[BENCH_SHARDS_MAX];
     struct bench_progress progress[BENCH_SHARDS_MAX];
     struct bench_latency lat;
-    bool progress_printed; /* shard 0 printed a line: main ends it with a newline */
+    struct bench_syscalls relay_sc;
+    /* --load client (bench_client.c): one sender thread per local sender */
+    struct bench_csender *clients;
+    _Atomic bool client_stop;
+    _Atomic uint64_t client_sent_bytes; /* the progress line's sent figure in this mode */
+    bool progress_printed;              /* shard 0 printed a line: main ends it with a newline */
 };
 
 /* bench_pairs.c */
@@ -266,6 +301,22 @@ struct bench_proc_sample bench_proc_sample(pid_t pid);
 /* The relay's sample (--relay-pid) and its CPU's busy seconds (--relay-cpu; -1: none). */
 void bench_relay_sample(const struct bench_run *r, struct bench_proc_sample *p, double *core_s);
 
+/* bench_sample.c: --relay-syscalls counters around the window (shard 0). */
+void bench_syscalls_open(struct bench_run *r);
+void bench_syscalls_close(struct bench_run *r);
+
+/* bench_client.c: the client-like senders (--load client); main thread but _done. */
+int bench_client_init(struct bench_run *r);  /* after the pairs: 0, -ENOMEM, -ENOENT (CA) */
+int bench_client_start(struct bench_run *r); /* a thread per local sender: 0 or -errno */
+void bench_client_join(struct bench_run *r); /* stop and join them (idempotent) */
+void bench_client_deinit(struct bench_run *r);
+/* Shard: the pair's sender sent a trailer (or runs elsewhere). */
+bool bench_client_done(const struct bench_run *r, const struct bench_pair *p);
+/* After join: frames written and write(2) calls made after login, over all local senders, and
+ * how late the paced ones went after their deadlines in the window (the pacing's evenness). */
+void bench_client_counts(const struct bench_run *r, uint64_t *frames, uint64_t *writes,
+                         struct hd_hist *late);
+
 /* bench_relay_gen.c */
 /* Clients this process logs in: its peers, plus the ping/echo pair with --latency. */
 unsigned bench_clients_count(const struct bench_run *r);
@@ -273,6 +324,8 @@ unsigned bench_clients_count(const struct bench_run *r);
 int bench_connect(struct bench_run *r, struct hd_shard *s, unsigned server,
                   const struct derp_keypair *kp, const struct derp_client_callbacks *cb, void *user,
                   struct derp_client **out);
+/* Main, after a failed run: the reason, and the frame header a client refused if one did. */
+void bench_print_failure(const struct bench_run *r, int rc);
 /* Records the first failure (who: a pair id, or an idle/latency client) and stops the run. */
 void bench_fail(struct bench_run *r, struct hd_shard *s, unsigned who, int reason);
 /* Measured packets the sender of p sent, as its receiver knows it: from the sender's trailer;
@@ -290,8 +343,37 @@ int bench_run_execute(struct bench_run *r);
 /* CLOCK_REALTIME in seconds (for --start-at). */
 double bench_unix_now(void);
 
-/* Payload helpers (also used by the report's self-check). */
+/* bench_payload.c: payload helpers. */
 uint64_t bench_hash_bytes(uint64_t h, const uint8_t *p, size_t len);
 uint64_t bench_hash_header(uint64_t h, const uint8_t *hdr);
+/* Writes the header into tx->buf (the filler behind it is fixed): seq, a time (send time, or a
+ * trailer's first sequence number) and flags, then the checksum. */
+void bench_payload_stamp(struct bench_sender *tx, uint64_t seq, uint64_t t, uint32_t flags);
+/* A whole benchmark payload: magic and checksum right. */
+bool bench_payload_check(const uint8_t *data, size_t len);
+
+static inline void bench_put32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+static inline void bench_put64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, sizeof(v));
+}
+
+static inline uint32_t bench_get32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+static inline uint64_t bench_get64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
 
 #endif /* BENCH_RELAY_IMPL_H */

@@ -13,7 +13,7 @@
 # script stays under ~3 minutes with the defaults; the server is stopped by PID.
 #
 # TLS=1 measures the relay in TLS mode. Tailscale's derper is not on this machine, so
-# there is no side-by-side baseline: compare with the derper figures in /work/shared/DESIGN.md
+# there is no side-by-side baseline: compare with the derper figures in docs/DESIGN.md
 # (about 19.5 CPU-s/GB over TLS), which are not plain-TCP figures.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,7 +34,7 @@ command -v taskset >/dev/null || die "taskset missing"
 [ "$(nproc --all)" -ge 2 ] || die "needs 2 CPUs (relay on 0, load on 1)"
 if ! command -v derper >/dev/null; then
     echo "# derper (Tailscale) is not on this machine: no baseline run. The comparison must come"
-    echo "# from /work/shared/DESIGN.md (derper ~19.5 CPU-s/GB over TLS, 1400 B, 4 pairs)."
+    echo "# from docs/DESIGN.md (derper ~19.5 CPU-s/GB over TLS, 1400 B, 4 pairs)."
 fi
 
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))

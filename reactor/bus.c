@@ -194,6 +194,7 @@ void hd_bus_drain(struct hd_shard *s, unsigned budget)
             n = budget;
         for (uint32_t i = 0; i < n; i++) {
             const struct hd_msg *m = &r->slots[(head + i) & RING_MASK];
+            hd_running(s, HD_RUN_BUS, (const void *)m->fn);
             m->fn(s, m);
         }
         if (n) {

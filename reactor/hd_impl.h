@@ -86,6 +86,11 @@ struct hd_shard {
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
      * the exchange and wakes it. Pairs with the producer's fence after publishing a tail. */
     _Alignas(HD_CACHELINE) _Atomic uint32_t sleeping;
+    /* Read by the stall watchdog (watchdog.c), written here only, relaxed: the tick count at
+     * the start of each tick's work, and the callback running now (hd_running). */
+    _Alignas(HD_CACHELINE) _Atomic uint64_t beat;
+    _Atomic(const void *) running_fn;
+    _Atomic uint32_t running_kind;
     _Alignas(HD_CACHELINE) uint32_t tasks_head, tasks_tail;
     struct hd_task tasks[HD_DEFER_RING_SIZE];
     struct hd_flush *flush_head, *flush_running;
@@ -101,6 +106,7 @@ struct hd_shard {
     struct hd_frame_pool frame_pools[HD_FRAME_CLASSES_MAX];
     unsigned frame_classes_count;
     struct hd_slab *slabs; /* every pool this shard created */
+    uint64_t trim_ms;      /* the last hd_slabs_trim */
 
     struct hd_post_inbox posts;      /* from threads that are not shards (post.c) */
     struct hd_collect_req *collects; /* requests this shard is waiting on */
@@ -123,7 +129,31 @@ struct hd_runtime {
     unsigned ready, exited;
     bool go, started, waited;
     int error;
+    struct hd_watchdog *watchdog; /* NULL: stall detection off */
 };
+
+/* What a shard is running, for the stall watchdog: one relaxed store per callback. */
+enum hd_running_kind {
+    HD_RUN_NONE = 0,
+    HD_RUN_OP,
+    HD_RUN_TASK,
+    HD_RUN_TIMER,
+    HD_RUN_FLUSH,
+    HD_RUN_BUS,
+    HD_RUN_KINDS
+};
+static inline void hd_running(struct hd_shard *s, enum hd_running_kind kind, const void *fn)
+{
+    atomic_store_explicit(&s->running_fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&s->running_kind, (uint32_t)kind, memory_order_relaxed);
+}
+/* watchdog.c: started by hd_runtime_start (after the shards), stopped by hd_runtime_wait. */
+int hd_watchdog_start(struct hd_runtime *rt);
+void hd_watchdog_stop(struct hd_runtime *rt);
+void hd_watchdog_free(struct hd_runtime *rt); /* stops it first if needed */
+/* symbol.c: the name of the function at addr (from the ELF symbol tables of the file that holds
+ * it), or "file+0xoffset" when there is none. Watchdog thread only. */
+void hd_symbolize(const void *addr, char *out, size_t size);
 
 /* Internal steps of the tick, one file each. */
 unsigned hd_ops_dispatch(struct hd_shard *s, unsigned budget);
@@ -147,6 +177,9 @@ int hd_frames_init(struct hd_shard *s);
 void hd_frames_fini(struct hd_shard *s);
 void hd_frames_flush_back(struct hd_shard *s);
 void hd_slabs_destroy_all(struct hd_shard *s);
+/* Every HD_SLAB_TRIM_MS (the tick): free the empty chunks pools did not need (slab.c). */
+void hd_slabs_trim(struct hd_shard *s);
+bool hd_slabs_trim_wanted(const struct hd_shard *s);
 void hd_collects_poll(struct hd_shard *s);
 void hd_posts_init(struct hd_shard *s);
 void hd_posts_deinit(struct hd_shard *s);

@@ -76,6 +76,7 @@ static void dispatch_one(struct hd_shard *s, const struct io_uring_cqe *cqe)
         op->inflight--;
         s->ops_inflight--;
     }
+    hd_running(s, HD_RUN_OP, (const void *)op->fn);
     op->fn(op, cqe->res, cqe->flags);
 }
 

@@ -200,6 +200,8 @@ int hd_runtime_start(struct hd_runtime *rt)
         return rc;
     }
     rt->started = true;
+    if ((rc = hd_watchdog_start(rt)) < 0) /* no watchdog: logged, the runtime still runs */
+        hd_log(HD_LOG_WARN, "stall watchdog not started: %s", strerror(-rc));
     return 0;
 }
 
@@ -261,6 +263,7 @@ int hd_runtime_wait(struct hd_runtime *rt)
         return rt->error;
     wait_exits(rt);
     join_all(rt, rt->count);
+    hd_watchdog_stop(rt);
     global_fini(rt, rt->cfg.modules_count);
     rt->waited = true;
     return rt->error;
@@ -296,6 +299,7 @@ void hd_runtime_destroy(struct hd_runtime *rt)
     HD_ASSERT(!rt->started || rt->waited);
     /* Every thread has been joined: messages still in rings are dropped with the rings; frames
      * they carried live in pool chunks that are freed wholesale below. */
+    hd_watchdog_free(rt);
     for (unsigned i = 0; rt->shards && i < rt->count; i++)
         if (rt->shards[i])
             shard_free(rt->shards[i]);

@@ -182,6 +182,8 @@ static uint64_t wait_ms_for(struct hd_shard *s)
         wait = 1;
     if (s->phase != HD_PHASE_RUNNING && wait > 10)
         wait = 10;
+    if (wait > HD_SLAB_TRIM_MS && hd_slabs_trim_wanted(s)) /* wake to give chunks back */
+        wait = HD_SLAB_TRIM_MS;
     return wait;
 }
 
@@ -236,11 +238,16 @@ static void tick(struct hd_shard *s)
     uint64_t t0 = hd_clock_ns();
     s->now_ms = t0 / 1000000u;
     s->stats.ticks++;
+    atomic_store_explicit(&s->beat, s->stats.ticks, memory_order_relaxed);
     hd_tasks_run(s);
     hd_bus_drain(s, HD_BUS_DRAIN_BUDGET);
     hd_posts_drain(s);
     hd_collects_poll(s);
     hd_wheel_expire(s, s->now_ms);
+    if (s->now_ms - s->trim_ms >= HD_SLAB_TRIM_MS) { /* pools shrink after a burst */
+        s->trim_ms = s->now_ms;
+        hd_slabs_trim(s);
+    }
     phase_step(s);
     hd_flushes_run(s);
     hd_frames_flush_back(s);
@@ -263,6 +270,8 @@ static void tick(struct hd_shard *s)
      * not from before a sleep (or a long tick) that may have lasted a while. */
     uint64_t t2 = hd_clock_ns();
     s->now_ms = t2 / 1000000u;
+    /* The wait is over: the dispatch below is new work (the watchdog times it from here). */
+    atomic_store_explicit(&s->beat, s->stats.ticks | (UINT64_C(1) << 63), memory_order_relaxed);
     unsigned cqes = hd_ops_dispatch(s, HD_CQE_BUDGET_MAX);
     if (sample) {
         hd_hist_record(&s->stats.tick_ns, (t1 - t0) + (hd_clock_ns() - t2));
@@ -302,6 +311,7 @@ static int shard_setup(struct hd_shard *s)
         return rc;
     }
     s->now_ms = hd_clock_ms();
+    s->trim_ms = s->now_ms;
     hd_wheel_init(&s->wheel, s->now_ms);
     hd_hist_init(&s->stats.tick_ns);
     hd_hist_init(&s->stats.cqes_per_tick);

@@ -24,6 +24,7 @@ void hd_tasks_run(struct hd_shard *s)
         struct hd_task t = s->tasks[s->tasks_head & TASK_MASK];
         s->tasks_head++;
         s->stats.tasks_run++;
+        hd_running(s, HD_RUN_TASK, (const void *)t.fn);
         t.fn(t.arg);
     }
 }
@@ -75,6 +76,7 @@ void hd_flushes_run(struct hd_shard *s)
         s->flush_running = f->next;
         f->queued = false;
         f->next = NULL;
+        hd_running(s, HD_RUN_FLUSH, (const void *)f->fn);
         f->fn(f);
     }
 }

@@ -190,6 +190,7 @@ void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms)
         wheel_unlink(w, t);
         w->armed--;
         s->stats.timers_fired++;
+        hd_running(s, HD_RUN_TIMER, (const void *)t->fn);
         t->fn(t);
     }
 }

@@ -1,4 +1,4 @@
-/* tls_metacert.c - DERP's meta certificate (DERP-SPEC §1.2): one extra self-signed certificate
+/* tls_metacert.c - DERP's meta certificate (spec §1.2): one extra self-signed certificate
  * sent after the server's normal chain, whose subject names the server's DERP key, so that
  * Tailscale clients (TLS 1.3, where the chain is encrypted) learn the key and use fast start.
  * Built once at start-up on the main thread; the SSL_CTX then holds it. */

@@ -2,6 +2,8 @@
  *   hderp-echo echo --server URL [--key-file F]        bounce every packet back to its sender
  *   hderp-echo ping --server URL --peer KEY [...]      timestamped packets to an echo peer,
  *                                                      percentiles after a warm-up
+ *   hderp-echo observe --server URL... | --derp-map F  a continuous observer of relay paths
+ *                                                      (echo_obs_main.c)
  * One shard; the DERP client (apps/derp/client/derp_client.h) over plain TCP or TLS. Main thread
  * parses flags; everything else runs on the shard. */
 #include <errno.h>
@@ -12,6 +14,7 @@
 
 #include "derp_client.h"
 #include "echo.h"
+#include "echo_obs.h"
 
 static struct echo_opts o;
 static struct echo_ping_state ping;
@@ -129,6 +132,8 @@ static int load_keys(void)
 
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && strcmp(argv[1], "observe") == 0)
+        return echo_obs_main(argc, argv);
     int rc = echo_opts_parse(argc, argv, &o);
     if (rc != 0)
         return rc > 0 ? 0 : 2;

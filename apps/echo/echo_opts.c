@@ -12,7 +12,9 @@ static void usage(FILE *out)
             "usage: hderp-echo echo --server URL [--key-file F] [--insecure | --ca F]\n"
             "       hderp-echo ping --server URL --peer KEY [--count N] [--warmup N] [--size B]\n"
             "                       [--interval MS | --rate PPS] [--timeout MS] [--json]\n"
-            "                       [--key-file F] [--insecure | --ca F]\n\n"
+            "                       [--key-file F] [--insecure | --ca F]\n"
+            "       hderp-echo observe (--server URL ... | --derp-map FILE) [...]\n"
+            "                       (hderp-echo observe --help)\n\n"
             "echo: a DERP client that sends every packet back to its sender; prints its public\n"
             "      key as one line (nodekey:<64 hex>) once logged in.\n"
             "ping: sends packets carrying a sequence number and a send time to an echo peer and\n"
@@ -113,7 +115,7 @@ int echo_opts_parse(int argc, char **argv, struct echo_opts *o)
     }
     o->mode = argv[1];
     if (strcmp(o->mode, "echo") != 0 && strcmp(o->mode, "ping") != 0) {
-        fprintf(stderr, "hderp-echo: unknown mode %s (echo or ping)\n", o->mode);
+        fprintf(stderr, "hderp-echo: unknown mode %s (echo, ping or observe)\n", o->mode);
         return -1;
     }
     bool have_peer = false;

@@ -1,6 +1,6 @@
-/* hd_uring.h - the io_uring face of the reactor, for net/ only (STYLE.md: no io_uring type above
- * net/). liburing 2.3 with a 6.1-level linux/io_uring.h while kernels run up to 6.18: the compat
- * block defines the few newer UAPI values we use (values from the kernel's
+/* hd_uring.h - the io_uring face of the reactor, for net/ only (CONVENTIONS.md: no io_uring
+ * type above net/). liburing 2.3 with a 6.1-level linux/io_uring.h while kernels run up to 6.18:
+ * the compat block defines the few newer UAPI values we use (values from the kernel's
  * include/uapi/linux/io_uring.h); features are probed at run time, never assumed. */
 #ifndef HD_URING_H
 #define HD_URING_H

@@ -38,10 +38,10 @@
 #define NET_HTTP_WS_KEY_LEN    24
 #define NET_HTTP_WS_ACCEPT_LEN 28
 
-/* derper's Derp-Public-Key: 32-byte Curve25519 key in lowercase hex (DERP-SPEC section 1.3). */
+/* derper's Derp-Public-Key: 32-byte Curve25519 key in lowercase hex (spec §1.3). */
 #define NET_HTTP_DERP_KEY_SIZE 32
 
-/* Bytes of the exact derper 101 response (DERP-SPEC section 1.3): status line 34, Upgrade 15,
+/* Bytes of the exact derper 101 response (spec §1.3): status line 34, Upgrade 15,
  * Connection 21, Derp-Version 17, Derp-Public-Key 17 + 64 + 2, blank line 2. */
 #define NET_HTTP_DERP_101_LEN 172
 

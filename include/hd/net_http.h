@@ -209,7 +209,7 @@ int net_http_write_text(char *buf, size_t size, uint16_t status, struct net_http
  * Connection: close. */
 int net_http_write_error(char *buf, size_t size, uint16_t status, bool head_only);
 
-/* The exact derper upgrade answer (DERP-SPEC section 1.3), NET_HTTP_DERP_101_LEN bytes:
+/* The exact derper upgrade answer (spec §1.3), NET_HTTP_DERP_101_LEN bytes:
  * 101 Switching Protocols, Upgrade: DERP, Connection: Upgrade, Derp-Version: 2,
  * Derp-Public-Key: <64 lowercase hex of server_key>. Never for fast-start clients. */
 int net_http_write_derp_101(char *buf, size_t size,

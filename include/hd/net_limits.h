@@ -56,7 +56,7 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 
 /* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);
  * a control frame's payload at most 125 bytes (section 5.5), a close reason 125 - 2 (status).
- * A message may be NET_WS_MESSAGE_MAX payload bytes: DERP-SPEC section 1.5 asks for at least
+ * A message may be NET_WS_MESSAGE_MAX payload bytes: spec §1.5 asks for at least
  * 64 KiB + 64 (the largest DERP frame); the reference writes one message per write of its 4 KiB
  * buffer or one big packet, so 64 KiB + 4 KiB leaves room and refuses anything absurd. A
  * client masks a copy of what it sends, in messages of at most NET_WS_CLIENT_CHUNK payload
@@ -70,7 +70,7 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_WS_ENCODE_BATCH     (NET_IOV_MAX / 2)
 /* A client that sent its close waits this long for the server's (coder/websocket: 5 s). */
 #define NET_WS_CLOSE_WAIT_MS 5000u
-_Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "DERP-SPEC 1.5: accept 64 KiB + 64 messages");
+_Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "spec §1.5: accept 64 KiB + 64 messages");
 _Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX, "a pool frame class");
 
 #endif /* NET_LIMITS_H */

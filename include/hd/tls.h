@@ -56,6 +56,10 @@ struct tls_server_options {
     /* Dev mode (when cert_file is NULL): a self-signed ECDSA P-256 certificate generated now
      * for this host name or IP literal (SAN dNSName or iPAddress), valid for a year. */
     const char *self_signed_host;
+    /* When set, a ClientHello whose SNI is not exactly this name (or has none) fails the
+     * handshake with an unrecognized_name alert, logged rate-limited (a relay's manual mode
+     * with a DNS host name, as Go's servers do it). Copied. */
+    const char *sni_required;
 };
 
 /* Creates a server context (TLS 1.3 only, no session tickets, ALPN: http/1.1 if the client
@@ -91,7 +95,7 @@ int tls_client_ctx_create(const struct tls_client_options *o, struct tls_ctx **o
 void tls_ctx_destroy(struct tls_ctx *ctx);
 /* Append a self-signed Ed25519 certificate with subject and issuer CN = common_name, the given
  * serial number, valid from validity_s before now to validity_s after, and exactly one extension
- * (basicConstraints CA:FALSE), after the server's chain: DERP's meta certificate (DERP-SPEC §1.2).
+ * (basicConstraints CA:FALSE), after the server's chain: DERP's meta certificate (spec §1.2).
  * Main thread, before connections use ctx. Returns 0, -EINVAL, -ENOMEM. */
 int tls_server_ctx_add_meta_cert(struct tls_ctx *ctx, const char *common_name, long serial,
                                  long validity_s);
@@ -133,6 +137,10 @@ struct tls_conn_options {
     /* Userspace records: seal each queued frame as its own record instead of coalescing
      * frames into records of up to 16 KiB (benchmarks; costs a header and tag per frame). */
     bool record_per_frame;
+    /* Server: a first record header that reads like a plain HTTP request ("GET /", "HEAD ",
+     * "POST ", "PUT /", "OPTIO") gets Go's net/http answer, "HTTP/1.0 400 Bad Request ... Client
+     * sent an HTTP request to an HTTPS server.", and the connection closes. */
+    bool reply_plain_http;
 };
 
 /* Starts TLS on an adopted (server ctx) or connecting/connected (client ctx) connection: installs

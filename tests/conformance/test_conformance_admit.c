@@ -1,4 +1,4 @@
-/* test_conformance_admit.c - DERP-SPEC §5 -verify-client-url against a real hderp-server and a
+/* test_conformance_admit.c - spec §5 -verify-client-url against a real hderp-server and a
  * real controller process (admit_controller.py, python3 http.server on a free port) that answers
  * per NodePublic: admitted clients log in and exchange packets; "Allow": false, non-200 and bad
  * JSON refuse; an unreachable controller admits iff -verify-client-url-fail-open; a controller
@@ -420,5 +420,123 @@ Test(test_conformance_admit, https_untrusted_fail_open_admits)
     cr_assert(!ctl_asked(&ka) && !ctl_asked(&kb));
     conf_raw_close(&a);
     conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
+}
+
+/* ---------------------------------------------------------------- revocation */
+
+static void server_up_with(const char *u, const char *fail_open, const char *flag,
+                           const char *value, unsigned shards)
+{
+    const char *extra[] = {"-verify-client-url", u, fail_open, flag, value, NULL};
+    cr_assert_eq(
+        conf_server_start(&srv, &(struct conf_server_opts){.shards = shards, .extra = extra}), 0);
+}
+
+/* The controller's answer for kp from now on (the rules file rewritten in one rename). */
+static void set_mode(const struct derp_keypair *kp, const char *mode)
+{
+    char key[DERP_PUBKEY_TEXT_SIZE], line[256], tmp[320];
+    derp_pubkey_format(&kp->pub, key);
+    snprintf(tmp, sizeof(tmp), "%s.new", rules);
+    FILE *in = fopen(rules, "r"), *out = fopen(tmp, "w");
+    cr_assert(in && out);
+    while (fgets(line, sizeof(line), in))
+        if (strncmp(line, key, strlen(key)) != 0)
+            fputs(line, out);
+    fprintf(out, "%s %s\n", key, mode);
+    fclose(in);
+    fclose(out);
+    cr_assert_eq(rename(tmp, rules), 0);
+}
+
+/* How many requests the controller got about kp. */
+static int ctl_asked_count(const struct derp_keypair *kp)
+{
+    char key[DERP_PUBKEY_TEXT_SIZE], log[320], line[512];
+    derp_pubkey_format(&kp->pub, key);
+    snprintf(log, sizeof(log), "%s.log", rules);
+    FILE *f = fopen(log, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        n += strstr(line, key) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* A key revoked at the controller while it relays is closed within the re-check interval; the
+ * others keep relaying. */
+Test(test_conformance_admit, revoked_key_closed_others_untouched)
+{
+    server_up_with(url, "-verify-client-url-fail-open=false", "-verify-recheck-interval", "1s",
+                   SHARDS);
+    struct derp_keypair ka, kb, kc;
+    struct conf_raw a, b, c;
+    two_in("allow", &ka, &kb, &a, &b);
+    keyed(&kc, "allow");
+    CONF_OK(conf_raw_login(&c, &srv, &kc, NULL));
+    exchange(&a, &b, "before the revocation");
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_rechecks", 3, 10000, &last)); /* each asked again */
+    set_mode(&ka, "deny");
+    CONF_OK(conf_raw_wait_closed(&a, 10000));
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_revoked", 1, CONF_IO_TIMEOUT_MS, &last));
+    exchange(&b, &c, "b to c after a was revoked");
+    exchange(&c, &b, "c to b after a was revoked");
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_rechecks", 6, 10000, &last)); /* b, c again */
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_admit_revoked", false, &v));
+    cr_assert_eq(v, 1, "only the revoked key was closed");
+    exchange(&b, &c, "still relaying");
+    conf_raw_close(&a);
+    conf_raw_close(&b);
+    conf_raw_close(&c);
+    conf_server_stop_clean(&srv);
+}
+
+/* The controller goes away: admitted clients stay (fail-closed too: an outage closes nobody). */
+Test(test_conformance_admit, controller_down_closes_nobody)
+{
+    server_up_with(url, "-verify-client-url-fail-open=false", "-verify-recheck-interval", "1s",
+                   SHARDS);
+    struct derp_keypair ka, kb;
+    struct conf_raw a, b;
+    two_in("allow", &ka, &kb, &a, &b);
+    kill(ctl_pid, SIGTERM);
+    waitpid(ctl_pid, NULL, 0);
+    ctl_pid = 0;
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_recheck_errors", 4, 15000, &last));
+    exchange(&a, &b, "the controller is down");
+    exchange(&b, &a, "and nobody was closed");
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_admit_revoked", false, &v));
+    cr_assert_eq(v, 0);
+    conf_raw_close(&a);
+    conf_raw_close(&b);
+    conf_server_stop_clean(&srv);
+}
+
+/* -verify-cache-ttl: a key's second login within the TTL is decided without asking; a refusal
+ * is cached too (for a quarter of the TTL). */
+Test(test_conformance_admit, cached_answers_decide_logins)
+{
+    /* One shard: the cache is the admitting (accepting) shard's, and with two a second login
+     * may land on the other one. */
+    server_up_with(url, "-verify-client-url-fail-open=false", "-verify-cache-ttl", "60s", 1);
+    struct derp_keypair ka, kd;
+    keyed(&kd, "deny");
+    struct conf_raw a, d;
+    keyed(&ka, "allow");
+    for (int i = 0; i < 2; i++) {
+        CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
+        conf_raw_close(&a);
+        cr_assert_neq(conf_raw_login(&d, &srv, &kd, NULL), 0, "a refused key got in");
+        conf_raw_close(&d);
+    }
+    int asked = ctl_asked_count(&ka) + ctl_asked_count(&kd);
+    int64_t hits = -1;
+    CONF_OK(conf_varz(&srv, "hderp_admit_cache_hits", false, &hits));
+    cr_assert_eq(asked, 2, "the controller was asked %d times for two keys", asked);
+    cr_assert_eq(hits, 2, "the second logins were decided by the cache");
     conf_server_stop_clean(&srv);
 }

@@ -1,4 +1,4 @@
-/* test_conformance_mesh.c - DERP-SPEC §14 rows 8 (mesh half), 21 (watcher half), 22-25 against a
+/* test_conformance_mesh.c - spec §14 rows 8 (mesh half), 21 (watcher half), 22-25 against a
  * real hderp-server started with -mesh-psk-file: mesh-only frames without the key close the
  * connection, WatchConns snapshots and live updates with flags and addresses, ClosePeer and
  * ForwardPacket. Raw blocking clients on the test thread. */

@@ -1,4 +1,4 @@
-/* test_conformance_proto.c - DERP-SPEC §14 rows 1-5, 7-10, 12, 13, 15, 16 and 36 against a real
+/* test_conformance_proto.c - spec §14 rows 1-5, 7-10, 12, 13, 15, 16 and 36 against a real
  * hderp-server (2 shards) with the raw blocking client of conf_support.c on the test thread:
  * the HTTP upgrade, ServerKey, fast start with read-ahead, ClientInfo validation, ServerInfo,
  * early frames, packet size limits, unknown frames, Ping/Pong bounds, NotePreferred and varz. */

@@ -1,4 +1,4 @@
-/* test_conformance_rate.c - DERP-SPEC §14 row 29, §6.9 -rate-config against a real hderp-server:
+/* test_conformance_rate.c - spec §14 row 29, §6.9 -rate-config against a real hderp-server:
  * a client sending 2 MiB at a 256 KiB/s limit is paced (its receiver needs at least
  * (bytes - burst) / rate, less 20%), nothing is dropped or reordered; a second pair sending
  * within its burst at the same time is done long before; a mesh client never waits; the metrics

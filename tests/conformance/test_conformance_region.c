@@ -1,4 +1,4 @@
-/* test_conformance_region.c - DERP-SPEC §7 (issue 6's region tests) against real hderp-server
+/* test_conformance_region.c - spec §7 (issue 6's region tests) against real hderp-server
  * processes meshed with each other on loopback: three plain nodes given the same
  * -mesh-with http://127.0.0.1:P1,...,P3 list (each drops its own entry by key), raw blocking
  * clients on the test thread. Every packet exactly once with the right source across nodes;
@@ -625,6 +625,59 @@ static void echo_stop(void)
               "hderp-echo exits 0 on SIGTERM (status %d)", p > 0 ? status : -1);
 }
 
+/* Probes until the first echo: both nodes must have learned the other's client; then late
+ * echoes of earlier probes, if any, are read before the caller counts. */
+static void probe_until_echo(struct conf_raw *r, const struct derp_pubkey *echo_key)
+{
+    int64_t deadline = conf_now_ms() + REGION_LINK_MS;
+    char text[32];
+    bool back = false;
+    for (unsigned n = 0; !back; n++) {
+        cr_assert_lt(conf_now_ms(), deadline, "no echo through the mesh (%u probes)", n);
+        snprintf(text, sizeof(text), "probe %u", n);
+        region_send_text(r, echo_key, text);
+        struct derp_pubkey src;
+        const uint8_t *data;
+        size_t len;
+        int rc = conf_raw_read_packet(r, PROBE_WAIT_MS, &src, &data, &len);
+        if (rc == -ETIMEDOUT)
+            continue;
+        cr_assert_eq(rc, 0, "R: %s", strerror(-rc));
+        cr_assert(derp_pubkey_equal(&src, echo_key), "an echo from another key");
+        back = true;
+    }
+    for (;;) {
+        struct derp_pubkey src;
+        const uint8_t *data;
+        size_t len;
+        if (conf_raw_read_packet(r, REGION_QUIET_MS, &src, &data, &len) != 0)
+            break;
+        cr_assert(has_prefix(data, len, "probe "), "R: \"%.*s\"", (int)len, data);
+    }
+}
+
+/* Verification is real: a node trusting only the system bundle never links to X (on port_x). */
+static void untrusted_node_never_links(uint16_t port_x)
+{
+    static const char system_bundle[] = "/etc/ssl/certs/ca-certificates.crt";
+    if (access(system_bundle, R_OK) == 0) {
+        static const char z_env_ca[] = "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt";
+        const char *z_env[] = {z_env_ca, NULL};
+        char z_list[64];
+        snprintf(z_list, sizeof(z_list), "%s:%u/127.0.0.1", CONF_TLS_HOSTNAME, port_x);
+        const char *z_extra[] = {"-mesh-with", z_list, NULL};
+        CONF_OK(conf_server_start(
+            &tls_z, &(struct conf_server_opts){
+                        .mesh_key_hex = REGION_MESH_HEX, .extra = z_extra, .env = z_env}));
+        int64_t z_deadline = conf_now_ms() + REGION_LINK_MS;
+        while (!region_log_has(&tls_z, "cannot link to") && conf_now_ms() < z_deadline)
+            conf_sleep_ms(REGION_SETTLE_STEP_MS);
+        cr_assert(region_log_has(&tls_z, "cannot link to"), "Z did not report its failing link");
+        cr_assert_eq(region_varz(&tls_z, "derp_mesh_links_ready"), 0, "Z linked to an untrusted X");
+        conf_server_stop_clean(&tls_z);
+    }
+}
+
 /* X speaks TLS with a certificate for localhost (no public CA: both nodes get it as
  * SSL_CERT_FILE), Y plain. List: localhost:PX/127.0.0.1 (https, SNI and verification for
  * localhost, dialed at 127.0.0.1 on PX) and http://127.0.0.1:PY. hderp-echo on X, a raw client
@@ -666,33 +719,8 @@ Test(test_conformance_region, tls_link_with_dialhost)
 
     struct conf_raw r;
     CONF_OK(conf_raw_login(&r, &tls_y, NULL, NULL));
-    /* Probes until the first echo: both nodes must have learned the other's client. */
-    int64_t deadline = conf_now_ms() + REGION_LINK_MS;
+    probe_until_echo(&r, &echo_key);
     char text[32];
-    bool back = false;
-    for (unsigned n = 0; !back; n++) {
-        cr_assert_lt(conf_now_ms(), deadline, "no echo through the mesh (%u probes)", n);
-        snprintf(text, sizeof(text), "probe %u", n);
-        region_send_text(&r, &echo_key, text);
-        struct derp_pubkey src;
-        const uint8_t *data;
-        size_t len;
-        rc = conf_raw_read_packet(&r, PROBE_WAIT_MS, &src, &data, &len);
-        if (rc == -ETIMEDOUT)
-            continue;
-        cr_assert_eq(rc, 0, "R: %s", strerror(-rc));
-        cr_assert(derp_pubkey_equal(&src, &echo_key), "an echo from another key");
-        back = true;
-    }
-    /* Late echoes of earlier probes, if any, before counting. */
-    for (;;) {
-        struct derp_pubkey src;
-        const uint8_t *data;
-        size_t len;
-        if (conf_raw_read_packet(&r, REGION_QUIET_MS, &src, &data, &len) != 0)
-            break;
-        cr_assert(has_prefix(data, len, "probe "), "R: \"%.*s\"", (int)len, data);
-    }
     int64_t y_out = region_varz(&tls_y, "derp_packets_forwarded_out");
     int64_t x_in = region_varz(&tls_x, "derp_packets_forwarded_in");
     int64_t x_out = region_varz(&tls_x, "derp_packets_forwarded_out");
@@ -715,24 +743,7 @@ Test(test_conformance_region, tls_link_with_dialhost)
     conf_raw_close(&r);
     echo_stop();
 
-    /* Verification is real: a node trusting only the system bundle never links to X. */
-    static const char system_bundle[] = "/etc/ssl/certs/ca-certificates.crt";
-    if (access(system_bundle, R_OK) == 0) {
-        static const char z_env_ca[] = "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt";
-        const char *z_env[] = {z_env_ca, NULL};
-        char z_list[64];
-        snprintf(z_list, sizeof(z_list), "%s:%u/127.0.0.1", CONF_TLS_HOSTNAME, p[0]);
-        const char *z_extra[] = {"-mesh-with", z_list, NULL};
-        CONF_OK(conf_server_start(
-            &tls_z, &(struct conf_server_opts){
-                        .mesh_key_hex = REGION_MESH_HEX, .extra = z_extra, .env = z_env}));
-        int64_t z_deadline = conf_now_ms() + REGION_LINK_MS;
-        while (!region_log_has(&tls_z, "cannot link to") && conf_now_ms() < z_deadline)
-            conf_sleep_ms(REGION_SETTLE_STEP_MS);
-        cr_assert(region_log_has(&tls_z, "cannot link to"), "Z did not report its failing link");
-        cr_assert_eq(region_varz(&tls_z, "derp_mesh_links_ready"), 0, "Z linked to an untrusted X");
-        conf_server_stop_clean(&tls_z);
-    }
+    untrusted_node_never_links(p[0]);
     conf_server_stop_clean(&tls_x);
     conf_server_stop_clean(&tls_y);
 }

@@ -1,4 +1,4 @@
-/* test_conformance_region_link.c - DERP-SPEC §7 from the far end of a node's mesh link: a real
+/* test_conformance_region_link.c - spec §7 from the far end of a node's mesh link: a real
  * hderp-server node whose -mesh-with list names itself and one or two scripted nodes, played by
  * the test thread as a derper node would see the link (a listening socket whose port is known
  * before the node starts, the server side of the DERP handshake done by hand, frames both ways
@@ -188,14 +188,22 @@ static void fake_down(void)
     fake_close(&fake);
 }
 
-/* One node whose list names itself and a scripted node: the link's login, ForwardPacket out once
- * per packet, NotHere making the node forget the route, the link's drop forgetting everything
- * it reported (PeerGone to a correspondent), and the redial after 5 s. */
-Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
+/* fr is PeerGone(k, NotHere). */
+static void expect_not_here(const struct conf_frame *fr, const struct derp_pubkey *k,
+                            const char *who)
+{
+    cr_assert(fr->type == DERP_FRAME_PEER_GONE && fr->len == DERP_PEER_GONE_LEN &&
+                  memcmp(fr->p, k->bytes, DERP_KEY_LEN) == 0 &&
+                  fr->p[DERP_KEY_LEN] == DERP_PEER_GONE_NOT_HERE,
+              "%s: PeerGone(K, NotHere) (frame type %u)", who, fr->type);
+}
+
+/* The node, listing itself, the scripted node and a name that does not resolve (which does
+ * not stop the node: that link just keeps failing), linked to the scripted node. */
+static void start_node_and_link(void)
 {
     fake_listen(&fake);
     region_pick_ports(region_ports, 1);
-    /* A name that does not resolve does not stop the node: that link just keeps failing. */
     snprintf(region_mesh_list, sizeof(region_mesh_list),
              "http://127.0.0.1:%u,http://127.0.0.1:%u,http://" UNRESOLVABLE ":3340",
              region_ports[0], fake.port);
@@ -210,7 +218,41 @@ Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
     cr_assert(region_log_has(&region_node[0], "cannot look up " UNRESOLVABLE),
               "no log line for the bad name");
     region_read_gauges(0, &region_base[0]);
+}
 
+/* One hop (§7): a packet forwarded into the node (by mesh peer m, logged in here) for key k,
+ * which it knows only through the mesh, is dropped there (a disco one earns the forwarder
+ * NotHere), never forwarded again. out: the node's derp_packets_forwarded_out before. */
+static void forward_is_one_hop(struct conf_raw *m, const struct derp_pubkey *k,
+                               const struct derp_pubkey *k2, int64_t out)
+{
+    CONF_OK(conf_raw_login(m, &region_node[0], NULL, MESH_JSON));
+    region_wait_clients(0, 2, 1);
+    static const char drop_name[] =
+        "derp_packets_dropped{reason=\"unknown_dest_on_fwd\",kind=\"disco\"}";
+    int64_t drops = region_varz_or0(&region_node[0], drop_name);
+    uint8_t fwd[2 * DERP_KEY_LEN + CONF_DISCO_LEN];
+    memcpy(fwd, k2->bytes, DERP_KEY_LEN);
+    memcpy(fwd + DERP_KEY_LEN, k->bytes, DERP_KEY_LEN);
+    conf_disco_payload(fwd + 2 * DERP_KEY_LEN);
+    CONF_OK(conf_raw_send_frame(m, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
+    struct conf_frame fr;
+    CONF_OK(conf_raw_read_nka(m, CONF_IO_TIMEOUT_MS, &fr));
+    while (fr.type == DERP_FRAME_PEER_PRESENT) /* m is no watcher, but be lenient */
+        CONF_OK(conf_raw_read_nka(m, CONF_IO_TIMEOUT_MS, &fr));
+    expect_not_here(&fr, k, "the forwarder");
+    region_wait_varz(&region_node[0], "node", drop_name, drops + 1, CONF_IO_TIMEOUT_MS);
+    region_expect_quiet(&fake.link, "the link (a forwarded packet is not forwarded again)");
+    region_wait_varz(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
+                     CONF_IO_TIMEOUT_MS);
+}
+
+/* One node whose list names itself and a scripted node: the link's login, ForwardPacket out once
+ * per packet, NotHere making the node forget the route, the link's drop forgetting everything
+ * it reported (PeerGone to a correspondent), and the redial after 5 s. */
+Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
+{
+    start_node_and_link();
     struct conf_raw a, m;
     region_login(0, &a, NULL);
     struct derp_keypair k, k2;
@@ -229,33 +271,11 @@ Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
     region_wait_varz(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
                      CONF_IO_TIMEOUT_MS);
 
-    /* One hop (§7): a packet forwarded into the node for a key it knows only through the mesh
-     * is dropped there (a disco one earns the forwarder NotHere), never forwarded again. */
-    CONF_OK(conf_raw_login(&m, &region_node[0], NULL, MESH_JSON));
-    region_wait_clients(0, 2, 1);
-    static const char drop_name[] =
-        "derp_packets_dropped{reason=\"unknown_dest_on_fwd\",kind=\"disco\"}";
-    int64_t drops = region_varz_or0(&region_node[0], drop_name);
-    uint8_t fwd[2 * DERP_KEY_LEN + CONF_DISCO_LEN];
-    memcpy(fwd, k2.pub.bytes, DERP_KEY_LEN);
-    memcpy(fwd + DERP_KEY_LEN, k.pub.bytes, DERP_KEY_LEN);
-    conf_disco_payload(fwd + 2 * DERP_KEY_LEN);
-    CONF_OK(conf_raw_send_frame(&m, DERP_FRAME_FORWARD_PACKET, fwd, sizeof(fwd)));
-    struct conf_frame fr;
-    CONF_OK(conf_raw_read_nka(&m, CONF_IO_TIMEOUT_MS, &fr));
-    while (fr.type == DERP_FRAME_PEER_PRESENT) /* m is no watcher, but be lenient */
-        CONF_OK(conf_raw_read_nka(&m, CONF_IO_TIMEOUT_MS, &fr));
-    cr_assert(fr.type == DERP_FRAME_PEER_GONE && fr.len == DERP_PEER_GONE_LEN &&
-                  memcmp(fr.p, k.pub.bytes, DERP_KEY_LEN) == 0 &&
-                  fr.p[DERP_KEY_LEN] == DERP_PEER_GONE_NOT_HERE,
-              "the forwarder: PeerGone(K, NotHere) (frame type %u)", fr.type);
-    region_wait_varz(&region_node[0], "node", drop_name, drops + 1, CONF_IO_TIMEOUT_MS);
-    region_expect_quiet(&fake.link, "the link (a forwarded packet is not forwarded again)");
-    region_wait_varz(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
-                     CONF_IO_TIMEOUT_MS);
+    forward_is_one_hop(&m, &k.pub, &k2.pub, out);
 
     /* §7: NotHere from the node that was to have K: the route is forgotten. */
-    uint8_t buf[64];
+    struct conf_frame fr;
+    uint8_t buf[64], fwd[2 * DERP_KEY_LEN + CONF_DISCO_LEN];
     fake_write(&fake, buf,
                derp_frame_peer_gone_encode(buf, sizeof(buf), k.pub.bytes, DERP_PEER_GONE_NOT_HERE));
     region_wait_clients(0, 2, 0);
@@ -263,10 +283,7 @@ Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
     conf_disco_payload(disco);
     CONF_OK(conf_raw_send_packet(&a, &k.pub, disco, sizeof(disco)));
     CONF_OK(conf_raw_read_nka(&a, CONF_IO_TIMEOUT_MS, &fr));
-    cr_assert(fr.type == DERP_FRAME_PEER_GONE && fr.len == DERP_PEER_GONE_LEN &&
-                  memcmp(fr.p, k.pub.bytes, DERP_KEY_LEN) == 0 &&
-                  fr.p[DERP_KEY_LEN] == DERP_PEER_GONE_NOT_HERE,
-              "A: PeerGone(K, NotHere) once K is forgotten (frame type %u)", fr.type);
+    expect_not_here(&fr, &k.pub, "A, once K is forgotten");
     region_expect_quiet(&fake.link, "the link after NotHere (nothing forwarded)");
 
     /* A hears from K2 (a packet forwarded into the node by a mesh peer), which only the scripted

@@ -1,4 +1,4 @@
-/* test_conformance_stall.c - DERP-SPEC §14 rows 14, 19 and 20 against a real hderp-server: an
+/* test_conformance_stall.c - spec §14 rows 14, 19 and 20 against a real hderp-server: an
  * idle connection gets KeepAlives repeatedly (with the test flag --keepalive-interval 1s); a
  * receiver that stops reading does not block other flows, and is closed by the write timeout
  * once its socket buffers fill (counted in sclient_write_timeouts). Raw blocking clients. */

@@ -1,4 +1,4 @@
-/* test_conformance_tailscaled.c - DERP-SPEC §5 -verify-clients against a real hderp-server and a
+/* test_conformance_tailscaled.c - spec §5 -verify-clients against a real hderp-server and a
  * fake tailscaled (fake_tailscaled.py: python3 http.server on a unix socket answering LocalAPI
  * whois per node key): a key tailscaled knows logs in and exchanges packets, the request is
  * derper's (GET whois?addr=nodekey%3A<hex>, Host local-tailscaled.sock, Tailscale-Cap); an

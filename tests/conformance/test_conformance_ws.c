@@ -1,4 +1,4 @@
-/* test_conformance_ws.c - DERP-SPEC §1.5 (§14 rows 30 and 31) against a real hderp-server (2
+/* test_conformance_ws.c - spec §1.5 (§14 rows 30 and 31) against a real hderp-server (2
  * shards): a blocking raw WebSocket client on the test thread (RFC 6455 framing written here,
  * masked with random keys) logs in and exchanges packets with a plain raw DERP client in both
  * directions, with DERP frames split over several messages and fragments and several frames in

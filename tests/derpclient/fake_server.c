@@ -140,6 +140,7 @@ static int upgrade(struct fake_conn *fc)
         return 0;
     }
     ssize_t k = derp_server_key_encode(buf + n, sizeof(buf) - n, &srv.kp->pub);
+    srv.st->login_stream_bytes += (uint64_t)k;
     if (srv.o.bad_magic)
         buf[n + DERP_FRAME_HEADER_LEN] ^= 0x01;
     if (srv.o.split_101_and_key) {
@@ -206,6 +207,22 @@ static void push_extras(struct fake_conn *fc)
     fake_send(fc, ping, (size_t)derp_frame_ping_encode(ping, sizeof(ping), fake_ping_data));
 }
 
+/* interleave_partial: A cut at FAKE_CUT, B whole, the rest of A (one write). */
+static void push_interleaved(struct fake_conn *fc)
+{
+    enum { FRAME = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + FAKE_DESYNC_LEN };
+    uint8_t a[FRAME], b[FRAME], data[FAKE_DESYNC_LEN], out[2 * FRAME];
+    for (size_t i = 0; i < sizeof(data); i++)
+        data[i] = (uint8_t)i;
+    derp_frame_recv_packet_encode(a, sizeof(a), fake_peer_key.bytes, data, sizeof(data));
+    memset(data, FAKE_DESYNC_BYTE, sizeof(data));
+    derp_frame_recv_packet_encode(b, sizeof(b), fake_peer_key.bytes, data, sizeof(data));
+    memcpy(out, a, FAKE_CUT);
+    memcpy(out + FAKE_CUT, b, FRAME);
+    memcpy(out + FAKE_CUT + FRAME, a + FAKE_CUT, FRAME - FAKE_CUT);
+    fake_send(fc, out, sizeof(out));
+}
+
 static int login(struct fake_conn *fc, const uint8_t *p, size_t len)
 {
     struct fake_stats *st = srv.st;
@@ -227,8 +244,11 @@ static int login(struct fake_conn *fc, const uint8_t *p, size_t len)
     uint8_t buf[256];
     ssize_t n = derp_server_info_seal(buf, sizeof(buf), kp, &fc->client_key, NULL, NULL);
     fake_send(fc, buf, (size_t)n);
+    srv.st->login_stream_bytes += (uint64_t)n;
     if (srv.o.push_extras)
         push_extras(fc);
+    if (srv.o.interleave_partial)
+        push_interleaved(fc);
     return 0;
 }
 

@@ -24,6 +24,11 @@ struct fake_opts {
     bool split_101_and_key;     /* ServerKey 5 ms after the 101, not in the same write */
     uint32_t dribble; /* > 0: output up to ServerInfo leaves in chunks of this size, 1 per ms */
     bool push_extras; /* after ServerInfo push every S->C frame type (see .c) */
+    /* After ServerInfo, what a relay with several sends in flight on one socket writes when the
+     * first is cut short (Hyper-DERP, issue 11): FAKE_CUT bytes of RecvPacket A, all of
+     * RecvPacket B, then the rest of A. B's payload is FAKE_DESYNC_BYTE throughout, so the
+     * client reads a header of that byte 5 times: type 0xab, length 0xabababab. */
+    bool interleave_partial;
     struct derp_mesh_key mesh_key; /* all zero: no mesh */
 };
 
@@ -40,6 +45,7 @@ struct fake_stats {
     bool preferred;
     uint8_t last_pong[DERP_PING_LEN];
     struct derp_pubkey close_peer_key;
+    uint64_t login_stream_bytes; /* ServerKey + ServerInfo frames: the DERP stream before extras */
 };
 
 /* What push_extras sends (the client test checks each arrives intact). */
@@ -50,6 +56,9 @@ struct fake_stats {
 #define FAKE_BIG_PACKET_LEN DERP_PACKET_LEN_MAX
 #define FAKE_RESTART_IN_MS  1
 #define FAKE_RESTART_TRY_MS 2
+#define FAKE_DESYNC_LEN     1400u /* payload of A and B */
+#define FAKE_DESYNC_BYTE    0xabu
+#define FAKE_CUT            700u /* bytes of A before B */
 extern const uint8_t fake_ping_data[DERP_PING_LEN];
 extern const struct derp_pubkey fake_peer_key; /* PeerGone / PeerPresent / big packet src */
 

@@ -547,6 +547,42 @@ Test(test_derpclient_fake, send_queue_cap_enobufs, .init = setup, .timeout = 30)
     cr_assert_eq(t.pongs, 1);
 }
 
+/* Issue 11: hderp-bench through Hyper-DERP stopped with "Message too long". A relay that cuts a
+ * send short and writes the next frame before the rest (several sends in flight on one socket)
+ * breaks the stream's frame boundaries: the client delivers the first frame garbled (it cannot
+ * know), then reads a header from inside the second frame's payload and refuses its length. The
+ * client names that header: type, length and the stream offset it began at. */
+static void desync_packet(struct derp_client *k, const struct derp_pubkey *src, const uint8_t *data,
+                          size_t len)
+{
+    (void)k, (void)src, (void)data;
+    t.packets++;
+    t.big_packets += len == FAKE_DESYNC_LEN;
+}
+
+static const struct derp_client_callbacks desync_cb = {
+    .on_ready = on_ready, .on_packet = desync_packet, .on_close = on_close};
+
+Test(test_derpclient_fake, desynced_stream_names_the_refused_header, .init = setup, .timeout = 30)
+{
+    t.so.interleave_partial = true;
+    run(&desync_cb);
+    cr_assert(t.ready);
+    cr_assert_eq(t.reason, -EMSGSIZE, "closed with %s", strerror(-t.reason));
+    cr_assert_eq(t.packets, 1, "the cut frame A was delivered (garbled, with B's head)");
+    cr_assert_eq(t.big_packets, 1);
+    cr_assert(t.cs.refused);
+    cr_assert_eq(t.cs.refused_type, FAKE_DESYNC_BYTE);
+    cr_assert_eq(t.cs.refused_len, 0xabababab);
+    /* A whole (as the client framed it: 5 + 32 + 1400 bytes) after the login frames. */
+    uint64_t at = t.st.login_stream_bytes + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + FAKE_DESYNC_LEN;
+    cr_assert_eq(t.cs.refused_at, at, "refused at %llu, want %llu",
+                 (unsigned long long)t.cs.refused_at, (unsigned long long)at);
+    cr_assert_eq(t.cs.last_type, DERP_FRAME_RECV_PACKET);
+    cr_assert_eq(t.cs.last_len, DERP_KEY_LEN + FAKE_DESYNC_LEN);
+    cr_assert_leq(t.cs.stream_bytes, at, "what was consumed before the refused chunk");
+}
+
 /* ---------------------------------------------------------------- failures */
 
 static const struct derp_client_callbacks fail_cb = {

@@ -1,4 +1,4 @@
-/* test_http_write.c - response and request writers: byte-exact derper 101 (DERP-SPEC section 1.3)
+/* test_http_write.c - response and request writers: byte-exact derper 101 (spec §1.3)
  * and WebSocket accept (RFC 6455 section 1.3 vector), canned errors that parse back, -ENOSPC at
  * every short size without writing past it, -EINVAL for injected CR/LF. Single thread. */
 #define _GNU_SOURCE /* memmem */
@@ -8,7 +8,7 @@
 
 #include <hd/net_http.h>
 
-/* DERP-SPEC Appendix A server public key. */
+/* spec Appendix A server public key. */
 static const uint8_t derp_key[NET_HTTP_DERP_KEY_SIZE] = {
     0x07, 0xa3, 0x7c, 0xbc, 0x14, 0x20, 0x93, 0xc8, 0xb7, 0x55, 0xdc, 0x1b, 0x10, 0xe8, 0x6c, 0xb4,
     0x26, 0x37, 0x4a, 0xd1, 0x6a, 0xa8, 0x53, 0xed, 0x0b, 0xdf, 0xc0, 0xb2, 0xb8, 0x6d, 0x1c, 0x7c,

@@ -3,7 +3,9 @@
 # hderp-server (-dev style, loopback, free port): at a low offered rate (2 Mbit/s, 2 pairs,
 # 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
 # misrouted, and its JSON carries the documented keys; --peers, two --server URLs and
-# --start-at and --latency (a ping/echo pair beside the load) do what --help says; a progress line appears on a terminal and only there. Bounded waits; the server is stopped by PID.
+# --start-at and --latency (a ping/echo pair beside the load) do what --help says; --load client
+# (plain and TLS) writes one frame per write and reports the relay's switches and syscalls; a
+# relay that breaks its stream's frame boundaries (desync_proxy.py) gets a named refused header; a progress line appears on a terminal and only there. Bounded waits; the server is stopped by PID.
 set -euo pipefail
 bin=$1 work=$2
 bench=$bin/hderp-bench
@@ -44,6 +46,69 @@ assert l["rate_pps"] == 100 and l["size"] == 64 and 250 <= l["count"] <= 350, l
 assert l["received"] == l["count"] and l["lost"] == 0 and l["misrouted"] == 0, l
 assert 0 < l["p50_us"] <= l["p90_us"] <= l["p99_us"] <= l["p999_us"] <= l["max_us"] < 1e6, l
 PY
+# --load client: one DERP frame per write(2) from a thread per sender (counted), the relay's
+# context switches per packet (--relay-pid) and its syscalls (--relay-syscalls, or why not);
+# plain here, TLS below
+srv_pid=${pids[0]}
+client_check() {
+    python3 - "$1" <<'PY'
+import json, sys
+r = json.loads(sys.argv[1]); t = r["total"]
+assert r["load"] == "client", r["load"]
+assert t["sent"] > 0 and t["lost"] == 0 and t["received"] == t["sent"] and t["corrupt"] == 0, t
+c = r["client_senders"]
+assert c["frames"] > t["sent"] and c["send_syscalls"] == c["frames"], c  # + warm-up, trailers
+assert c["syscalls_per_frame"] == 1, c
+assert 0 <= c["late_p50_us"] <= c["late_p99_us"] <= c["late_max_us"], c
+cs = r["relay_ctxsw"]
+assert cs and cs["voluntary"] + cs["involuntary"] > 0 and cs["threads"] >= 2, cs
+assert 0 < r["relayed_packets"] <= t["received"] + 10, (r["relayed_packets"], t)
+sc = r["relay_syscalls"]
+assert sc is not None and ("error" in sc or sc["io_uring_enter"] > 0), sc
+PY
+}
+out=$(timeout 60 "$bench" --server "$url" --pairs 2 --rate-mbps 2 --duration 1 --warmup 0.5 \
+      --load client --relay-pid "$srv_pid" --relay-syscalls --json 2>"$work/client.log") ||
+    fail "bench --load client failed: $(cat "$work/client.log")"
+client_check "$out" || fail "bench --load client result"
+mkdir -p "$work/cert"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -keyout "$work/cert/127.0.0.1.key" -out "$work/cert/127.0.0.1.crt" -subj /CN=127.0.0.1 \
+    -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1 || fail "openssl req"
+tp=$(port)
+"$bin/hderp-server" -a "127.0.0.1:$tp" -c "$work/derper3.key" -stun=false -certmode manual \
+    -certdir "$work/cert" -hostname 127.0.0.1 -http-port -1 >"$work/server-tls.log" 2>&1 &
+pids+=($!)
+wait_probe "https://127.0.0.1:$tp" --cacert "$work/cert/127.0.0.1.crt" ||
+    fail "TLS server did not come up on port $tp"
+out=$(timeout 60 "$bench" --server "https://127.0.0.1:$tp/derp" --ca "$work/cert/127.0.0.1.crt" \
+      --pairs 2 --rate-mbps 2 --duration 1 --warmup 0.5 --load client --relay-pid "${pids[-1]}" \
+      --relay-syscalls --json 2>"$work/client-tls.log") ||
+    fail "bench --load client over TLS failed: $(cat "$work/client-tls.log")"
+client_check "$out" || fail "bench --load client over TLS result"
+if "$bench" --server "$url" --load bursty >/dev/null 2>"$work/usage.log"; then
+    fail "--load bursty ran"
+fi
+grep -q -- '--load bursty' "$work/usage.log" || fail "no clear error for --load bursty"
+# a relay whose stream loses its frame boundaries (desync_proxy.py: a RecvPacket cut short and
+# the next frame written before its rest, as Hyper-DERP's unpaced runs did in issue 11): the run
+# fails with "Message too long" and names the refused header, its offset and the frame before
+rm -f "$work/proxy.port"
+python3 "$(dirname "$0")/desync_proxy.py" "$work/proxy.port" "$p" 20 >"$work/proxy.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.05; done
+[ -s "$work/proxy.port" ] || fail "the desync proxy did not start"
+if timeout 60 "$bench" --server "http://127.0.0.1:$(cat "$work/proxy.port")/derp" --pairs 1 \
+    --rate-mbps 2 --duration 2 --warmup 0.5 --json >/dev/null 2>"$work/desync.log"; then
+    fail "a run through a stream-breaking relay succeeded"
+fi
+cat "$work/desync.log"
+grep -q 'the run failed (pair 0): Message too long' "$work/desync.log" || fail "desync: reason"
+named="the receiver's client refused a frame header at DERP stream byte [0-9]+: "
+named+="type 0x[0-9a-f]{2} .*length [0-9]+ \\(over the client's 1 MiB limit"
+grep -Eq "$named" "$work/desync.log" || fail "desync: the refused header is not named"
+grep -q 'frames before it, the last RecvPacket of 1432 bytes' "$work/desync.log" ||
+    fail "desync: the frame before it is not named"
 # the progress line: on stderr once a second on a terminal (script gives it one), never
 # otherwise (bench.log above is a file)
 ! grep -q 'Mbit/s' "$work/bench.log" || fail "a progress line on stderr that is not a terminal"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_bench_sweep.sh ROOT BIN_DIR WORK_DIR plain|tls - perf/run-bench runs a tiny sweep end to
+# run_bench_sweep.sh ROOT BIN_DIR WORK_DIR plain|tls|client - perf/run-bench runs a tiny sweep end to
 # end against hderp-server (tls: 2 rates x 2 repeats; plain: 2 rates x 2 peer counts, --peers
 # 8,40 with the default 4 pairs, so 0 and 32 idle peers, x 1 repeat; 2 s each after 1 s warm-up,
 # 1 shard) and writes one JSON per run, summary.json/summary.txt and five PNG plots. Checked
@@ -9,10 +9,19 @@
 # latency under load (run-bench's default --latency) is there and sane (> 0, p50 <= p99 <=
 # p999) in every run file and the summary, every PNG is a real PNG of some size. run-bench bounds every child with a timeout and stops the
 # relay by PID.
+# client: --load client with two generator processes (--generators 2, a pair file) at 20 Mbit/s
+# and 1 and 2 shards, where the relay command fails for shards 2 (it exits at once) and the
+# generator (a wrapper) fails at the rate 7: both failures are recorded in their points' rows
+# (FAILED, with the reason in summary.txt), the other point is measured, and run-bench exits 3;
+# that point's row carries one write per frame (client_send_syscalls_per_frame == 1), context
+# switches per packet, and syscalls per packet from its --syscall-run (or the reason why not).
 set -euo pipefail
 root=$1 bin=$2 work=$3 mode=$4
 rm -rf "$work" && mkdir -p "$work"
 bench=$bin/hderp-bench
+if [ "$mode" = client ]; then
+    exec bash "$(dirname "$0")/run_bench_sweep_client.sh" "$root" "$bin" "$work"
+fi
 tls=()
 sweep=(--rates 20,0 --repeats 2)
 [ "$mode" = tls ] && tls=(--tls)
@@ -20,7 +29,8 @@ sweep=(--rates 20,0 --repeats 2)
 python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" \
     --relay "hderp=$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}$(
         [ "$mode" = tls ] && echo ' -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1')" \
-    "${sweep[@]}" --duration 2 --warmup 1 --shards 1 --out "$work" >"$work/run.out" 2>&1 ||
+    "${sweep[@]}" --duration 2 --warmup 1 --shards 1 --syscall-run 0 --out "$work" \
+    >"$work/run.out" 2>&1 ||
     { cat "$work/run.out"; exit 1; }
 cat "$work/run.out"
 python3 - "$work" "$mode" <<'PY'

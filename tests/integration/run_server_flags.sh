@@ -53,4 +53,13 @@ kill "${pids[1]}"
 wait "${pids[1]}"
 rc=$?
 [ "$rc" = 0 ] || fail "exit code $rc after SIGTERM (unresolvable node)"
-echo "PASS: -mesh-with checks"
+
+# The admission cache and re-check need a controller to ask.
+for flag in -verify-cache-ttl -verify-recheck-interval; do
+    timeout 20 "$bin/hderp-server" -a "127.0.0.1:$(port)" -stun=false -c "$work/key" $flag 10s \
+        >"$work/out.log" 2>&1
+    rc=$?
+    [ "$rc" = 1 ] || fail "$flag without -verify-client-url: exit code $rc, expected 1"
+    grep -q "need -verify-client-url" "$work/out.log" || fail "$flag: no message naming the need"
+done
+echo "PASS: -mesh-with checks, admission flags"

@@ -82,6 +82,7 @@ except socket.timeout:
 PY
 varz=$(curl -s "${curl_tls[@]}" "$url/debug/varz")
 echo "$varz" | grep -q '^derp_packets_sent 100$' || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
+echo "$varz" | grep -q '^hderp_loop_stalls{shard="0"} [0-9]' || fail "varz has no stall counter"
 echo "$varz" | grep -q '^derp_peer_gone_not_here_frames 3$' || fail "varz NotHere count"
 kill -TERM "$pid"
 for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done

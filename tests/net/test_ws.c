@@ -163,7 +163,7 @@ Test(ws, server_frames_unmasked_and_large)
     for (size_t i = 0; i < sizeof(p); i++)
         p[i] = (uint8_t)(i * 31 + 7);
     size_t at = 0;
-    put_frame(buf, &at, NET_WS_OP_BINARY, true, p, 65536 + 64, NULL); /* DERP-SPEC 1.5 */
+    put_frame(buf, &at, NET_WS_OP_BINARY, true, p, 65536 + 64, NULL); /* spec §1.5 */
     memset(&seen, 0, sizeof(seen));
     struct net_ws_decoder d;
     net_ws_decoder_init(&d, false);

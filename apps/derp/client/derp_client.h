@@ -1,6 +1,6 @@
 /* derp_client.h - a DERP client on the framework (prefix derp_client_): TCP connect, the HTTP
  * upgrade (or fast start), the login handshake (ServerKey, ClientInfo, ServerInfo) and the frames
- * a client sends and receives after it (DERP-SPEC §1.3, §1.4, §2, §4, §6). Used by the
+ * a client sends and receives after it (spec §1.3, §1.4, §2, §4, §6). Used by the
  * conformance tests, apps/echo, perf/ and the mesh.
  *
  * Threading: a client lives on the shard that connected it; every function and callback runs
@@ -184,6 +184,21 @@ struct derp_client_stats {
     uint64_t packets_in, packet_bytes_in;   /* RecvPacket, payload bytes */
     uint64_t packets_out, packet_bytes_out; /* SendPacket + ForwardPacket queued */
     uint64_t pongs_sent;                    /* automatic answers to server Pings */
+    /* The DERP stream so far (bytes after the 101 head that frames were split from), the last
+     * frame handled, and the header that closed the connection when the length policy refused
+     * it (on_close -EMSGSIZE / -EPROTO / -EPERM): its type, its length and the stream offset it
+     * started at. A length far over DERP_CLIENT_RECV_FRAME_LEN_MAX (1 MiB) from a server whose
+     * frames are all smaller means its byte stream lost its frame boundaries. */
+    uint64_t stream_bytes;
+    uint8_t last_type;
+    uint32_t last_len;
+    bool refused;
+    uint8_t refused_type;
+    uint32_t refused_len;
+    uint64_t refused_at;
+    /* Set-up times, ns from derp_client_connect: the TCP connect, and the TLS handshake on top
+     * of it (0 while not done, and for plain connections). */
+    uint64_t connect_ns, tls_handshake_ns;
 };
 
 /* ---- Life ------------------------------------------------------------------------------------ */

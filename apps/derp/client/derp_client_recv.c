@@ -196,6 +196,8 @@ static int on_restarting(struct derp_client *k, const uint8_t *p, size_t len)
 static int frame_handle(struct derp_client *k, uint8_t type, const uint8_t *p, size_t len)
 {
     k->stats.frames_in++;
+    k->stats.last_type = type;
+    k->stats.last_len = (uint32_t)len;
     if (!k->ready && type != DERP_FRAME_SERVER_KEY && type != DERP_FRAME_SERVER_INFO)
         k->stats.frames_early++;
     if (k->cb->on_frame && k->cb->on_frame(k, type, p, len))
@@ -284,6 +286,17 @@ static ssize_t asm_input(struct derp_client *k, const uint8_t *data, size_t len)
 
 /* ---- Stream ---------------------------------------------------------------------------------- */
 
+/* The header the length policy refused (the splitter filled in its type and length). */
+static void refused_note(struct derp_client *k, const struct derp_split *sp, size_t off)
+{
+    if (!sp->header_known || k->stats.refused)
+        return;
+    k->stats.refused = true;
+    k->stats.refused_type = sp->type;
+    k->stats.refused_len = sp->len;
+    k->stats.refused_at = k->stats.stream_bytes + off;
+}
+
 /* Whole frames are handled where they lie; a frame cut by the end of data moves into the
  * assembly buffer; only a cut header (< 5 bytes) is left to net. */
 static ssize_t stream_input(struct derp_client *k, const uint8_t *data, size_t len)
@@ -292,8 +305,10 @@ static ssize_t stream_input(struct derp_client *k, const uint8_t *data, size_t l
     while (off < len && !derp_client_closing(k)) {
         struct derp_split sp;
         int rc = derp_splitter_next(&k->split, data + off, len - off, &sp);
-        if (rc < 0)
+        if (rc < 0) {
+            refused_note(k, &sp, off);
             return rc;
+        }
         if (sp.kind == DERP_SPLIT_SKIP) {
             if (sp.frame_start && sp.dropped)
                 k->stats.frames_dropped++;
@@ -327,7 +342,8 @@ ssize_t derp_client_on_data(struct net_conn *c, const uint8_t *data, size_t len)
         return (ssize_t)len; /* closing: nothing more is handled */
     if (k->state == DERP_CLIENT_UPGRADING)
         return upgrade_input(k, data, len);
-    if (k->as.buf)
-        return asm_input(k, data, len);
-    return stream_input(k, data, len);
+    ssize_t n = k->as.buf ? asm_input(k, data, len) : stream_input(k, data, len);
+    if (n > 0)
+        k->stats.stream_bytes += (uint64_t)n;
+    return n;
 }

@@ -1,7 +1,7 @@
 /* derp_frame.h - DERP framing (§2): frame header, per-type length policy, encoders into caller
  * buffers, zero-copy decoders returning views into the input, and an incremental stream splitter.
  * Pure functions over bytes: no sockets, no allocation; any thread (a splitter belongs to one
- * connection). Spec references are to /work/shared/DERP-SPEC.md. */
+ * connection). Spec references are to docs/DERP-PROTOCOL.md. */
 #ifndef DERP_FRAME_H
 #define DERP_FRAME_H
 

@@ -1,5 +1,5 @@
 /* derp_limits.h - every DERP protocol constant and limit, with where it comes from.
- * Header-only; any thread. Section numbers refer to /work/shared/DERP-SPEC.md, names in quotes to
+ * Header-only; any thread. Section numbers refer to docs/DERP-PROTOCOL.md, names in quotes to
  * the reference (tailscale derp/derp.go, derp/derp_client.go, derp/derpserver/derpserver.go,
  * cmd/derper, net/stun, disco/disco.go). */
 #ifndef DERP_LIMITS_H

@@ -14,6 +14,7 @@
 #include "derp_proto.h"
 #include "server_config.h"
 #include "server_counters.h"
+#include "server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -55,8 +56,14 @@ struct srv_client {
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
-    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
-    bool send_paused;   /* net queue over its high watermark */
+    uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
+    bool send_paused;         /* net queue over its high watermark */
+    bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
+    struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
+    /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
+     * NET_RX_TAIL_MAX unconsumed; the spec allows 256 KiB): the whole frame, login only. */
+    uint8_t *login_buf;
+    uint32_t login_len, login_have;
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -86,6 +93,10 @@ struct srv_client {
     bool guest, placing, going_home;
     uint32_t place_run;
     uint64_t place_dst;
+    /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
+     * flight is cl->admit, rechecking while it is. */
+    struct hd_timer recheck;
+    bool rechecking;
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -147,6 +158,15 @@ struct srv_mesh_link {
     unsigned addrs_count, addr_next;
 };
 
+/* Connections on this shard not logged in yet (server_prelogin.c). */
+struct srv_prelogin_slot;
+struct srv_account;
+struct srv_prelogin {
+    uint32_t count; /* all of them */
+    uint32_t mask;  /* slots - 1 */
+    struct srv_prelogin_slot *slots;
+};
+
 struct srv_shard {
     struct hd_shard *s;
     const struct srv_config *cfg;
@@ -169,6 +189,10 @@ struct srv_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_prelogin prelogin;
+    struct hd_slab *accounts;                 /* server_frames.c */
+    struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
+    uint32_t rechecks_inflight;
     struct srv_counters ctr;
 };
 
@@ -178,9 +202,8 @@ extern const struct hd_module srv_module;
 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
-    return (unsigned)(h % hd_shard_count(ds->s));
+    /* keyed (server_hash.c): a client cannot pick keys that all land on one shard */
+    return srv_key_shard(srv_hash(key, DERP_KEY_LEN), hd_shard_count(ds->s));
 }
 
 /* server_http.c: a fresh connection's HTTP phase */
@@ -190,11 +213,29 @@ void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *pe
 /* -accept-connection-limit: this shard's bucket, before its listener starts. */
 void srv_accept_limit_init(struct srv_shard *ds);
 
+/* server_prelogin.c: connections not logged in yet, per shard and per source address. enter
+ * returns false (counted, logged) over --prelogin-max or --prelogin-per-addr-max; leave once
+ * for each enter that returned true. */
+int srv_prelogin_init(struct srv_shard *ds);
+void srv_prelogin_fini(struct srv_shard *ds);
+bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
+void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
+
+/* server_frames.c: fair shares of the frame pools. */
+int srv_frames_init(struct srv_shard *ds);
+void srv_frames_client_init(struct srv_client *cl); /* at activation, on the owner shard */
+void srv_frames_client_fini(struct srv_client *cl); /* at close */
+/* A frame for a packet cl sent, or NULL (the reserve or cl's share reached: counted). */
+struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
+hd_frame_release_fn srv_frame_release;
+/* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
+int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
+
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
                        enum srv_kind kind);
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
 void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);
@@ -261,7 +302,7 @@ void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
 
 /* server_place.c: placement (docs/ARCHITECTURE.md "Placement policy") */
 /* cl (on its owner shard, or a guest) sent a packet to dst over the bus, to dst's owner. */
-void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN], unsigned owner);
+void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
 /* Owner shard: deliver f to p's connection elsewhere (held while it moves). */
 void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
                        uint32_t flags);
@@ -322,6 +363,24 @@ int srv_admit_local_start(struct srv_client *cl);
 void srv_admit_local_done(struct srv_client *cl, const char *why_refused);
 int srv_admit_start(struct srv_client *cl);
 void srv_admit_cancel(struct srv_client *cl);
+struct net_http_result;
+/* A controller's answer: NULL with *allow (200 {"Allow": true}; or err < 0 and fail_open), else
+ * the reason it refuses. */
+const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_open, bool *allow);
+/* POST the key to -verify-client-url; done gets the answer. 0 or -errno (nothing started). */
+int srv_admit_url_request(struct srv_client *cl,
+                          void (*done)(void *arg, int err, const struct net_http_result *r));
+/* server_admit_recheck.c: the answer cache (-verify-cache-ttl): 1 allow, 0 refuse, -ENOENT
+ * none; put stores a definite answer. Re-checks (-verify-recheck-interval): start at
+ * activation (on the owner shard), stop at close; cancelled: the request was cancelled. */
+/* Main thread: the two flags (they need -verify-client-url: message printed, -EINVAL). */
+int srv_admit_recheck_configure(struct srv_config *cfg, uint64_t cache_ttl_ms, uint64_t recheck_ms);
+int srv_admit_cache_get(struct srv_shard *ds, const struct derp_pubkey *key);
+void srv_admit_cache_put(struct srv_shard *ds, const struct derp_pubkey *key, bool allow);
+void srv_admit_shard_fini(struct srv_shard *ds);
+void srv_admit_recheck_start(struct srv_client *cl);
+void srv_admit_recheck_stop(struct srv_client *cl);
+void srv_admit_recheck_cancelled(struct srv_client *cl);
 
 /* server_rate.c: -rate-config (spec §6.9) */
 /* Main thread: read FILE into *out. Returns 0 or -EINVAL with err naming what is wrong. */
@@ -348,6 +407,8 @@ void srv_rate_frame_done(struct srv_client *cl);
  * (SIGHUP; a bad file is logged, the old list stays). detach: after hd_runtime_wait. admits: on
  * the client's shard; counts and logs a refusal. */
 int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
+/* The list configure loaded, when it never got attached (tools, tests, error paths). */
+void srv_allow_config_free(struct srv_config *cfg);
 int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt);
 void srv_allow_reload(struct srv_config *cfg);
 void srv_allow_detach(struct srv_config *cfg);

@@ -62,7 +62,7 @@ bool srv_admit_needed(const struct srv_config *cfg)
 }
 
 /* 200 with {"Allow": true}: admitted; anything else a reason for the log line. */
-static const char *judge(int err, const struct net_http_result *r, bool fail_open, bool *allow)
+const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_open, bool *allow)
 {
     *allow = false;
     if (err < 0) {
@@ -89,7 +89,7 @@ static void note_refused(struct srv_client *cl, const char *why)
     if (derp_addr_format_ip(&cl->remote, ip, sizeof(ip)) < 0)
         ip[0] = '\0';
     cl->ds->ctr.admit_refused++;
-    hd_log(HD_LOG_INFO, "admission: refused %s from %s: %s", key, ip, why);
+    hd_log_rl(HD_LOG_INFO, "admission: refused %s from %s: %s", key, ip, why); /* clients */
 }
 
 static void answered(void *arg, int err, const struct net_http_result *r)
@@ -97,7 +97,9 @@ static void answered(void *arg, int err, const struct net_http_result *r)
     struct srv_client *cl = arg;
     cl->admit = NULL;
     bool allow;
-    const char *why = judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
+    const char *why = srv_admit_judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
+    if (err == 0) /* a definite answer (not an outage) */
+        srv_admit_cache_put(cl->ds, &cl->key, allow);
     if (err < 0) {
         cl->ds->ctr.admit_errors++;
         if (allow) { /* derper logs each; a dead controller must not flood the log */
@@ -127,9 +129,9 @@ static int verify_tls_start(struct net_conn *c, void *arg)
     return tls_conn_start(c, cfg->verify_tls, &o);
 }
 
-/* The -verify-client-url request: 0 (the answer follows), 1 (admitted now: the request could
- * not start and fail-open applies) or -EACCES (refused now). */
-static int url_start(struct srv_client *cl)
+/* POST {"NodePublic","Source"} for cl to the controller; done(cl, ...) gets the answer (into
+ * cl->admit until then). 0, or net_http_client_start's error (nothing started). */
+int srv_admit_url_request(struct srv_client *cl, net_http_done_fn *done)
 {
     struct srv_shard *ds = cl->ds;
     const struct srv_config *cfg = ds->cfg;
@@ -149,11 +151,29 @@ static int url_start(struct srv_client *cl)
                                   .resp_max = SRV_ADMIT_BODY_MAX,
                                   .on_connect = cfg->verify_tls ? verify_tls_start : NULL,
                                   .on_connect_arg = (void *)cfg};
-    int rc = net_http_client_start(ds->s, &cfg->verify_addr, &rq, answered, cl, &cl->admit);
-    if (rc < 0) { /* nothing started: a transport error now */
+    int rc = net_http_client_start(ds->s, &cfg->verify_addr, &rq, done, cl, &cl->admit);
+    if (rc < 0)
         cl->admit = NULL;
+    return rc;
+}
+
+/* The -verify-client-url check: 0 (the answer follows), 1 (admitted now: a cached allow, or the
+ * request could not start and fail-open applies) or -EACCES (refused now: a cached refusal, or
+ * fail-closed). */
+static int url_start(struct srv_client *cl)
+{
+    struct srv_shard *ds = cl->ds;
+    int cached = srv_admit_cache_get(ds, &cl->key);
+    if (cached >= 0) {
+        if (cached)
+            return 1;
+        note_refused(cl, "controller said no (cached)");
+        return -EACCES;
+    }
+    int rc = srv_admit_url_request(cl, answered);
+    if (rc < 0) { /* nothing started: a transport error now */
         ds->ctr.admit_errors++;
-        if (cfg->verify_fail_open)
+        if (ds->cfg->verify_fail_open)
             return 1;
         note_refused(cl, strerror(-rc));
         return -EACCES;
@@ -217,4 +237,5 @@ void srv_admit_cancel(struct srv_client *cl)
     if (cl->admit)
         net_http_client_cancel(cl->admit);
     cl->admit = NULL;
+    srv_admit_recheck_cancelled(cl);
 }

@@ -115,7 +115,8 @@ static int allow_load(const char *path, struct srv_allow **out, char *err, size_
         free(a);
         return rc;
     }
-    qsort(a->keys, a->count, DERP_KEY_LEN, key_cmp);
+    if (a->count > 1) /* no keys: a->keys is NULL, which qsort may not be given */
+        qsort(a->keys, a->count, DERP_KEY_LEN, key_cmp);
     uint32_t unique = 0;
     for (uint32_t i = 0; i < a->count; i++)
         if (unique == 0 || memcmp(a->keys[unique - 1], a->keys[i], DERP_KEY_LEN) != 0)
@@ -144,6 +145,13 @@ int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, siz
     cfg->allow_initial = a;
     log_loaded(path, a, "loaded");
     return 0;
+}
+
+void srv_allow_config_free(struct srv_config *cfg)
+{
+    if (cfg->allow_initial)
+        hd_snap_unref(&cfg->allow_initial->snap);
+    cfg->allow_initial = NULL;
 }
 
 int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt)

@@ -14,7 +14,7 @@ struct tls_ctx;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
 struct srv_mesh_node {
-    char entry[SRV_MESH_ENTRY_LEN_MAX + 1];  /* as given, for logs */
+    char entry[SRV_MESH_ENTRY_LEN_MAX + 1];   /* as given, for logs */
     char host[NET_URL_AUTHORITY_LEN_MAX + 1]; /* Host header: host[:port] */
     char name[NET_URL_AUTHORITY_LEN_MAX + 1]; /* TLS server name: host without port, brackets */
     char dial[NET_URL_AUTHORITY_LEN_MAX + 1]; /* dialhost, or host: looked up at each dial */
@@ -69,6 +69,8 @@ struct srv_config {
     struct net_addr verify_addr; /* its host, resolved */
     struct tls_ctx *verify_tls;  /* https: system roots, host name checked; NULL: http */
     bool verify_fail_open;
+    uint64_t verify_cache_ttl_ms; /* -verify-cache-ttl: answers kept per key; 0: off */
+    uint64_t verify_recheck_ms;   /* -verify-recheck-interval: admitted keys asked again; 0: off */
     /* -verify-clients (spec §5): ask tailscaled's LocalAPI at -socket (server_admit_local.c). */
     bool verify_local;
     const char *verify_local_path;
@@ -77,6 +79,11 @@ struct srv_config {
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
+    /* Absolute deadlines from accept (derper: http.Server ReadTimeout 30 s for the TLS handshake
+     * and the request head) and from the upgrade (derper: 10 s for the login), and the caps on
+     * connections not logged in yet, per shard and per source address per shard. */
+    uint32_t http_deadline_ms, login_deadline_ms;
+    uint32_t prelogin_shard_max, prelogin_addr_max;
     /* -mesh-with (server_mesh.c): node i's link lives on shard i % shards. */
     struct srv_mesh_node *mesh;
     unsigned mesh_count;

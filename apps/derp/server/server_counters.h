@@ -21,6 +21,12 @@ extern const char *const srv_drop_names[SRV_DROPS];
 struct srv_counters {
     uint64_t accepts;
     uint64_t accepts_refused; /* closed by -accept-connection-limit */
+    uint64_t conns_accepted;  /* every TCP connection (derper's accepts counts DERP clients) */
+    uint64_t prelogin_refused_shard, prelogin_refused_addr; /* --prelogin-max, -per-addr-max */
+    uint64_t deadline_closes;        /* closed at the HTTP or login deadline */
+    uint64_t frames_share_dropped;   /* packets dropped: the sender held its share of the pool */
+    uint64_t frames_reserve_dropped; /* packets dropped: only the control reserve was left */
+    uint64_t ctl_dropped;            /* KeepAlive/Pong not sent: no frame even in the reserve */
     uint64_t bytes_received, packets_received;
     uint64_t packets_received_kind[SRV_KINDS];
     uint64_t bytes_sent, packets_sent;
@@ -37,11 +43,15 @@ struct srv_counters {
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
     uint64_t websocket_accepts;
-    uint64_t admit_refused;     /* closed by admission control (§5) */
-    uint64_t admit_errors;      /* admission requests that failed (timeout, unreachable, ...) */
-    uint64_t allowlist_refused; /* closed at login: key not in --allow-keys */
-    uint64_t bus_dropped;       /* packets dropped because the bus to the owner was full */
-    uint64_t placement_moves;   /* clients moved to the shard of the peer they send to */
+    uint64_t admit_refused;        /* closed by admission control (§5) */
+    uint64_t admit_errors;         /* admission requests that failed (timeout, unreachable, ...) */
+    uint64_t admit_cache_hits;     /* logins decided by a cached answer (-verify-cache-ttl) */
+    uint64_t admit_rechecks;       /* re-checks of admitted keys asked (-verify-recheck-interval) */
+    uint64_t admit_recheck_errors; /* of those, the controller unreachable (nobody closed) */
+    uint64_t admit_revoked;        /* connections closed: the controller now refuses the key */
+    uint64_t allowlist_refused;    /* closed at login: key not in --allow-keys */
+    uint64_t bus_dropped;          /* packets dropped because the bus to the owner was full */
+    uint64_t placement_moves;      /* clients moved to the shard of the peer they send to */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */
@@ -58,6 +68,7 @@ struct srv_counters {
     int64_t watchers;         /* ds->watch_count, set when read */
     int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
     int64_t mesh_links_ready; /* outbound mesh links logged in */
+    int64_t prelogin_now;     /* ds->prelogin.count, set when read */
 };
 
 #endif /* SERVER_COUNTERS_H */

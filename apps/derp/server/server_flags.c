@@ -4,11 +4,12 @@
  * thread, before start-up. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "derp_limits.h"
+#include "server_limits.h"
 #include "server_flags.h"
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
@@ -26,7 +27,8 @@ static const char *const unsupported[] = {
     "derp",
 };
 
-static void usage(FILE *out)
+/* derper's flags (spec §11) as this server takes them. */
+static void usage_derper(FILE *out)
 {
     static const char text[] =
         "usage: hderp-server [flags]\n"
@@ -79,12 +81,26 @@ static void usage(FILE *out)
         "  -verify-client-url-fail-open  admit when the URL cannot be reached, times out or\n"
         "                          its certificate does not verify (default true; a non-200\n"
         "                          answer always refuses)\n"
+        "  -verify-cache-ttl D     -verify-client-url: keep each key's answer this long (a\n"
+        "                          refusal a quarter of it) and decide its logins from it;\n"
+        "                          default 0: ask at every login, as derper\n"
+        "  -verify-recheck-interval D  -verify-client-url: ask again about every admitted key\n"
+        "                          about once per D (spread out, at most 8 requests at once a\n"
+        "                          shard) and close its connections when now refused; an\n"
+        "                          unreachable controller closes nobody; default 0: off\n"
         "  -rate-config FILE       per-client receive limit, JSON\n"
         "                          {\"PerClientRateLimitBytesPerSec\": N,\n"
         "                           \"PerClientRateBurstBytes\": M}: non-mesh clients are read\n"
         "                          at N bytes/s, bursts of M (at least 65568), paced through\n"
         "                          TCP, nothing dropped; N = 0: off; re-read on SIGHUP\n"
-        "                          (for every connection; a bad file keeps the old limit)\n"
+        "                          (for every connection; a bad file keeps the old limit)\n";
+    fputs(text, out);
+}
+
+/* hderp-server's own flags, and what of derper's it lacks. */
+static void usage_own(FILE *out)
+{
+    static const char text[] =
         "  --allow-keys FILE       only these node keys may log in (mesh peers exempt): one\n"
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
@@ -95,11 +111,33 @@ static void usage(FILE *out)
         "                          moves to that shard)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
+        "  --http-deadline D       a new connection's TLS handshake and HTTP request head\n"
+        "                          must be done within D of accept, each further request on\n"
+        "                          it within D (default 30s, as derper; at least 100ms)\n"
+        "  --login-deadline D      the DERP login (ClientInfo) must arrive within D of the\n"
+        "                          upgrade (default 10s, as derper; at least 100ms)\n"
+        "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
+        "                          connection is closed at once (default 16384)\n"
+        "  --prelogin-per-addr-max N  the same per source address per shard (default 4096)\n"
+        "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
+        "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
+        "                          this bounds what a burst can take\n"
+        "  --hash-key HEX          32 hex digits: the tables' SipHash key (tests only: makes\n"
+        "                          owner shards predictable; default random per process)\n"
+        "  --stall-threshold D     log a shard that stays busy this long in one stretch, with\n"
+        "                          the callback it runs, and count it (hderp_loop_stalls in\n"
+        "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
     fputs(text, out);
+}
+
+static void usage(FILE *out)
+{
+    usage_derper(out);
+    usage_own(out);
 }
 
 int64_t srv_parse_duration_ms(const char *t)
@@ -182,43 +220,107 @@ static int set_duration(const char *name, const char *v, uint64_t *out)
     return 0;
 }
 
-/* One flag with its value (NULL for a bare boolean). */
-static int apply(struct srv_flags *f, const char *name, const char *v, bool *version)
+/* A derper flag this server does not implement: 1 when it may pass anyway (-derp=true is what
+ * we do), -1 refused, 0 not one of them. */
+static int refuse_unsupported(const char *name, const char *v)
+{
+    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
+        if (strcmp(name, unsupported[i]) != 0)
+            continue;
+        bool on = true;
+        if (strcmp(name, "derp") == 0 && parse_bool(v, &on) == 0 && on)
+            return 1;
+        fprintf(stderr,
+                "hderp-server: -%s is a derper flag this hderp-server does not support yet\n",
+                name);
+        return -1;
+    }
+    return 0;
+}
+
+struct flag_field {
+    const char *name;
+    size_t off; /* in struct srv_flags */
+};
+#define FIELD(n, m)                                                                                \
+    {                                                                                              \
+        n, offsetof(struct srv_flags, m)                                                           \
+    }
+
+/* Kept as given; each is checked where it is used (the key file by the key loader, -rate-config
+ * by srv_rate_load, --allow-keys by srv_allow_configure, ...). */
+static const struct flag_field string_flags[] = {
+    FIELD("a", addr),
+    FIELD("c", config_path),
+    FIELD("certdir", certdir),
+    FIELD("hostname", hostname),
+    FIELD("home", home),
+    FIELD("mesh-psk-file", mesh_psk_file),
+    FIELD("mesh-with", mesh_with),
+    FIELD("socket", socket),
+    FIELD("rate-config", rate_config),
+    FIELD("verify-client-url", verify_client_url),
+    FIELD("allow-keys", allow_keys),
+    FIELD("hash-key", hash_key), /* 32 hex digits, checked by configure */
+};
+static const struct flag_field bool_flags[] = {
+    FIELD("dev", dev),
+    FIELD("stun", stun),
+    FIELD("placement", placement),
+    FIELD("verbose", verbose),
+    FIELD("verify-clients", verify_clients),
+    FIELD("verify-client-url-fail-open", verify_client_url_fail_open),
+};
+static const struct flag_field duration_flags[] = {
+    FIELD("tcp-keepalive-time", tcp_keepalive_ms),
+    FIELD("tcp-user-timeout", tcp_user_timeout_ms),
+    FIELD("tcp-write-timeout", tcp_write_timeout_ms),
+    FIELD("keepalive-interval", keepalive_ms),
+    FIELD("verify-cache-ttl", verify_cache_ttl_ms),
+    FIELD("verify-recheck-interval", verify_recheck_ms),
+};
+#undef FIELD
+#define COUNT(t) (sizeof(t) / sizeof((t)[0]))
+
+static const struct flag_field *field_find(const struct flag_field *t, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(t[i].name, name) == 0)
+            return &t[i];
+    return NULL;
+}
+
+/* The flags of one of the three tables: 1 applied, -1 bad value, 0 none of them. */
+static int apply_field(struct srv_flags *f, const char *name, const char *v)
+{
+    const struct flag_field *d;
+    char *base = (char *)f;
+    if ((d = field_find(string_flags, COUNT(string_flags), name))) {
+        *(const char **)(base + d->off) = v;
+    } else if ((d = field_find(bool_flags, COUNT(bool_flags), name))) {
+        if (parse_bool(v, (bool *)(base + d->off)) < 0) {
+            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
+            return -1;
+        }
+    } else if ((d = field_find(duration_flags, COUNT(duration_flags), name))) {
+        uint64_t *ms = (uint64_t *)(base + d->off);
+        if (set_duration(name, v, ms) < 0)
+            return -1;
+        if (ms == &f->keepalive_ms && *ms == 0) {
+            fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Flags with a number: 1 applied, -1 bad value, 0 none of them. */
+static int apply_number(struct srv_flags *f, const char *name, const char *v)
 {
     long n;
-    for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
-        if (strcmp(name, unsupported[i]) == 0) {
-            bool on = true;
-            if (strcmp(name, "derp") == 0 && parse_bool(v, &on) == 0 && on)
-                return 0; /* -derp=true is what we do anyway */
-            fprintf(stderr,
-                    "hderp-server: -%s is a derper flag this hderp-server does not "
-                    "support yet\n",
-                    name);
-            return -1;
-        }
-    }
-    if (strcmp(name, "a") == 0) {
-        f->addr = v;
-    } else if (strcmp(name, "c") == 0) {
-        f->config_path = v;
-    } else if (strcmp(name, "certmode") == 0) {
-        if (strcmp(v, "letsencrypt") && strcmp(v, "manual") && strcmp(v, "gcp")) {
-            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt or manual\n", v);
-            return -1;
-        }
-        f->certmode = v;
-    } else if (strcmp(name, "certdir") == 0) {
-        f->certdir = v;
-    } else if (strcmp(name, "hostname") == 0) {
-        f->hostname = v;
-    } else if (strcmp(name, "home") == 0) {
-        f->home = v;
-    } else if (strcmp(name, "mesh-psk-file") == 0) {
-        f->mesh_psk_file = v;
-    } else if (strcmp(name, "mesh-with") == 0) {
-        f->mesh_with = v;
-    } else if (strcmp(name, "http-port") == 0 || strcmp(name, "stun-port") == 0) {
+    if (strcmp(name, "http-port") == 0 || strcmp(name, "stun-port") == 0) {
         if (parse_int(v, -1, 65535, &n) < 0) {
             fprintf(stderr, "hderp-server: -%s %s: not a port\n", name, v);
             return -1;
@@ -244,55 +346,75 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             return -1;
         }
         f->shards = (unsigned)n;
-    } else if (strcmp(name, "tcp-keepalive-time") == 0) {
-        return set_duration(name, v, &f->tcp_keepalive_ms);
-    } else if (strcmp(name, "tcp-user-timeout") == 0) {
-        return set_duration(name, v, &f->tcp_user_timeout_ms);
-    } else if (strcmp(name, "tcp-write-timeout") == 0) {
-        return set_duration(name, v, &f->tcp_write_timeout_ms);
-    } else if (strcmp(name, "keepalive-interval") == 0) {
-        if (set_duration(name, v, &f->keepalive_ms) < 0 || f->keepalive_ms == 0) {
-            fprintf(stderr, "hderp-server: --keepalive-interval must be > 0\n");
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Issue 16's limits: 1 applied, -1 bad value, 0 none of them. The deadlines have a lower bound
+ * only (tests shorten them). */
+static int apply_limit(struct srv_flags *f, const char *name, const char *v)
+{
+    long n;
+    if (strcmp(name, "http-deadline") == 0 || strcmp(name, "login-deadline") == 0) {
+        uint64_t *out = name[0] == 'h' ? &f->http_deadline_ms : &f->login_deadline_ms;
+        if (set_duration(name, v, out) < 0 || *out < SRV_DEADLINE_MS_MIN || *out > UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration of at least %ums\n", name,
+                    v, SRV_DEADLINE_MS_MIN);
             return -1;
         }
-    } else if (strcmp(name, "verify-clients") == 0) {
-        if (parse_bool(v, &f->verify_clients) < 0) {
+    } else if (strcmp(name, "prelogin-max") == 0 || strcmp(name, "prelogin-per-addr-max") == 0) {
+        if (parse_int(v, 1, SRV_PRELOGIN_MAX_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected 1..%u\n", name, v,
+                    SRV_PRELOGIN_MAX_MAX);
+            return -1;
+        }
+        *(strcmp(name, "prelogin-max") == 0 ? &f->prelogin_max : &f->prelogin_addr_max) = n;
+    } else if (strcmp(name, "frame-pool-mib") == 0) {
+        if (parse_int(v, SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected %u..%u\n", name, v,
+                    SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX);
+            return -1;
+        }
+        f->frame_pool_mib = n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* One flag with its value (NULL for a bare boolean). */
+static int apply(struct srv_flags *f, const char *name, const char *v, bool *version)
+{
+    int rc = refuse_unsupported(name, v);
+    if (rc == 0)
+        rc = apply_field(f, name, v);
+    if (rc == 0)
+        rc = apply_number(f, name, v);
+    if (rc == 0)
+        rc = apply_limit(f, name, v);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    if (strcmp(name, "certmode") == 0) {
+        if (strcmp(v, "letsencrypt") && strcmp(v, "manual") && strcmp(v, "gcp")) {
+            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt or manual\n", v);
+            return -1;
+        }
+        f->certmode = v;
+    } else if (strcmp(name, "stall-threshold") == 0) {
+        if (set_duration(name, v, &f->stall_ms) < 0)
+            return -1;
+        if (f->stall_ms >= UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --stall-threshold %s: too long\n", v);
+            return -1;
+        }
+        f->stall_set = true;
+    } else if (strcmp(name, "version") == 0) {
+        if (parse_bool(v, version) < 0) {
             fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
             return -1;
         }
-    } else if (strcmp(name, "socket") == 0) {
-        f->socket = v;
-    } else if (strcmp(name, "rate-config") == 0) {
-        f->rate_config = v; /* read (and checked) at start-up: srv_rate_load */
-    } else if (strcmp(name, "verify-client-url") == 0) {
-        f->verify_client_url = v;
-    } else if (strcmp(name, "verify-client-url-fail-open") == 0) {
-        if (parse_bool(v, &f->verify_client_url_fail_open) < 0) {
-            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
-            return -1;
-        }
-    } else if (strcmp(name, "allow-keys") == 0) {
-        f->allow_keys = v; /* read and checked by srv_allow_configure */
-    } else if (strcmp(name, "placement") == 0) {
-        if (parse_bool(v, &f->placement) < 0) {
-            fprintf(stderr, "hderp-server: --placement=%s: expected true or false\n", v);
-            return -1;
-        }
-    } else if (strcmp(name, "dev") == 0 || strcmp(name, "stun") == 0 ||
-               strcmp(name, "verbose") == 0 || strcmp(name, "version") == 0) {
-        bool b;
-        if (parse_bool(v, &b) < 0) {
-            fprintf(stderr, "hderp-server: -%s=%s: expected true or false\n", name, v);
-            return -1;
-        }
-        if (name[0] == 'd')
-            f->dev = b;
-        else if (name[0] == 's')
-            f->stun = b;
-        else if (name[1] == 'e' && name[2] == 'r' && name[3] == 'b')
-            f->verbose = b;
-        else
-            *version = b;
     } else {
         fprintf(stderr, "hderp-server: unknown flag -%s (see --help)\n", name);
         return -1;
@@ -316,7 +438,12 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
                             .verify_client_url_fail_open = true,
                             .accept_limit = INFINITY,
-                            .accept_burst = 1L << 30};
+                            .accept_burst = 1L << 30,
+                            .http_deadline_ms = SRV_HTTP_DEADLINE_MS_DEFAULT,
+                            .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
+                            .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
+                            .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
+                            .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

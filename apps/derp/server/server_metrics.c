@@ -19,7 +19,8 @@ struct varz_slot {
     struct srv_counters ctr;
     struct hd_shard_stats loop;
     uint64_t frames_in_use, frames_exhausted;
-    struct srv_rate rate; /* -rate-config as the shard applies it */
+    uint64_t stalls, stall_max_ms; /* the stall watchdog's (hd_shard_stalls) */
+    struct srv_rate rate;          /* -rate-config as the shard applies it */
 };
 
 struct varz_req {
@@ -36,9 +37,12 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
+        v->ctr.prelogin_now = ds->prelogin.count;
         v->rate = *srv_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
+    v->stalls = hd_shard_stalls(s);
+    v->stall_max_ms = hd_shard_stall_max_ms(s);
     for (unsigned i = 0; i < hd_frame_classes_count(s); i++) {
         struct hd_pool_stats st;
         hd_frame_stats(s, i, &st);
@@ -155,12 +159,34 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(admit_refused));
     put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
         (long long)SUM(admit_errors));
+    put(o, "# TYPE hderp_admit_cache_hits counter\nhderp_admit_cache_hits %lld\n",
+        (long long)SUM(admit_cache_hits));
+    put(o, "# TYPE hderp_admit_rechecks counter\nhderp_admit_rechecks %lld\n",
+        (long long)SUM(admit_rechecks));
+    put(o, "# TYPE hderp_admit_recheck_errors counter\nhderp_admit_recheck_errors %lld\n",
+        (long long)SUM(admit_recheck_errors));
+    put(o, "# TYPE hderp_admit_revoked counter\nhderp_admit_revoked %lld\n",
+        (long long)SUM(admit_revoked));
     put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
     put(o, "# TYPE hderp_placement_moves counter\nhderp_placement_moves %lld\n",
         (long long)SUM(placement_moves));
+    put(o, "# TYPE hderp_conns_accepted counter\nhderp_conns_accepted %lld\n",
+        (long long)SUM(conns_accepted));
+    put(o, "# TYPE hderp_prelogin_conns gauge\nhderp_prelogin_conns %lld\n",
+        (long long)SUM(prelogin_now));
+    put(o, "# TYPE hderp_prelogin_refused counter\n");
+    put(o, "hderp_prelogin_refused{cap=\"shard\"} %lld\n", (long long)SUM(prelogin_refused_shard));
+    put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n", (long long)SUM(prelogin_refused_addr));
+    put(o, "# TYPE hderp_deadline_closes counter\nhderp_deadline_closes %lld\n",
+        (long long)SUM(deadline_closes));
+    put(o, "# TYPE hderp_frames_refused counter\n");
+    put(o, "hderp_frames_refused{why=\"share\"} %lld\n", (long long)SUM(frames_share_dropped));
+    put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n", (long long)SUM(frames_reserve_dropped));
+    put(o, "# TYPE hderp_ctl_dropped counter\nhderp_ctl_dropped %lld\n",
+        (long long)SUM(ctl_dropped));
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -189,6 +215,13 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     LOOP_COUNTER(wakes_received);
     LOOP_COUNTER(frames_returned);
 #undef LOOP_COUNTER
+    put(o, "# TYPE hderp_loop_stalls counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
+    put(o, "# TYPE hderp_loop_stall_max_ms gauge\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_stall_max_ms{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].stall_max_ms);
     put(o, "# TYPE hderp_bus_full counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.bus_full);
@@ -226,11 +259,20 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
                                           .content_length = (int64_t)o.len,
                                           .connection = NET_HTTP_CONN_CLOSE};
         int n = net_http_write_resp(head, sizeof(head), &spec);
-        if (n > 0)
-            net_conn_send_copy(r->conn, head, (size_t)n);
-        if (!r->head_only)
-            net_conn_send_copy(r->conn, o.buf, o.len);
+        /* No body without its head; a failed send (no frames, queue cap) drops the answer:
+         * the connection closes at once instead of flushing half of it. */
+        int rc = n > 0 ? net_conn_send_copy(r->conn, head, (size_t)n) : -EINVAL;
+        if (rc == 0 && !r->head_only)
+            rc = net_conn_send_copy(r->conn, o.buf, o.len);
         free(o.buf);
+        if (rc < 0) {
+            hd_log_rl(HD_LOG_WARN, "/debug/varz: answer not sent: %s", strerror(-rc));
+            net_conn_close(r->conn, rc, false);
+            return;
+        }
+    } else {
+        net_conn_close(r->conn, -ENOMEM, false);
+        return;
     }
     net_conn_close(r->conn, 0, true); /* on_close frees r */
 }
@@ -244,6 +286,7 @@ static ssize_t varz_data(struct net_conn *c, const uint8_t *data, size_t len)
 static void varz_closed(struct net_conn *c, int reason)
 {
     (void)reason;
+    srv_prelogin_leave(srv_shard_here(), net_conn_peer(c)); /* as http_close: an HTTP request */
     struct varz_req *r = net_conn_app(c);
     r->conn = NULL;
     if (r->done)
@@ -270,8 +313,8 @@ void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
         r->done = true;
         char buf[256];
         int n = net_http_write_error(buf, sizeof(buf), 503, head_only);
-        if (n > 0)
-            net_conn_send_copy(c, buf, (size_t)n);
-        net_conn_close(c, 0, true);
+        if (n > 0 && net_conn_send_copy(c, buf, (size_t)n) < 0)
+            n = -1; /* not sent: close at once */
+        net_conn_close(c, 0, n > 0);
     }
 }

@@ -75,7 +75,7 @@ static void place_move(struct srv_client *cl, unsigned to)
         net_conn_close(cl->conn, rc, false);
 }
 
-void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN], unsigned owner)
+void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
     uint64_t d;
     memcpy(&d, dst + 8, sizeof(d));
@@ -90,7 +90,7 @@ void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN], unsi
      * (each side decides alone, and the same way). */
     if (srv_source_has(cl, dst) && memcmp(cl->key.bytes, dst, DERP_KEY_LEN) > 0)
         return;
-    place_move(cl, owner);
+    place_move(cl, srv_owner(cl->ds, dst));
 }
 
 /* ---------------------------------------------------------------- on the guest shard */

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""observe.py BIN_DIR WORK_DIR - hderp-echo observe against real hderp-server processes on
+loopback: a two-node meshed region (900: a, b) and a single node (901: c), described by a DERP
+map. Checks: every path (a, b, c, a->b, b->a) appears in /metrics with plausible counts and in
+/status.json; the page renders in headless Chromium with one row per path; a killed node turns
+its paths down and a loss alert fires, and both clear when it is restarted; --once exits 0 on a
+healthy region and 1 with a node down. Servers are stopped by PID; every wait is bounded."""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+MESH_KEY = "6a1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
+procs = []
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    for name in sorted(os.listdir(WORK)):
+        if name.endswith(".log"):
+            print("--- " + name)
+            with open(os.path.join(WORK, name), errors="replace") as f:
+                print(f.read()[-4000:])
+    sys.exit(1)
+
+
+def free_port(kind=socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_for(what, cond, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.1)
+    fail("timed out (%ds) waiting for %s" % (timeout_s, what))
+
+
+NO_VERIFY = ssl.create_default_context()
+NO_VERIFY.check_hostname = False
+NO_VERIFY.verify_mode = ssl.CERT_NONE
+
+
+def get(url):
+    try:
+        with urllib.request.urlopen(url, timeout=5, context=NO_VERIFY) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+class Node:
+    def __init__(self, name, mesh_with=None, tls=False):
+        self.name, self.mesh_with, self.tls = name, mesh_with, tls
+        self.port, self.stun = free_port(), free_port(socket.SOCK_DGRAM)
+        self.proc = None
+
+    def start(self):
+        args = [BIN + "/hderp-server", "-a", "127.0.0.1:%d" % self.port, "-stun-port",
+                str(self.stun), "--shards", "1", "-c", "%s/%s.key" % (WORK, self.name)]
+        if self.mesh_with:
+            args += ["-mesh-psk-file", WORK + "/mesh.key", "-mesh-with", self.mesh_with]
+        if self.tls:  # an IP -hostname: the server makes itself a certificate
+            args += ["-certmode", "manual", "-certdir", WORK, "-hostname", "127.0.0.1",
+                     "-http-port", str(free_port())]
+        log = open("%s/server-%s.log" % (WORK, self.name), "a")
+        self.proc = subprocess.Popen(args, stdout=log, stderr=log)
+        procs.append(self.proc)
+        scheme = "https" if self.tls else "http"
+        wait_for("node %s to answer" % self.name,
+                 lambda: get("%s://127.0.0.1:%d/derp/probe" % (scheme, self.port)) is not None,
+                 10)
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+def mesh_ready(n):
+    text = get("http://127.0.0.1:%d/debug/varz" % n.port) or ""
+    m = re.search(r"^derp_mesh_links_ready (\d+)", text, re.M)
+    return m is not None and int(m.group(1)) >= 1
+
+
+def derp_map(nodes):
+    regions = {}
+    for rid, code, members in ((900, "lab", nodes[:2]), (901, "solo", nodes[2:3])):
+        regions[str(rid)] = {"RegionID": rid, "RegionCode": code, "Nodes": [
+            {"Name": n.name, "RegionID": rid, "HostName": "127.0.0.1", "IPv4": "127.0.0.1",
+             "DERPPort": n.port, "STUNPort": n.stun, "InsecureForTests": True} for n in members]}
+    return {"Regions": regions}
+
+
+def status(base):
+    text = get(base + "/status.json")
+    return json.loads(text) if text else None
+
+
+def paths_up(base, want_up):
+    st = status(base)
+    if st is None:
+        return None
+    got = {p["path"]: p["up"] for p in st["paths"]}
+    return all(got.get(p) == up for p, up in want_up.items()) and st
+
+
+def check_metrics(base, labels):
+    text = get(base + "/metrics")
+    if text is None:
+        fail("/metrics did not answer")
+    for frm, to, kind in labels:
+        sel = 'from="%s",to="%s",path="%s"' % (frm, to, kind)
+        vals = {}
+        for name in ("sent_total", "received_total", "lost_total", "up"):
+            m = re.search(r"^hderp_observe_%s\{[^}]*%s\} (\d+)" % (name, re.escape(sel)), text,
+                          re.M)
+            if m is None:
+                fail("/metrics has no hderp_observe_%s for %s" % (name, sel))
+            vals[name] = int(m.group(1))
+        count = re.search(r"^hderp_observe_rtt_seconds_count\{[^}]*%s\} (\d+)" % re.escape(sel),
+                          text, re.M)
+        inf = re.search(r'^hderp_observe_rtt_seconds_bucket\{[^}]*%s,le="\+Inf"\} (\d+)'
+                        % re.escape(sel), text, re.M)
+        if not count or not inf or count.group(1) != inf.group(1):
+            fail("/metrics: histogram count and +Inf bucket differ for %s" % sel)
+        if not (0 < vals["received_total"] <= vals["sent_total"] and vals["up"] == 1):
+            fail("/metrics: implausible counts for %s: %s" % (sel, vals))
+        if int(count.group(1)) != vals["received_total"]:
+            fail("/metrics: %s histogram holds %s round trips, received %d"
+                 % (sel, count.group(1), vals["received_total"]))
+    if "hderp_observe_stun_rtt_seconds_count" not in text:
+        fail("/metrics has no STUN round trips")
+
+
+def check_page(base, want_rows):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        fail("chromium is not installed (make test installs it)")
+    out = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                          "--disable-quic", "--no-first-run", "--disable-background-networking",
+                          "--disable-component-update", "--disable-sync",
+                          "--user-data-dir=" + WORK + "/chromium", "--dump-dom", base + "/"],
+                         capture_output=True, text=True, timeout=120)
+    rows = [(st, p.replace("&gt;", ">")) for st, p in
+            re.findall(r'<tr class="path (up|down)" data-path="([^"]+)"', out.stdout)]
+    if sorted(p for _, p in rows) != sorted(want_rows):
+        fail("the page's rows %s, want %s (stderr: %s)" % (rows, want_rows, out.stderr[-500:]))
+    if out.stdout.count("<svg") != len(want_rows):
+        fail("the page has %d charts for %d rows" % (out.stdout.count("<svg"), len(want_rows)))
+
+
+def log_has(path, pattern, since=0):
+    with open(path, errors="replace") as f:
+        return re.search(pattern, f.read()[since:], re.M) is not None
+
+
+def log_size(path):
+    with open(path, errors="replace") as f:
+        return len(f.read())
+
+
+def once(map_file, expect_code):
+    r = subprocess.run([BIN + "/hderp-echo", "observe", "--derp-map", map_file, "--derp-http",
+                        "--once", "--duration", "3", "--rate", "20", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != expect_code:
+        fail("--once exited %d, want %d: %s %s" % (r.returncode, expect_code, r.stdout,
+                                                    r.stderr[-1500:]))
+    return json.loads(r.stdout)
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    with open(WORK + "/mesh.key", "w") as f:
+        f.write(MESH_KEY + "\n")
+    a, b, c, d = Node("a"), Node("b"), Node("c"), Node("d", tls=True)
+    mesh = "http://127.0.0.1:%d,http://127.0.0.1:%d" % (a.port, b.port)
+    a.mesh_with = b.mesh_with = mesh
+    try:
+        for n in (a, b, c, d):
+            n.start()
+        # Probes on the mesh paths need a's and b's links (a retries every 5 s).
+        wait_for("the mesh links", lambda: mesh_ready(a) and mesh_ready(b), 20)
+        map_file = WORK + "/derpmap.json"
+        with open(map_file, "w") as f:
+            json.dump(derp_map([a, b, c]), f)
+        dn = "127.0.0.1:%d" % d.port  # d: an https --server beside the map's plain nodes
+        want = {"a->a": True, "b->b": True, "c->c": True, "a->b": True, "b->a": True,
+                dn + "->" + dn: True}
+        obs_log = WORK + "/observe.log"
+        log = open(obs_log, "w")
+        obs = subprocess.Popen([BIN + "/hderp-echo", "observe", "--derp-map", map_file,
+                                "--derp-http", "--metrics-listen", "127.0.0.1:0", "--rate", "20",
+                                "--down-after", "1500", "--alert-loss-pct", "5",
+                                "--alert-window", "10", "--server",
+                                "https://%s/derp" % dn, "--insecure"], stdout=log, stderr=log)
+        procs.append(obs)
+        m = wait_for("the metrics address in the log", lambda: re.search(
+            r"metrics on (http://127\.0\.0\.1:\d+)/", open(obs_log).read()), 10)
+        base = m.group(1)
+        wait_for("every path up", lambda: paths_up(base, want), 30)
+        # Mesh paths need both nodes' links: give every path a few echoes, then check counts.
+        wait_for("echoes on every path", lambda: all(
+            p["received"] >= 10 for p in status(base)["paths"]), 30)
+        check_metrics(base, [("a", "a", "node"), ("b", "b", "node"), ("c", "c", "node"),
+                             ("a", "b", "mesh"), ("b", "a", "mesh"), (dn, dn, "node")])
+        tls = re.search(r'^hderp_observe_tls_handshake_seconds\{[^}]*from="%s"[^}]*side="pinger"\} '
+                        r'([0-9.]+)' % re.escape(dn), get(base + "/metrics"), re.M)
+        if tls is None or float(tls.group(1)) <= 0:
+            fail("no TLS handshake time for the https node")
+        check_page(base, list(want))
+        once(map_file, 0)
+        print("healthy region: every path up, counts plausible, page has a row per path")
+
+        mark = log_size(obs_log)
+        b.kill()
+        down = dict(want, **{"b->b": False, "a->b": False, "b->a": False})
+        wait_for("b's paths down, a's and c's up", lambda: paths_up(base, down), 20)
+        wait_for("a DOWN line for b->b", lambda: log_has(obs_log, r"observe: DOWN b->b", mark), 10)
+        wait_for("a loss alert for a->b", lambda: log_has(
+            obs_log, r"observe: ALERT a->b: loss", mark), 30)
+        r = once(map_file, 1)
+        bad = sorted(p["path"] for p in r["paths"] if not p["ok"])
+        if bad != ["a->b", "b->a", "b->b"]:
+            fail("--once with b down failed paths %s" % bad)
+        print("node b killed: its paths down, loss alert fired, --once exits 1")
+
+        mark = log_size(obs_log)
+        b.start()
+        wait_for("every path up again", lambda: paths_up(base, want), 40)
+        wait_for("the loss alert on a->b cleared", lambda: log_has(
+            obs_log, r"observe: RECOVERED a->b: loss", mark), 40)
+        st = status(base)
+        recon = {p["path"]: p["reconnects"] for p in st["paths"]}
+        if recon["b->b"] < 1 or recon["c->c"] != 0:
+            fail("reconnects %s: b's path should have reconnected, c's not" % recon)
+        print("node b restarted: paths up, alert cleared, reconnects counted")
+
+        obs.send_signal(signal.SIGTERM)
+        if obs.wait(timeout=30) != 0:
+            fail("observe exited %d on SIGTERM" % obs.returncode)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    print("observe: all checks passed")
+
+
+main()

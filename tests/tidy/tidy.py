@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""tidy.py - the conventions of docs/CONVENTIONS.md that a program can check, as ctest entries.
+
+Usage: tidy.py RULE [--src DIR] [--build DIR --ctest PATH]
+       tidy.py selftest          (each rule must fire on a tree built to break it)
+
+Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
+  file-lines       a .c file has at most FILE_LINES_MAX lines, a .h HEADER_LINES_MAX
+  function-lines   a function body has at most FUNCTION_LINES_MAX lines
+  columns          a .c/.h line has at most COLUMNS_MAX columns
+  layers-no-derp   no file in reactor/, net/, tls/, kit/ or include/ mentions DERP (any case)
+  private-headers  a private header is included only from where it may be (PRIVATE_READERS)
+  doc-refs         every FOO.md a file names exists; nothing points outside the repository;
+                   every "spec §N" names a section of docs/DERP-PROTOCOL.md
+  ctest-labels     every ctest entry of the build has a LABELS value
+
+Each finding is printed as path:line: rule: what, and the run exits 1 if there was any.
+No allowlist: a rule that does not hold is fixed in the code, or the rule is changed here
+with its reason.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+FILE_LINES_MAX = 800  # CONVENTIONS.md: a .c or .h file has at most 800 lines
+HEADER_LINES_MAX = 500  # CONVENTIONS.md: a header at most 500
+FUNCTION_LINES_MAX = 70  # CONVENTIONS.md: functions <= 70 lines (the lines between the braces)
+COLUMNS_MAX = 100  # .clang-format ColumnLimit (clang-format leaves long strings/comments alone)
+
+# The framework (kit/: issue 12's relay kit, once it lands); include/ holds their public headers.
+LAYER_DIRS = ("reactor", "net", "tls", "kit")
+NO_DERP_DIRS = LAYER_DIRS + ("include",)
+
+# Who may include a layer's private header (a header in reactor/, net/ or tls/ itself, not in
+# include/): the layer, its own tests (tests/fuzz/ holds every layer's fuzz targets), and perf/,
+# whose microbenchmarks measure internals (hd-microbench, the AEAD floor, the stream benchmark).
+# Nothing an app or example is built from.
+PRIVATE_READERS = {
+    "reactor": ("reactor/", "tests/reactor/", "tests/fuzz/", "perf/"),
+    "net": ("net/", "tests/net/", "tests/http/", "tests/fuzz/", "perf/"),
+    "tls": ("tls/", "tests/tls/", "tests/tlsconn/", "tests/vm/", "tests/fuzz/", "perf/"),
+    "kit": ("kit/", "tests/kit/", "perf/"),
+}
+# Any other *_impl.h (apps/derp/client, perf/, tests/...) is private to its own directory.
+
+# Text files whose FOO.md references must resolve (generated and binary files are skipped).
+TEXT_SUFFIXES = (".c", ".h", ".md", ".txt", ".cmake", ".sh", ".py", ".json", ".yml", ".yaml")
+TEXT_NAMES = ("CMakeLists.txt", "GNUmakefile", "Makefile", ".clang-format", ".gitignore")
+# Paths that would tie the repository to one machine's layout, and names of design notes that
+# used to live outside it (now docs/DESIGN.md, docs/CONVENTIONS.md, docs/DERP-PROTOCOL.md).
+FOREIGN_REFS = re.compile(r"\.\./shared/|/work/|DERP-SPEC|\bSTYLE\.md|MACHINE-FACTS")
+MD_REF = re.compile(r"(?<![\w/.-])([\w./-]*[A-Za-z0-9_-]\.md)\b")
+# "spec §N" in code and docs means section N of docs/DERP-PROTOCOL.md: it must have one.
+SPEC_DOC = "docs/DERP-PROTOCOL.md"
+SPEC_REF = re.compile(r"\bspec (?:§\s?([0-9]+(?:\.[0-9]+)*)|Appendix ([A-Z])\b)")
+SPEC_HEADING = re.compile(r"^#{2,4} (?:([0-9]+(?:\.[0-9]+)*)\.? |Appendix ([A-Z])\b)")
+
+
+def source_files(src):
+    """Tracked and untracked-but-not-ignored files (so build/ is out), else a walk."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", src, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True, capture_output=True).stdout.decode()
+        files = [f for f in out.split("\0") if f and os.path.isfile(os.path.join(src, f))]
+        return sorted(set(files))
+    except (OSError, subprocess.CalledProcessError):
+        files = []
+        for root, dirs, names in os.walk(src):
+            dirs[:] = [d for d in dirs if d != ".git" and not d.startswith("build")]
+            for n in names:
+                files.append(os.path.relpath(os.path.join(root, n), src))
+        return sorted(files)
+
+
+def read_lines(src, path):
+    with open(os.path.join(src, path), encoding="utf-8", errors="replace") as f:
+        return f.read().split("\n")
+
+
+def c_files(files):
+    return [f for f in files if f.endswith((".c", ".h"))]
+
+
+def rule_file_lines(src, files):
+    for f in c_files(files):
+        n = len(read_lines(src, f)) - 1
+        limit = HEADER_LINES_MAX if f.endswith(".h") else FILE_LINES_MAX
+        if n > limit:
+            yield f, 1, f"{n} lines (max {limit}): split it along a seam"
+
+
+def functions(lines):
+    """(first line of the signature, body lines) of each function definition. clang-format
+    (BreakBeforeBraces: Linux) puts a function's opening brace alone in column 0 and its
+    closing brace in column 0; nothing else in this code base does both."""
+    start = None
+    for i, line in enumerate(lines):
+        if line == "{":
+            start = i
+        elif start is not None and line.startswith("}"):
+            sig = start - 1
+            while sig > 0 and lines[sig - 1].strip() and not lines[sig - 1].rstrip().endswith(
+                    (";", "}", "*/")) and not lines[sig - 1].startswith(("#", "/*", " *")):
+                sig -= 1
+            yield sig, lines[sig].strip(), i - start - 1
+            start = None
+
+
+def rule_function_lines(src, files):
+    for f in c_files(files):
+        for sig, text, n in functions(read_lines(src, f)):
+            if n > FUNCTION_LINES_MAX:
+                yield f, sig + 1, f"{n} lines in {text[:60]!r} (max {FUNCTION_LINES_MAX})"
+
+
+def rule_columns(src, files):
+    for f in c_files(files):
+        for i, line in enumerate(read_lines(src, f)):
+            if len(line) > COLUMNS_MAX:
+                yield f, i + 1, f"{len(line)} columns (max {COLUMNS_MAX})"
+
+
+def rule_layers_no_derp(src, files):
+    for f in files:
+        if f.split("/")[0] not in NO_DERP_DIRS:
+            continue
+        if "derp" in f.lower():
+            yield f, 1, "the file's name mentions DERP: the framework knows no app"
+        for i, line in enumerate(read_lines(src, f)):
+            if "derp" in line.lower():
+                yield f, i + 1, f"mentions DERP: {line.strip()[:70]!r}"
+
+
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+
+
+def private_headers(files):
+    """basename -> (home directory, readers' path prefixes)."""
+    out = {}
+    for f in files:
+        if not f.endswith(".h"):
+            continue
+        home, base = os.path.split(f)
+        if home in LAYER_DIRS:
+            out[base] = (home, PRIVATE_READERS[home])
+        elif base.endswith("_impl.h") and not f.startswith("include/"):
+            out[base] = (home, (home + "/",))
+    return out
+
+
+def rule_private_headers(src, files):
+    private = private_headers(files)
+    for f in c_files(files):
+        for i, line in enumerate(read_lines(src, f)):
+            m = INCLUDE.match(line)
+            if not m or os.path.basename(m.group(1)) not in private:
+                continue
+            home, readers = private[os.path.basename(m.group(1))]
+            if not any(f.startswith(r) for r in readers):
+                yield f, i + 1, (f"includes {m.group(1)}, private to {home}/ "
+                                 f"(readers: {', '.join(readers)})")
+
+
+def is_text(f):
+    return f.endswith(TEXT_SUFFIXES) or os.path.basename(f) in TEXT_NAMES or "/" not in f and (
+        f.startswith("README"))
+
+
+def spec_sections(src, files):
+    if SPEC_DOC not in files:
+        return None
+    out = set()
+    for line in read_lines(src, SPEC_DOC):
+        m = SPEC_HEADING.match(line)
+        if m:
+            out.add(m.group(1) or "Appendix " + m.group(2))
+    return out
+
+
+def rule_doc_refs(src, files):
+    present = set(files)
+    sections = spec_sections(src, files)
+    for f in files:
+        if not is_text(f) or f.startswith("tests/tidy/"):
+            continue
+        here = os.path.dirname(f)
+        for i, line in enumerate(read_lines(src, f)):
+            m = FOREIGN_REFS.search(line)
+            if m:
+                yield f, i + 1, f"points outside the repository: {m.group(0)!r}"
+            for num, app in SPEC_REF.findall(line):
+                sec = num or "Appendix " + app
+                if sections is not None and sec not in sections:
+                    yield f, i + 1, f"cites spec {sec}, which {SPEC_DOC} does not have"
+            for ref in MD_REF.findall(line):
+                if "://" in line and ("/" + ref) in line.split("://", 1)[1]:
+                    continue  # part of a URL
+                cands = [os.path.normpath(os.path.join(here, ref)), os.path.normpath(ref),
+                         os.path.normpath(os.path.join("docs", ref))]
+                if not any(c in present for c in cands):
+                    yield f, i + 1, f"names {ref}, which is not in the repository"
+
+
+def rule_ctest_labels(build, ctest):
+    out = subprocess.run([ctest, "--show-only=json-v1"], cwd=build, check=True,
+                         capture_output=True).stdout
+    tests = json.loads(out)["tests"]
+    if not tests:
+        yield build, 1, "ctest lists no test at all (wrong build directory?)"
+    for t in tests:
+        labels = [p["value"] for p in t.get("properties", []) if p["name"] == "LABELS"]
+        if not labels or not any(labels[0]):
+            yield "ctest", 1, f"{t['name']} has no LABELS (unit, integration, fuzz, tsan, ...)"
+
+
+RULES = {
+    "file-lines": rule_file_lines,
+    "function-lines": rule_function_lines,
+    "columns": rule_columns,
+    "layers-no-derp": rule_layers_no_derp,
+    "private-headers": rule_private_headers,
+    "doc-refs": rule_doc_refs,
+}
+
+
+def run(rule, src, build=None, ctest=None):
+    if rule == "ctest-labels":
+        findings = list(rule_ctest_labels(build, ctest))
+    else:
+        findings = list(RULES[rule](src, source_files(src)))
+    for path, line, what in findings:
+        print(f"{path}:{line}: {rule}: {what}")
+    return findings
+
+
+def selftest():
+    """Builds a small tree that breaks every source rule once (and one that breaks none) and
+    checks that each rule reports exactly its own break."""
+    long_fn = "static int f(void)\n{\n" + "    x++;\n" * (FUNCTION_LINES_MAX + 1) + "}\n"
+    ok_fn = "static int g(void)\n{\n" + "    x++;\n" * FUNCTION_LINES_MAX + "}\n"
+    bad = {
+        "apps/a/big.c": "/* big */\n" * (FILE_LINES_MAX + 1),
+        "apps/a/big.h": "/* big */\n" * (HEADER_LINES_MAX + 1),
+        "apps/a/fn.c": long_fn + ok_fn,
+        "apps/a/wide.c": "int x; /*" + "-" * COLUMNS_MAX + "*/\n",
+        "net/conn.c": "/* the DERP 101 */\n",
+        "net/net_impl.h": "struct net_conn;\n",
+        "apps/a/use.c": '#include "net_impl.h"\n',
+        "tests/net/ok.c": '#include "net_impl.h"\n',
+        "apps/a/README.md": "See ../shared/DESIGN.md and docs/NOWHERE.md.\n",
+        "docs/DERP-PROTOCOL.md": "## 1. A\n### 1.2 B\n## Appendix A. C\n",
+        "apps/a/cite.c": "/* spec §1.2, spec §1, spec Appendix A; spec §1.3 and spec §2 */\n",
+    }
+    expect = {"file-lines": 2, "function-lines": 1, "columns": 1, "layers-no-derp": 1,
+              "private-headers": 1, "doc-refs": 5}
+    good = {"apps/a/fn.c": ok_fn, "apps/a/ok.h": "/* ok */\n" * HEADER_LINES_MAX, "docs/DESIGN.md": "# d\n", "README.md": "docs/DESIGN.md\n",
+            "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n'}
+    failed = False
+    for tree, want in ((bad, expect), (good, {r: 0 for r in RULES})):
+        with tempfile.TemporaryDirectory() as d:
+            for path, text in tree.items():
+                os.makedirs(os.path.join(d, os.path.dirname(path)), exist_ok=True)
+                with open(os.path.join(d, path), "w", encoding="utf-8") as f:
+                    f.write(text)
+            for rule, n in want.items():
+                got = list(RULES[rule](d, source_files(d)))
+                if len(got) != n:
+                    print(f"selftest: {rule}: {len(got)} findings, expected {n}: {got}")
+                    failed = True
+    with tempfile.TemporaryDirectory() as d:  # ctest-labels, against a stand-in for ctest
+        fake = os.path.join(d, "ctest")
+        listing = {"tests": [{"name": "a", "properties": [{"name": "LABELS", "value": ["unit"]}]},
+                             {"name": "b", "properties": [{"name": "TIMEOUT", "value": 9}]},
+                             {"name": "c", "properties": [{"name": "LABELS", "value": [""]}]}]}
+        with open(fake, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\ncat <<'EOF'\n" + json.dumps(listing) + "\nEOF\n")
+        os.chmod(fake, 0o755)
+        got = [w for _, _, w in rule_ctest_labels(d, fake)]
+        if len(got) != 2 or not got[0].startswith("b ") or not got[1].startswith("c "):
+            print(f"selftest: ctest-labels: {got}, expected b and c")
+            failed = True
+    print("selftest:", "FAILED" if failed else "every rule fires on its break, and only there")
+    return 1 if failed else 0
+
+
+def main(argv):
+    args = argv[1:]
+    if not args or args[0] not in list(RULES) + ["ctest-labels", "selftest"]:
+        print(__doc__)
+        return 2
+    if args[0] == "selftest":
+        return selftest()
+    opts = dict(zip(args[1::2], args[2::2]))
+    src = opts.get("--src", os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))))
+    findings = run(args[0], src, opts.get("--build"), opts.get("--ctest", "ctest"))
+    if findings:
+        print(f"tidy {args[0]}: {len(findings)} finding(s)")
+        return 1
+    print(f"tidy {args[0]}: clean")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
