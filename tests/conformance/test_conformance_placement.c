@@ -172,6 +172,20 @@ static void write_key_file(const char *path, const struct derp_keypair *kp)
 
 extern char **environ;
 
+/* argv[0] started with stdout and stderr to log: its PID. */
+static pid_t spawn_logged(const char *const *argv, const char *log)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid = 0;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0, "spawn %s: %s", argv[0], strerror(rc));
+    return pid;
+}
+
 Test(test_conformance_placement, tls_pair_moves_every_echo_back)
 {
     conf_server_down(&srv);
@@ -198,14 +212,8 @@ Test(test_conformance_placement, tls_pair_moves_every_echo_back)
                            "--key-file",
                            kef,
                            NULL};
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, elog, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    pid_t echo = 0;
-    int rc = posix_spawn(&echo, eargv[0], &fa, NULL, (char *const *)eargv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0, "spawn hderp-echo: %s", strerror(rc));
+    pid_t echo = spawn_logged(eargv, elog);
+    int rc;
     int64_t last = -1;
     rc = conf_varz_wait(&srv, "derp_current_connections", 1, CONF_IO_TIMEOUT_MS, &last);
     if (rc == 0) {

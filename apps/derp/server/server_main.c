@@ -280,6 +280,7 @@ static int configure_limits(const struct srv_flags *f)
     config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
     config.prelogin_shard_max = (uint32_t)f->prelogin_max;
     config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    config.placement = f->placement; /* where clients live (server_place.c) */
     if (f->hash_key == NULL)
         return 0;
     size_t got = 0;
@@ -310,7 +311,6 @@ static int configure(const struct srv_flags *f)
     config.dev = f->dev;
     config.verbose = f->verbose;
     config.shards = f->shards;
-    config.placement = f->placement;
     config.write_timeout_ms = f->tcp_write_timeout_ms;
     config.keepalive_ms = f->keepalive_ms;
     config.keepalive_jitter_ms =

@@ -148,6 +148,25 @@ static void format_rate(struct out *o, const struct varz_slot *v, unsigned count
 }
 
 /* hderp's own figures: per shard, so an uneven load shows. */
+/* Loop counters per shard (enters, bus messages, wake-ups): per-packet kernel and cross-shard
+ * cost, read by perf/ scripts. */
+static void format_loop_counters(struct out *o, const struct varz_slot *v, unsigned count)
+{
+#define LOOP_COUNTER(name)                                                                         \
+    do {                                                                                           \
+        put(o, "# TYPE hderp_loop_" #name " counter\n");                                           \
+        for (unsigned i = 0; i < count; i++)                                                       \
+            put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                                 \
+                (unsigned long long)v[i].loop.name);                                               \
+    } while (0)
+    LOOP_COUNTER(enters);
+    LOOP_COUNTER(bus_sent);
+    LOOP_COUNTER(wakes_sent);
+    LOOP_COUNTER(wakes_received);
+    LOOP_COUNTER(frames_returned);
+#undef LOOP_COUNTER
+}
+
 static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
 {
     static const double qs[] = {0.5, 0.9, 0.99, 0.999};
@@ -200,21 +219,7 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "# TYPE hderp_loop_ticks counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
-        /* Loop counters per shard (enters, bus messages, wake-ups): per-packet kernel and
-         * cross-shard cost, read by perf/ scripts. */
-#define LOOP_COUNTER(name)                                                                         \
-    do {                                                                                           \
-        put(o, "# TYPE hderp_loop_" #name " counter\n");                                           \
-        for (unsigned i = 0; i < count; i++)                                                       \
-            put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                                 \
-                (unsigned long long)v[i].loop.name);                                               \
-    } while (0)
-    LOOP_COUNTER(enters);
-    LOOP_COUNTER(bus_sent);
-    LOOP_COUNTER(wakes_sent);
-    LOOP_COUNTER(wakes_received);
-    LOOP_COUNTER(frames_returned);
-#undef LOOP_COUNTER
+    format_loop_counters(o, v, count);
     put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
