@@ -3,9 +3,10 @@
  * Where things live: a client connection is accepted on any shard, speaks HTTP there, and after
  * the DERP handshake moves (net_conn_migrate) to the shard that owns its key,
  * srv_owner(key) = hash(key) % shards. Each shard's peer table is authoritative for the keys it
- * owns, so routing a packet is one hash: local delivery, or one bus message to the owner.
- * Per-client state is heap memory because it is born on the accepting shard and dies on the
- * owner shard. */
+ * owns, so routing a packet is one hash: local delivery, or one bus message to the owner. A
+ * client that keeps sending to one peer may then move to that peer's shard as a guest, the
+ * owner's entry pointing there (server_place.c). Per-client state is heap memory because it is
+ * born on the accepting shard and dies on another. */
 #ifndef SERVER_H
 #define SERVER_H
 

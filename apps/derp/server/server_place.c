@@ -154,13 +154,14 @@ static void guest_leave(struct srv_shard *ds, struct srv_client *cl)
 static void home_adopt(struct net_conn *c, void *arg);
 
 /* The owner has a second connection for this key: this one goes back to the owner, where
- * duplicates live (a watcher stays: its watch list is here). */
+ * duplicates live (a watcher stays: its watch list is here; so does one whose admission
+ * re-check is in flight). */
 static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 {
     (void)arg;
     struct srv_client *cl = srv_place_guest(ds, f->data);
-    if (cl == NULL || cl->watcher || net_conn_state(cl->conn) != NET_CONN_OPEN)
-        return;
+    if (cl == NULL || cl->watcher || cl->admit || net_conn_state(cl->conn) != NET_CONN_OPEN)
+        return; /* a re-check in flight (-verify-recheck-interval) is this shard's request */
     srv_client_unsettle(ds, cl);
     srv_sources_detach(cl);
     guest_leave(ds, cl); /* packets for it here go to the owner from now on */
