@@ -12,14 +12,14 @@
 #include "harness.h"
 #include "hd_impl.h" /* white-box: hd_bus_send_lazy, a shard's `sleeping` flag */
 
-#define FEW 10u /* lazy messages well under the backlog */
-#define SETTLE_MS 50 /* how long the few wait unseen (a wake-up would come within a tick) */
+#define FEW       10u /* lazy messages well under the backlog */
+#define SETTLE_MS 50  /* how long the few wait unseen (a wake-up would come within a tick) */
 
 struct lazy_ctx {
     struct hd_shard *s0, *s1;
     struct hd_timer step, watchdog;
     unsigned phase;
-    unsigned asleep_ticks; /* consecutive steps that saw shard 1's flag: it is in its wait */
+    unsigned asleep_ticks;     /* consecutive steps that saw shard 1's flag: it is in its wait */
     _Atomic uint32_t lazy_run; /* lazy messages run on shard 1 */
     _Atomic uint32_t seen_at_urgent;
     _Atomic bool backlog_woke;
