@@ -112,6 +112,7 @@ struct hd_shard {
 
     /* bus, producer side: rings[dst] is rt->rings[id][dst]; dirty = unpublished writes */
     uint64_t bus_dirty;               /* bitmap of destinations (shards < 64) */
+    uint64_t bus_urgent;              /* of those, destinations owed a wake-up */
     struct hd_bus_overflow *overflow; /* [count] */
     struct hd_frame **frames_back;    /* [count]: frames to return to their owner shard */
     uint64_t frames_back_dirty;       /* bitmap: owners with frames in frames_back */
@@ -183,6 +184,8 @@ int hd_bus_init(struct hd_shard *s);
 void hd_bus_fini(struct hd_shard *s);
 void hd_bus_drain(struct hd_shard *s, unsigned budget);
 int hd_bus_send_internal(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
+/* A reactor message that need not wake a sleeping consumer (frames going home). */
+int hd_bus_send_lazy(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
 void hd_bus_publish(struct hd_shard *s);
 bool hd_bus_pending(struct hd_shard *s);
 void hd_bus_wake_received(struct hd_shard *s);

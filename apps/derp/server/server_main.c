@@ -42,7 +42,10 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     ds->s = s;
     ds->cfg = &config;
     ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
-    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
+    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0 ||
+        (rc = srv_peers_init(&ds->guests)) < 0) {
+        srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
@@ -63,6 +66,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -87,6 +91,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         net_listener_stop(ds->listener);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -115,6 +120,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_mesh_fini(ds);
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
+    srv_peers_fini(&ds->guests);
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
@@ -280,6 +286,7 @@ static int configure_limits(const struct srv_flags *f)
     config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
     config.prelogin_shard_max = (uint32_t)f->prelogin_max;
     config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    config.placement = f->placement; /* where clients live (server_place.c) */
     if (f->hash_key == NULL)
         return 0;
     size_t got = 0;

@@ -154,6 +154,24 @@ static void format_rate(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
 }
 
+/* Loop counters per shard (bus messages, wake-ups, frames sent home): the cross-shard cost per
+ * packet, read by perf/ scripts. */
+static void format_loop_counters(struct out *o, const struct varz_slot *v, unsigned count)
+{
+#define LOOP_COUNTER(name)                                                                         \
+    do {                                                                                           \
+        put(o, "# TYPE hderp_loop_" #name " counter\n");                                           \
+        for (unsigned i = 0; i < count; i++)                                                       \
+            put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                                 \
+                (unsigned long long)v[i].loop.name);                                               \
+    } while (0)
+    LOOP_COUNTER(bus_sent);
+    LOOP_COUNTER(wakes_sent);
+    LOOP_COUNTER(wakes_received);
+    LOOP_COUNTER(frames_returned);
+#undef LOOP_COUNTER
+}
+
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
 {
@@ -179,6 +197,8 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
+    put(o, "# TYPE hderp_placement_moves counter\nhderp_placement_moves %lld\n",
+        (long long)SUM(placement_moves));
     put(o, "# TYPE hderp_conns_accepted counter\nhderp_conns_accepted %lld\n",
         (long long)SUM(conns_accepted));
     put(o, "# TYPE hderp_prelogin_conns gauge\nhderp_prelogin_conns %lld\n",
@@ -223,6 +243,7 @@ static void format_loop(struct out *o, const struct varz_slot *v, unsigned count
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
             (unsigned long long)v[i].loop.min_waits);
+    format_loop_counters(o, v, count);
     put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
