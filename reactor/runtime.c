@@ -14,6 +14,8 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <hd/hd_fault.h>
+
 #include "hd_impl.h"
 
 void *hd_shard_main(void *arg);
@@ -49,6 +51,8 @@ static int config_check(struct hd_runtime_config *cfg)
     if (cfg->sq_entries > HD_SQ_ENTRIES_MAX)
         return -EINVAL;
     if (cfg->busy_poll_us > HD_BUSY_POLL_US_MAX)
+        return -EINVAL;
+    if (cfg->min_wait_us > HD_MIN_WAIT_US_MAX)
         return -EINVAL;
     if (cfg->stop_grace_ms == 0)
         cfg->stop_grace_ms = HD_STOP_GRACE_MS_DEFAULT;
@@ -136,6 +140,8 @@ int hd_runtime_create(const struct hd_runtime_config *config, struct hd_runtime 
     int rc = config_check(&rt->cfg);
     if (rc == 0)
         rc = modules_resolve(rt);
+    if (rc == 0)
+        rc = hd_faults_from_env();
     if (rc < 0) {
         free(rt);
         return rc;
@@ -248,6 +254,7 @@ int hd_runtime_start(struct hd_runtime *rt)
         return rc;
     }
     rt->started = true;
+    hd_faults_arm(true);                  /* every shard ran its init: set-up itself runs clean */
     if ((rc = hd_watchdog_start(rt)) < 0) /* no watchdog: logged, the runtime still runs */
         hd_log(HD_LOG_WARN, "stall watchdog not started: %s", strerror(-rc));
     return 0;
@@ -314,6 +321,8 @@ int hd_runtime_wait(struct hd_runtime *rt)
     hd_watchdog_stop(rt);
     global_fini(rt, rt->cfg.modules_count);
     rt->waited = true;
+    hd_faults_arm(false);
+    hd_faults_report();
     return rt->error;
 }
 

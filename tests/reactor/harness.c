@@ -74,6 +74,7 @@ int hdt_run(const struct hdt_options *o, hdt_body_fn *body, void *arg, struct hd
         .pin = true,
         .features_disable = o->features_disable,
         .busy_poll_us = o->busy_poll_us,
+        .min_wait_us = o->min_wait_us,
         .frame_classes = o->frame_classes,
         .frame_classes_count = o->frame_classes_count,
         .modules = mods,

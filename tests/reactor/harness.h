@@ -24,6 +24,7 @@ struct hdt_options {
     unsigned shards;
     uint32_t features_disable;
     uint32_t busy_poll_us;
+    uint32_t min_wait_us; /* 0: the default */
     const struct hd_frame_class *frame_classes;
     unsigned frame_classes_count;
     /* Layers (e.g. net_module, tls_module) the runtime sets up on every shard before the test

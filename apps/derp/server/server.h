@@ -3,9 +3,10 @@
  * Where things live: a client connection is accepted on any shard, speaks HTTP there, and after
  * the DERP handshake moves (net_conn_migrate) to the shard that owns its key,
  * srv_owner(key) = hash(key) % shards. Each shard's peer table is authoritative for the keys it
- * owns, so routing a packet is one hash: local delivery, or one bus message to the owner.
- * Per-client state is heap memory because it is born on the accepting shard and dies on the
- * owner shard. */
+ * owns, so routing a packet is one hash: local delivery, or one bus message to the owner. A
+ * client that keeps sending to one peer may then move to that peer's shard as a guest, the
+ * owner's entry pointing there (server_place.c). Per-client state is heap memory because it is
+ * born on the accepting shard and dies on another. */
 #ifndef SERVER_H
 #define SERVER_H
 
@@ -88,6 +89,12 @@ struct srv_client {
     struct hd_tbucket rate;
     struct hd_timer rate_timer;
     bool rate_paid, rate_waiting;
+    /* Placement (server_place.c): guest = the connection lives on another shard than its key's
+     * owner (cl->peer is then this shard's guest entry); placing = on its way there. The
+     * remote destination this client sent to last, and how many packets in a row. */
+    bool guest, placing, going_home;
+    uint32_t place_run;
+    uint64_t place_dst;
     /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
@@ -104,6 +111,13 @@ struct srv_peer {
      * they did: fwd[0] is the one packets go to while the key has no local connection. */
     uint8_t fwd_count;
     uint8_t fwd[SRV_MESH_NODES_MAX];
+    /* Owner table: the key's one connection lives on shard guest_at - 1 (0: here, or none);
+     * it counts in clients_count but is not in clients. While placing (on its way), packets
+     * wait in held (SRV_PLACE_HELD_MAX, allocated for the move). */
+    uint8_t guest_at;
+    bool placing;
+    uint8_t held_count;
+    struct hd_frame **held;
 };
 
 struct srv_peer_table {
@@ -165,7 +179,8 @@ struct srv_shard {
     struct net_listener *http_listener; /* -http-port in TLS mode */
     struct net_udp *stun;
     struct srv_peer_table peers;
-    struct srv_subs subs; /* source key -> connections here that received from it (§6.7) */
+    struct srv_peer_table guests; /* connections living here whose keys other shards own */
+    struct srv_subs subs;         /* source key -> connections here that received from it (§6.7) */
     /* This shard's watchers (WatchConns), so presence events reach them without a walk over
      * every connection; allocated at the first one (SRV_WATCHERS_MAX slots). */
     struct srv_client **watch_list;
@@ -230,6 +245,10 @@ int srv_prelogin_init(struct srv_shard *ds);
 void srv_prelogin_fini(struct srv_shard *ds);
 bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
 void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
+/* The connection counted under from (entered) now counts under to (a PROXY header named the
+ * client): always moved; true when to is now over the per-address cap (close it). */
+bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from,
+                       const struct net_addr *to);
 
 /* server_frames.c: fair shares of the frame pools. */
 int srv_frames_init(struct srv_shard *ds);
@@ -266,12 +285,15 @@ void srv_subs_fini(struct srv_subs *t);
 int srv_peers_init(struct srv_peer_table *t);
 void srv_peers_fini(struct srv_peer_table *t);
 struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN]);
+int srv_peers_insert(struct srv_peer_table *t, struct srv_peer *p);
+void srv_peers_remove(struct srv_peer_table *t, struct srv_peer *p);
 void srv_register(struct srv_shard *ds, struct srv_client *cl);
 void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
 void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
 /* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
  * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
-void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
+/* Returns true when the frame went to another shard over the bus. */
+bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
                bool forwarded);
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
@@ -295,6 +317,38 @@ void srv_forwarder_remove_node(struct srv_shard *ds, unsigned id);
 void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
                   const uint8_t dst[DERP_KEY_LEN]);
 
+/* server_sources.c: a connection that moves keeps its sources; only the index changes. */
+bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
+void srv_sources_detach(struct srv_client *cl); /* out of this shard's index (keyset kept) */
+void srv_sources_attach(struct srv_client *cl); /* into this shard's index (cl->ds) */
+
+/* server_peers.c, for placement: the key's connection count falls by one (a guest left); p
+ * may be freed. Route-message flag bits (u64[0]): bit 0 kind, bit 1 forwarded, and: */
+#define SRV_ROUTE_TO_GUEST 4u /* owner -> the guest's shard */
+#define SRV_ROUTE_BOUNCED  8u /* guest's shard -> owner: the guest had gone; never again */
+void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p);
+void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
+
+/* server_place.c: placement (docs/ARCHITECTURE.md "Placement policy") */
+/* cl (on its owner shard, or a guest) sent a packet to dst over the bus, to dst's owner. */
+void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
+/* Owner shard: deliver f to p's connection elsewhere (held while it moves). */
+void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
+                       uint32_t flags);
+/* The guest of this shard for key, or NULL. */
+struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
+/* A second connection registered for p while its first lives elsewhere: call that one home. */
+void srv_place_recall(struct srv_shard *ds, struct srv_peer *p);
+/* client_closed of a guest or placing connection (instead of the owner's unregister). */
+void srv_place_closed(struct srv_client *cl);
+/* Owner: forward an event for p's connection to its guest shard (arg 1 there). */
+void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn,
+                     struct hd_frame *f);
+/* client_activate's per-shard half: timers, writer, rate bucket, gauges (server_client.c). */
+void srv_client_settle(struct srv_shard *ds, struct srv_client *cl);
+void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl);
+extern const struct net_conn_handler srv_client_handler;
+
 /* server_mesh.c: -mesh-with (spec §7) */
 /* Main thread: parse and resolve the list (needs the mesh key). 0 or -1 with err set. */
 int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size_t err_size);
@@ -313,6 +367,17 @@ int srv_certs_attach(struct srv_config *cfg, struct hd_runtime *rt);
 void srv_certs_detach(struct srv_config *cfg);
 void srv_certs_reload(struct srv_config *cfg); /* SIGHUP: a bad file keeps the old one */
 struct tls_ctx *srv_certs_current(const struct srv_shard *ds);
+
+/* server_http.c, for server_proxy.c: a main-listener connection in its HTTP phase (NULL: the
+ * pool was full, fd closed), TLS under it (or closed), and the accept bucket's verdict. */
+struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd, const struct net_addr *peer);
+void srv_http_tls_start(struct srv_shard *ds, struct net_conn *c);
+bool srv_accept_allowed(struct srv_shard *ds);
+
+/* server_proxy.c: -proxy-protocol-from (PROXY protocol v1/v2 on the main listener). */
+/* Parses the list into cfg; 0, or -errno with the message printed. Main thread. */
+int srv_proxy_configure(struct srv_config *cfg, const char *list);
+void srv_proxy_accept(struct srv_shard *ds, int fd, const struct net_addr *peer);
 
 /* server_stun.c */
 int srv_stun_start(struct srv_shard *ds);

@@ -51,6 +51,7 @@ struct srv_counters {
     uint64_t admit_revoked;        /* connections closed: the controller now refuses the key */
     uint64_t allowlist_refused;    /* closed at login: key not in --allow-keys */
     uint64_t bus_dropped;          /* packets dropped because the bus to the owner was full */
+    uint64_t placement_moves;      /* clients moved to the shard of the peer they send to */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */
@@ -58,16 +59,19 @@ struct srv_counters {
     uint64_t packet_forwarder_delete_other_value;
     uint64_t mesh_forward_dropped;
     uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
+    /* -proxy-protocol-from: headers read; connections from other sources refused; bad headers */
+    uint64_t proxy_headers, proxy_untrusted, proxy_bad_headers;
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;
     int64_t current_notideal_connections;
     int64_t clients_local; /* keys with at least one connection here */
     int64_t current_dup_client_keys, current_dup_client_conns;
-    int64_t watchers;         /* ds->watch_count, set when read */
-    int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
-    int64_t mesh_links_ready; /* outbound mesh links logged in */
-    int64_t prelogin_now;     /* ds->prelogin.count, set when read */
+    int64_t watchers;              /* ds->watch_count, set when read */
+    int64_t clients_total;         /* keys local or reachable via the mesh (set when read) */
+    int64_t mesh_links_ready;      /* outbound mesh links logged in */
+    int64_t mesh_links_configured; /* -mesh-with entries that are not this server (when read) */
+    int64_t prelogin_now;          /* ds->prelogin.count, set when read */
 };
 
 #endif /* SERVER_COUNTERS_H */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "server.h"
+#include "server_check.h"
 #include "server_flags.h"
 
 #define HDERP_VERSION "0.1.0"
@@ -31,14 +32,15 @@ static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
            "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
-           "STUN %s, io_uring%s%s, mesh key %s, %u mesh nodes",
+           "STUN %s, io_uring%s%s%s, mesh key %s, %u mesh nodes",
            HDERP_VERSION, cfg->addr_text,
            cfg->tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
                     : "plain HTTP",
            hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
-           cfg->have_mesh_key ? "set" : "none", cfg->mesh_count);
+           (feat & HD_FEAT_MIN_WAIT) ? " min-wait" : "", cfg->have_mesh_key ? "set" : "none",
+           cfg->mesh_count);
     if (cfg->dev)
         hd_log(HD_LOG_INFO,
                "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
@@ -97,6 +99,7 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
     HD_ASSERT(fc == 0); /* the flag parser checked the size */
     struct hd_runtime_config rc_cfg = {
         .shards_count = f->shards,
+        .min_wait_us = f->min_wait_us,
         .stall_ms = !f->stall_set      ? 0
                     : f->stall_ms == 0 ? HD_STALL_OFF
                                        : (uint32_t)f->stall_ms,
@@ -134,12 +137,27 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
     return rc;
 }
 
+/* The flags, and the modes that do not run a server: the exit code, or -1 to go on. */
+static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
+{
+    if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
+        return srv_check_main(argc - 1, argv + 1);
+    int rc = srv_flags_parse(argc, argv, f);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    if (f->log_json)           /* --log-format json: every hd_log line from here on */
+        hd_log_set_format(HD_LOG_FORMAT_JSON);
+    if (f->print_derpmap) /* server_derpmap.c: the DERP map entry instead of running */
+        return srv_derpmap_print(f, stdout) < 0 ? 2 : 0;
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
-    int rc = srv_flags_parse(argc, argv, &f);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    int rc = parse_and_modes(argc, argv, &f);
+    if (rc >= 0)
+        return rc; /* --help, -version, check, --print-derpmap, or bad flags */
     struct srv_config *cfg = calloc(1, sizeof(*cfg));
     if (cfg == NULL || srv_configure(cfg, &f) < 0) {
         if (cfg)

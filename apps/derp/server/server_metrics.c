@@ -40,6 +40,10 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
         v->ctr.prelogin_now = ds->prelogin.count;
+        v->ctr.mesh_links_configured = 0; /* this shard's links (id % shards), self excluded */
+        for (unsigned i = hd_shard_id(s); ds->links && i < ds->cfg->mesh_count;
+             i += hd_shard_count(s))
+            v->ctr.mesh_links_configured += !ds->links[i].self;
         v->rate = *srv_rate_current(ds);
     }
     v->loop = *hd_shard_stats(s);
@@ -85,6 +89,9 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
+    put_metric(o, "proxy_headers", "counter", SUM(proxy_headers));
+    put_metric(o, "proxy_untrusted_refused", "counter", SUM(proxy_untrusted));
+    put_metric(o, "proxy_bad_headers", "counter", SUM(proxy_bad_headers));
     put_metric(o, "bytes_received", "counter", SUM(bytes_received));
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
@@ -149,12 +156,31 @@ static void format_rate(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
 }
 
+/* Loop counters per shard (bus messages, wake-ups, frames sent home): the cross-shard cost per
+ * packet, read by perf/ scripts. */
+static void format_loop_counters(struct out *o, const struct varz_slot *v, unsigned count)
+{
+#define LOOP_COUNTER(name)                                                                         \
+    do {                                                                                           \
+        put(o, "# TYPE hderp_loop_" #name " counter\n");                                           \
+        for (unsigned i = 0; i < count; i++)                                                       \
+            put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                                 \
+                (unsigned long long)v[i].loop.name);                                               \
+    } while (0)
+    LOOP_COUNTER(bus_sent);
+    LOOP_COUNTER(wakes_sent);
+    LOOP_COUNTER(wakes_received);
+    LOOP_COUNTER(frames_returned);
+#undef LOOP_COUNTER
+}
+
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
 {
-    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
         (long long)SUM(mesh_refused));
+    put(o, "# TYPE hderp_mesh_links_configured gauge\nhderp_mesh_links_configured %lld\n",
+        (long long)SUM(mesh_links_configured));
     put(o, "# TYPE hderp_handshake_errors counter\nhderp_handshake_errors %lld\n",
         (long long)SUM(handshake_errors));
     put(o, "# TYPE hderp_admit_refused counter\nhderp_admit_refused %lld\n",
@@ -173,6 +199,8 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
         (long long)SUM(allowlist_refused));
     put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
         (long long)SUM(bus_dropped));
+    put(o, "# TYPE hderp_placement_moves counter\nhderp_placement_moves %lld\n",
+        (long long)SUM(placement_moves));
     put(o, "# TYPE hderp_conns_accepted counter\nhderp_conns_accepted %lld\n",
         (long long)SUM(conns_accepted));
     put(o, "# TYPE hderp_prelogin_conns gauge\nhderp_prelogin_conns %lld\n",
@@ -187,6 +215,12 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n", (long long)SUM(frames_reserve_dropped));
     put(o, "# TYPE hderp_ctl_dropped counter\nhderp_ctl_dropped %lld\n",
         (long long)SUM(ctl_dropped));
+}
+
+/* The loop's own figures, per shard, so an uneven load shows. */
+static void format_loop(struct out *o, const struct varz_slot *v, unsigned count)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -200,6 +234,18 @@ static void format_hderp(struct out *o, const struct varz_slot *v, unsigned coun
     put(o, "# TYPE hderp_loop_ticks counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
+    /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
+    put(o, "# TYPE hderp_loop_enters counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.enters);
+    put(o, "# TYPE hderp_loop_sleeps counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.sleeps);
+    put(o, "# TYPE hderp_loop_min_waits counter\n");
+    for (unsigned i = 0; i < count; i++)
+        put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
+            (unsigned long long)v[i].loop.min_waits);
+    format_loop_counters(o, v, count);
     put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
@@ -236,6 +282,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
         if (r->cfg->rate_config_path)
             format_rate(&o, slots, count);
         format_hderp(&o, slots, count);
+        format_loop(&o, slots, count);
         char head[256];
         struct net_http_hdr ct = {"Content-Type", NET_HTTP_LIT("text/plain; version=0.0.4")};
         struct net_http_resp_spec spec = {.status = 200,

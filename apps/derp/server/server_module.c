@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "server_acme.h"
 
 bool srv_needs_tls(const struct srv_config *cfg)
 {
@@ -20,6 +21,7 @@ static void ds_free(struct srv_shard *ds)
 {
     srv_prelogin_fini(ds);
     srv_peers_fini(&ds->peers);
+    srv_peers_fini(&ds->guests);
     free(ds->scratch);
     free(ds);
 }
@@ -38,7 +40,10 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     HD_ASSERT(idx >= 0); /* this very instance is in the runtime's list */
     ds->instance = (unsigned)idx;
     ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
-    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
+    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0 ||
+        (rc = srv_peers_init(&ds->guests)) < 0) {
+        srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
@@ -102,6 +107,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_mesh_fini(ds);
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
+    srv_peers_fini(&ds->guests);
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
@@ -111,12 +117,18 @@ static void shard_fini(struct hd_shard *s, void *state)
 
 static int global_init(struct hd_runtime *rt, void *arg)
 {
-    const struct srv_config *cfg = arg;
+    struct srv_config *cfg = arg;
     (void)rt;
     int rc = derp_crypto_init();
     if (rc == 0)
         srv_hash_init(cfg->hash_key_given ? cfg->hash_key : NULL);
-    return rc;
+    return rc < 0 ? rc : srv_acme_start(cfg); /* -certmode letsencrypt: its thread */
+}
+
+static void global_fini(struct hd_runtime *rt, void *arg)
+{
+    (void)rt, (void)arg;
+    srv_acme_stop();
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */
@@ -138,6 +150,7 @@ const struct hd_module srv_module = {
     .name = "derp",
     .requires = srv_requires,
     .global_init = global_init,
+    .global_fini = global_fini,
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,

@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "server.h"
+#include "server_acme.h"
 #include "server_flags.h"
 
 static int load_key(struct srv_config *cfg, const struct srv_flags *f)
@@ -53,12 +54,11 @@ static bool is_ip_literal(const char *host)
  * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
 static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
 {
-    if (strcmp(f->certmode, "manual") != 0) {
+    bool acme = strcmp(f->certmode, "letsencrypt") == 0; /* server_acme.c */
+    if (!acme && strcmp(f->certmode, "manual") != 0) {
         fprintf(stderr,
-                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
-                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
-                "port (e.g. -a :3340) behind a TLS terminator\n",
-                f->addr, f->certmode);
+                "hderp-server: -certmode %s is not implemented: use letsencrypt or manual\n",
+                f->certmode);
         return -1;
     }
     char certdir[1024];
@@ -83,7 +83,9 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
     snprintf(cfg->key_file, sizeof(cfg->key_file), "%s/%s.key", certdir, host);
     cfg->sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(cfg->hostname, sizeof(cfg->hostname), "%s", f->hostname);
-    if (access(cfg->cert_file, R_OK) != 0 && !cfg->sni_required) {
+    if (acme && srv_acme_configure(cfg, f, certdir) < 0)
+        return -1;
+    if (!acme && access(cfg->cert_file, R_OK) != 0 && !cfg->sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",
@@ -129,6 +131,7 @@ static int configure_limits(struct srv_config *cfg, const struct srv_flags *f)
     cfg->login_deadline_ms = (uint32_t)f->login_deadline_ms;
     cfg->prelogin_shard_max = (uint32_t)f->prelogin_max;
     cfg->prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    cfg->placement = f->placement; /* where clients live (server_place.c) */
     if (f->hash_key == NULL)
         return 0;
     size_t got = 0;
@@ -140,6 +143,24 @@ static int configure_limits(struct srv_config *cfg, const struct srv_flags *f)
         return -EINVAL;
     }
     cfg->hash_key_given = true;
+    return 0;
+}
+
+/* -verify-client-url (its cache and re-checks) and -verify-clients: 0 or -1 (printed). */
+static int configure_admission(struct srv_config *cfg, const struct srv_flags *f)
+{
+    char aerr[256];
+    if (srv_admit_configure(cfg, f->verify_client_url, f->verify_client_url_fail_open, aerr,
+                            sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
+        return -1;
+    }
+    if (srv_admit_recheck_configure(cfg, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -1;
+    if (srv_admit_local_configure(cfg, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -1;
+    }
     return 0;
 }
 
@@ -174,18 +195,9 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->stun_port = f->stun_port;
     if (configure_mesh_key(cfg, f) < 0)
         return -EINVAL;
+    if (configure_admission(cfg, f) < 0)
+        return -EINVAL;
     char aerr[256];
-    if (srv_admit_configure(cfg, f->verify_client_url, f->verify_client_url_fail_open, aerr,
-                            sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
-        return -EINVAL;
-    }
-    if (srv_admit_recheck_configure(cfg, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
-        return -EINVAL;
-    if (srv_admit_local_configure(cfg, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
-        return -EINVAL;
-    }
     if (srv_mesh_configure(cfg, f->mesh_with, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
         return -EINVAL;
@@ -198,6 +210,8 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
         }
         cfg->rate_config_path = f->rate_config;
     }
+    if (f->proxy_from && srv_proxy_configure(cfg, f->proxy_from) < 0)
+        return -EINVAL;  /* --proxy-protocol-from: the message is printed */
     if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
         char err[512];
         if (srv_allow_configure(cfg, f->allow_keys, err, sizeof(err)) < 0) {
