@@ -49,6 +49,14 @@ enum srv_client_phase {
 
 struct net_http_client;
 
+/* Per-key accounting (server_account.c): what this connection relayed and has not yet fed to
+ * its shard's tables (received: from the key; sent: to it), and its named-key entry there. */
+struct srv_acct_conn {
+    uint64_t rx_bytes, rx_pkts, tx_bytes, tx_pkts;
+    uint32_t named; /* 1 + its index in the shard's named table; 0: not a named key */
+    bool attached;
+};
+
 struct srv_client {
     struct net_conn *conn;
     struct srv_shard *ds;
@@ -84,6 +92,7 @@ struct srv_client {
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
     bool rechecking;
+    struct srv_acct_conn acct;
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -161,6 +170,7 @@ struct srv_shard {
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
+    struct srv_acct *acct; /* per-key accounting (server_account.c) */
     struct srv_counters ctr;
 };
 
@@ -330,7 +340,62 @@ void srv_allow_reload(struct srv_config *cfg);
 void srv_allow_detach(struct srv_config *cfg);
 bool srv_allow_admits(struct srv_shard *ds, const struct derp_pubkey *key);
 
-/* server_metrics.c */
-void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only);
+/* The sorted key list of a file (--allow-keys, -account-keys): one per line, nodekey:<hex> or
+ * hex, # comments. load: a new snapshot (the caller's reference) or -errno, err naming
+ * file:line; at most max keys. */
+struct srv_keylist {
+    struct hd_snap snap;
+    uint32_t count;
+    uint8_t (*keys)[DERP_KEY_LEN]; /* sorted, no duplicates */
+};
+int srv_keylist_load(const char *path, uint32_t max, struct srv_keylist **out, char *err,
+                     size_t err_size);
+bool srv_keylist_has(const struct srv_keylist *l, const struct derp_pubkey *key);
+
+/* server_account.c: per-key accounting. Each shard keeps heavy-hitter sketches (Space-Saving,
+ * SRV_ACCT_TOP_ENTRIES keys by bytes and by packets) and exact counters for the keys of
+ * -account-keys; a connection counts into cl->acct (srv_acct_rx/tx) and feeds its shard's
+ * tables in batches: past SRV_ACCT_FEED_BYTES, at each KeepAlive and at detach. attach /
+ * detach: on the shard the connection is on, when it becomes active / closes (a connection
+ * moved while active must detach on the old shard and attach on the new one). */
+struct srv_acct;
+struct srv_acct_slot;
+int srv_acct_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
+void srv_acct_config_free(struct srv_config *cfg);
+int srv_acct_attach_config(struct srv_config *cfg, struct hd_runtime *rt);
+void srv_acct_reload(struct srv_config *cfg);
+void srv_acct_detach_config(struct srv_config *cfg);
+int srv_acct_shard_init(struct srv_shard *ds);
+void srv_acct_shard_fini(struct srv_shard *ds);
+void srv_acct_attach(struct srv_client *cl);
+void srv_acct_detach(struct srv_client *cl);
+void srv_acct_feed(struct srv_client *cl);
+static inline void srv_acct_rx(struct srv_client *cl, uint32_t bytes)
+{
+    cl->acct.rx_bytes += bytes;
+    cl->acct.rx_pkts++;
+    if (cl->acct.rx_bytes + cl->acct.tx_bytes >= SRV_ACCT_FEED_BYTES)
+        srv_acct_feed(cl);
+}
+static inline void srv_acct_tx(struct srv_client *cl, uint32_t bytes)
+{
+    cl->acct.tx_bytes += bytes;
+    cl->acct.tx_pkts++;
+    if (cl->acct.rx_bytes + cl->acct.tx_bytes >= SRV_ACCT_FEED_BYTES)
+        srv_acct_feed(cl);
+}
+/* /debug/varz and /debug/keys: a slot per shard (hd_collect), filled on its shard; formatted
+ * (merged over the count slots, stride bytes apart) on the shard that got the request. */
+void srv_acct_fill(struct srv_shard *ds, struct srv_acct_slot *slot);
+struct srv_text {
+    char *buf;
+    size_t len, cap;
+};
+__attribute__((format(printf, 2, 3))) void srv_text_put(struct srv_text *o, const char *fmt, ...);
+void srv_acct_format_varz(struct srv_text *o, const void *slots, size_t stride, unsigned count);
+void srv_acct_format_json(struct srv_text *o, const void *slots, size_t stride, unsigned count);
+
+/* server_metrics.c: /debug/varz (Prometheus text) or /debug/keys (JSON) */
+void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only, bool keys);
 
 #endif /* SERVER_H */

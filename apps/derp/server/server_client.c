@@ -41,6 +41,7 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f)
     }
     cl->ds->ctr.packets_sent++;
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    srv_acct_tx(cl, len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
     /* §6.7: the receiver now hears when this source leaves. */
     srv_source_subscribe(cl, f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
     hd_frame_unref(cl->ds->s, f);
@@ -132,6 +133,7 @@ static void keepalive_fired(struct hd_timer *t)
     uint8_t ka[DERP_FRAME_HEADER_LEN];
     derp_frame_keep_alive_encode(ka, sizeof(ka));
     srv_client_send_ctl(cl, ka, sizeof(ka));
+    srv_acct_feed(cl); /* a quiet connection's counts reach the tables at least this often */
     if (cl->phase == SRV_CLIENT_ACTIVE)
         hd_timer_start(cl->ds->s, t, cl->ds->cfg->keepalive_ms);
 }
@@ -173,6 +175,7 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
     cl->connected_ms = hd_now_ms(ds->s);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
     srv_rate_client_init(cl, cl->connected_ms);
+    srv_acct_attach(cl);
     hd_flush_init(&cl->writer, writer_run);
     hd_timer_init(&cl->keepalive, keepalive_fired);
     uint32_t jitter =
@@ -265,6 +268,7 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
         ds->ctr.packets_received++;
         ds->ctr.bytes_received += pkt_len;
         ds->ctr.packets_received_kind[kind]++;
+        srv_acct_rx(cl, pkt_len);
     }
     /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
     uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;
@@ -398,6 +402,7 @@ static void client_closed(struct net_conn *c, int reason)
         hd_timer_stop(ds->s, &cl->keepalive);
         srv_admit_recheck_stop(cl);
         srv_rate_client_fini(cl);
+        srv_acct_detach(cl);
         srv_unregister(ds, cl);
         ds->ctr.current_connections--;
         if (cl->not_ideal)

@@ -9,7 +9,7 @@
 #include <hd/net.h>
 
 struct srv_tls_snap;
-struct srv_allow;
+struct srv_keylist;
 struct tls_ctx;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
@@ -89,8 +89,12 @@ struct srv_config {
     struct hd_snap_var *rate_var;
     /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
     const char *allow_path;
-    struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
+    struct srv_keylist *allow_initial; /* loaded at start-up, until srv_allow_attach */
     struct hd_snap_var *allow;
+    /* -account-keys (server_account.c); NULL: off. The list is a snapshot per shard. */
+    const char *account_path;
+    struct srv_keylist *account_initial; /* loaded at start-up, until attached */
+    struct hd_snap_var *account;
 };
 
 #endif /* SERVER_CONFIG_H */

@@ -105,6 +105,10 @@ static void usage_own(FILE *out)
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
         "                          SIGHUP (a bad file keeps the old list)\n"
+        "  --account-keys FILE     exact relayed bytes and packets for these node keys (same\n"
+        "                          format, at most 1024) in /debug/keys and /debug/varz;\n"
+        "                          counters outlive a reconnect within 10 minutes; re-read on\n"
+        "                          SIGHUP. The top talkers are shown without it.\n"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
@@ -252,6 +256,7 @@ static const struct flag_field string_flags[] = {
     FIELD("rate-config", rate_config),
     FIELD("verify-client-url", verify_client_url),
     FIELD("allow-keys", allow_keys),
+    FIELD("account-keys", account_keys),
 };
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),

@@ -34,6 +34,7 @@ struct srv_flags {
     long accept_burst;                /* -accept-connection-burst */
     const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
     const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
+    const char *account_keys;         /* -account-keys FILE (hderp's own; NULL: off) */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

@@ -34,7 +34,11 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     ds->s = s;
     ds->cfg = &config;
     ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
-    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0) {
+    if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0 ||
+        (rc = srv_acct_shard_init(ds)) < 0) {
+        srv_acct_shard_fini(ds);
+        if (ds->peers.slots)
+            srv_peers_fini(&ds->peers);
         free(ds->scratch);
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
@@ -47,6 +51,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
         srv_peers_fini(&ds->peers);
+        srv_acct_shard_fini(ds);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -70,6 +75,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
         srv_peers_fini(&ds->peers);
+        srv_acct_shard_fini(ds);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -100,6 +106,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
     srv_admit_shard_fini(ds);
+    srv_acct_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
@@ -120,6 +127,7 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     if (signo != SIGHUP)
         return;
     srv_allow_reload(&config); /* --allow-keys */
+    srv_acct_reload(&config);  /* -account-keys */
     srv_certs_reload(&config); /* TLS mode: the certificate files */
     srv_rate_reload(&config);  /* -rate-config */
 }
@@ -303,6 +311,13 @@ static int configure(const struct srv_flags *f)
             return -EINVAL;
         }
     }
+    if (f->account_keys) { /* -account-keys: a bad line refuses to start */
+        char err[512];
+        if (srv_acct_configure(&config, f->account_keys, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -account-keys %s\n", err);
+            return -EINVAL;
+        }
+    }
     int rc = load_key(f);
     if (rc < 0)
         return rc;
@@ -381,8 +396,15 @@ int main(int argc, char **argv)
         hd_runtime_destroy(rt);
         return 1;
     }
+    if ((rc = srv_acct_attach_config(&config, rt)) < 0) { /* -account-keys */
+        fprintf(stderr, "hderp-server: -account-keys: %s\n", strerror(-rc));
+        srv_allow_detach(&config);
+        hd_runtime_destroy(rt);
+        return 1;
+    }
     if ((rc = srv_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
         fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
+        srv_acct_detach_config(&config);
         srv_allow_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
@@ -390,6 +412,7 @@ int main(int argc, char **argv)
     if ((rc = srv_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
         fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
         srv_rate_detach(&config);
+        srv_acct_detach_config(&config);
         srv_allow_detach(&config);
         hd_runtime_destroy(rt);
         return 1;
@@ -398,6 +421,7 @@ int main(int argc, char **argv)
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
         srv_rate_detach(&config);
+        srv_acct_detach_config(&config);
         srv_allow_detach(&config);
         srv_certs_detach(&config);
         hd_runtime_destroy(rt);
@@ -406,6 +430,7 @@ int main(int argc, char **argv)
     log_start(rt);
     rc = hd_runtime_wait(rt);
     srv_rate_detach(&config);
+    srv_acct_detach_config(&config);
     srv_allow_detach(&config);
     srv_certs_detach(&config);
     hd_runtime_destroy(rt);
