@@ -77,8 +77,10 @@ void srv_acct_reload(struct srv_config *cfg)
     unsigned count = l->count;
     rc = hd_snap_var_publish(cfg->account, &l->snap); /* takes l's reference */
     if (rc < 0)
-        hd_log(HD_LOG_ERROR, "-account-keys %s: %u keys read, but some shards keep the previous "
-               "list (%s); send SIGHUP again", cfg->account_path, count, strerror(-rc));
+        hd_log(HD_LOG_ERROR,
+               "-account-keys %s: %u keys read, but some shards keep the previous "
+               "list (%s); send SIGHUP again",
+               cfg->account_path, count, strerror(-rc));
     else
         hd_log(HD_LOG_INFO, "-account-keys %s: reloaded %u keys", cfg->account_path, count);
 }
