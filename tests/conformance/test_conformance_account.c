@@ -57,10 +57,10 @@ static void write_list(const char *text)
 static void server_up(bool with_list)
 {
     const char *extra[] = {"-account-keys", list, NULL};
-    cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS,
-                                                                    .extra = with_list ? extra
-                                                                                       : NULL}),
-                 0);
+    cr_assert_eq(
+        conf_server_start(
+            &srv, &(struct conf_server_opts){.shards = SHARDS, .extra = with_list ? extra : NULL}),
+        0);
 }
 
 static void key_text(const struct derp_pubkey *k, char out[DERP_PUBKEY_TEXT_SIZE])

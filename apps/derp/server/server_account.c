@@ -59,6 +59,7 @@ int srv_acct_attach_config(struct srv_config *cfg, struct hd_runtime *rt)
 
 void srv_acct_detach_config(struct srv_config *cfg)
 {
+    srv_acct_config_free(cfg); /* never attached (start-up failed first) */
     hd_snap_var_destroy(cfg->account);
     cfg->account = NULL;
 }

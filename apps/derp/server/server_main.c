@@ -251,6 +251,21 @@ static int configure_mesh_key(const struct srv_flags *f)
     return 0;
 }
 
+/* --allow-keys and --account-keys: a bad line refuses to start. */
+static int configure_key_lists(const struct srv_flags *f)
+{
+    char err[512];
+    if (f->allow_keys && srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+        return -EINVAL;
+    }
+    if (f->account_keys && srv_acct_configure(&config, f->account_keys, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: --account-keys %s\n", err);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -304,20 +319,8 @@ static int configure(const struct srv_flags *f)
         }
         config.rate_config_path = f->rate_config;
     }
-    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
-        char err[512];
-        if (srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
-            return -EINVAL;
-        }
-    }
-    if (f->account_keys) { /* -account-keys: a bad line refuses to start */
-        char err[512];
-        if (srv_acct_configure(&config, f->account_keys, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -account-keys %s\n", err);
-            return -EINVAL;
-        }
-    }
+    if (configure_key_lists(f) < 0)
+        return -EINVAL;
     int rc = load_key(f);
     if (rc < 0)
         return rc;
@@ -328,6 +331,36 @@ static int configure(const struct srv_flags *f)
         return -1;
     }
     return 0;
+}
+
+/* After hd_runtime_create: every shard's snapshot of the reloadable configuration (lists,
+ * limit, TLS context). 0, or -1 with the message printed (detach_snapshots undoes the rest). */
+static int attach_failed(const char *what, int rc)
+{
+    fprintf(stderr, "hderp-server: %s: %s\n", what, strerror(-rc));
+    return -1;
+}
+
+static int attach_snapshots(struct hd_runtime *rt)
+{
+    int rc;
+    if ((rc = srv_allow_attach(&config, rt)) < 0)
+        return attach_failed("--allow-keys", rc);
+    if ((rc = srv_acct_attach_config(&config, rt)) < 0)
+        return attach_failed("--account-keys", rc);
+    if ((rc = srv_rate_attach(&config, rt)) < 0)
+        return attach_failed("-rate-config", rc);
+    if ((rc = srv_certs_attach(&config, rt)) < 0)
+        return attach_failed("TLS", rc);
+    return 0;
+}
+
+static void detach_snapshots(void)
+{
+    srv_rate_detach(&config);
+    srv_acct_detach_config(&config);
+    srv_allow_detach(&config);
+    srv_certs_detach(&config);
 }
 
 static void log_start(struct hd_runtime *rt)
@@ -391,48 +424,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
-    if ((rc = srv_allow_attach(&config, rt)) < 0) { /* --allow-keys: every shard's list */
-        fprintf(stderr, "hderp-server: --allow-keys: %s\n", strerror(-rc));
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_acct_attach_config(&config, rt)) < 0) { /* -account-keys */
-        fprintf(stderr, "hderp-server: -account-keys: %s\n", strerror(-rc));
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
-        fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
-        srv_acct_detach_config(&config);
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
-        fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
-        srv_rate_detach(&config);
-        srv_acct_detach_config(&config);
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    rc = hd_runtime_start(rt);
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
-        srv_rate_detach(&config);
-        srv_acct_detach_config(&config);
-        srv_allow_detach(&config);
-        srv_certs_detach(&config);
+    if (attach_snapshots(rt) < 0 || (rc = hd_runtime_start(rt)) < 0) {
+        if (rc < 0)
+            fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        detach_snapshots();
         hd_runtime_destroy(rt);
         return 1;
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
-    srv_rate_detach(&config);
-    srv_acct_detach_config(&config);
-    srv_allow_detach(&config);
-    srv_certs_detach(&config);
+    detach_snapshots();
     hd_runtime_destroy(rt);
     srv_admit_fini(&config);
     srv_mesh_config_free(&config);
