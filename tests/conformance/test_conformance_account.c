@@ -4,7 +4,7 @@
  * counts) and /debug/varz shows the same; a key named in -account-keys keeps its counters over
  * a reconnect, a key added to the file on SIGHUP is counted from its next login, an unnamed
  * key is never in "named"; with many more keys than the sketches hold, each shard's sketch
- * stays at its bound and the heavy key stays on top. */
+ * stays at its bound and the heavy key stays on top; a file over the bound refuses to start. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "conf_support.h"
@@ -310,4 +311,41 @@ Test(test_conformance_account, sketch_bounded_with_many_keys)
     json_decref(j);
     conf_raw_close(&sink);
     conf_server_stop_clean(&srv);
+}
+
+/* More keys than the named table holds (1,024): start-up refuses, naming the line. */
+Test(test_conformance_account, too_many_named_keys_refuses_to_start)
+{
+    enum { KEYS_MAX = 1024 }; /* SRV_ACCT_KEYS_MAX */
+    FILE *f = fopen(list, "w");
+    cr_assert_not_null(f);
+    for (unsigned i = 0; i <= KEYS_MAX; i++)
+        fprintf(f, "%064x\n", i + 1);
+    cr_assert_eq(fclose(f), 0);
+    char log[300];
+    snprintf(log, sizeof(log), "%s/start.log", dir);
+    const char *argv[] = {CONF_BIN_DIR "/hderp-server",
+                          "-dev",
+                          "-a",
+                          "127.0.0.1:0",
+                          "-stun=false",
+                          "--shards",
+                          "1",
+                          "--account-keys",
+                          list,
+                          NULL};
+    int status = 0;
+    int rc = conf_run(argv, log, CONF_START_TIMEOUT_MS, &status); /* if it started: killed */
+    cr_assert(rc == 0 || rc == -ETIMEDOUT, "spawn %s: %s", argv[0], strerror(-rc));
+    cr_assert_eq(rc, 0, "hderp-server kept running with 1,025 --account-keys");
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) != 0, "exit status %d", status);
+    f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char line[1024], want[400];
+    snprintf(want, sizeof(want), "%s:%u: more than %u keys", list, KEYS_MAX + 1, KEYS_MAX);
+    bool seen = false;
+    while (!seen && fgets(line, sizeof(line), f))
+        seen = strstr(line, want) != NULL;
+    fclose(f);
+    cr_assert(seen, "no \"%s\" in the start-up error", want);
 }
