@@ -33,6 +33,13 @@ static void write_fired(struct hd_timer *t)
     net_conn_close(c, -ETIMEDOUT, false);
 }
 
+static void deadline_fired(struct hd_timer *t)
+{
+    struct net_conn *c = hd_container_of(t, struct net_conn, deadline_timer);
+    c->deadline_at_ms = 0;
+    net_conn_close(c, -ETIMEDOUT, false);
+}
+
 static void conn_flush_cb(struct hd_flush *f)
 {
     struct net_conn *c = hd_container_of(f, struct net_conn, flush);
@@ -52,6 +59,7 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
     struct net_conn *c = hd_slab_get(ns->conns);
     if (c == NULL)
         return NULL;
+    HD_ASSERT(fd >= 0 && h != NULL);
     memset(c, 0, sizeof(*c));
     c->shard = s;
     c->ns = ns;
@@ -65,6 +73,7 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
     hd_flush_init(&c->flush, conn_flush_cb);
     hd_timer_init(&c->idle_timer, idle_fired);
     hd_timer_init(&c->write_timer, write_fired);
+    hd_timer_init(&c->deadline_timer, deadline_fired);
     c->send_high = NET_SEND_HIGH_DEFAULT;
     c->send_low = NET_SEND_LOW_DEFAULT;
     c->send_max = NET_SEND_MAX_DEFAULT;
@@ -77,6 +86,8 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
             c->send_low = opt->send_low_bytes;
         if (opt->send_max_bytes)
             c->send_max = opt->send_max_bytes;
+        c->send_high_frames = opt->send_high_frames;
+        c->send_low_frames = opt->send_low_frames;
     }
     ns->conns_count++;
     c->all_next = ns->all;
@@ -93,6 +104,7 @@ int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h,
     struct net_conn *c = net_conn_new(s, fd, h, app, opt);
     if (c == NULL)
         return -ENOMEM;
+    HD_ASSERT(c->state == NET_CONN_CONNECTING && c->flags == 0); /* fresh: zeroed, not yet open */
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* we batch writes ourselves */
     c->peer.len = sizeof(c->peer.ss);
@@ -112,6 +124,7 @@ static void connect_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     (void)flags;
     struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
+    HD_ASSERT(c->state == NET_CONN_CONNECTING || c->state == NET_CONN_CLOSING);
     hd_timer_stop(c->shard, &c->write_timer);
     if (c->state != NET_CONN_CONNECTING) { /* closed (timeout) meanwhile */
         net_conn_maybe_finish(c);
@@ -126,6 +139,7 @@ static void connect_done(struct hd_op *op, int32_t res, uint32_t flags)
         net_conn_maybe_finish(c);
         return;
     }
+    HD_ASSERT(c->state == NET_CONN_CONNECTING); /* CONNECTING -> OPEN, once */
     c->state = NET_CONN_OPEN;
     if (c->idle_timeout_ms)
         hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
@@ -225,6 +239,7 @@ void net_conn_recv_arm(struct net_conn *c)
         net_conn_close(c, -ENOMEM, false);
         return;
     }
+    HD_ASSERT(!(c->flags & (NET_F_MIGRATING | NET_F_QUIET_READ))); /* a move: recv paused */
     struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->recv_op);
     if (sqe == NULL) {
         net_conn_close(c, -EBUSY, false);
@@ -439,6 +454,7 @@ static int quiet_read_done(struct net_conn *c, int32_t res)
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     struct net_conn *c = hd_container_of(op, struct net_conn, recv_op);
+    HD_ASSERT(c->state != NET_CONN_CLOSED); /* freed only once no op of it is in flight */
     int rc = 0;
     c->depth++;
     /* Closing after a flush: the close reason is decided; an EOF or error of the read side no
@@ -466,6 +482,7 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
         net_conn_close(c, rc, false);
     if (!(flags & IORING_CQE_F_MORE) && c->state == NET_CONN_OPEN)
         net_conn_recv_arm(c);
+    HD_ASSERT(c->depth > 0);
     c->depth--;
     net_conn_maybe_finish(c);
 }
@@ -503,6 +520,7 @@ static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     (void)res, (void)flags;
     struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
+    HD_ASSERT(c->state == NET_CONN_CLOSING && !(c->flags & NET_F_FD_CLOSED));
     c->flags |= NET_F_FD_CLOSED;
     net_conn_maybe_finish(c);
 }
@@ -533,6 +551,7 @@ void net_conn_maybe_finish(struct net_conn *c)
     if (c->state != NET_CONN_CLOSING || c->depth > 0 || hd_op_busy(&c->recv_op) ||
         hd_op_busy(&c->send_op) || hd_op_busy(&c->ctl_op))
         return;
+    HD_ASSERT(!(c->flags & NET_F_MIGRATING)); /* a move ends OPEN; a closed one drops it */
     if (!(c->flags & NET_F_FD_CLOSED)) {
         c->ctl_op.fn = close_done;
         struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->ctl_op);
@@ -548,6 +567,8 @@ void net_conn_maybe_finish(struct net_conn *c)
 
 void net_conn_finish_close(struct net_conn *c)
 {
+    HD_ASSERT(c->state == NET_CONN_CLOSING && (c->flags & NET_F_FD_CLOSED) && c->depth == 0);
+    HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
     c->state = NET_CONN_CLOSED;
     net_conn_release(c, true);
 }
@@ -557,8 +578,10 @@ void net_conn_release(struct net_conn *c, bool notify)
 {
     struct hd_shard *s = c->shard;
     struct net_shard *ns = c->ns;
+    HD_ASSERT(c->state == NET_CONN_CLOSED && ns->conns_count > 0);
     hd_timer_stop(s, &c->idle_timer);
     hd_timer_stop(s, &c->write_timer);
+    hd_timer_stop(s, &c->deadline_timer);
     hd_flush_cancel(s, &c->flush);
     held_drain(c, false);
     pending_drain(c, false);
@@ -600,10 +623,12 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
         hd_flush_request(c->shard, &c->flush);
         return;
     }
-    c->state = NET_CONN_CLOSING;
+    HD_ASSERT(c->state == NET_CONN_OPEN || c->state == NET_CONN_CONNECTING);
+    c->state = NET_CONN_CLOSING; /* OPEN/CONNECTING -> CLOSING, once */
     c->close_reason = reason;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->deadline_timer);
     if (hd_op_busy(&c->recv_op))
         hd_op_cancel(c->shard, &c->recv_op);
     if (hd_op_busy(&c->send_op))

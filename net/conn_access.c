@@ -56,6 +56,24 @@ void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_
         hd_timer_stop(c->shard, &c->idle_timer);
 }
 
+void net_conn_set_deadline(struct net_conn *c, uint32_t ms)
+{
+    if (ms == 0 || c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED) {
+        hd_timer_stop(c->shard, &c->deadline_timer);
+        c->deadline_at_ms = 0;
+        return;
+    }
+    c->deadline_at_ms = hd_now_ms(c->shard) + ms;
+    hd_timer_start(c->shard, &c->deadline_timer, ms);
+}
+
+void net_conn_set_frame_limits(struct net_conn *c, uint32_t high, uint32_t low)
+{
+    HD_ASSERT(low <= high);
+    c->send_high_frames = high;
+    c->send_low_frames = low;
+}
+
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max)
 {
     c->send_high = high;

@@ -22,12 +22,15 @@ size_t net_conn_queued_bytes(const struct net_conn *c)
 void net_conn_update_pressure(struct net_conn *c)
 {
     size_t q = net_conn_queued_bytes(c);
+    uint32_t n = c->plain.count + c->mid.count + c->wire.count;
     bool paused = (c->flags & NET_F_SEND_PAUSED) != 0;
-    if (!paused && q >= c->send_high) {
+    bool high = q >= c->send_high || (c->send_high_frames && n >= c->send_high_frames);
+    bool low = q <= c->send_low && (!c->send_high_frames || n <= c->send_low_frames);
+    if (!paused && high) {
         c->flags |= NET_F_SEND_PAUSED;
         if (c->h->on_send_pressure)
             c->h->on_send_pressure(c, true);
-    } else if (paused && q <= c->send_low) {
+    } else if (paused && low) {
         c->flags &= ~NET_F_SEND_PAUSED;
         if (c->h->on_send_pressure)
             c->h->on_send_pressure(c, false);

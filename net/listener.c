@@ -111,6 +111,25 @@ static int listen_socket(const struct net_addr *addr, const struct net_listener_
     return fd;
 }
 
+int net_listener_claim(const struct net_addr *addr)
+{
+    if (net_addr_port(addr) == 0)
+        return -EINVAL;
+    int fd = socket(addr->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+    if (fd < 0)
+        return -errno;
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)); /* our listeners bind too */
+    if (addr->sa.sa_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)); /* as listen_socket */
+    if (bind(fd, &addr->sa, addr->len) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return fd;
+}
+
 int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
                        const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
                        struct net_listener **out)

@@ -26,6 +26,7 @@ struct net_migration {
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_conn_options opt;
+    uint64_t deadline_at_ms; /* net_conn_set_deadline's, on the shared monotonic clock; 0: none */
     bool send_paused; /* the app was told to pause (on_send_pressure) and waits for the resume */
     struct net_sendq_entry *plain, *mid, *wire;
     uint32_t plain_count, mid_count, wire_count;
@@ -41,6 +42,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE)))
         return -EBUSY;
+    HD_ASSERT(c->migration == NULL);
     struct net_migration *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return -ENOMEM;
@@ -52,6 +54,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
     c->flags |= NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);
     return 0;
@@ -136,6 +139,7 @@ static void take_undo(struct net_conn *c, struct net_migration *m)
  * references now belong to the package). */
 static void take_rest(struct net_conn *c, struct net_migration *m)
 {
+    HD_ASSERT(c->held_head == NET_BID_NONE && c->pending_head == NULL); /* all taken */
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;
@@ -147,11 +151,14 @@ static void take_rest(struct net_conn *c, struct net_migration *m)
     m->peer = c->peer;
     m->stats = c->stats;
     m->send_paused = (c->flags & NET_F_SEND_PAUSED) != 0;
+    m->deadline_at_ms = c->deadline_at_ms;
     m->opt = (struct net_conn_options){.idle_timeout_ms = c->idle_timeout_ms,
                                        .write_timeout_ms = c->write_timeout_ms,
                                        .send_high_bytes = c->send_high,
                                        .send_low_bytes = c->send_low,
-                                       .send_max_bytes = c->send_max};
+                                       .send_max_bytes = c->send_max,
+                                       .send_high_frames = c->send_high_frames,
+                                       .send_low_frames = c->send_low_frames};
     c->codec = c->upper = NULL;
     c->rx_tail = c->raw_tail = c->upper_tail = NULL;
     while (c->plain.count)
@@ -167,6 +174,11 @@ void net_migrate_step(struct net_conn *c)
 {
     struct net_migration *m = c->migration;
     struct hd_shard *s = c->shard;
+    /* net_conn_maybe_finish calls this once nothing of c is in flight and it is still open */
+    HD_ASSERT(m != NULL && m->c == c && (c->flags & NET_F_MIGRATING));
+    HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0 && !(c->flags & NET_F_QUIET));
+    HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
+    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s));
     int rc = take_codec(c, m);
     if (rc < 0) {
         hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
@@ -233,6 +245,7 @@ static int requeue(struct net_conn *c, struct net_sendq *q, struct net_sendq_ent
 static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
 {
     struct net_migration *m = msg->ptr;
+    HD_ASSERT(m->c == NULL && m->dst == hd_shard_id(dst) && m->fd >= 0); /* packed and sent */
     int rc = 0;
     struct net_conn *c = net_conn_new(dst, m->fd, m->h, m->app, &m->opt);
     if (c == NULL) {
@@ -278,6 +291,12 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     if (c->state == NET_CONN_OPEN) {
         if (c->idle_timeout_ms)
             hd_timer_start(dst, &c->idle_timer, c->idle_timeout_ms);
+        if (m->deadline_at_ms) { /* what is left of it; one already past fires at once */
+            uint64_t now = hd_now_ms(dst);
+            c->deadline_at_ms = m->deadline_at_ms;
+            hd_timer_start(dst, &c->deadline_timer,
+                           m->deadline_at_ms > now ? m->deadline_at_ms - now : 0);
+        }
         for (uint32_t i = 0; i < m->chunks_count; i++)
             net_conn_pending_add(c, m->chunks[i]); /* references move to the connection */
         m->chunks_count = 0;

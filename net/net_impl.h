@@ -97,10 +97,15 @@ struct net_conn {
     struct hd_flush flush;
     struct hd_timer idle_timer, write_timer;
     uint32_t idle_timeout_ms, write_timeout_ms;
+    /* An absolute deadline (net_conn_set_deadline): bytes do not restart it. deadline_at_ms is
+     * the shard clock's time of it (0: none), so a move can re-arm what is left. */
+    struct hd_timer deadline_timer;
+    uint64_t deadline_at_ms;
     uint32_t send_high, send_low, send_max;
-    struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
-    struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */
-    struct hd_frame *recv_frame;   /* fallback recv target */
+    uint32_t send_high_frames, send_low_frames; /* 0: no entry watermark */
+    struct hd_frame *rx_tail;                   /* bytes the app left unconsumed (data[0..len)) */
+    struct hd_frame *raw_tail;                  /* bytes the codec left unconsumed */
+    struct hd_frame *recv_frame;                /* fallback recv target */
     uint16_t held_head, held_tail; /* ring buffers received while paused (NET_BID_NONE: none) */
     struct hd_frame *pending_head, *pending_tail; /* raw bytes to replay before new ones */
     struct net_sendq plain;        /* app frames awaiting the codec (only with a codec) */

@@ -68,6 +68,8 @@ struct hd_frame *hd_frame_get(struct hd_shard *s, size_t size)
 
 static void frame_free_local(struct hd_shard *s, struct hd_frame *f)
 {
+    if (f->app_u64 && s->rt->cfg.frame_release)
+        s->rt->cfg.frame_release(s, f);
     hd_slab_put(s->frame_pools[f->cls].slab, f);
 }
 
@@ -112,6 +114,21 @@ void hd_frames_flush_back(struct hd_shard *s)
             s->frames_back_dirty &= ~(UINT64_C(1) << o);
         }
     }
+}
+
+int hd_frame_room(struct hd_shard *s, size_t size, uint64_t *avail, uint64_t *cap)
+{
+    for (unsigned i = 0; i < s->frame_classes_count; i++) {
+        if (size > s->frame_pools[i].size)
+            continue;
+        struct hd_pool_stats st;
+        hd_slab_stats(s->frame_pools[i].slab, &st);
+        HD_ASSERT(st.in_use <= st.cap);
+        *avail = st.cap - st.in_use;
+        *cap = st.cap;
+        return (int)i;
+    }
+    return -ENOBUFS;
 }
 
 void hd_frame_stats(struct hd_shard *s, unsigned cls, struct hd_pool_stats *out)

@@ -105,6 +105,7 @@ struct hd_shard {
     struct hd_frame_pool frame_pools[HD_FRAME_CLASSES_MAX];
     unsigned frame_classes_count;
     struct hd_slab *slabs; /* every pool this shard created */
+    uint64_t trim_ms;      /* the last hd_slabs_trim */
 
     struct hd_post_inbox posts;      /* from threads that are not shards (post.c) */
     struct hd_collect_req *collects; /* requests this shard is waiting on */
@@ -173,6 +174,9 @@ int hd_frames_init(struct hd_shard *s);
 void hd_frames_fini(struct hd_shard *s);
 void hd_frames_flush_back(struct hd_shard *s);
 void hd_slabs_destroy_all(struct hd_shard *s);
+/* Every HD_SLAB_TRIM_MS (the tick): free the empty chunks pools did not need (slab.c). */
+void hd_slabs_trim(struct hd_shard *s);
+bool hd_slabs_trim_wanted(const struct hd_shard *s);
 void hd_collects_poll(struct hd_shard *s);
 void hd_posts_init(struct hd_shard *s);
 void hd_posts_deinit(struct hd_shard *s);

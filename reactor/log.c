@@ -49,15 +49,19 @@ void hd_log_write(enum hd_log_level level, const char *fmt, ...)
 
 bool hd_log_rl_allow(struct hd_log_rl *rl, uint32_t *suppressed)
 {
-    uint64_t now = hd_clock_ms();
+    return hd_log_rl_allow_at(rl, hd_clock_ms(), suppressed);
+}
+
+bool hd_log_rl_allow_at(struct hd_log_rl *rl, uint64_t now, uint32_t *suppressed)
+{
     *suppressed = 0;
-    if (now - rl->window_ms >= 1000) {
+    if (rl->window_ms == 0 || now - rl->window_ms >= HD_LOG_RL_WINDOW_MS) {
         *suppressed = rl->suppressed;
         rl->window_ms = now;
         rl->lines = 0;
         rl->suppressed = 0;
     }
-    if (rl->lines >= HD_LOG_RATE_PER_SEC) {
+    if (rl->lines >= HD_LOG_RL_BURST) {
         rl->suppressed++;
         return false;
     }

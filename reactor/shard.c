@@ -182,6 +182,8 @@ static uint64_t wait_ms_for(struct hd_shard *s)
         wait = 1;
     if (s->phase != HD_PHASE_RUNNING && wait > 10)
         wait = 10;
+    if (wait > HD_SLAB_TRIM_MS && hd_slabs_trim_wanted(s)) /* wake to give chunks back */
+        wait = HD_SLAB_TRIM_MS;
     return wait;
 }
 
@@ -242,6 +244,10 @@ static void tick(struct hd_shard *s)
     hd_posts_drain(s);
     hd_collects_poll(s);
     hd_wheel_expire(s, s->now_ms);
+    if (s->now_ms - s->trim_ms >= HD_SLAB_TRIM_MS) { /* pools shrink after a burst */
+        s->trim_ms = s->now_ms;
+        hd_slabs_trim(s);
+    }
     phase_step(s);
     hd_flushes_run(s);
     hd_frames_flush_back(s);
@@ -305,6 +311,7 @@ static int shard_setup(struct hd_shard *s)
         return rc;
     }
     s->now_ms = hd_clock_ms();
+    s->trim_ms = s->now_ms;
     hd_wheel_init(&s->wheel, s->now_ms);
     hd_hist_init(&s->stats.tick_ns);
     hd_hist_init(&s->stats.cqes_per_tick);

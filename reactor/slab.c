@@ -1,7 +1,9 @@
 /* slab.c - fixed-size object pools. A pool belongs to one shard (its thread gets and puts);
  * it owns its chunks: HD_SLAB_CHUNK_SIZE-aligned blocks whose header points back at the pool, so
- * owner checks are one mask. Objects are carved lazily; freed ones go on an intrusive free list.
- * Growth allocates (start-up and warm-up); steady state never does. */
+ * owner checks are one mask. Objects are carved lazily; freed ones go on their chunk's intrusive
+ * free list; every HD_SLAB_TRIM_MS the shard frees empty chunks beyond what the pool's peak over
+ * that interval needed (plus HD_SLAB_SPARE_CHUNKS), so a pool shrinks after a burst. Growth
+ * allocates (start-up, warm-up, a burst); steady state never does. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,11 +15,19 @@
 #define HD_SLAB_MAGIC   0x68647362u /* "hdsb" */
 #define HD_SLAB_OBJ_OFF 64u         /* objects start after the chunk header's cache line */
 
+/* Each chunk keeps its own free list and count, so a chunk whose objects all came back can be
+ * freed: after a burst the pool shrinks back (issue 16: RSS stayed at the burst's peak). The
+ * pool keeps up to HD_SLAB_SPARE_CHUNKS empty chunks so a load that hovers at a chunk boundary
+ * does not allocate and free one per cycle. */
 struct hd_slab_chunk {
     uint32_t magic;
     uint32_t carved; /* objects carved from this chunk */
+    uint32_t in_use; /* of them, handed out now */
+    uint32_t listed; /* on the pool's avail list */
     struct hd_slab *slab;
-    struct hd_slab_chunk *next;
+    struct hd_slab_chunk *next, *prev; /* every chunk of the pool */
+    struct hd_slab_chunk *avail_next;  /* in the pool's list of chunks with something to give */
+    void *free_list;
 };
 _Static_assert(sizeof(struct hd_slab_chunk) <= HD_SLAB_OBJ_OFF, "header fits before objects");
 
@@ -25,10 +35,12 @@ struct hd_slab {
     char name[32];
     size_t obj_size;
     uint32_t per_chunk;
+    uint32_t empty_chunks;  /* chunks with in_use 0 */
+    uint64_t recent_peak;   /* most objects in use since the last hd_slab_trim */
     struct hd_shard *shard; /* NULL: a pool outside any shard (tools, tests) */
     struct hd_slab *next_in_shard;
-    void *free_list;
-    struct hd_slab_chunk *chunks; /* newest first: the one being carved */
+    struct hd_slab_chunk *chunks; /* every chunk, newest first */
+    struct hd_slab_chunk *avail;  /* chunks with a free object or room to carve, LIFO */
     struct hd_pool_stats st;
 };
 
@@ -85,47 +97,115 @@ void hd_slabs_destroy_all(struct hd_shard *s)
         hd_slab_destroy(s->slabs);
 }
 
+void hd_slabs_trim(struct hd_shard *s)
+{
+    for (struct hd_slab *p = s->slabs; p; p = p->next_in_shard)
+        hd_slab_trim(p);
+}
+
+bool hd_slabs_trim_wanted(const struct hd_shard *s)
+{
+    for (const struct hd_slab *p = s->slabs; p; p = p->next_in_shard)
+        if (hd_slab_trim_wanted(p))
+            return true;
+    return false;
+}
+
 static struct hd_slab_chunk *slab_grow(struct hd_slab *p)
 {
     struct hd_slab_chunk *c = aligned_alloc(HD_SLAB_CHUNK_SIZE, HD_SLAB_CHUNK_SIZE);
     if (c == NULL)
         return NULL;
     *c = (struct hd_slab_chunk){.magic = HD_SLAB_MAGIC, .slab = p, .next = p->chunks};
+    if (p->chunks)
+        p->chunks->prev = c;
     p->chunks = c;
+    c->avail_next = p->avail;
+    c->listed = 1;
+    p->avail = c;
+    p->empty_chunks++;
     p->st.chunks++;
     HD_POISON((char *)c + HD_SLAB_OBJ_OFF, HD_SLAB_CHUNK_SIZE - HD_SLAB_OBJ_OFF);
     return c;
 }
 
+static bool chunk_can_give(const struct hd_slab *p, const struct hd_slab_chunk *c)
+{
+    return c->free_list != NULL || (c->carved < p->per_chunk && p->st.capacity < p->st.cap);
+}
+
+/* Takes c off the avail list (it is the head: gets only look at the head). */
+static void avail_pop(struct hd_slab *p, struct hd_slab_chunk *c)
+{
+    HD_ASSERT(p->avail == c && c->listed);
+    p->avail = c->avail_next;
+    c->avail_next = NULL;
+    c->listed = 0;
+}
+
 void *hd_slab_get(struct hd_slab *p)
 {
-    void *obj = p->free_list;
-    if (obj) {
-        HD_UNPOISON(obj, p->obj_size);
-        memcpy(&p->free_list, obj, sizeof(void *));
-    } else {
-        if (p->st.capacity >= p->st.cap) {
+    struct hd_slab_chunk *c;
+    /* Heads that have nothing left to give (full, or carving stopped at the cap) leave the
+     * list; a put brings them back. Bounded by the number of chunks. */
+    while ((c = p->avail) != NULL && !chunk_can_give(p, c))
+        avail_pop(p, c);
+    if (c == NULL) {
+        if (p->st.capacity >= p->st.cap || (c = slab_grow(p)) == NULL) {
             p->st.exhausted++;
             return NULL;
         }
-        struct hd_slab_chunk *c = p->chunks;
-        if (c == NULL || c->carved == p->per_chunk) {
-            c = slab_grow(p);
-            if (c == NULL) {
-                p->st.exhausted++;
-                return NULL;
-            }
-        }
+    }
+    void *obj = c->free_list;
+    if (obj) {
+        HD_UNPOISON(obj, p->obj_size);
+        memcpy(&c->free_list, obj, sizeof(void *));
+    } else {
         obj = (char *)c + HD_SLAB_OBJ_OFF + (size_t)c->carved * p->obj_size;
         c->carved++;
         p->st.capacity++;
         HD_UNPOISON(obj, p->obj_size);
     }
+    if (c->in_use++ == 0) {
+        HD_ASSERT(p->empty_chunks > 0);
+        p->empty_chunks--;
+    }
+    if (!chunk_can_give(p, c))
+        avail_pop(p, c);
     p->st.gets++;
     p->st.in_use++;
     if (p->st.in_use > p->st.high_water)
         p->st.high_water = p->st.in_use;
+    if (p->st.in_use > p->recent_peak)
+        p->recent_peak = p->st.in_use;
     return obj;
+}
+
+/* c is empty and beyond the spares: back to the allocator (which returns its pages). */
+static void chunk_release(struct hd_slab *p, struct hd_slab_chunk *c)
+{
+    HD_ASSERT(c->in_use == 0 && p->empty_chunks > 0);
+    if (c->listed) { /* O(listed chunks): rare, at a burst's end */
+        struct hd_slab_chunk **pp = &p->avail;
+        while (*pp != c) {
+            HD_ASSERT(*pp != NULL);
+            pp = &(*pp)->avail_next;
+        }
+        *pp = c->avail_next;
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        p->chunks = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    p->st.capacity -= c->carved;
+    p->st.chunks--;
+    p->st.chunks_freed++;
+    p->empty_chunks--;
+    c->magic = 0;
+    HD_UNPOISON(c, HD_SLAB_CHUNK_SIZE);
+    free(c);
 }
 
 static inline struct hd_slab_chunk *chunk_of(const void *obj)
@@ -160,11 +240,48 @@ void hd_slab_put(struct hd_slab *p, void *obj)
 #ifdef HD_POISON_FILL
     memset(obj, 0xdb, p->obj_size);
 #endif
-    memcpy(obj, &p->free_list, sizeof(void *));
-    p->free_list = obj;
+    struct hd_slab_chunk *c = chunk_of(obj);
+    HD_ASSERT(c->in_use > 0);
+    memcpy(obj, &c->free_list, sizeof(void *));
+    c->free_list = obj;
     HD_POISON(obj, p->obj_size);
+    if (!c->listed) { /* it had nothing to give: listed again, at the head */
+        c->avail_next = p->avail;
+        c->listed = 1;
+        p->avail = c;
+    }
     p->st.puts++;
     p->st.in_use--;
+    if (--c->in_use == 0)
+        p->empty_chunks++; /* freed by a later trim if the pool stays small (hd_slab_trim) */
+}
+
+/* Chunks the pool needs: its peak since the last trim, in whole chunks, and the spares. */
+static uint64_t chunks_needed(const struct hd_slab *p)
+{
+    return (p->recent_peak + p->per_chunk - 1) / p->per_chunk + HD_SLAB_SPARE_CHUNKS;
+}
+
+/* Whether trims may free something once the load stays as it is now (the shard then wakes for
+ * them; the peak decides what a trim frees). */
+bool hd_slab_trim_wanted(const struct hd_slab *p)
+{
+    uint64_t now_needed = (p->st.in_use + p->per_chunk - 1) / p->per_chunk + HD_SLAB_SPARE_CHUNKS;
+    return p->empty_chunks > 0 && p->st.chunks > now_needed;
+}
+
+/* Not from put: a load that frees and refills chunks within a trim interval (the steady state)
+ * must never allocate; only a pool whose peak over a whole interval stayed below its chunks
+ * gives the empty ones back. */
+void hd_slab_trim(struct hd_slab *p)
+{
+    uint64_t need = chunks_needed(p);
+    for (struct hd_slab_chunk *c = p->chunks, *next; c && p->st.chunks > need; c = next) {
+        next = c->next;
+        if (c->in_use == 0)
+            chunk_release(p, c);
+    }
+    p->recent_peak = p->st.in_use;
 }
 
 void hd_slab_stats(const struct hd_slab *p, struct hd_pool_stats *out)

@@ -195,6 +195,36 @@ static int use_files(SSL_CTX *c, const char *cert_file, const char *key_file)
 
 /* ---------------------------------------------------------------- contexts */
 
+/* BoringSSL's servername callback (runs for every ClientHello, before certificate selection):
+ * the handshake fails here, with an alert, instead of completing and then being closed.
+ * The name is the SSL_CTX's ex data (freed with it): a handshake may outlive its tls_ctx (a
+ * reload), never its SSL_CTX. */
+static void sni_free(void *parent, void *ptr, CRYPTO_EX_DATA *ad, int index, long argl, void *argp)
+{
+    (void)parent, (void)ad, (void)index, (void)argl, (void)argp;
+    free(ptr);
+}
+
+static pthread_once_t sni_once = PTHREAD_ONCE_INIT;
+static int sni_index = -1;
+
+static void sni_index_init(void)
+{
+    sni_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, sni_free);
+}
+
+static int sni_check(SSL *ssl, int *alert, void *arg)
+{
+    (void)arg;
+    const char *want = SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), sni_index);
+    const char *name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    if (want == NULL || (name && strcmp(name, want) == 0))
+        return SSL_TLSEXT_ERR_OK;
+    hd_log_rl(HD_LOG_INFO, "tls: SNI \"%s\" is not %s: handshake refused", name ? name : "", want);
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
+    return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
 int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **out)
 {
     if (o->cert_file == NULL && o->self_signed_host == NULL)
@@ -215,6 +245,15 @@ int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **o
     SSL_CTX_set_alpn_select_cb(t->ssl_ctx, alpn_select, NULL);
     int rc = o->cert_file ? use_files(t->ssl_ctx, o->cert_file, o->key_file)
                           : use_self_signed(t->ssl_ctx, o->self_signed_host);
+    if (rc == 0 && o->sni_required) {
+        pthread_once(&sni_once, sni_index_init);
+        char *name = strdup(o->sni_required);
+        if (name == NULL || sni_index < 0 || !SSL_CTX_set_ex_data(t->ssl_ctx, sni_index, name)) {
+            free(name);
+            rc = -ENOMEM;
+        }
+        SSL_CTX_set_tlsext_servername_callback(t->ssl_ctx, sni_check);
+    }
     if (rc < 0) {
         tls_ctx_destroy(t);
         return rc;

@@ -383,6 +383,31 @@ static int hs_step(struct net_conn *c, struct tls_conn *t)
     return -EPROTO;
 }
 
+/* Go's net/http (tlsRecordHeaderLooksLikeHTTP): the first five bytes of a plain request. */
+static bool looks_like_http(const uint8_t *h)
+{
+    static const char *const starts[] = {"GET /", "HEAD ", "POST ", "PUT /", "OPTIO"};
+    for (size_t i = 0; i < sizeof(starts) / sizeof(starts[0]); i++)
+        if (memcmp(h, starts[i], TLS_RECORD_HEADER_LEN) == 0)
+            return true;
+    return false;
+}
+
+/* Go's answer to plain HTTP on a TLS port, in clear text; then close once it is out. */
+static void reply_plain_http(struct net_conn *c, struct tls_conn *t)
+{
+    static const char msg[] = "HTTP/1.0 400 Bad Request\r\n\r\n"
+                              "Client sent an HTTP request to an HTTPS server.\n";
+    t->ts->stats.handshakes_failed++;
+    struct hd_frame *f = hd_frame_get(net_conn_shard(c), sizeof(msg) - 1);
+    if (f) {
+        memcpy(f->data, msg, sizeof(msg) - 1);
+        f->len = sizeof(msg) - 1;
+        net_conn_wire_queue(c, f, 0, f->len); /* takes the reference, even on failure */
+    }
+    net_conn_close(c, -EPROTO, true);
+}
+
 static ssize_t hs_decode(struct net_conn *c, void *state, uint8_t *in, size_t len)
 {
     struct tls_conn *t = state;
@@ -390,6 +415,13 @@ static ssize_t hs_decode(struct net_conn *c, void *state, uint8_t *in, size_t le
     while (t->hs && !(t->todo & TLS_TODO_SWITCH)) {
         if (len - off < TLS_RECORD_HEADER_LEN)
             return (ssize_t)off;
+        if (t->reply_plain_http) { /* only the very first record header is looked at */
+            t->reply_plain_http = false;
+            if (looks_like_http(in)) {
+                reply_plain_http(c, t);
+                return (ssize_t)len;
+            }
+        }
         size_t rec = TLS_RECORD_HEADER_LEN + ((size_t)in[off + 3] << 8 | in[off + 4]);
         if (rec > TLS_RECORD_WIRE_MAX) {
             hs_fail(c, t, "oversized record", -EMSGSIZE);
@@ -523,6 +555,7 @@ int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_con
     t->on_handshake = o ? o->on_handshake : NULL;
     t->ktls_disable = o && o->ktls_disable;
     t->record_per_frame = o && o->record_per_frame;
+    t->reply_plain_http = ctx->server && o && o->reply_plain_http;
     hs->t = t;
     hs->c = c;
     hd_timer_init(&hs->timer, hs_timeout_fired);

@@ -58,6 +58,7 @@ struct tls_conn {
     bool closed_notify;    /* the peer's close_notify arrived */
     bool ktls_disable;     /* tls_conn_options.ktls_disable */
     bool record_per_frame; /* tls_conn_options.record_per_frame */
+    bool reply_plain_http; /* tls_conn_options.reply_plain_http, until the first record */
 };
 
 struct tls_shard {

@@ -119,6 +119,7 @@ struct echo_obs_side {
     uint64_t connect_ns; /* start of the current attempt */
     uint64_t connects, reconnects, failures;
     double upgrade_ms, login_ms; /* the last successful login's (ms from connect) */
+    double tcp_ms, tls_ms;       /* of it: the TCP connect, the TLS handshake after it */
     uint32_t backoff_ms;
     int last_error;
     struct hd_timer retry;

@@ -109,7 +109,9 @@ void echo_obs_write_metrics(struct echo_obs *ob, uint64_t now_ms, struct echo_ob
         echo_obs_buf_printf(b, "hderp_observe_up{%s} %d\n", l, ob->paths[i].up);
     }
     echo_obs_buf_printf(b, "# TYPE hderp_observe_reconnects_total counter\n"
-                           "# TYPE hderp_observe_login_seconds gauge\n");
+                           "# TYPE hderp_observe_login_seconds gauge\n"
+                           "# TYPE hderp_observe_tcp_connect_seconds gauge\n"
+                           "# TYPE hderp_observe_tls_handshake_seconds gauge\n");
     for (unsigned i = 0; i < ob->paths_count; i++) {
         const struct echo_obs_path *p = &ob->paths[i];
         path_labels(p, l, sizeof(l));
@@ -120,6 +122,11 @@ void echo_obs_write_metrics(struct echo_obs *ob, uint64_t now_ms, struct echo_ob
                                 (unsigned long long)sd[j]->reconnects);
             echo_obs_buf_printf(b, "hderp_observe_login_seconds{%s,side=\"%s\"} %.6f\n", l, side,
                                 sd[j]->login_ms / 1e3);
+            echo_obs_buf_printf(b, "hderp_observe_tcp_connect_seconds{%s,side=\"%s\"} %.6f\n", l,
+                                side, sd[j]->tcp_ms / 1e3);
+            if (sd[j]->node->url.tls)
+                echo_obs_buf_printf(b, "hderp_observe_tls_handshake_seconds{%s,side=\"%s\"} %.6f\n",
+                                    l, side, sd[j]->tls_ms / 1e3);
         }
     }
     echo_obs_buf_printf(b, "# TYPE hderp_observe_stun_rtt_seconds histogram\n"
@@ -164,13 +171,15 @@ void echo_obs_write_status(struct echo_obs *ob, uint64_t now_ms, struct echo_obs
                             "%s{\"path\":\"%s\",\"region\":\"%s\",\"from\":\"%s\",\"to\":\"%s\","
                             "\"kind\":\"%s\",\"up\":%s,\"sent\":%llu,\"received\":%llu,"
                             "\"lost\":%llu,\"reordered\":%llu,\"duplicated\":%llu,"
-                            "\"reconnects\":%llu,\"login_ms\":%.3f,\"upgrade_ms\":%.3f,",
+                            "\"reconnects\":%llu,\"login_ms\":%.3f,\"upgrade_ms\":%.3f,"
+                            "\"tcp_connect_ms\":%.3f,\"tls_handshake_ms\":%.3f,",
                             i ? "," : "", p->label, p->from->region, p->from->name, p->to->name,
                             p->kind, p->up ? "true" : "false", (unsigned long long)p->sent,
                             (unsigned long long)p->received, (unsigned long long)p->lost,
                             (unsigned long long)p->reordered, (unsigned long long)p->duplicated,
                             (unsigned long long)(p->pinger.reconnects + p->echo.reconnects),
-                            p->pinger.login_ms, p->pinger.upgrade_ms);
+                            p->pinger.login_ms, p->pinger.upgrade_ms, p->pinger.tcp_ms,
+                            p->pinger.tls_ms);
         put_summary(b, "last_minute", &m);
         echo_obs_buf_printf(b, ",");
         put_summary(b, "last_hour", &h);

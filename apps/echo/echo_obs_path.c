@@ -126,6 +126,9 @@ static void on_ready(struct derp_client *k, const struct derp_server_info *info)
     struct echo_obs_side *sd = derp_client_user(k);
     sd->ready = sd->ever_ready = true;
     sd->login_ms = echo_obs_ms(hd_clock_ns() - sd->connect_ns);
+    const struct derp_client_stats *st = derp_client_stats(k);
+    sd->tcp_ms = echo_obs_ms(st->connect_ns);
+    sd->tls_ms = echo_obs_ms(st->tls_handshake_ns);
     sd->backoff_ms = ECHO_OBS_BACKOFF_MIN_MS;
     if (sd->failures || sd->connects > 1)
         hd_log(HD_LOG_INFO, "observe: %s %s logged in to %s (%.1f ms)", sd->path->label,

@@ -141,6 +141,7 @@ struct hd_pool_stats {
     uint64_t exhausted;  /* gets that returned NULL */
     uint64_t gets, puts;
     uint64_t chunks;
+    uint64_t chunks_freed; /* empty chunks given back after a burst (HD_SLAB_SPARE_CHUNKS) */
 };
 /* A pool of fixed-size objects owned by shard s, grown in HD_SLAB_CHUNK_SIZE-aligned chunks up to
  * cap_objects. Start-up only (allocates). Returns 0, -EINVAL, -ENOMEM. */
@@ -153,6 +154,11 @@ void hd_slab_destroy(struct hd_slab *p);
 void *hd_slab_get(struct hd_slab *p);
 /* Return an object to its pool (asserts the pool owns it). In debug builds it is poisoned. */
 void hd_slab_put(struct hd_slab *p, void *obj);
+/* Frees the empty chunks beyond what the pool's peak since the last trim needed (plus
+ * HD_SLAB_SPARE_CHUNKS); a shard's pools are trimmed every HD_SLAB_TRIM_MS by its loop. Owner
+ * thread. Frees memory: never from the data path. */
+void hd_slab_trim(struct hd_slab *p);
+bool hd_slab_trim_wanted(const struct hd_slab *p);
 /* O(1): does obj lie in one of this pool's chunks? obj must come from some hd_slab. */
 bool hd_slab_owns(const struct hd_slab *p, const void *obj);
 void hd_slab_stats(const struct hd_slab *p, struct hd_pool_stats *out);
@@ -194,6 +200,13 @@ static inline void hd_frame_ref(struct hd_frame *f)
 void hd_frame_unref(struct hd_shard *s, struct hd_frame *f);
 void hd_frame_stats(struct hd_shard *s, unsigned cls, struct hd_pool_stats *out);
 unsigned hd_frame_classes_count(const struct hd_shard *s);
+/* The class a frame of size bytes would come from, with how many more frames it can hand out
+ * now (*avail) and its cap (*cap): a policy (a reserve, fair shares) decides before the get.
+ * Returns the class index or -ENOBUFS (no class fits). O(classes). */
+int hd_frame_room(struct hd_shard *s, size_t size, uint64_t *avail, uint64_t *cap);
+/* Called on the owner shard for each frame whose app_u64 is non-zero just before it goes back
+ * to its pool (the app's accounting of who holds frames: hd_runtime_config.frame_release). */
+typedef void hd_frame_release_fn(struct hd_shard *s, struct hd_frame *f);
 
 /* ---------------------------------------------------------------- bus */
 
@@ -373,6 +386,7 @@ struct hd_runtime_config {
     uint32_t features_disable; /* HD_FEAT_* to leave unused (tests force the fallbacks) */
     const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 128 classes */
     unsigned frame_classes_count;
+    hd_frame_release_fn *frame_release; /* NULL: none */
     const struct hd_module *const *modules;
     void *const *modules_args;
     unsigned modules_count;
@@ -423,14 +437,16 @@ void hd_log_set_level(enum hd_log_level level);
 void hd_log_write(enum hd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Per call site and thread: at most HD_LOG_RATE_PER_SEC lines a second; the next line that gets
- * through says how many were suppressed. */
+/* Per call site and thread: at most HD_LOG_RL_BURST lines per HD_LOG_RL_WINDOW_MS; the first line
+ * of a later window says how many were suppressed. */
 struct hd_log_rl {
     uint64_t window_ms;
     uint32_t lines;
     uint32_t suppressed;
 };
 bool hd_log_rl_allow(struct hd_log_rl *rl, uint32_t *suppressed);
+/* The same at a given time (tests). */
+bool hd_log_rl_allow_at(struct hd_log_rl *rl, uint64_t now_ms, uint32_t *suppressed);
 
 #define hd_log(level, ...)                                                                         \
     do {                                                                                           \

@@ -19,7 +19,9 @@ noreturn void hd_assert_fail(const char *expr, const char *file, int line, const
 #ifdef HD_DEBUG
 #define HD_DASSERT(expr) HD_ASSERT(expr)
 #else
-#define HD_DASSERT(expr) ((void)0)
+/* Not evaluated, but compiled: a release build still type-checks the expression (a check that
+ * no longer compiles is found at once, not in the next debug build). */
+#define HD_DASSERT(expr) ((void)sizeof(!(expr)))
 #endif
 
 #define hd_likely(x)   __builtin_expect(!!(x), 1)

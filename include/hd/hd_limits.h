@@ -61,6 +61,12 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * chunks aligned to their size; a chunk header finds its pool in O(1). */
 #define HD_SLAB_CHUNK_SIZE (2u * 1024u * 1024u) /* all pools: header found by masking */
 #define HD_SLAB_OBJ_MIN    16u
+/* Empty chunks a pool keeps after a burst (more go back to the allocator): one, so a load that
+ * hovers at a chunk boundary does not allocate and free 2 MiB per cycle. */
+#define HD_SLAB_SPARE_CHUNKS 1u
+/* How often a shard frees the empty chunks its pools did not need over that interval; an idle
+ * shard with such chunks wakes for it (one tick), one without sleeps on. */
+#define HD_SLAB_TRIM_MS 1000u
 _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer");
 
 /* Frame pools: size classes of frame payload bytes. 2 KiB holds an MTU packet with headers;
@@ -76,8 +82,12 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
 #define HD_STALL_SAMPLES    5u
 #define HD_STOP_CANCEL_MS   2000
 
-/* Logging: lines per second per call site per shard before lines are suppressed (and counted). */
-#define HD_LOG_RATE_PER_SEC 10
+/* Logging: per call site and thread (shard), HD_LOG_RL_BURST lines per HD_LOG_RL_WINDOW_MS, then
+ * lines are suppressed and counted; the first line of a later window carries the count. Lines
+ * a peer can trigger go through it, so a flood (accept failing with EMFILE every 100 ms on each
+ * shard, a stream of bad frames) costs a few lines per 10 s, not 20 a second (issue 16). */
+#define HD_LOG_RL_BURST     5
+#define HD_LOG_RL_WINDOW_MS 10000
 #define HD_LOG_LINE_MAX     1024
 
 /* Histograms: log-linear, 2^HD_HIST_SUB_BITS linear sub-buckets per power of two (~6% error). */

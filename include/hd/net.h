@@ -145,6 +145,10 @@ struct net_conn_options {
     uint32_t send_high_bytes;  /* queued bytes that pause the source (on_send_pressure) */
     uint32_t send_low_bytes;   /* and resume it */
     uint32_t send_max_bytes;   /* hard cap: net_conn_send beyond it fails with -ENOBUFS */
+    /* Queued entries (frames) that pause the source too, and resume it (both must be under
+     * their low marks); 0 = no entry watermark. Small packets hold a whole pool frame each, so
+     * bytes alone would let one slow reader hold thousands of frames. */
+    uint32_t send_high_frames, send_low_frames;
 };
 
 struct net_conn_stats {
@@ -199,8 +203,14 @@ const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
 void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);
 void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
                        uint32_t *write_timeout_ms);
+/* An absolute deadline: close (-ETIMEDOUT) ms from now, however many bytes arrive meanwhile
+ * (the idle timeout restarts on each read; a client sending a byte a second would keep it
+ * forever). 0 clears it; a new call replaces it; a move keeps what is left of it. */
+void net_conn_set_deadline(struct net_conn *c, uint32_t ms);
 /* Change the send watermarks and cap (see struct net_conn_options). */
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
+/* Change the entry watermarks (send_high_frames / send_low_frames; 0, 0: none). */
+void net_conn_set_frame_limits(struct net_conn *c, uint32_t high, uint32_t low);
 
 /* Codecs: install (decode/encode from now on) or remove. Bytes already buffered and not consumed
  * by the app stay where they are; raw bytes that arrive later go through the codec. */
@@ -312,6 +322,14 @@ int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
                        struct net_listener **out);
 /* Stop accepting and close the socket; the struct is freed once the kernel returned the op. */
 void net_listener_stop(struct net_listener *l);
+/* Claims addr for this process before its shards listen there: SO_REUSEPORT lets any process of
+ * the same user join a port (the kernel then spreads connections over both), so the shards'
+ * sharing alone cannot tell a second server. A socket with SO_REUSEADDR and without
+ * SO_REUSEPORT cannot bind where another socket listens, but does not stop our own listeners;
+ * it stays bound (never listening) until closed, so a later claim by another process fails
+ * too. Returns the socket (close it at exit) or -errno: -EADDRINUSE when someone listens on
+ * addr. Port 0 claims nothing (returns -EINVAL: every shard would get its own port anyway). */
+int net_listener_claim(const struct net_addr *addr);
 const struct net_listener_stats *net_listener_stats(const struct net_listener *l);
 /* The bound address (the actual port when addr had port 0). */
 const struct net_addr *net_listener_addr(const struct net_listener *l);

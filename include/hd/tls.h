@@ -56,6 +56,10 @@ struct tls_server_options {
     /* Dev mode (when cert_file is NULL): a self-signed ECDSA P-256 certificate generated now
      * for this host name or IP literal (SAN dNSName or iPAddress), valid for a year. */
     const char *self_signed_host;
+    /* When set, a ClientHello whose SNI is not exactly this name (or has none) fails the
+     * handshake with an unrecognized_name alert, logged rate-limited (a relay's manual mode
+     * with a DNS host name, as Go's servers do it). Copied. */
+    const char *sni_required;
 };
 
 /* Creates a server context (TLS 1.3 only, no session tickets, ALPN: http/1.1 if the client
@@ -133,6 +137,10 @@ struct tls_conn_options {
     /* Userspace records: seal each queued frame as its own record instead of coalescing
      * frames into records of up to 16 KiB (benchmarks; costs a header and tag per frame). */
     bool record_per_frame;
+    /* Server: a first record header that reads like a plain HTTP request ("GET /", "HEAD ",
+     * "POST ", "PUT /", "OPTIO") gets Go's net/http answer, "HTTP/1.0 400 Bad Request ... Client
+     * sent an HTTP request to an HTTPS server.", and the connection closes. */
+    bool reply_plain_http;
 };
 
 /* Starts TLS on an adopted (server ctx) or connecting/connected (client ctx) connection: installs

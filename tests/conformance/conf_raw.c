@@ -286,10 +286,13 @@ int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms)
 
 unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards)
 {
-    uint64_t h = 0;
-    for (int i = 7; i >= 0; i--)
-        h = h << 8 | k->bytes[i];
-    return (unsigned)(h % shards);
+    static const uint8_t key[crypto_shorthash_KEYBYTES] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                           8, 9, 10, 11, 12, 13, 14, 15};
+    uint8_t out[crypto_shorthash_BYTES];
+    crypto_shorthash(out, k->bytes, sizeof(k->bytes), key);
+    uint64_t h;
+    memcpy(&h, out, sizeof(h));
+    return (unsigned)((h >> 32) % shards);
 }
 
 int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards)

@@ -373,7 +373,8 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
     const char *argv[CONF_ARGV_MAX];
     size_t n = 0;
     argv[n++] = CONF_BIN_DIR "/hderp-server";
-    const char *fixed[] = {"-a", addr, "-stun-port", stun, "--shards", shards, "-c", key};
+    const char *fixed[] = {"-a",   addr, "-stun-port", stun,         "--shards",
+                           shards, "-c", key,          "--hash-key", CONF_HASH_KEY_HEX};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         argv[n++] = fixed[i];
     if (o->mesh_key_hex) {

@@ -180,7 +180,10 @@ int conf_raw_read_packet(struct conf_raw *r, int timeout_ms, struct derp_pubkey 
 /* Ping(8 bytes) and wait for the matching Pong (skipping other frames). */
 int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms);
 
-/* Key pairs whose owner shard (hash(key) % shards: the low 64 bits, little endian) is shard. */
+/* The servers' --hash-key: the tables' SipHash key, so a test knows each key's owner shard. */
+#define CONF_HASH_KEY_HEX "000102030405060708090a0b0c0d0e0f"
+/* Key pairs whose owner shard (the server's srv_owner: the high 32 bits of SipHash-2-4 of the
+ * key under CONF_HASH_KEY_HEX, modulo shards) is shard. */
 int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards);
 unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards);
 /* A disco-looking payload (TS💬 prefix, >= 62 bytes). */

@@ -1,8 +1,8 @@
 /* test_conformance_peers.c - spec §14 rows 11, 17, 18, 21 and 40 against a real
  * hderp-server with 2 shards, raw blocking clients on the test thread whose keys are chosen so
- * both shards own some (srv_owner = low 64 bits of the key % shards): packets across shards
- * with the right source key, PeerGone(Disconnected) and NotHere with its rate limit, duplicate
- * connections for one key, and gauges returning to zero after everyone left. */
+ * both shards own some (srv_owner: keyed SipHash under the tests' --hash-key): packets across
+ * shards with the right source key, PeerGone(Disconnected) and NotHere with its rate limit,
+ * duplicate connections for one key, and gauges returning to zero after everyone left. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>

@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conf_support.h"
+#include "conf_support_impl.h"
 #include "derp_client.h"
 #include "harness.h"
 #include <hd/tls.h>
@@ -428,5 +430,55 @@ Test(test_conformance_tls, wrong_sni_refused_others_continue)
     int64_t v = -1;
     cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
     cr_assert_eq(v, 4, "derp_packets_sent");
+    stop_clean();
+}
+
+/* Plain HTTP to the TLS port gets Go's net/http answer (a 400 in clear text) and a close, not
+ * silence (issue 16). */
+Test(test_conformance_tls, plain_http_gets_400)
+{
+    int fd = conf_tcp_connect(srv.port);
+    cr_assert_geq(fd, 0);
+    static const char req[] = "GET /derp/probe HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    cr_assert_eq(conf_write_all(fd, req, sizeof(req) - 1), 0);
+    char resp[512];
+    size_t got = 0;
+    int64_t deadline = conf_now_ms() + CONF_IO_TIMEOUT_MS;
+    while (got < sizeof(resp) - 1 && conf_wait_readable(fd, deadline) == 0) {
+        ssize_t n = read(fd, resp + got, sizeof(resp) - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    resp[got] = '\0';
+    close(fd);
+    cr_assert_str_eq(resp, "HTTP/1.0 400 Bad Request\r\n\r\n"
+                           "Client sent an HTTP request to an HTTPS server.\n");
+    stop_clean();
+}
+
+/* A wrong SNI fails the handshake itself with an alert (unrecognized_name), as derper's manual
+ * mode does, instead of completing it and then closing (openssl s_client as the client). */
+Test(test_conformance_tls, wrong_sni_handshake_alert)
+{
+    char connect[32], log[320];
+    snprintf(connect, sizeof(connect), "127.0.0.1:%u", srv.port);
+    snprintf(log, sizeof(log), "%s/s_client.log", srv.dir);
+    const char *argv[] = {"openssl",     "s_client",      "-connect", connect,
+                          "-servername", "wrong.example", "-tls1_3",  NULL};
+    int status = 0;
+    cr_assert_eq(conf_run(argv, log, CONF_START_TIMEOUT_MS, &status), 0);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char line[512];
+    bool alert = false, cipher = false;
+    while (fgets(line, sizeof(line), f)) {
+        alert |= strstr(line, "alert number 112") != NULL || strstr(line, "unrecognized name");
+        cipher |= strstr(line, "Cipher is TLS_") != NULL;
+    }
+    fclose(f);
+    cr_assert(alert, "no unrecognized_name alert in %s", log);
+    cr_assert(!cipher, "the handshake completed");
+    cr_assert_neq(status, 0, "s_client succeeded");
     stop_clean();
 }

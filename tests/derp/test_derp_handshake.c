@@ -293,6 +293,55 @@ Test(derp_handshake, json_unknown_keys_nulls_duplicates)
     cr_assert_str_eq(ci.app_name, "a");
 }
 
+/* Go's json.Unmarshal replaces each invalid UTF-8 byte in a string with U+FFFD (issue 16): the
+ * login goes on, AppName carries the replacements; outside strings it is still a syntax error. */
+Test(derp_handshake, json_invalid_utf8_replaced)
+{
+    struct derp_client_info ci;
+    cr_assert_eq(parse("{\"AppName\":\"a\xff\xc0\x80"
+                       "b\",\"version\":2}",
+                       &ci),
+                 0);
+    cr_assert_eq(ci.version, 2);
+    cr_assert_str_eq(ci.app_name, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                                  "b");
+    cr_assert_eq(parse("{\"x\":\"\xed\xa0\x80\xf4\x90\x80\x80\xe2\x82\",\"version\":3}", &ci), 0,
+                 "surrogates, > U+10FFFF and a cut sequence in an unknown field");
+    cr_assert_eq(ci.version, 3);
+    cr_assert_eq(parse("{\"AppName\":\"\xc3\xa9\xf0\x9f\x98\x80\"}", &ci), 0);
+    cr_assert_str_eq(ci.app_name, "\xc3\xa9\xf0\x9f\x98\x80", "valid UTF-8 is kept");
+    cr_assert_eq(parse("{\"version\":2\xff}", &ci), -EPROTO, "outside a string: syntax error");
+}
+
+/* Go's decoder takes nesting up to 10,000 (maxNestingDepth); jansson stops at 2,048. A deep
+ * unknown field logs in; a deep known one is a type error as in Go; 10,001 levels are refused. */
+static int parse_nested(unsigned levels, const char *key, const char *tail)
+{
+    size_t len = 16 + strlen(key) + 2 * levels + strlen(tail);
+    char *j = malloc(len + 1);
+    cr_assert_not_null(j);
+    int n = sprintf(j, "{\"%s\":", key);
+    memset(j + n, '[', levels);
+    memset(j + n + levels, ']', levels);
+    strcpy(j + n + 2 * levels, tail);
+    struct derp_client_info ci = {0};
+    int rc = derp_client_info_parse_json((const uint8_t *)j, strlen(j), &ci);
+    free(j);
+    if (rc == 0)
+        cr_assert_eq(ci.version, 2, "the field after the deep one was read");
+    return rc;
+}
+
+Test(derp_handshake, json_nesting_as_go)
+{
+    cr_assert_eq(parse_nested(3000, "x", ",\"version\":2}"), 0, "3,000 levels (jansson: 2,048)");
+    cr_assert_eq(parse_nested(9999, "x", ",\"version\":2}"), 0, "9,999 + the top object");
+    cr_assert_eq(parse_nested(10000, "x", ",\"version\":2}"), -EPROTO, "10,001 levels");
+    cr_assert_eq(parse_nested(3000, "version", "}"), -EPROTO, "an array for version");
+    cr_assert_eq(parse_nested(3000, "x", ",\"version\":2"), -EPROTO, "not closed");
+    cr_assert_eq(parse_nested(100, "x", ",\"version\":2}"), 0, "shallow: jansson alone");
+}
+
 Test(derp_handshake, json_rejections)
 {
     struct derp_client_info ci = {.version = 77};

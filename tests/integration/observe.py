@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -49,17 +50,22 @@ def wait_for(what, cond, timeout_s):
     fail("timed out (%ds) waiting for %s" % (timeout_s, what))
 
 
+NO_VERIFY = ssl.create_default_context()
+NO_VERIFY.check_hostname = False
+NO_VERIFY.verify_mode = ssl.CERT_NONE
+
+
 def get(url):
     try:
-        with urllib.request.urlopen(url, timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=5, context=NO_VERIFY) as r:
             return r.read().decode()
     except OSError:
         return None
 
 
 class Node:
-    def __init__(self, name, mesh_with=None):
-        self.name, self.mesh_with = name, mesh_with
+    def __init__(self, name, mesh_with=None, tls=False):
+        self.name, self.mesh_with, self.tls = name, mesh_with, tls
         self.port, self.stun = free_port(), free_port(socket.SOCK_DGRAM)
         self.proc = None
 
@@ -68,11 +74,16 @@ class Node:
                 str(self.stun), "--shards", "1", "-c", "%s/%s.key" % (WORK, self.name)]
         if self.mesh_with:
             args += ["-mesh-psk-file", WORK + "/mesh.key", "-mesh-with", self.mesh_with]
+        if self.tls:  # an IP -hostname: the server makes itself a certificate
+            args += ["-certmode", "manual", "-certdir", WORK, "-hostname", "127.0.0.1",
+                     "-http-port", str(free_port())]
         log = open("%s/server-%s.log" % (WORK, self.name), "a")
         self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         procs.append(self.proc)
+        scheme = "https" if self.tls else "http"
         wait_for("node %s to answer" % self.name,
-                 lambda: get("http://127.0.0.1:%d/derp/probe" % self.port) is not None, 10)
+                 lambda: get("%s://127.0.0.1:%d/derp/probe" % (scheme, self.port)) is not None,
+                 10)
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -87,7 +98,7 @@ def mesh_ready(n):
 
 def derp_map(nodes):
     regions = {}
-    for rid, code, members in ((900, "lab", nodes[:2]), (901, "solo", nodes[2:])):
+    for rid, code, members in ((900, "lab", nodes[:2]), (901, "solo", nodes[2:3])):
         regions[str(rid)] = {"RegionID": rid, "RegionCode": code, "Nodes": [
             {"Name": n.name, "RegionID": rid, "HostName": "127.0.0.1", "IPv4": "127.0.0.1",
              "DERPPort": n.port, "STUNPort": n.stun, "InsecureForTests": True} for n in members]}
@@ -177,24 +188,27 @@ def main():
     os.makedirs(WORK)
     with open(WORK + "/mesh.key", "w") as f:
         f.write(MESH_KEY + "\n")
-    a, b, c = Node("a"), Node("b"), Node("c")
+    a, b, c, d = Node("a"), Node("b"), Node("c"), Node("d", tls=True)
     mesh = "http://127.0.0.1:%d,http://127.0.0.1:%d" % (a.port, b.port)
     a.mesh_with = b.mesh_with = mesh
     try:
-        for n in (a, b, c):
+        for n in (a, b, c, d):
             n.start()
         # Probes on the mesh paths need a's and b's links (a retries every 5 s).
         wait_for("the mesh links", lambda: mesh_ready(a) and mesh_ready(b), 20)
         map_file = WORK + "/derpmap.json"
         with open(map_file, "w") as f:
             json.dump(derp_map([a, b, c]), f)
-        want = {"a->a": True, "b->b": True, "c->c": True, "a->b": True, "b->a": True}
+        dn = "127.0.0.1:%d" % d.port  # d: an https --server beside the map's plain nodes
+        want = {"a->a": True, "b->b": True, "c->c": True, "a->b": True, "b->a": True,
+                dn + "->" + dn: True}
         obs_log = WORK + "/observe.log"
         log = open(obs_log, "w")
         obs = subprocess.Popen([BIN + "/hderp-echo", "observe", "--derp-map", map_file,
                                 "--derp-http", "--metrics-listen", "127.0.0.1:0", "--rate", "20",
                                 "--down-after", "1500", "--alert-loss-pct", "5",
-                                "--alert-window", "10"], stdout=log, stderr=log)
+                                "--alert-window", "10", "--server",
+                                "https://%s/derp" % dn, "--insecure"], stdout=log, stderr=log)
         procs.append(obs)
         m = wait_for("the metrics address in the log", lambda: re.search(
             r"metrics on (http://127\.0\.0\.1:\d+)/", open(obs_log).read()), 10)
@@ -204,7 +218,11 @@ def main():
         wait_for("echoes on every path", lambda: all(
             p["received"] >= 10 for p in status(base)["paths"]), 30)
         check_metrics(base, [("a", "a", "node"), ("b", "b", "node"), ("c", "c", "node"),
-                             ("a", "b", "mesh"), ("b", "a", "mesh")])
+                             ("a", "b", "mesh"), ("b", "a", "mesh"), (dn, dn, "node")])
+        tls = re.search(r'^hderp_observe_tls_handshake_seconds\{[^}]*from="%s"[^}]*side="pinger"\} '
+                        r'([0-9.]+)' % re.escape(dn), get(base + "/metrics"), re.M)
+        if tls is None or float(tls.group(1)) <= 0:
+            fail("no TLS handshake time for the https node")
         check_page(base, list(want))
         once(map_file, 0)
         print("healthy region: every path up, counts plausible, page has a row per path")

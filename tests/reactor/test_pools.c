@@ -476,3 +476,53 @@ Test(test_reactor_pools, frame_last_unref_elsewhere_goes_home)
     cr_assert_gt(c.polls, 0);
     hd_runtime_destroy(rt);
 }
+
+/* ---------------------------------------------------------------- shrinking after a burst */
+
+/* 64 KiB objects: 31 per 2 MiB chunk. */
+#define BURST_OBJ    (64u * 1024u)
+#define BURST_CHUNKS 8u
+#define BURST_COUNT  (BURST_CHUNKS * 31u)
+
+/* Issue 16 item 7: a burst grows a pool chunk by chunk; once it is over (a trim interval whose
+ * peak stayed low), the empty chunks go back to the allocator but one spare, and the pool grows
+ * again when needed. Within an interval nothing is freed (the steady state never allocates). */
+Test(test_reactor_pools, slab_shrinks_after_burst)
+{
+    struct hd_slab *p;
+    cr_assert_eq(hd_slab_create(NULL, "burst", BURST_OBJ, 4 * BURST_COUNT, &p), 0);
+    static void *objs[BURST_COUNT];
+    for (unsigned i = 0; i < BURST_COUNT; i++)
+        cr_assert_not_null(objs[i] = hd_slab_get(p));
+    struct hd_pool_stats st;
+    stats_of(p, &st);
+    cr_assert_eq(st.chunks, BURST_CHUNKS);
+    for (unsigned i = 0; i < BURST_COUNT; i++)
+        hd_slab_put(p, objs[i]);
+    cr_assert(hd_slab_trim_wanted(p), "empty chunks beyond the load: the shard must wake");
+    hd_slab_trim(p); /* the interval that saw the burst: its peak needed every chunk */
+    stats_of(p, &st);
+    cr_assert_eq(st.chunks, BURST_CHUNKS, "freed within the burst's interval");
+    cr_assert(hd_slab_trim_wanted(p));
+    for (unsigned i = 0; i < 3; i++) /* a small load meanwhile */
+        cr_assert_not_null(objs[i] = hd_slab_get(p));
+    hd_slab_trim(p); /* a quiet interval: one chunk in use, one spare */
+    stats_of(p, &st);
+    cr_assert_eq(st.chunks, 1 + HD_SLAB_SPARE_CHUNKS, "%llu chunks kept",
+                 (unsigned long long)st.chunks);
+    cr_assert_eq(st.chunks_freed, BURST_CHUNKS - 1 - HD_SLAB_SPARE_CHUNKS);
+    cr_assert_eq(st.in_use, 3);
+    cr_assert_leq(st.capacity, (1 + HD_SLAB_SPARE_CHUNKS) * 31u);
+    for (unsigned i = 0; i < 3; i++) {
+        cr_assert(hd_slab_owns(p, objs[i]), "a live object's chunk was freed");
+        memset(objs[i], 0x5a, BURST_OBJ);
+        hd_slab_put(p, objs[i]);
+    }
+    for (unsigned i = 0; i < BURST_COUNT; i++) /* the next burst grows it again */
+        cr_assert_not_null(objs[i] = hd_slab_get(p));
+    stats_of(p, &st);
+    cr_assert_eq(st.chunks, BURST_CHUNKS);
+    for (unsigned i = 0; i < BURST_COUNT; i++)
+        hd_slab_put(p, objs[i]);
+    hd_slab_destroy(p);
+}

@@ -198,18 +198,28 @@ int derp_client_send_info(struct derp_client *k)
     return 0;
 }
 
+static void tls_done(struct net_conn *c, const struct tls_conn_info *info)
+{
+    (void)info;
+    struct derp_client *k = net_conn_app(c);
+    k->stats.tls_handshake_ns = hd_clock_ns() - k->connected_ns;
+}
+
 static void conn_connected(struct net_conn *c, int res)
 {
     struct derp_client *k = net_conn_app(c);
     if (res < 0)
         return; /* on_close follows with res */
+    k->connected_ns = hd_clock_ns();
+    k->stats.connect_ns = k->connected_ns - k->started_ns;
     /* TLS: the codec goes on before anything is queued, so the request goes through it (queued
      * plaintext waits for the handshake). Fast start over TLS learns the server key from the
      * ServerKey frame unless it was configured (the meta certificate is not read). */
     if (k->tls_ctx) {
         struct tls_conn_options to = {.idle_timeout_ms = DERP_CLIENT_TIMEOUT_OFF,
                                       .write_timeout_ms = k->write_timeout_ms,
-                                      .server_name = k->tls_name[0] ? k->tls_name : NULL};
+                                      .server_name = k->tls_name[0] ? k->tls_name : NULL,
+                                      .on_handshake = tls_done};
         int trc = tls_conn_start(c, k->tls_ctx, &to);
         if (trc < 0) {
             derp_client_abort(k, trc);
@@ -344,6 +354,7 @@ int derp_client_connect(struct hd_shard *s, const struct derp_client_config *cfg
     k->cb = cb;
     k->user = user;
     k->state = DERP_CLIENT_CONNECTING;
+    k->started_ns = hd_clock_ns();
     int rc = client_setup(k, cfg);
     if (rc < 0)
         goto fail_free;

@@ -196,6 +196,9 @@ struct derp_client_stats {
     uint8_t refused_type;
     uint32_t refused_len;
     uint64_t refused_at;
+    /* Set-up times, ns from derp_client_connect: the TCP connect, and the TLS handshake on top
+     * of it (0 while not done, and for plain connections). */
+    uint64_t connect_ns, tls_handshake_ns;
 };
 
 /* ---- Life ------------------------------------------------------------------------------------ */

@@ -23,8 +23,9 @@ struct derp_client {
     bool fast_start;
     bool manual_login;
     bool can_ack_pings;
-    bool watch, preferred;   /* frames to queue right after ClientInfo */
-    struct tls_ctx *tls_ctx; /* TLS: the codec goes on at connect */
+    bool watch, preferred;             /* frames to queue right after ClientInfo */
+    struct tls_ctx *tls_ctx;           /* TLS: the codec goes on at connect */
+    uint64_t started_ns, connected_ns; /* derp_client_connect, TCP connected (stats) */
     char tls_name[DERP_CLIENT_HOST_LEN_MAX + 1];
     bool has_server_key;  /* server_key is known (config or ServerKey frame) */
     bool server_key_seen; /* the ServerKey frame arrived */

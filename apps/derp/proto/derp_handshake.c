@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "derp_frame.h"
+#include "derp_json.h"
 
 _Static_assert(crypto_box_NONCEBYTES == DERP_NONCE_LEN, "NaCl box nonce");
 _Static_assert(crypto_box_MACBYTES == DERP_BOX_MAC_LEN, "NaCl box tag");
@@ -96,12 +97,78 @@ static int json_get_app_name(const json_t *v, char out[DERP_APP_NAME_LEN_MAX + 1
     return 0;
 }
 
+/* Length of the valid UTF-8 sequence at p (1..4), or 0 where Go's utf8.DecodeRune sees an
+ * error (a stray continuation byte, an overlong form, a surrogate, above U+10FFFF, cut off). */
+static size_t utf8_valid_len(const uint8_t *p, size_t left)
+{
+    uint8_t b = p[0];
+    if (b < 0x80)
+        return 1;
+    size_t n = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+    if (n == 0 || b >= 0xF5 || b == 0xC0 || b == 0xC1 || n > left)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    if ((b == 0xE0 && p[1] < 0xA0) || (b == 0xED && p[1] >= 0xA0) || /* overlong, surrogate */
+        (b == 0xF0 && p[1] < 0x90) || (b == 0xF4 && p[1] >= 0x90))   /* overlong, > U+10FFFF */
+        return 0;
+    return n;
+}
+
+/* Go's decoder replaces each byte of invalid UTF-8 with U+FFFD (in strings; elsewhere it is a
+ * syntax error either way); jansson refuses the document. A copy with the replacements (3 bytes
+ * each: at most 3x), or NULL (*out_len = len) when text is valid. Login path, not data path. */
+static uint8_t *utf8_sanitize(const uint8_t *text, size_t len, size_t *out_len)
+{
+    size_t i = 0, n;
+    while (i < len && (n = utf8_valid_len(text + i, len - i)) > 0)
+        i += n;
+    *out_len = len;
+    if (i == len)
+        return NULL;
+    uint8_t *o = malloc(3 * len);
+    if (o == NULL)
+        return NULL;
+    memcpy(o, text, i);
+    size_t k = i;
+    while (i < len) {
+        n = utf8_valid_len(text + i, len - i);
+        if (n == 0) {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        } else {
+            memcpy(o + k, text + i, n);
+            k += n;
+            i += n;
+        }
+    }
+    *out_len = k;
+    return o;
+}
+
 /* Parses text into a JSON value the way json.Unmarshal sees a document: any top-level value,
- * trailing whitespace only, \u0000 allowed in strings. */
+ * trailing whitespace only, \u0000 allowed in strings, invalid UTF-8 as U+FFFD. */
 static json_t *json_parse(const uint8_t *text, size_t len)
 {
     json_error_t jerr;
-    return json_loadb((const char *)text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    size_t n;
+    uint8_t *clean = utf8_sanitize(text, len, &n);
+    const uint8_t *doc = clean ? clean : text;
+    json_t *v = json_loadb((const char *)doc, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    struct derp_json_deep *deep = v ? NULL : malloc(sizeof(*deep));
+    if (deep && derp_json_scan(doc, n, deep) == 0 && deep->count > 0) {
+        /* nested deeper than jansson goes but within Go's 10,000: those members become [] */
+        size_t flat_len;
+        uint8_t *flat = derp_json_flatten(doc, n, deep, &flat_len);
+        if (flat)
+            v = json_loadb((const char *)flat, flat_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        free(flat);
+    }
+    free(deep);
+    free(clean);
+    return v;
 }
 
 static int client_info_field(const char *name, const json_t *v, void *out)

@@ -14,6 +14,7 @@
 #include "derp_proto.h"
 #include "server_config.h"
 #include "server_counters.h"
+#include "server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -63,8 +64,14 @@ struct srv_client {
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
-    uint32_t watch_idx; /* watcher: its slot in ds->watch_list */
-    bool send_paused;   /* net queue over its high watermark */
+    uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
+    bool send_paused;         /* net queue over its high watermark */
+    bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
+    struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
+    /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
+     * NET_RX_TAIL_MAX unconsumed; the spec allows 256 KiB): the whole frame, login only. */
+    uint8_t *login_buf;
+    uint32_t login_len, login_have;
     bool pong_pending;
     uint8_t pong[DERP_PING_LEN];
     struct derp_addr remote;
@@ -92,7 +99,7 @@ struct srv_client {
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
     bool rechecking;
-    struct srv_acct_conn acct;
+    struct srv_acct_conn tally; /* per-key accounting (server_account.c) */
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -147,6 +154,15 @@ struct srv_mesh_link {
     unsigned addrs_count, addr_next;
 };
 
+/* Connections on this shard not logged in yet (server_prelogin.c). */
+struct srv_prelogin_slot;
+struct srv_account;
+struct srv_prelogin {
+    uint32_t count; /* all of them */
+    uint32_t mask;  /* slots - 1 */
+    struct srv_prelogin_slot *slots;
+};
+
 struct srv_shard {
     struct hd_shard *s;
     const struct srv_config *cfg;
@@ -168,6 +184,8 @@ struct srv_shard {
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
+    struct srv_prelogin prelogin;
+    struct hd_slab *accounts;                 /* server_frames.c */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
     struct srv_acct *acct; /* per-key accounting (server_account.c) */
@@ -180,9 +198,8 @@ extern const struct hd_module srv_module;
 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    __builtin_memcpy(&h, key, sizeof(h)); /* node keys are curve points: uniform bytes */
-    return (unsigned)(h % hd_shard_count(ds->s));
+    /* keyed (server_hash.c): a client cannot pick keys that all land on one shard */
+    return srv_key_shard(srv_hash(key, DERP_KEY_LEN), hd_shard_count(ds->s));
 }
 
 /* server_http.c: a fresh connection's HTTP phase */
@@ -192,11 +209,29 @@ void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *pe
 /* -accept-connection-limit: this shard's bucket, before its listener starts. */
 void srv_accept_limit_init(struct srv_shard *ds);
 
+/* server_prelogin.c: connections not logged in yet, per shard and per source address. enter
+ * returns false (counted, logged) over --prelogin-max or --prelogin-per-addr-max; leave once
+ * for each enter that returned true. */
+int srv_prelogin_init(struct srv_shard *ds);
+void srv_prelogin_fini(struct srv_shard *ds);
+bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
+void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
+
+/* server_frames.c: fair shares of the frame pools. */
+int srv_frames_init(struct srv_shard *ds);
+void srv_frames_client_init(struct srv_client *cl); /* at activation, on the owner shard */
+void srv_frames_client_fini(struct srv_client *cl); /* at close */
+/* A frame for a packet cl sent, or NULL (the reserve or cl's share reached: counted). */
+struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
+hd_frame_release_fn srv_frame_release;
+/* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
+int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
+
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
                        enum srv_kind kind);
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
 void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);
@@ -354,7 +389,7 @@ bool srv_keylist_has(const struct srv_keylist *l, const struct derp_pubkey *key)
 
 /* server_account.c: per-key accounting. Each shard keeps heavy-hitter sketches (Space-Saving,
  * SRV_ACCT_TOP_ENTRIES keys by bytes and by packets) and exact counters for the keys of
- * -account-keys; a connection counts into cl->acct (srv_acct_rx/tx) and feeds its shard's
+ * -account-keys; a connection counts into cl->tally (srv_acct_rx/tx) and feeds its shard's
  * tables in batches: past SRV_ACCT_FEED_BYTES, at each KeepAlive and at detach. attach /
  * detach: on the shard the connection is on, when it becomes active / closes (a connection
  * moved while active must detach on the old shard and attach on the new one). */
@@ -372,16 +407,16 @@ void srv_acct_detach(struct srv_client *cl);
 void srv_acct_feed(struct srv_client *cl);
 static inline void srv_acct_rx(struct srv_client *cl, uint32_t bytes)
 {
-    cl->acct.rx_bytes += bytes;
-    cl->acct.rx_pkts++;
-    if (cl->acct.rx_bytes + cl->acct.tx_bytes >= SRV_ACCT_FEED_BYTES)
+    cl->tally.rx_bytes += bytes;
+    cl->tally.rx_pkts++;
+    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
         srv_acct_feed(cl);
 }
 static inline void srv_acct_tx(struct srv_client *cl, uint32_t bytes)
 {
-    cl->acct.tx_bytes += bytes;
-    cl->acct.tx_pkts++;
-    if (cl->acct.rx_bytes + cl->acct.tx_bytes >= SRV_ACCT_FEED_BYTES)
+    cl->tally.tx_bytes += bytes;
+    cl->tally.tx_pkts++;
+    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
         srv_acct_feed(cl);
 }
 /* /debug/varz and /debug/keys: a slot per shard (hd_collect), filled on its shard; formatted

@@ -173,7 +173,7 @@ static bool named_expired(const struct srv_acct_named *e, uint64_t now_ms)
 void srv_acct_attach(struct srv_client *cl)
 {
     struct srv_shard *ds = cl->ds;
-    cl->acct = (struct srv_acct_conn){.attached = true};
+    cl->tally = (struct srv_acct_conn){.attached = true};
     if (ds->cfg->account == NULL || cl->mesh)
         return;
     const struct hd_snap *sn = hd_snap_var_get(ds->cfg->account, ds->s);
@@ -192,12 +192,12 @@ void srv_acct_attach(struct srv_client *cl)
     }
     e->conns++;
     e->connects++;
-    cl->acct.named = (uint32_t)(e - ds->acct->named) + 1;
+    cl->tally.named = (uint32_t)(e - ds->acct->named) + 1;
 }
 
 void srv_acct_feed(struct srv_client *cl)
 {
-    struct srv_acct_conn *c = &cl->acct;
+    struct srv_acct_conn *c = &cl->tally;
     if (!c->attached || (c->rx_pkts == 0 && c->tx_pkts == 0))
         return;
     struct srv_acct *a = cl->ds->acct;
@@ -212,16 +212,16 @@ void srv_acct_feed(struct srv_client *cl)
 
 void srv_acct_detach(struct srv_client *cl)
 {
-    if (!cl->acct.attached)
+    if (!cl->tally.attached)
         return;
     srv_acct_feed(cl);
-    if (cl->acct.named) {
-        struct srv_acct_named *e = &cl->ds->acct->named[cl->acct.named - 1];
+    if (cl->tally.named) {
+        struct srv_acct_named *e = &cl->ds->acct->named[cl->tally.named - 1];
         HD_ASSERT(e->conns > 0);
         if (--e->conns == 0)
             e->idle_ms = hd_now_ms(cl->ds->s);
     }
-    cl->acct = (struct srv_acct_conn){0};
+    cl->tally = (struct srv_acct_conn){0};
 }
 
 /* ---------------------------------------------------------------- reads */

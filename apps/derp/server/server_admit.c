@@ -89,7 +89,7 @@ static void note_refused(struct srv_client *cl, const char *why)
     if (derp_addr_format_ip(&cl->remote, ip, sizeof(ip)) < 0)
         ip[0] = '\0';
     cl->ds->ctr.admit_refused++;
-    hd_log(HD_LOG_INFO, "admission: refused %s from %s: %s", key, ip, why);
+    hd_log_rl(HD_LOG_INFO, "admission: refused %s from %s: %s", key, ip, why); /* clients */
 }
 
 static void answered(void *arg, int err, const struct net_http_result *r)

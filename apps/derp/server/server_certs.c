@@ -31,6 +31,7 @@ static int build(const struct srv_config *cfg, struct srv_tls_snap **out, char *
     struct tls_server_options o = {.cert_file = cfg->cert_file, .key_file = cfg->key_file};
     if (cfg->self_signed)
         o = (struct tls_server_options){.self_signed_host = cfg->hostname};
+    o.sni_required = cfg->sni_required ? cfg->hostname : NULL; /* the handshake fails (alert) */
     struct srv_tls_snap *t = calloc(1, sizeof(*t));
     if (t == NULL) {
         snprintf(err, err_size, "out of memory");

@@ -15,10 +15,20 @@ static const struct net_conn_handler client_handler;
 
 static void writer_run(struct hd_flush *f);
 
-void srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
+/* A control frame (KeepAlive, Pong, ServerInfo, PeerGone, ...). No frame even in the pool's
+ * reserve (-ENOMEM) is the shard's trouble, not this client's: the frame is skipped and counted
+ * (a KeepAlive comes again, a lost Pong is a lost Ping). A queue over its cap (-ENOBUFS) is the
+ * client's own backlog: then it is closed, as before. Returns 0 or the send's -errno. */
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
 {
-    if (net_conn_send_copy(cl->conn, frame, len) < 0)
+    int rc = net_conn_send_copy(cl->conn, frame, len);
+    if (rc == -ENOMEM) {
+        cl->ds->ctr.ctl_dropped++;
+        hd_log_rl(HD_LOG_WARN, "frame pool exhausted: a control frame was not sent");
+    } else if (rc < 0) {
         srv_client_close(cl, -ENOBUFS);
+    }
+    return rc;
 }
 
 static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop why)
@@ -155,7 +165,12 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
         derp_addr_from_sockaddr(&cl->remote, &peer->sa, peer->len);
     derp_splitter_init(&cl->sp, DERP_READER_SERVER_HELLO);
     net_conn_set_app(c, &client_handler, cl);
-    net_conn_set_timeouts(c, DERP_HANDSHAKE_TIMEOUT_MS, ds->cfg->write_timeout_ms);
+    cl->prelogin = true; /* the HTTP phase's count is the client's now */
+    ds->ctr.accepts++;   /* derper's accepts: DERP connections (Server.Accept) */
+    /* derper's accept(): the ServerKey write and ClientInfo within 10 s, an absolute deadline
+     * (no idle timer: one byte a second would keep it alive). */
+    net_conn_set_timeouts(c, 0, ds->cfg->write_timeout_ms);
+    net_conn_set_deadline(c, ds->cfg->login_deadline_ms);
     /* §1.3 + §4 step 1: the 101 (not for fast start) and the ServerKey frame, in one write. */
     char buf[NET_HTTP_DERP_101_LEN + DERP_FRAME_HEADER_LEN + DERP_SERVER_KEY_LEN];
     int n = 0;
@@ -192,9 +207,11 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
         srv_client_close(cl, (int)n);
         return;
     }
+    srv_frames_client_init(cl);
     srv_register(ds, cl);
     srv_admit_recheck_start(cl);
-    srv_client_send_ctl(cl, buf, (size_t)n);
+    if (srv_client_send_ctl(cl, buf, (size_t)n) == -ENOMEM)
+        srv_client_close(cl, -ENOMEM); /* no ServerInfo: the login failed, the client retries */
 }
 
 static void client_adopt(struct net_conn *c, void *arg)
@@ -209,9 +226,22 @@ static void client_adopt(struct net_conn *c, void *arg)
     client_activate(srv_shard_here(), cl);
 }
 
+/* The login is over (admitted, refused or closed): the connection leaves the pre-login count
+ * of the accepting shard (where it still is: the move comes after this). */
+static void prelogin_done(struct srv_client *cl)
+{
+    if (!cl->prelogin)
+        return;
+    cl->prelogin = false;
+    srv_prelogin_leave(cl->ds, net_conn_peer(cl->conn));
+}
+
 static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_t len)
 {
     struct srv_shard *ds = cl->ds;
+    /* derper clears its deadline after verifyClient, which does no I/O on the connection: the
+     * admission wait is bounded by its own timeout (SRV_ADMIT_TIMEOUT_MS), not by this one. */
+    net_conn_set_deadline(cl->conn, 0);
     struct derp_client_info info;
     int rc = derp_client_info_open(payload, len, &ds->cfg->key, &cl->key, &info, ds->scratch,
                                    DERP_CLIENT_INFO_PLAIN_MAX);
@@ -222,9 +252,11 @@ static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_
     cl->prober = info.is_prober;
     cl->can_ack_pings = info.can_ack_pings;
     derp_splitter_set_mesh(&cl->sp, cl->mesh);
-    if (cl->mesh)
+    if (cl->mesh) {
         net_conn_set_limits(cl->conn, SRV_NET_HIGH_BYTES, SRV_NET_LOW_BYTES,
                             SRV_MESH_NET_MAX_BYTES);
+        net_conn_set_frame_limits(cl->conn, 0, 0); /* a watch stream: derper's is unbounded */
+    }
     /* Admission (§5): mesh peers skip every check. --allow-keys first: no controller request
      * for a key that is not listed. */
     if (!cl->mesh && !srv_allow_admits(ds, &cl->key))
@@ -238,6 +270,7 @@ int srv_client_admitted(struct srv_client *cl)
 {
     struct srv_shard *ds = cl->ds;
     bool waited = cl->phase == SRV_CLIENT_ADMITTING; /* reading paused: resume it */
+    prelogin_done(cl);
     unsigned owner = srv_owner(ds, cl->key.bytes);
     if (owner == hd_shard_id(ds->s)) {
         client_activate(ds, cl);
@@ -272,11 +305,11 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     }
     /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
     uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;
-    struct hd_frame *f = hd_frame_get(ds->s, SRV_ROUTE_OFF + out_len);
-    if (f == NULL) {
+    struct hd_frame *f = srv_frame_get_data(cl, SRV_ROUTE_OFF + out_len);
+    if (f == NULL) { /* the pool's reserve or this sender's share reached (server_frames.c) */
         ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
         ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] += pkt_len;
-        hd_log_rl(HD_LOG_WARN, "frame pool exhausted: packet dropped");
+        hd_log_rl(HD_LOG_WARN, "frame pool at a sender's share or the reserve: packet dropped");
         return;
     }
     memcpy(f->data, dst, DERP_KEY_LEN);
@@ -341,10 +374,56 @@ static int on_frame(struct srv_client *cl, uint8_t type, const uint8_t *payload,
     }
 }
 
+/* A big ClientInfo (over SRV_LOGIN_INLINE_MAX): take what is there into cl->login_buf; once the
+ * frame is whole, split and dispatch it from there. Returns the bytes of data used, or -errno. */
+static ssize_t login_gather(struct srv_client *cl, const uint8_t *data, size_t len)
+{
+    uint32_t take = cl->login_len - cl->login_have;
+    if (take > len)
+        take = (uint32_t)len;
+    memcpy(cl->login_buf + cl->login_have, data, take);
+    cl->login_have += take;
+    if (cl->login_have < cl->login_len)
+        return take;
+    struct derp_split sp;
+    int rc = derp_splitter_next(&cl->sp, cl->login_buf, cl->login_len, &sp);
+    HD_ASSERT(rc < 0 || (sp.kind == DERP_SPLIT_FRAME && sp.consumed == cl->login_len));
+    if (rc == 0)
+        rc = on_frame(cl, sp.type, cl->login_buf + sp.payload_offset, sp.len);
+    free(cl->login_buf);
+    cl->login_buf = NULL;
+    if (rc < 0) {
+        cl->ds->ctr.handshake_errors++;
+        return rc;
+    }
+    return take;
+}
+
+/* The first frame's header says it is a ClientInfo too big for net's tail: start gathering. */
+static bool login_gather_start(struct srv_client *cl, const struct derp_split *sp)
+{
+    size_t whole = DERP_FRAME_HEADER_LEN + (size_t)sp->len;
+    if (cl->phase != SRV_CLIENT_HANDSHAKE || sp->kind != DERP_SPLIT_NEED || !sp->header_known ||
+        whole <= SRV_LOGIN_INLINE_MAX)
+        return false;
+    cl->login_buf = malloc(whole); /* bounded by the splitter: DERP_CLIENT_INFO_LEN_MAX */
+    if (cl->login_buf == NULL)
+        return false; /* then net's tail limit closes it, as before */
+    cl->login_len = (uint32_t)whole;
+    cl->login_have = 0;
+    return true;
+}
+
 static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct srv_client *cl = net_conn_app(c);
     size_t done = 0;
+    if (cl->login_buf) {
+        ssize_t n = login_gather(cl, data, len);
+        if (n < 0 || cl->login_buf || net_conn_state(c) != NET_CONN_OPEN)
+            return n;
+        done = (size_t)n;
+    }
     const bool rate_on = cl->ds->cfg->rate_var != NULL; /* -rate-config given (§6.9) */
     while (cl->phase != SRV_CLIENT_MOVING && cl->phase != SRV_CLIENT_ADMITTING) {
         struct derp_split sp;
@@ -363,8 +442,18 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
         if (rate_on && sp.header_known && !skipping && cl->phase == SRV_CLIENT_ACTIVE &&
             !srv_rate_take(cl, sp.len))
             break; /* reading paused: this frame is offered again when its tokens are there */
-        if (sp.kind == DERP_SPLIT_NEED)
+        if (sp.kind == DERP_SPLIT_NEED) {
+            if (login_gather_start(cl, &sp)) {
+                ssize_t n = login_gather(cl, data + done, len - done);
+                if (n < 0)
+                    return n;
+                done += (size_t)n;
+                if (cl->login_buf || net_conn_state(c) != NET_CONN_OPEN)
+                    break;
+                continue;
+            }
             break;
+        }
         if (sp.kind == DERP_SPLIT_FRAME) {
             rc = on_frame(cl, sp.type, data + done + sp.payload_offset, sp.len);
             if (rc < 0) {
@@ -396,6 +485,9 @@ static void client_closed(struct net_conn *c, int reason)
     struct srv_shard *ds = cl->ds;
     if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_ACTIVE)
         ds->ctr.sclient_write_timeouts++;
+    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_HANDSHAKE)
+        ds->ctr.deadline_closes++;
+    prelogin_done(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
         hd_flush_cancel(ds->s, &cl->writer);
@@ -414,9 +506,11 @@ static void client_closed(struct net_conn *c, int reason)
             while ((f = queue_pop(cl, k)) != NULL)
                 drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
         }
+        srv_frames_client_fini(cl);
     }
     srv_admit_cancel(cl);
     srv_sources_drop(cl);
+    free(cl->login_buf);
     free(cl);
 }
 

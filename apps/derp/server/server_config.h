@@ -78,6 +78,11 @@ struct srv_config {
      * (reuseport spreads accepts over shards), so no shared state on accept. */
     double accept_rate; /* tokens per ms; 0: off */
     double accept_burst;
+    /* Absolute deadlines from accept (derper: http.Server ReadTimeout 30 s for the TLS handshake
+     * and the request head) and from the upgrade (derper: 10 s for the login), and the caps on
+     * connections not logged in yet, per shard and per source address per shard. */
+    uint32_t http_deadline_ms, login_deadline_ms;
+    uint32_t prelogin_shard_max, prelogin_addr_max;
     /* -mesh-with (server_mesh.c): node i's link lives on shard i % shards. */
     struct srv_mesh_node *mesh;
     unsigned mesh_count;

@@ -21,6 +21,12 @@ extern const char *const srv_drop_names[SRV_DROPS];
 struct srv_counters {
     uint64_t accepts;
     uint64_t accepts_refused; /* closed by -accept-connection-limit */
+    uint64_t conns_accepted;  /* every TCP connection (derper's accepts counts DERP clients) */
+    uint64_t prelogin_refused_shard, prelogin_refused_addr; /* --prelogin-max, -per-addr-max */
+    uint64_t deadline_closes;        /* closed at the HTTP or login deadline */
+    uint64_t frames_share_dropped;   /* packets dropped: the sender held its share of the pool */
+    uint64_t frames_reserve_dropped; /* packets dropped: only the control reserve was left */
+    uint64_t ctl_dropped;            /* KeepAlive/Pong not sent: no frame even in the reserve */
     uint64_t bytes_received, packets_received;
     uint64_t packets_received_kind[SRV_KINDS];
     uint64_t bytes_sent, packets_sent;
@@ -61,6 +67,7 @@ struct srv_counters {
     int64_t watchers;         /* ds->watch_count, set when read */
     int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
     int64_t mesh_links_ready; /* outbound mesh links logged in */
+    int64_t prelogin_now;     /* ds->prelogin.count, set when read */
 };
 
 #endif /* SERVER_COUNTERS_H */

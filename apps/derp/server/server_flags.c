@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "derp_limits.h"
+#include "server_limits.h"
 #include "server_flags.h"
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
@@ -112,6 +112,19 @@ static void usage_own(FILE *out)
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
+        "  --http-deadline D       a new connection's TLS handshake and HTTP request head\n"
+        "                          must be done within D of accept, each further request on\n"
+        "                          it within D (default 30s, as derper; at least 100ms)\n"
+        "  --login-deadline D      the DERP login (ClientInfo) must arrive within D of the\n"
+        "                          upgrade (default 10s, as derper; at least 100ms)\n"
+        "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
+        "                          connection is closed at once (default 16384)\n"
+        "  --prelogin-per-addr-max N  the same per source address per shard (default 4096)\n"
+        "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
+        "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
+        "                          this bounds what a burst can take\n"
+        "  --hash-key HEX          32 hex digits: the tables' SipHash key (tests only: makes\n"
+        "                          owner shards predictable; default random per process)\n"
         "  --stall-threshold D     log a shard that stays busy this long in one stretch, with\n"
         "                          the callback it runs, and count it (hderp_loop_stalls in\n"
         "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
@@ -257,6 +270,7 @@ static const struct flag_field string_flags[] = {
     FIELD("verify-client-url", verify_client_url),
     FIELD("allow-keys", allow_keys),
     FIELD("account-keys", account_keys),
+    FIELD("hash-key", hash_key), /* 32 hex digits, checked by configure */
 };
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),
@@ -346,6 +360,38 @@ static int apply_number(struct srv_flags *f, const char *name, const char *v)
     return 1;
 }
 
+/* Issue 16's limits: 1 applied, -1 bad value, 0 none of them. The deadlines have a lower bound
+ * only (tests shorten them). */
+static int apply_limit(struct srv_flags *f, const char *name, const char *v)
+{
+    long n;
+    if (strcmp(name, "http-deadline") == 0 || strcmp(name, "login-deadline") == 0) {
+        uint64_t *out = name[0] == 'h' ? &f->http_deadline_ms : &f->login_deadline_ms;
+        if (set_duration(name, v, out) < 0 || *out < SRV_DEADLINE_MS_MIN || *out > UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration of at least %ums\n", name,
+                    v, SRV_DEADLINE_MS_MIN);
+            return -1;
+        }
+    } else if (strcmp(name, "prelogin-max") == 0 || strcmp(name, "prelogin-per-addr-max") == 0) {
+        if (parse_int(v, 1, SRV_PRELOGIN_MAX_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected 1..%u\n", name, v,
+                    SRV_PRELOGIN_MAX_MAX);
+            return -1;
+        }
+        *(strcmp(name, "prelogin-max") == 0 ? &f->prelogin_max : &f->prelogin_addr_max) = n;
+    } else if (strcmp(name, "frame-pool-mib") == 0) {
+        if (parse_int(v, SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected %u..%u\n", name, v,
+                    SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX);
+            return -1;
+        }
+        f->frame_pool_mib = n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
 /* One flag with its value (NULL for a bare boolean). */
 static int apply(struct srv_flags *f, const char *name, const char *v, bool *version)
 {
@@ -354,6 +400,8 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
         rc = apply_field(f, name, v);
     if (rc == 0)
         rc = apply_number(f, name, v);
+    if (rc == 0)
+        rc = apply_limit(f, name, v);
     if (rc != 0)
         return rc < 0 ? -1 : 0;
     if (strcmp(name, "certmode") == 0) {
@@ -397,7 +445,12 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
                             .verify_client_url_fail_open = true,
                             .accept_limit = INFINITY,
-                            .accept_burst = 1L << 30};
+                            .accept_burst = 1L << 30,
+                            .http_deadline_ms = SRV_HTTP_DEADLINE_MS_DEFAULT,
+                            .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
+                            .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
+                            .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
+                            .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

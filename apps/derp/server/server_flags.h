@@ -35,6 +35,12 @@ struct srv_flags {
     const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
     const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
     const char *account_keys;         /* -account-keys FILE (hderp's own; NULL: off) */
+    uint64_t http_deadline_ms;        /* --http-deadline (derper: 30 s) */
+    uint64_t login_deadline_ms;       /* --login-deadline (derper: 10 s) */
+    long prelogin_max;                /* --prelogin-max, per shard */
+    long prelogin_addr_max;           /* --prelogin-per-addr-max, per shard */
+    long frame_pool_mib;              /* --frame-pool-mib, per shard */
+    const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:

@@ -284,6 +284,8 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
     }
     if (!keep)
         net_conn_close(c, 0, true);
+    else /* derper (Go's ReadTimeout): the next request's head within the deadline again */
+        net_conn_set_deadline(c, ds->cfg->http_deadline_ms);
     return (ssize_t)used;
 }
 
@@ -297,9 +299,13 @@ static ssize_t http80_data(struct net_conn *c, const uint8_t *data, size_t len)
     return http_request(c, data, len, true);
 }
 
+/* Every handler of the HTTP phase (this one, varz's) ends the pre-login count at close. */
 static void http_close(struct net_conn *c, int reason)
 {
-    (void)c, (void)reason;
+    struct srv_shard *ds = net_conn_app(c);
+    if (reason == -ETIMEDOUT)
+        ds->ctr.deadline_closes++;
+    srv_prelogin_leave(ds, net_conn_peer(c));
 }
 
 static const struct net_conn_handler http_handler = {
@@ -323,27 +329,38 @@ static void check_sni(struct net_conn *c, const struct tls_conn_info *info)
     }
 }
 
-static void accept_with(struct net_listener *l, int fd, struct srv_shard *ds,
-                        const struct net_conn_handler *h, bool tls)
+static void accept_with(struct net_listener *l, int fd, const struct net_addr *peer,
+                        struct srv_shard *ds, const struct net_conn_handler *h, bool tls)
 {
+    ds->ctr.conns_accepted++;
+    if (!srv_prelogin_enter(ds, peer)) {
+        close(fd);
+        return;
+    }
     struct net_conn_options opt = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                    .write_timeout_ms = ds->cfg->write_timeout_ms,
                                    .send_high_bytes = SRV_NET_HIGH_BYTES,
                                    .send_low_bytes = SRV_NET_LOW_BYTES,
-                                   .send_max_bytes = SRV_NET_MAX_BYTES};
+                                   .send_max_bytes = SRV_NET_MAX_BYTES,
+                                   .send_high_frames = SRV_NET_HIGH_FRAMES,
+                                   .send_low_frames = SRV_NET_LOW_FRAMES};
     struct net_conn *c;
     if (net_conn_adopt(net_listener_shard(l), fd, h, ds, &opt, &c) < 0) {
         hd_log_rl(HD_LOG_WARN, "accept: connection pool exhausted: refused a connection");
+        srv_prelogin_leave(ds, peer);
         close(fd);
         return;
     }
-    ds->ctr.accepts++;
+    /* The TLS handshake and the request head by this time, however slowly bytes drip in
+     * (the idle timer alone restarts on each byte). */
+    net_conn_set_deadline(c, ds->cfg->http_deadline_ms);
     if (!tls)
         return;
     /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
     struct tls_conn_options to = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
-                                  .on_handshake = ds->cfg->sni_required ? check_sni : NULL};
+                                  .on_handshake = ds->cfg->sni_required ? check_sni : NULL,
+                                  .reply_plain_http = true}; /* Go's 400 to plain HTTP */
     int rc = tls_conn_start(c, srv_certs_current(ds), &to);
     if (rc < 0)
         net_conn_close(c, rc, false);
@@ -369,7 +386,6 @@ void srv_accept_limit_init(struct srv_shard *ds)
 
 void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
-    (void)peer;
     struct srv_shard *ds = arg;
     if (!accept_allowed(ds)) {
         ds->ctr.accepts_refused++;
@@ -377,11 +393,10 @@ void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer
         close(fd);
         return;
     }
-    accept_with(l, fd, ds, &http_handler, ds->cfg->tls);
+    accept_with(l, fd, peer, ds, &http_handler, ds->cfg->tls);
 }
 
 void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
-    (void)peer;
-    accept_with(l, fd, arg, &http80_handler, false);
+    accept_with(l, fd, peer, arg, &http80_handler, false);
 }

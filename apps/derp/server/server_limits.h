@@ -4,6 +4,7 @@
 #define SERVER_LIMITS_H
 
 #include "derp_limits.h"
+#include <hd/net_limits.h>
 
 /* derper: perClientSendQueueDepth = 32, one queue for disco and one for other packets. */
 #define SRV_QUEUE_DEPTH 32
@@ -20,6 +21,25 @@
 
 /* derper's HTTP server: read timeout 30 s (bounds the request head). */
 #define SRV_HTTP_READ_TIMEOUT_MS 30000
+/* Absolute deadlines (net_conn_set_deadline), not idle timers: derper's http.Server ReadTimeout
+ * (30 s from accept: the TLS handshake and the request head; again for each further request of
+ * a kept-alive connection) and its accept() deadline for the login (10 s from the upgrade: the
+ * ServerKey write, then ClientInfo). --http-deadline / --login-deadline change them (tests);
+ * below 100 ms a loaded shard would cut off honest clients. */
+#define SRV_HTTP_DEADLINE_MS_DEFAULT  SRV_HTTP_READ_TIMEOUT_MS
+#define SRV_LOGIN_DEADLINE_MS_DEFAULT DERP_HANDSHAKE_TIMEOUT_MS
+#define SRV_DEADLINE_MS_MIN           100u
+/* Connections not logged in yet, per shard (--prelogin-max) and per source address per shard
+ * (--prelogin-per-addr-max). An honest login takes a few round trips, so even a 10k-connection
+ * reconnect storm holds a few hundred at once; with the deadlines above a source dripping bytes
+ * holds at most this many slots for at most 30 s. NATed clients share an address, hence the
+ * generous per-address default (also: hderp-bench logs in up to 4,096 peers at once from one
+ * address); 0 is not allowed (no cap would be the old behaviour). */
+#define SRV_PRELOGIN_SHARD_MAX_DEFAULT 16384u
+#define SRV_PRELOGIN_ADDR_MAX_DEFAULT  4096u
+#define SRV_PRELOGIN_MAX_MAX           (1u << 20)
+_Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
+               "the per-address cap is within the shard's");
 
 /* Net send queue of a client: it plays the part of derper's kernel socket buffer (a writer
  * goroutine drains derper's 32-packet queues into it concurrently; ours fills within a tick and
@@ -31,6 +51,38 @@
 #define SRV_NET_LOW_BYTES      (256u * 1024u)
 #define SRV_NET_MAX_BYTES      (4u * 1024u * 1024u)
 #define SRV_MESH_NET_MAX_BYTES (64u * 1024u * 1024u)
+
+/* Frame pools per shard (server_frames.c): two classes, MTU-sized packets and the largest routed
+ * frame (at least net's tail size), half of --frame-pool-mib each: the default 256 MiB gives
+ * 65,536 x 2 KiB and 2,048 x 64 KiB. At least 4 MiB (1,024 small frames: tests), at most
+ * 16 GiB. A pool's pages are carved lazily, so an idle server does not use the cap. */
+#define SRV_FRAME_CLASSES 2u
+#define SRV_FRAME_SMALL   2048u
+#define SRV_FRAME_BIG                                                                              \
+    (SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX)
+#define SRV_FRAME_POOL_MIB_DEFAULT 256u
+#define SRV_FRAME_POOL_MIB_MIN     4u
+#define SRV_FRAME_POOL_MIB_MAX     16384u
+/* Of each class, 1/8 is kept for control frames (KeepAlive, Pong, ServerInfo), logins and HTTP
+ * answers; a sender gets a frame while it holds less than 1/4 of what is free above that (at
+ * least 32 frames), so one flooder converges to a fifth of the pool. */
+#define SRV_FRAMES_RESERVE_DIV 8u
+#define SRV_FRAMES_SHARE_DIV   4u
+#define SRV_FRAMES_SHARE_MIN   32u
+/* Accounts: one per sending client plus closed ones whose frames are still out: never more
+ * than connections + frames. */
+#define SRV_ACCOUNTS_MAX (2u * NET_CONNS_MAX)
+/* A client's net send queue also pauses at this many frames (resumes at the low mark): small
+ * packets hold a whole 2 KiB frame each, so 1 MiB of them would be ~7,000 frames. */
+#define SRV_NET_HIGH_FRAMES 1024u
+#define SRV_NET_LOW_FRAMES  256u
+
+/* A ClientInfo frame larger than this is gathered in its own heap buffer (login only, freed at
+ * once) instead of in net's unconsumed tail, which holds at most NET_RX_TAIL_MAX: derper reads
+ * ClientInfo up to 256 KiB (DERP_CLIENT_INFO_LEN_MAX). */
+#define SRV_LOGIN_INLINE_MAX (16u * 1024u)
+_Static_assert(SRV_LOGIN_INLINE_MAX < NET_RX_TAIL_MAX,
+               "small ClientInfo frames stay in net's tail");
 
 /* PeerGone bookkeeping: most distinct sources one connection remembers. */
 #define SRV_SOURCES_MAX 65536u

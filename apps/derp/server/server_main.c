@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include "server.h"
 #include "server_flags.h"
 
@@ -18,6 +20,15 @@
 /* ---------------------------------------------------------------- the module */
 
 static struct srv_config config;
+
+/* jemalloc (release builds): give freed pages back within about a second, from its own
+ * background thread, so the chunks pools free after a burst (hd_slab_trim) leave RSS without
+ * waiting for allocator activity (issue 16: RSS stayed at the burst's peak). Read by jemalloc at
+ * start-up; an unused symbol under the sanitizers. */
+extern const char *malloc_conf;
+const char *malloc_conf = "background_thread:true,dirty_decay_ms:1000,muzzy_decay_ms:0";
+static uint8_t hash_key[SRV_HASH_KEY_LEN]; /* --hash-key */
+static bool hash_key_given;
 
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
@@ -43,6 +54,13 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
+    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0) {
+        srv_prelogin_fini(ds);
+        srv_peers_fini(&ds->peers);
+        free(ds->scratch);
+        free(ds);
+        return rc;
+    }
     srv_accept_limit_init(ds);
     struct net_listener_options lo = {.reuseport = true,
                                       .tcp_user_timeout_ms = config.tcp_user_timeout_ms,
@@ -50,6 +68,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     rc = net_listener_start(s, &config.addr, &lo, srv_http_accept, ds, &ds->listener);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
+        srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         srv_acct_shard_fini(ds);
         free(ds->scratch);
@@ -74,6 +93,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
+        srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         srv_acct_shard_fini(ds);
         free(ds->scratch);
@@ -105,6 +125,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_subs_fini(&ds->subs);
+    srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
     srv_acct_shard_fini(ds);
     free(ds->scratch);
@@ -117,7 +138,10 @@ static void shard_fini(struct hd_shard *s, void *state)
 static int global_init(struct hd_runtime *rt, void *arg)
 {
     (void)rt, (void)arg;
-    return derp_crypto_init();
+    int rc = derp_crypto_init();
+    if (rc == 0)
+        srv_hash_init(hash_key_given ? hash_key : NULL);
+    return rc;
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */
@@ -266,6 +290,27 @@ static int configure_key_lists(const struct srv_flags *f)
     return 0;
 }
 
+/* Issue 16's limits (deadlines, pre-login caps) and --hash-key. 0 or -EINVAL (printed). */
+static int configure_limits(const struct srv_flags *f)
+{
+    config.http_deadline_ms = (uint32_t)f->http_deadline_ms;
+    config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
+    config.prelogin_shard_max = (uint32_t)f->prelogin_max;
+    config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    if (f->hash_key == NULL)
+        return 0;
+    size_t got = 0;
+    if (strlen(f->hash_key) != 2 * SRV_HASH_KEY_LEN ||
+        sodium_hex2bin(hash_key, sizeof(hash_key), f->hash_key, 2 * SRV_HASH_KEY_LEN, NULL, &got,
+                       NULL) != 0 ||
+        got != sizeof(hash_key)) {
+        fprintf(stderr, "hderp-server: --hash-key: expected %d hex digits\n", 2 * SRV_HASH_KEY_LEN);
+        return -EINVAL;
+    }
+    hash_key_given = true;
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -291,6 +336,8 @@ static int configure(const struct srv_flags *f)
     config.home = f->home;
     config.accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
     config.accept_burst = (double)f->accept_burst;
+    if (configure_limits(f) < 0)
+        return -EINVAL;
     config.stun = f->stun;
     config.stun_port = f->stun_port;
     if (configure_mesh_key(f) < 0)
@@ -390,6 +437,46 @@ static void log_start(struct hd_runtime *rt)
                net_addr_port(&config.addr), net_addr_port(&config.addr));
 }
 
+/* derper fails with "address in use" when another process listens on its address; our shards
+ * share it through SO_REUSEPORT, which would let a second server in silently
+ * (net_listener_claim). Returns the claim's socket, -1 for port 0 (nothing claimed), or -2
+ * (message printed). */
+static int claim(const struct net_addr *addr, const char *what)
+{
+    int fd = net_listener_claim(addr);
+    if (fd >= 0 || fd == -EINVAL)
+        return fd >= 0 ? fd : -1;
+    char text[64];
+    net_addr_format(addr, text, sizeof(text));
+    if (fd == -EADDRINUSE)
+        fprintf(stderr,
+                "hderp-server: %s %s: address in use: another process listens there (a second "
+                "hderp-server or derper?)\n",
+                what, text);
+    else
+        fprintf(stderr, "hderp-server: %s %s: cannot bind: %s\n", what, text, strerror(-fd));
+    return -2;
+}
+
+static int claim_fds[2] = {-1, -1}; /* -a, -http-port: held until exit */
+
+static int claim_all(void)
+{
+    if ((claim_fds[0] = claim(&config.addr, "-a")) == -2)
+        return -1;
+    if (config.tls && config.http_port > 0 &&
+        (claim_fds[1] = claim(&config.http_addr, "-http-port")) == -2)
+        return -1;
+    return 0;
+}
+
+static void claim_release(void)
+{
+    for (unsigned i = 0; i < 2; i++)
+        if (claim_fds[i] >= 0)
+            close(claim_fds[i]);
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
@@ -400,11 +487,10 @@ int main(int argc, char **argv)
         return 1;
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
-    static const struct hd_frame_class classes[] = {
-        {.size = 2048, .cap_count = 65536},
-        {.size = SRV_ROUTE_FRAME_MAX > NET_RX_TAIL_MAX ? SRV_ROUTE_FRAME_MAX : NET_RX_TAIL_MAX,
-         .cap_count = 2048},
-    };
+    if (claim_all() < 0)
+        return 1;
+    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
+    HD_ASSERT(srv_frame_classes((uint32_t)f.frame_pool_mib, classes) == 0); /* flag checked */
     static const struct hd_module *const modules[] = {&srv_module};
     struct hd_runtime_config cfg = {
         .shards_count = f.shards,
@@ -412,6 +498,7 @@ int main(int argc, char **argv)
         .handle_signals = true,
         .frame_classes = classes,
         .frame_classes_count = HD_ARRAY_SIZE(classes),
+        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
         .modules = modules,
         .modules_count = 1,
         .stall_ms = !f.stall_set      ? 0
@@ -437,6 +524,7 @@ int main(int argc, char **argv)
     hd_runtime_destroy(rt);
     srv_admit_fini(&config);
     srv_mesh_config_free(&config);
+    claim_release();
     hd_log(HD_LOG_INFO, "stopped");
     return rc < 0 ? 1 : 0;
 }

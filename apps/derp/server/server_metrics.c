@@ -43,6 +43,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr = ds->ctr;
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
+        v->ctr.prelogin_now = ds->prelogin.count;
         v->rate = *srv_rate_current(ds);
         srv_acct_fill(ds, &v->acct);
     }
@@ -150,30 +151,40 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
 }
 
+/* One of hderp's own series, summed over shards. */
+static void put_own(struct srv_text *o, const char *name, const char *type, int64_t value)
+{
+    srv_text_put(o, "# TYPE hderp_%s %s\nhderp_%s %lld\n", name, type, name, (long long)value);
+}
+
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
     static const double qs[] = {0.5, 0.9, 0.99, 0.999};
-    srv_text_put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
-                 (long long)SUM(mesh_refused));
-    srv_text_put(o, "# TYPE hderp_handshake_errors counter\nhderp_handshake_errors %lld\n",
-                 (long long)SUM(handshake_errors));
-    srv_text_put(o, "# TYPE hderp_admit_refused counter\nhderp_admit_refused %lld\n",
-                 (long long)SUM(admit_refused));
-    srv_text_put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
-                 (long long)SUM(admit_errors));
-    srv_text_put(o, "# TYPE hderp_admit_cache_hits counter\nhderp_admit_cache_hits %lld\n",
-                 (long long)SUM(admit_cache_hits));
-    srv_text_put(o, "# TYPE hderp_admit_rechecks counter\nhderp_admit_rechecks %lld\n",
-                 (long long)SUM(admit_rechecks));
-    srv_text_put(o, "# TYPE hderp_admit_recheck_errors counter\nhderp_admit_recheck_errors %lld\n",
-                 (long long)SUM(admit_recheck_errors));
-    srv_text_put(o, "# TYPE hderp_admit_revoked counter\nhderp_admit_revoked %lld\n",
-                 (long long)SUM(admit_revoked));
-    srv_text_put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
-                 (long long)SUM(allowlist_refused));
-    srv_text_put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
-                 (long long)SUM(bus_dropped));
+    put_own(o, "mesh_refused", "counter", SUM(mesh_refused));
+    put_own(o, "handshake_errors", "counter", SUM(handshake_errors));
+    put_own(o, "admit_refused", "counter", SUM(admit_refused));
+    put_own(o, "admit_errors", "counter", SUM(admit_errors));
+    put_own(o, "admit_cache_hits", "counter", SUM(admit_cache_hits));
+    put_own(o, "admit_rechecks", "counter", SUM(admit_rechecks));
+    put_own(o, "admit_recheck_errors", "counter", SUM(admit_recheck_errors));
+    put_own(o, "admit_revoked", "counter", SUM(admit_revoked));
+    put_own(o, "allowlist_refused", "counter", SUM(allowlist_refused));
+    put_own(o, "bus_dropped", "counter", SUM(bus_dropped));
+    put_own(o, "conns_accepted", "counter", SUM(conns_accepted));
+    put_own(o, "prelogin_conns", "gauge", SUM(prelogin_now));
+    srv_text_put(o, "# TYPE hderp_prelogin_refused counter\n");
+    srv_text_put(o, "hderp_prelogin_refused{cap=\"shard\"} %lld\n",
+                 (long long)SUM(prelogin_refused_shard));
+    srv_text_put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n",
+                 (long long)SUM(prelogin_refused_addr));
+    put_own(o, "deadline_closes", "counter", SUM(deadline_closes));
+    srv_text_put(o, "# TYPE hderp_frames_refused counter\n");
+    srv_text_put(o, "hderp_frames_refused{why=\"share\"} %lld\n",
+                 (long long)SUM(frames_share_dropped));
+    srv_text_put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n",
+                 (long long)SUM(frames_reserve_dropped));
+    put_own(o, "ctl_dropped", "counter", SUM(ctl_dropped));
     srv_text_put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -243,11 +254,20 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
                                           .content_length = (int64_t)o.len,
                                           .connection = NET_HTTP_CONN_CLOSE};
         int n = net_http_write_resp(head, sizeof(head), &spec);
-        if (n > 0)
-            net_conn_send_copy(r->conn, head, (size_t)n);
-        if (!r->head_only)
-            net_conn_send_copy(r->conn, o.buf, o.len);
+        /* No body without its head; a failed send (no frames, queue cap) drops the answer:
+         * the connection closes at once instead of flushing half of it. */
+        int rc = n > 0 ? net_conn_send_copy(r->conn, head, (size_t)n) : -EINVAL;
+        if (rc == 0 && !r->head_only)
+            rc = net_conn_send_copy(r->conn, o.buf, o.len);
         free(o.buf);
+        if (rc < 0) {
+            hd_log_rl(HD_LOG_WARN, "/debug/varz: answer not sent: %s", strerror(-rc));
+            net_conn_close(r->conn, rc, false);
+            return;
+        }
+    } else {
+        net_conn_close(r->conn, -ENOMEM, false);
+        return;
     }
     net_conn_close(r->conn, 0, true); /* on_close frees r */
 }
@@ -261,6 +281,7 @@ static ssize_t varz_data(struct net_conn *c, const uint8_t *data, size_t len)
 static void varz_closed(struct net_conn *c, int reason)
 {
     (void)reason;
+    srv_prelogin_leave(srv_shard_here(), net_conn_peer(c)); /* as http_close: an HTTP request */
     struct varz_req *r = net_conn_app(c);
     r->conn = NULL;
     if (r->done)
@@ -288,8 +309,8 @@ void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only, 
         r->done = true;
         char buf[256];
         int n = net_http_write_error(buf, sizeof(buf), 503, head_only);
-        if (n > 0)
-            net_conn_send_copy(c, buf, (size_t)n);
-        net_conn_close(c, 0, true);
+        if (n > 0 && net_conn_send_copy(c, buf, (size_t)n) < 0)
+            n = -1; /* not sent: close at once */
+        net_conn_close(c, 0, n > 0);
     }
 }

@@ -12,9 +12,7 @@
 
 static uint32_t slot_of(const struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
-    uint64_t h;
-    memcpy(&h, key + 8, sizeof(h)); /* not bytes 0..8: those chose the shard */
-    return (uint32_t)(h * 0x9E3779B97F4A7C15ull >> 32) & (t->cap - 1);
+    return srv_key_slot(srv_hash(key, DERP_KEY_LEN), t->cap - 1); /* keyed: server_hash.c */
 }
 
 int srv_peers_init(struct srv_peer_table *t)
@@ -35,7 +33,8 @@ void srv_peers_fini(struct srv_peer_table *t)
 
 struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
-    for (uint32_t i = slot_of(t, key);; i = (i + 1) & (t->cap - 1)) {
+    for (uint32_t i = slot_of(t, key), probes = 0;; i = (i + 1) & (t->cap - 1)) {
+        HD_ASSERT(probes++ < t->cap); /* at most half full: a free slot ends every probe */
         struct srv_peer *p = t->slots[i];
         if (p == NULL)
             return NULL;
@@ -47,8 +46,9 @@ struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP
 static void table_put(struct srv_peer_table *t, struct srv_peer *p)
 {
     uint32_t i = slot_of(t, p->key.bytes);
-    while (t->slots[i])
-        i = (i + 1) & (t->cap - 1);
+    for (uint32_t probes = 0; t->slots[i]; i = (i + 1) & (t->cap - 1)) {
+        HD_ASSERT(probes++ < t->cap && t->slots[i] != p); /* room, and not in it twice */
+    }
     t->slots[i] = p;
 }
 
@@ -66,16 +66,20 @@ static int table_insert(struct srv_peer_table *t, struct srv_peer *p)
         t->slots = n.slots;
         t->cap = n.cap;
     }
+    HD_DASSERT(srv_peers_find(t, p->key.bytes) == NULL); /* one entry per key */
     table_put(t, p);
     t->count++;
+    HD_ASSERT(t->count * 2 <= t->cap);
     return 0;
 }
 
 static void table_remove(struct srv_peer_table *t, struct srv_peer *p)
 {
     uint32_t mask = t->cap - 1, i = slot_of(t, p->key.bytes);
-    while (t->slots[i] != p)
-        i = (i + 1) & mask;
+    HD_ASSERT(t->count > 0);
+    /* p must be in its probe chain: a missing entry would walk forever (or remove another) */
+    for (uint32_t probes = 0; t->slots[i] != p; i = (i + 1) & mask)
+        HD_ASSERT(t->slots[i] != NULL && ++probes < t->cap);
     uint32_t hole = i;
     for (uint32_t k = (i + 1) & mask; t->slots[k]; k = (k + 1) & mask) {
         uint32_t home = slot_of(t, t->slots[k]->key.bytes);
@@ -217,6 +221,7 @@ static void broadcast_present(struct srv_shard *ds, struct srv_client *cl)
 
 void srv_register(struct srv_shard *ds, struct srv_client *cl)
 {
+    HD_ASSERT(cl->peer == NULL && cl->phase == SRV_CLIENT_ACTIVE); /* registered once */
     struct srv_peer *p = srv_peers_find(&ds->peers, cl->key.bytes);
     if (p == NULL) {
         p = calloc(1, sizeof(*p));
@@ -253,9 +258,12 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
     struct srv_peer *p = cl->peer;
     if (p == NULL)
         return;
+    HD_ASSERT(p->clients_count > 0 && p->clients != NULL);
     struct srv_client **pp = &p->clients;
-    while (*pp != cl)
+    while (*pp != cl) {
+        HD_ASSERT(*pp != NULL); /* cl is on its key's list */
         pp = &(*pp)->peer_next;
+    }
     *pp = cl->peer_next;
     cl->peer = NULL;
     if (p->clients_count == 2) {
@@ -273,6 +281,8 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
     }
     if (cl->watcher)
         srv_watch_stop(ds, cl);
+    HD_ASSERT((p->clients_count == 0) == (p->clients == NULL));
+    HD_ASSERT(p->clients_count == 0 || p->active != NULL);
     if (p->clients_count > 0)
         return;
     ds->ctr.clients_local--;
