@@ -100,6 +100,7 @@ struct srv_client {
     struct hd_timer recheck;
     bool rechecking;
     struct srv_acct_conn tally; /* per-key accounting (server_account.c) */
+    uint32_t quota;             /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -188,7 +189,8 @@ struct srv_shard {
     struct hd_slab *accounts;                 /* server_frames.c */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
-    struct srv_acct *acct; /* per-key accounting (server_account.c) */
+    struct srv_acct *acct;         /* per-key accounting (server_account.c) */
+    struct srv_quota_state *quota; /* -rate-config Keys' usage (server_quota.c); NULL: none */
     struct srv_counters ctr;
 };
 
@@ -362,6 +364,17 @@ void srv_rate_client_fini(struct srv_client *cl);
 bool srv_rate_take(struct srv_client *cl, uint32_t payload_len);
 /* The frame that paid was handled (its bytes consumed). */
 void srv_rate_frame_done(struct srv_client *cl);
+/* server_quota.c: -rate-config's "Keys" (per-key limits and byte quotas). parse: main thread,
+ * from srv_rate_load (0 or -EINVAL/-ENOMEM with err); free: what srv_rate_load filled. attach:
+ * at activation, on the connection's shard; take: before relaying a packet of bytes from a
+ * connection with cl->quota (false: over a budget, drop it; counted). */
+struct json_t;
+int srv_quota_parse(struct json_t *keys, struct srv_rate *out, char *err, size_t err_size);
+void srv_rate_free(struct srv_rate *r);
+const struct srv_quota *srv_quota_find(const struct srv_rate *r, const struct derp_pubkey *key);
+void srv_quota_attach(struct srv_client *cl);
+bool srv_quota_take(struct srv_client *cl, uint32_t bytes);
+void srv_quota_shard_fini(struct srv_shard *ds);
 /* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
  * configure: main thread, before the runtime (loads the file; err names file:line; 0 or
  * -errno). attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread

@@ -189,6 +189,7 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
     cl->phase = SRV_CLIENT_ACTIVE;
     cl->connected_ms = hd_now_ms(ds->s);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
+    srv_quota_attach(cl); /* before the bucket: its burst may be the key's own */
     srv_rate_client_init(cl, cl->connected_ms);
     srv_acct_attach(cl);
     hd_flush_init(&cl->writer, writer_run);
@@ -302,6 +303,8 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
         ds->ctr.bytes_received += pkt_len;
         ds->ctr.packets_received_kind[kind]++;
         srv_acct_rx(cl, pkt_len);
+        if (cl->quota && !srv_quota_take(cl, pkt_len))
+            return; /* over the key's daily or monthly budget: dropped, counted */
     }
     /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
     uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;

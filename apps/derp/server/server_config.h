@@ -26,10 +26,21 @@ struct srv_mesh_node {
 
 /* -rate-config (spec §6.9, server_rate.c): the per-client receive limit as read from the file,
  * and what the buckets use (tokens a millisecond; the burst raised to DERP_RATE_BURST_MIN). */
+struct srv_quota {
+    uint8_t key[DERP_KEY_LEN];
+    uint64_t daily_bytes, monthly_bytes; /* 0: none */
+    uint64_t bytes_per_sec; /* this key's receive limit instead of the default; 0: none */
+    double per_ms, burst;
+};
+
 struct srv_rate {
     uint64_t bytes_per_sec; /* PerClientRateLimitBytesPerSec; 0: off */
     uint64_t burst_bytes;   /* PerClientRateBurstBytes, as configured */
     double per_ms, burst;
+    /* "Keys" (hderp's, server_quota.c): per-key limits and quotas, sorted by key; owned by the
+     * snapshot that holds this struct (srv_rate_free). */
+    struct srv_quota *quotas;
+    uint32_t quotas_count;
 };
 
 struct srv_config {

@@ -128,6 +128,14 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < NET_RX_TAIL_MAX,
 #define SRV_ACCT_WINDOW_MS (10u * 60 * 1000)
 _Static_assert((SRV_ACCT_SLOTS & (SRV_ACCT_SLOTS - 1)) == 0, "masked index");
 
+/* -rate-config "Keys": most keys listed (a shard's usage table has twice as many slots, 56 B
+ * each, allocated at the first listed key it sees), and how often a shard reads the wall clock
+ * for the UTC day and month the budgets count in. */
+#define SRV_QUOTA_KEYS_MAX 1024u
+#define SRV_QUOTA_SLOTS    (2 * SRV_QUOTA_KEYS_MAX)
+#define SRV_QUOTA_CLOCK_MS 1000u
+_Static_assert((SRV_QUOTA_SLOTS & (SRV_QUOTA_SLOTS - 1)) == 0, "masked index");
+
 /* derper: the key file root uses without -c. */
 #define SRV_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 

@@ -128,6 +128,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
     srv_acct_shard_fini(ds);
+    srv_quota_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))

@@ -141,6 +141,12 @@ static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned 
                          srv_drop_names[r], kind_names[k], (long long)SUM(bytes_dropped[r][k]));
 }
 
+/* One of hderp's own series, summed over shards. */
+static void put_own(struct srv_text *o, const char *name, const char *type, int64_t value)
+{
+    srv_text_put(o, "# TYPE hderp_%s %s\nhderp_%s %lld\n", name, type, name, (long long)value);
+}
+
 /* -rate-config (spec §9): only with a config file. The limit as shard 0 applies it (the burst
  * after raising it to 65568), and the frames that waited for their tokens. */
 static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned count)
@@ -149,12 +155,16 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
                (int64_t)v[0].rate.bytes_per_sec);
     put_metric(o, "rate_limit_per_client_burst_bytes", "gauge", (int64_t)v[0].rate.burst);
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
-}
-
-/* One of hderp's own series, summed over shards. */
-static void put_own(struct srv_text *o, const char *name, const char *type, int64_t value)
-{
-    srv_text_put(o, "# TYPE hderp_%s %s\nhderp_%s %lld\n", name, type, name, (long long)value);
+    put_own(o, "rate_limit_key_waited", "counter", SUM(rate_limit_waited_key));
+    srv_text_put(o, "# TYPE hderp_quota_dropped_packets counter\n"
+                    "# TYPE hderp_quota_dropped_bytes counter\n");
+    static const char *const why[SRV_QUOTA_WHYS] = {"daily", "monthly"};
+    for (unsigned w = 0; w < SRV_QUOTA_WHYS; w++)
+        srv_text_put(o,
+                     "hderp_quota_dropped_packets{reason=\"%s\"} %lld\n"
+                     "hderp_quota_dropped_bytes{reason=\"%s\"} %lld\n",
+                     why[w], (long long)SUM(quota_dropped[w]), why[w],
+                     (long long)SUM(quota_dropped_bytes[w]));
 }
 
 /* hderp's own figures: per shard, so an uneven load shows. */
