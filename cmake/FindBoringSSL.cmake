@@ -12,11 +12,11 @@ find_package_handle_standard_args(BoringSSL REQUIRED_VARS BoringSSL_SSL_LIBRARY 
                                   BoringSSL_INCLUDE_DIR)
 if(BoringSSL_FOUND AND NOT TARGET hd::boringssl_crypto)
   get_filename_component(BoringSSL_LIBRARY_DIR ${BoringSSL_CRYPTO_LIBRARY} DIRECTORY)
-  add_library(hd::boringssl_crypto UNKNOWN IMPORTED)
+  add_library(hd::boringssl_crypto UNKNOWN IMPORTED GLOBAL)
   set_target_properties(hd::boringssl_crypto PROPERTIES IMPORTED_LOCATION "${BoringSSL_CRYPTO_LIBRARY}"
                         INTERFACE_INCLUDE_DIRECTORIES "${BoringSSL_INCLUDE_DIR}"
                         INTERFACE_LINK_OPTIONS "LINKER:-rpath,${BoringSSL_LIBRARY_DIR}")
-  add_library(hd::boringssl_ssl UNKNOWN IMPORTED)
+  add_library(hd::boringssl_ssl UNKNOWN IMPORTED GLOBAL)
   # libssl.so.0 is C++ inside: it needs libstdc++ at link time.
   set_target_properties(hd::boringssl_ssl PROPERTIES IMPORTED_LOCATION "${BoringSSL_SSL_LIBRARY}"
                         INTERFACE_INCLUDE_DIRECTORIES "${BoringSSL_INCLUDE_DIR}"

@@ -11,7 +11,7 @@ macro(hd_find_pkgconfig name module target)
   find_package_handle_standard_args(${name} REQUIRED_VARS ${name}_LIBRARY ${name}_INCLUDE_DIR
                                     VERSION_VAR PC_${name}_VERSION)
   if(${name}_FOUND AND NOT TARGET ${target})
-    add_library(${target} UNKNOWN IMPORTED)
+    add_library(${target} UNKNOWN IMPORTED GLOBAL)
     set_target_properties(${target} PROPERTIES IMPORTED_LOCATION "${${name}_LIBRARY}"
                           INTERFACE_INCLUDE_DIRECTORIES "${${name}_INCLUDE_DIR}")
   endif()

@@ -1,5 +1,6 @@
 /* conn_access.c - a connection's accessors and settings. Runs on the connection's shard. */
 #include "net_impl.h"
+#include <hd/net_proxy.h>
 
 /* ---------------------------------------------------------------- accessors */
 
@@ -37,6 +38,11 @@ enum net_conn_state net_conn_state(const struct net_conn *c)
 const struct net_addr *net_conn_peer(const struct net_conn *c)
 {
     return &c->peer;
+}
+
+void net_conn_set_peer(struct net_conn *c, const struct net_addr *peer)
+{
+    c->peer = *peer; /* a PROXY header's client (net_proxy.h) */
 }
 
 const struct net_conn_stats *net_conn_stats(const struct net_conn *c)

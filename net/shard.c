@@ -1,6 +1,7 @@
 /* shard.c - the socket layer's per-shard state: connection, send-queue and send-context pools
  * and the provided-buffer ring (or the plain-recv fallback when the kernel has no buffer rings).
- * Created and destroyed on the shard's thread, from the app's shard hooks. */
+ * net_module: the runtime creates it on each shard's thread before the modules that require net,
+ * and destroys it after them (also when a later module's shard_init fails). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +10,16 @@
 
 struct net_shard *net_shard_of(struct hd_shard *s)
 {
-    struct net_shard *ns = hd_shard_slot_get(s, HD_SLOT_NET);
-    HD_ASSERT(ns != NULL); /* net_shard_init not called on this shard */
+    struct net_shard *ns = hd_shard_module_state(s, &net_module);
+    HD_ASSERT(ns != NULL); /* net_module is not in this runtime (or not before this module) */
     return ns;
 }
 
-int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt)
+static int net_shard_init(struct hd_shard *s, void *arg, void **state)
 {
+    const struct net_shard_options *opt = arg;
+    if (hd_shard_module_state(s, &net_module) != NULL)
+        return -EEXIST; /* net_module listed twice: one socket layer per shard */
     struct net_shard *ns = calloc(1, sizeof(*ns));
     if (ns == NULL)
         return -ENOMEM;
@@ -27,7 +31,9 @@ int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt)
         (rc = hd_slab_create(s, "net_send_ctx", sizeof(struct net_send_ctx), NET_SEND_CTX_MAX,
                              &ns->send_ctxs)))
         goto fail;
-    if (!(opt && opt->no_buf_ring)) {
+    unsigned id = hd_shard_id(s);
+    bool no_ring = opt && (opt->no_buf_ring || (id < 64 && (opt->no_buf_ring_shards >> id) & 1));
+    if (!no_ring) {
         rc = net_bufring_init(ns);
         if (rc < 0) {
             /* Kernels before 5.19 have no buffer rings: receive one recv at a time instead. */
@@ -36,7 +42,7 @@ int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt)
             net_bufring_fini(ns);
         }
     }
-    hd_shard_slot_set(s, HD_SLOT_NET, ns);
+    *state = ns;
     return 0;
 fail:
     hd_slab_destroy(ns->conns);
@@ -46,9 +52,9 @@ fail:
     return rc;
 }
 
-void net_shard_fini(struct hd_shard *s)
+static void net_shard_fini(struct hd_shard *s, void *state)
 {
-    struct net_shard *ns = hd_shard_slot_get(s, HD_SLOT_NET);
+    struct net_shard *ns = state;
     if (ns == NULL)
         return;
     net_resolve_shard_fini(s); /* lookups still in DNS never post to this shard */
@@ -57,8 +63,14 @@ void net_shard_fini(struct hd_shard *s)
     hd_slab_destroy(ns->chunks);
     hd_slab_destroy(ns->send_ctxs);
     free(ns);
-    hd_shard_slot_set(s, HD_SLOT_NET, NULL);
 }
+
+const struct hd_module net_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "net",
+    .shard_init = net_shard_init,
+    .shard_fini = net_shard_fini,
+};
 
 bool net_shard_uses_buf_ring(struct hd_shard *s)
 {
@@ -72,7 +84,7 @@ uint32_t net_conns_count(struct hd_shard *s)
 
 void net_shard_close_all(struct hd_shard *s, int reason)
 {
-    struct net_shard *ns = hd_shard_slot_get(s, HD_SLOT_NET);
+    struct net_shard *ns = hd_shard_module_state(s, &net_module);
     if (ns == NULL)
         return;
     /* Closing may finish (and unlink) a connection at once: take the next one first. */

@@ -703,11 +703,7 @@ static int gen_shard_init(struct hd_shard *s, void *arg, void **state)
     for (unsigned i = 0; i < r->idle_count; i++)
         if (r->idle[i].shard == hd_shard_id(s))
             r->idle[i].home = sh;
-    int rc = net_shard_init(s, NULL);
-    if (rc == 0 && r->cfg.tls)
-        rc = tls_shard_init(s, NULL);
-    if (rc == 0)
-        rc = hd_defer(s, gen_start, sh);
+    int rc = hd_defer(s, gen_start, sh);
     if (rc < 0) {
         free(sh);
         return rc;
@@ -739,16 +735,16 @@ static void gen_shard_stop(struct hd_shard *s, void *state)
 
 static void gen_shard_fini(struct hd_shard *s, void *state)
 {
-    struct bench_gen_shard *sh = state;
-    if (sh->r->cfg.tls)
-        tls_shard_fini(s);
-    net_shard_fini(s);
+    (void)s;
     free(state);
 }
+
+static const struct hd_module *const bench_requires[] = {&net_module, NULL};
 
 static const struct hd_module bench_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "bench-relay",
+    .requires = bench_requires,
     .shard_init = gen_shard_init,
     .shard_stop = gen_shard_stop,
     .shard_fini = gen_shard_fini,
@@ -756,13 +752,15 @@ static const struct hd_module bench_module = {
 
 int bench_run_execute(struct bench_run *r)
 {
-    static const struct hd_module *const mods[] = {&bench_module};
-    void *const args[] = {r};
+    /* The layers before the generator: net always (bench_module requires it), tls for -tls. */
+    const struct hd_module *const mods[] = {&tls_module, &bench_module};
+    void *const args[] = {NULL, r};
+    unsigned first = r->cfg.tls ? 0 : 1;
     struct hd_runtime_config cfg = {.shards_count = r->cfg.shards,
                                     .pin = true,
-                                    .modules = mods,
-                                    .modules_args = args,
-                                    .modules_count = 1};
+                                    .modules = mods + first,
+                                    .modules_args = args + first,
+                                    .modules_count = 2 - first};
     struct hd_runtime *rt;
     int rc = hd_runtime_create(&cfg, &rt);
     if (rc < 0)

@@ -413,19 +413,14 @@ static void srv_announce(void *arg)
 static int bench_shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg, (void)state;
-    int rc = net_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
-    struct tls_shard_options to = {.ktls_disable = true}; /* userspace records are the subject */
-    rc = tls_shard_init(s, &to);
-    if (rc < 0 || hd_shard_id(s) != 0) {
+    if (hd_shard_id(s) != 0) {
         hd_timer_init(&run.cli_guard, cli_guard);
         hd_timer_init(&run.cli_warm, cli_warm);
         hd_timer_init(&run.cli_end, cli_end);
-        return rc;
+        return 0;
     }
     struct net_addr a;
-    rc = net_addr_parse("127.0.0.1:0", &a);
+    int rc = net_addr_parse("127.0.0.1:0", &a);
     if (rc == 0)
         rc = net_listener_start(s, &a, NULL, srv_accept, NULL, &run.srv_listener);
     return rc < 0 ? rc : hd_defer(s, srv_announce, s);
@@ -448,19 +443,11 @@ static void bench_shard_stop(struct hd_shard *s, void *state)
     net_shard_close_all(s, 0);
 }
 
-static void bench_shard_fini(struct hd_shard *s, void *state)
-{
-    (void)state;
-    tls_shard_fini(s);
-    net_shard_fini(s);
-}
-
 static const struct hd_module bench_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "bench-stream",
     .shard_init = bench_shard_init,
     .shard_stop = bench_shard_stop,
-    .shard_fini = bench_shard_fini,
 };
 
 /* ---------------------------------------------------------------- AEAD floor (main thread) */
@@ -537,9 +524,12 @@ static int run_mode(const struct bench_mode *m, unsigned conns, uint32_t duratio
     run.mode = m;
     run.conns_count = conns;
     run.duration_ms = duration_ms;
-    static const struct hd_module *const mods[] = {&bench_module};
+    /* tls (and net before it) under the bench; userspace records are the subject. */
+    static struct tls_shard_options to = {.ktls_disable = true};
+    static const struct hd_module *const mods[] = {&tls_module, &bench_module};
+    static void *const args[] = {&to, NULL};
     struct hd_runtime_config cfg = {
-        .shards_count = 2, .pin = true, .modules = mods, .modules_count = 1};
+        .shards_count = 2, .pin = true, .modules = mods, .modules_args = args, .modules_count = 2};
     struct hd_runtime *rt;
     int rc = hd_runtime_create(&cfg, &rt);
     if (rc < 0)

@@ -82,6 +82,10 @@ struct hd_shard {
     uint32_t ops_inflight;
     uint16_t op_gen;
     int error;
+    /* The wait policy's load estimate: CQEs dispatched in millisecond rate_ms and the one before.
+     */
+    uint64_t rate_ms;
+    uint32_t rate_cur, rate_prev;
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
      * the exchange and wakes it. Pairs with the producer's fence after publishing a tail. */
@@ -110,13 +114,15 @@ struct hd_shard {
     struct hd_post_inbox posts;      /* from threads that are not shards (post.c) */
     struct hd_collect_req *collects; /* requests this shard is waiting on */
     void **module_states;
-    void *slots[HD_SLOTS_COUNT];
     struct hd_shard_stats stats;
     pthread_t thread;
 };
 
 struct hd_runtime {
-    struct hd_runtime_config cfg;
+    struct hd_runtime_config cfg; /* modules, modules_args: the resolved list below */
+    const struct hd_module *mods[HD_MODULES_MAX];
+    void *mods_args[HD_MODULES_MAX];
+    bool mods_listed[HD_MODULES_MAX]; /* listed in the config (not only required) */
     struct hd_frame_class frame_classes[HD_FRAME_CLASSES_MAX];
     unsigned count;
     struct hd_shard **shards;
@@ -177,6 +183,7 @@ void hd_slabs_destroy_all(struct hd_shard *s);
 /* Every HD_SLAB_TRIM_MS (the tick): free the empty chunks pools did not need (slab.c). */
 void hd_slabs_trim(struct hd_shard *s);
 bool hd_slabs_trim_wanted(const struct hd_shard *s);
+const struct hd_slab *hd_slab_next_in_shard(const struct hd_slab *p);
 void hd_collects_poll(struct hd_shard *s);
 void hd_posts_init(struct hd_shard *s);
 void hd_posts_deinit(struct hd_shard *s);
@@ -186,5 +193,10 @@ void hd_posts_close(struct hd_shard *s);
 void hd_collects_free(struct hd_shard *s);
 void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
 uint64_t hd_clock_ms(void);
+
+/* log_json.c: one JSON log line into out (always '}' and '\n' terminated, truncating the
+ * message if it must); returns its length. level is padded text ("INFO "), trimmed here. */
+size_t hd_log_json_line(char *out, size_t size, const char *time, const char *level,
+                        const char *shard, const char *msg);
 
 #endif /* HD_IMPL_H */

@@ -1,5 +1,6 @@
 /* log.c - leveled log lines to stderr, one write() each (whole lines never interleave), with
- * the shard id, and a per-call-site rate limit. Any thread. */
+ * the shard id, as text or as JSON objects (log_json.c), and a per-call-site rate limit. Any
+ * thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +10,18 @@
 #include "hd_impl.h"
 
 enum hd_log_level hd_log_level_max = HD_LOG_INFO;
+static enum hd_log_format log_format = HD_LOG_FORMAT_TEXT;
 
 static const char *const level_names[] = {"ERROR", "WARN ", "INFO ", "DEBUG"};
 
 void hd_log_set_level(enum hd_log_level level)
 {
     hd_log_level_max = level;
+}
+
+void hd_log_set_format(enum hd_log_format format)
+{
+    log_format = format;
 }
 
 void hd_log_write(enum hd_log_level level, const char *fmt, ...)
@@ -30,12 +37,26 @@ void hd_log_write(enum hd_log_level level, const char *fmt, ...)
         snprintf(who, sizeof(who), "s%u", hd_shard_id(s));
     else
         snprintf(who, sizeof(who), "main");
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %-4s ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     ts.tv_nsec / 1000000, level_names[level], who);
+    char when[64];
+    snprintf(when, sizeof(when), "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900,
+             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
+    va_list ap;
+    if (log_format == HD_LOG_FORMAT_JSON) {
+        char msg[HD_LOG_LINE_MAX];
+        va_start(ap, fmt);
+        int k = vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        if (k < 0)
+            return;
+        char jl[HD_LOG_JSON_LINE_MAX];
+        size_t len = hd_log_json_line(jl, sizeof(jl), when, level_names[level], who, msg);
+        ssize_t w = write(STDERR_FILENO, jl, len);
+        (void)w;
+        return;
+    }
+    int n = snprintf(line, sizeof(line), "%s %s %-4s ", when, level_names[level], who);
     if (n < 0)
         return;
-    va_list ap;
     va_start(ap, fmt);
     int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     va_end(ap);

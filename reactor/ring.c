@@ -1,7 +1,7 @@
 /* ring.c - io_uring set-up for one shard, probing what the kernel offers: SINGLE_ISSUER |
  * DEFER_TASKRUN (6.1+; DEFER_TASKRUN needs SINGLE_ISSUER), else COOP_TASKRUN, else plain; and
- * whether IORING_OP_MSG_RING exists for wake-ups. Runs on the shard's own thread (SINGLE_ISSUER
- * binds the ring to the thread that creates it). */
+ * whether IORING_OP_MSG_RING exists for wake-ups, and the min-wait (IORING_FEAT_MIN_TIMEOUT, 6.12).
+ * Runs on the shard's own thread (SINGLE_ISSUER binds the ring to the thread that creates it). */
 #include <errno.h>
 #include <string.h>
 
@@ -33,6 +33,11 @@ int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable)
             s->features = setups[i].features;
             if (p.features & IORING_FEAT_EXT_ARG)
                 s->features |= HD_FEAT_EXT_ARG;
+            /* min-wait only on DEFER_TASKRUN rings: there the kernel turns the wait back into
+             * wake-on-first-completion once the min-wait passed empty (cq_wait_nr = 1). */
+            if ((p.features & IORING_FEAT_MIN_TIMEOUT) && (p.features & IORING_FEAT_EXT_ARG) &&
+                (s->features & HD_FEAT_DEFER_TASKRUN) && !(disable & HD_FEAT_MIN_WAIT))
+                s->features |= HD_FEAT_MIN_WAIT;
             break;
         }
         if (rc != -EINVAL)

@@ -50,13 +50,61 @@ static int config_check(struct hd_runtime_config *cfg)
         return -EINVAL;
     if (cfg->busy_poll_us > HD_BUSY_POLL_US_MAX)
         return -EINVAL;
+    if (cfg->min_wait_us > HD_MIN_WAIT_US_MAX)
+        return -EINVAL;
     if (cfg->stop_grace_ms == 0)
         cfg->stop_grace_ms = HD_STOP_GRACE_MS_DEFAULT;
     if (cfg->modules_count && cfg->modules == NULL)
         return -EINVAL;
-    for (unsigned i = 0; i < cfg->modules_count; i++)
-        if (cfg->modules[i]->abi_version != HD_MODULE_ABI)
-            return -EINVAL;
+    return 0;
+}
+
+/* Place module m (and first what it requires) in the resolved list. A requirement is one
+ * instance however many modules need it; a listed module already placed as a requirement only
+ * gives it its arg; a listed module otherwise is a new instance. depth bounds a cycle. */
+static int module_place(struct hd_runtime *rt, unsigned *n, const struct hd_module *m, void *arg,
+                        bool listed, unsigned depth)
+{
+    if (m == NULL || m->abi_version != HD_MODULE_ABI || depth > HD_MODULES_MAX)
+        return -EINVAL;
+    for (unsigned i = 0; i < *n; i++) {
+        if (rt->mods[i] != m)
+            continue;
+        if (!listed)
+            return 0;
+        if (!rt->mods_listed[i]) {
+            rt->mods_listed[i] = true;
+            rt->mods_args[i] = arg;
+            return 0;
+        }
+    }
+    for (const struct hd_module *const *r = m->requires; r && *r; r++) {
+        int rc = module_place(rt, n, *r, NULL, false, depth + 1);
+        if (rc < 0)
+            return rc;
+    }
+    if (*n == HD_MODULES_MAX)
+        return -EINVAL;
+    rt->mods[*n] = m;
+    rt->mods_args[*n] = arg;
+    rt->mods_listed[*n] = listed;
+    (*n)++;
+    return 0;
+}
+
+static int modules_resolve(struct hd_runtime *rt)
+{
+    struct hd_runtime_config *cfg = &rt->cfg;
+    unsigned n = 0;
+    for (unsigned i = 0; i < cfg->modules_count; i++) {
+        void *arg = cfg->modules_args ? cfg->modules_args[i] : NULL;
+        int rc = module_place(rt, &n, cfg->modules[i], arg, true, 0);
+        if (rc < 0)
+            return rc;
+    }
+    cfg->modules = rt->mods;
+    cfg->modules_args = rt->mods_args;
+    cfg->modules_count = n;
     return 0;
 }
 
@@ -88,6 +136,8 @@ int hd_runtime_create(const struct hd_runtime_config *config, struct hd_runtime 
         return -ENOMEM;
     rt->cfg = *config;
     int rc = config_check(&rt->cfg);
+    if (rc == 0)
+        rc = modules_resolve(rt);
     if (rc < 0) {
         free(rt);
         return rc;

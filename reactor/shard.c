@@ -63,18 +63,6 @@ struct io_uring *hd_shard_ring(struct hd_shard *s)
     return &s->ring;
 }
 
-void *hd_shard_slot_get(const struct hd_shard *s, enum hd_shard_slot slot)
-{
-    HD_ASSERT((unsigned)slot < HD_SLOTS_COUNT);
-    return s->slots[slot];
-}
-
-void hd_shard_slot_set(struct hd_shard *s, enum hd_shard_slot slot, void *ptr)
-{
-    HD_ASSERT((unsigned)slot < HD_SLOTS_COUNT);
-    s->slots[slot] = ptr;
-}
-
 void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;
@@ -82,6 +70,14 @@ void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m)
         if (cfg->modules[i] == m)
             return s->module_states ? s->module_states[i] : NULL;
     return NULL;
+}
+
+unsigned hd_shard_slabs_count(const struct hd_shard *s)
+{
+    unsigned n = 0;
+    for (const struct hd_slab *p = s->slabs; p; p = hd_slab_next_in_shard(p))
+        n++;
+    return n;
 }
 
 void hd_shard_wake(struct hd_shard *s)
@@ -204,6 +200,56 @@ static bool busy_poll(struct hd_shard *s, uint32_t us)
     return false;
 }
 
+/* The load estimate: CQEs dispatched in this millisecond and the previous one. */
+static void rate_roll(struct hd_shard *s)
+{
+    if (s->now_ms == s->rate_ms)
+        return;
+    s->rate_prev = s->now_ms == s->rate_ms + 1 ? s->rate_cur : 0;
+    s->rate_cur = 0;
+    s->rate_ms = s->now_ms;
+}
+
+/* The min-wait is worth its latency only under load: HD_MIN_WAIT_ARM_CQES completions in two
+ * milliseconds (a lone ping's four CQEs never arm it), and only when the wait it bounds ends
+ * after it (a timer due sooner is not held back). */
+static bool min_wait_wanted(struct hd_shard *s, uint64_t wait_ms)
+{
+    if (!(s->features & HD_FEAT_MIN_WAIT))
+        return false;
+    rate_roll(s);
+    if (s->rate_cur + s->rate_prev < HD_MIN_WAIT_ARM_CQES)
+        return false;
+    return wait_ms == UINT64_MAX || wait_ms * 1000u > s->rt->cfg.min_wait_us;
+}
+
+/* Sleep until HD_MIN_WAIT_BATCH completions, or min_wait_us passed with at least one, or the
+ * timeout; once the min-wait passed empty, the first completion wakes (kernel >= 6.12,
+ * DEFER_TASKRUN ring). Queued SQEs are submitted first without waiting: completions the submit
+ * posts inline (a sendmsg on loopback) would otherwise sit out the whole min-wait. */
+static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued)
+{
+    if (queued > 0) {
+        io_uring_submit_and_get_events(&s->ring);
+        s->stats.sqes += queued;
+        s->stats.enters++;
+        if (io_uring_cq_ready(&s->ring))
+            return;
+    }
+    if (wait_ms == UINT64_MAX)
+        wait_ms = HD_MIN_WAIT_IDLE_TS_MS;
+    struct __kernel_timespec ts = {.tv_sec = (long long)(wait_ms / 1000),
+                                   .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
+    struct hd_getevents_arg arg = {.min_wait_usec = s->rt->cfg.min_wait_us,
+                                   .ts = (uint64_t)(uintptr_t)&ts};
+    s->stats.sleeps++;
+    s->stats.min_waits++;
+    /* -ETIME (the timeout) and -EINTR are ordinary ends of a wait: the tick goes on either way. */
+    (void)io_uring_enter2((unsigned)s->ring_fd, 0, HD_MIN_WAIT_BATCH,
+                          IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, (sigset_t *)(void *)&arg,
+                          sizeof(arg));
+}
+
 static void enter(struct hd_shard *s, uint64_t wait_ms)
 {
     unsigned queued = io_uring_sq_ready(&s->ring);
@@ -225,11 +271,17 @@ static void enter(struct hd_shard *s, uint64_t wait_ms)
         s->stats.sqes += queued;
         return;
     }
-    struct io_uring_cqe *cqe;
-    struct __kernel_timespec ts = {.tv_sec = (long long)(wait_ms / 1000),
-                                   .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
-    io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, wait_ms == UINT64_MAX ? NULL : &ts, NULL);
-    s->stats.sqes += queued;
+    if (min_wait_wanted(s, wait_ms)) {
+        min_wait_enter(s, wait_ms, queued);
+    } else {
+        struct io_uring_cqe *cqe;
+        s->stats.sleeps++;
+        struct __kernel_timespec ts = {.tv_sec = (long long)(wait_ms / 1000),
+                                       .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
+        io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, wait_ms == UINT64_MAX ? NULL : &ts,
+                                         NULL);
+        s->stats.sqes += queued;
+    }
     atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
 }
 
@@ -273,6 +325,8 @@ static void tick(struct hd_shard *s)
     /* The wait is over: the dispatch below is new work (the watchdog times it from here). */
     atomic_store_explicit(&s->beat, s->stats.ticks | (UINT64_C(1) << 63), memory_order_relaxed);
     unsigned cqes = hd_ops_dispatch(s, HD_CQE_BUDGET_MAX);
+    rate_roll(s);
+    s->rate_cur += cqes;
     if (sample) {
         hd_hist_record(&s->stats.tick_ns, (t1 - t0) + (hd_clock_ns() - t2));
         hd_hist_record(&s->stats.cqes_per_tick, cqes);
@@ -305,7 +359,8 @@ static void pin(struct hd_shard *s)
 static int shard_setup(struct hd_shard *s)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;
-    int rc = hd_ring_setup(s, cfg->sq_entries, cfg->features_disable);
+    uint32_t disable = cfg->features_disable | (cfg->min_wait_us == 0 ? HD_FEAT_MIN_WAIT : 0);
+    int rc = hd_ring_setup(s, cfg->sq_entries, disable);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "io_uring set-up failed: %s", strerror(-rc));
         return rc;
@@ -346,9 +401,11 @@ static int modules_init(struct hd_shard *s, unsigned *inited)
 static void modules_fini(struct hd_shard *s, unsigned inited)
 {
     const struct hd_runtime_config *cfg = &s->rt->cfg;
-    while (inited-- > 0)
+    while (inited-- > 0) {
         if (cfg->modules[inited]->shard_fini)
             cfg->modules[inited]->shard_fini(s, s->module_states[inited]);
+        s->module_states[inited] = NULL; /* hd_shard_module_state: gone */
+    }
 }
 
 void *hd_shard_main(void *arg);

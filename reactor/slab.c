@@ -91,6 +91,11 @@ void hd_slab_destroy(struct hd_slab *p)
     free(p);
 }
 
+const struct hd_slab *hd_slab_next_in_shard(const struct hd_slab *p)
+{
+    return p->next_in_shard;
+}
+
 void hd_slabs_destroy_all(struct hd_shard *s)
 {
     while (s->slabs)

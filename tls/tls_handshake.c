@@ -38,11 +38,14 @@
 
 struct tls_shard *tls_shard_of(struct hd_shard *s)
 {
-    return hd_shard_slot_get(s, HD_SLOT_TLS);
+    return hd_shard_module_state(s, &tls_module);
 }
 
-int tls_shard_init(struct hd_shard *s, const struct tls_shard_options *o)
+static int tls_shard_init(struct hd_shard *s, void *arg, void **state)
 {
+    const struct tls_shard_options *o = arg;
+    if (tls_shard_of(s) != NULL)
+        return -EEXIST; /* tls_module listed twice */
     struct tls_shard *ts = calloc(1, sizeof(*ts));
     if (ts == NULL)
         return -ENOMEM;
@@ -61,20 +64,30 @@ int tls_shard_init(struct hd_shard *s, const struct tls_shard_options *o)
     }
     if (!ts->ktls_disable)
         tls_ktls_rekey_available(); /* probe now (both), not on the first handshake */
-    hd_shard_slot_set(s, HD_SLOT_TLS, ts);
+    *state = ts;
     return 0;
 }
 
-void tls_shard_fini(struct hd_shard *s)
+static void tls_shard_fini(struct hd_shard *s, void *state)
 {
-    struct tls_shard *ts = tls_shard_of(s);
+    struct tls_shard *ts = state;
+    (void)s;
     if (ts == NULL)
         return;
     hd_slab_destroy(ts->handshakes);
     hd_slab_destroy(ts->conns);
     free(ts);
-    hd_shard_slot_set(s, HD_SLOT_TLS, NULL);
 }
+
+static const struct hd_module *const tls_requires[] = {&net_module, NULL};
+
+const struct hd_module tls_module = {
+    .abi_version = HD_MODULE_ABI,
+    .name = "tls",
+    .shard_init = tls_shard_init,
+    .shard_fini = tls_shard_fini,
+    .requires = tls_requires,
+};
 
 const struct tls_shard_stats *tls_shard_stats(struct hd_shard *s)
 {
@@ -525,7 +538,7 @@ int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_con
 {
     struct hd_shard *s = net_conn_shard(c);
     struct tls_shard *ts = tls_shard_of(s);
-    HD_ASSERT(ts != NULL); /* tls_shard_init was not called on this shard */
+    HD_ASSERT(ts != NULL); /* tls_module is not in this runtime */
     if (ctx->needs_name && (o == NULL || o->server_name == NULL || o->server_name[0] == '\0'))
         return -EINVAL; /* system roots vouch for names: without one, any site would pass */
     if (ts->stats.handshakes_now >= ts->handshakes_max) {

@@ -70,11 +70,6 @@ static const struct derp_client_callbacks ping_cb = {
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg;
-    int rc = net_shard_init(s, NULL);
-    if (rc == 0 && client_tls)
-        rc = tls_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
     struct derp_client_config cfg = {.keypair = &keypair, .can_ack_pings = true};
     derp_client_config_set_url(&cfg, &o.url);
     cfg.tls_ctx = client_tls;
@@ -83,7 +78,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     if (is_ping)
         echo_ping_init(&ping, &o, s);
     struct derp_client *k;
-    rc = derp_client_connect(s, &cfg, is_ping ? &ping_cb : &echo_cb, &ping, &k);
+    int rc = derp_client_connect(s, &cfg, is_ping ? &ping_cb : &echo_cb, &ping, &k);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "%s: cannot connect to %s: %s", o.mode, o.server, strerror(-rc));
         return rc;
@@ -100,20 +95,14 @@ static void shard_stop(struct hd_shard *s, void *state)
     net_shard_close_all(s, 0);
 }
 
-static void shard_fini(struct hd_shard *s, void *state)
-{
-    (void)state;
-    if (client_tls)
-        tls_shard_fini(s);
-    net_shard_fini(s);
-}
+static const struct hd_module *const echo_requires[] = {&net_module, NULL};
 
 static const struct hd_module echo_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "echo",
     .shard_init = shard_init,
     .shard_stop = shard_stop,
-    .shard_fini = shard_fini,
+    .requires = echo_requires,
 };
 
 static int load_keys(void)
@@ -146,12 +135,14 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    static const struct hd_module *const modules[] = {&echo_module};
+    /* tls_module (with net before it) only for an https server. */
+    static const struct hd_module *const modules[] = {&tls_module, &echo_module};
+    unsigned first = client_tls ? 0 : 1;
     struct hd_runtime_config cfg = {.shards_count = 1,
                                     .pin = false,
                                     .handle_signals = true,
-                                    .modules = modules,
-                                    .modules_count = 1};
+                                    .modules = modules + first,
+                                    .modules_count = 2 - first};
     struct hd_runtime *rt;
     if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
         fprintf(stderr, "hderp-echo: %s\n", strerror(-rc));

@@ -29,11 +29,7 @@ static void stop_timer(struct hd_timer *t)
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     struct echo_obs *ob = arg;
-    int rc = net_shard_init(s, NULL);
-    if (rc == 0 && (ob->tls_verify || ob->tls_insecure))
-        rc = tls_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
+    int rc;
     ob->s = s;
     ob->start_ms = hd_clock_ns() / 1000000;
     if ((rc = echo_obs_http_start(ob)) < 0) {
@@ -63,20 +59,13 @@ static void shard_stop(struct hd_shard *s, void *state)
     net_shard_close_all(s, 0);
 }
 
-static void shard_fini(struct hd_shard *s, void *state)
-{
-    struct echo_obs *ob = state;
-    if (ob && (ob->tls_verify || ob->tls_insecure))
-        tls_shard_fini(s);
-    net_shard_fini(s);
-}
-
+static const struct hd_module *const obs_requires[] = {&net_module, NULL};
 static const struct hd_module obs_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "echo-observe",
     .shard_init = shard_init,
     .shard_stop = shard_stop,
-    .shard_fini = shard_fini,
+    .requires = obs_requires,
 };
 
 static int make_tls(struct echo_obs *ob)
@@ -118,13 +107,15 @@ int echo_obs_main(int argc, char **argv)
     }
     hd_log(HD_LOG_INFO, "observe: %u paths over %u nodes, %.1f probes/s each of %u B",
            obs.paths_count, opts.nodes_count, opts.rate_pps, opts.size);
-    static const struct hd_module *const modules[] = {&obs_module};
+    /* tls_module (net before it) when some node is https. */
+    static const struct hd_module *const modules[] = {&tls_module, &obs_module};
+    unsigned first = obs.tls_verify || obs.tls_insecure ? 0 : 1;
     struct hd_runtime_config cfg = {.shards_count = 1,
                                     .pin = false,
                                     .handle_signals = true,
-                                    .modules = modules,
-                                    .modules_count = 1,
-                                    .modules_args = (void *const[]){&obs}};
+                                    .modules = modules + first,
+                                    .modules_count = 2 - first,
+                                    .modules_args = (void *const[]){NULL, &obs} + first};
     struct hd_runtime *rt;
     if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
         fprintf(stderr, "hderp-echo: %s\n", strerror(-rc));

@@ -1,10 +1,12 @@
-/* echo_opts.c - hderp-echo's command line. Main thread. */
-#include <getopt.h>
+/* echo_opts.c - hderp-echo's command line: the mode, then a table of flags for the relay kit's
+ * parser (kit_flags_parse); the usage text is written out. Main thread. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "echo.h"
+#include <hd/kit.h>
 
 static void usage(FILE *out)
 {
@@ -37,109 +39,90 @@ static void usage(FILE *out)
             ECHO_COUNT_MAX, ECHO_HEADER_LEN, ECHO_SIZE_MAX);
 }
 
-static int parse_u32(const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+/* The values that need more than a range check (kit_flag_fn). */
+static int set_server(const char *v, void *arg, char *err, size_t err_size)
 {
-    char *end;
-    unsigned long x = strtoul(v, &end, 10);
-    if (*v == '\0' || *end || x < lo || x > hi) {
-        fprintf(stderr, "hderp-echo: %s %s: expected %u..%u\n", flag, v, lo, hi);
-        return -1;
+    struct echo_opts *o = arg;
+    o->server = v;
+    if (derp_client_url_parse(v, &o->url) < 0) {
+        snprintf(err, err_size,
+                 "--server %s: expected http[s]://HOST[:PORT][/path] (an address or a name that "
+                 "resolves)",
+                 v);
+        return -EINVAL;
     }
-    *out = (uint32_t)x;
     return 0;
 }
 
-static int apply(struct echo_opts *o, int opt, const char *v)
+struct peer_arg {
+    struct echo_opts *o;
+    bool given;
+};
+
+static int set_peer(const char *v, void *arg, char *err, size_t err_size)
 {
-    switch (opt) {
-    case 's':
-        o->server = v;
-        if (derp_client_url_parse(v, &o->url) < 0) {
-            fprintf(stderr,
-                    "hderp-echo: --server %s: expected http[s]://HOST[:PORT][/path] (an address or "
-                    "a name that resolves)\n",
-                    v);
-            return -1;
-        }
-        return 0;
-    case 'p':
-        if (derp_pubkey_parse(v, strlen(v), &o->peer) < 0) {
-            fprintf(stderr, "hderp-echo: --peer %s: not a key (nodekey:<64 hex> or hex)\n", v);
-            return -1;
-        }
-        return 0;
-    case 'c':
-        return parse_u32("--count", v, 1, ECHO_COUNT_MAX, &o->count);
-    case 'w':
-        return parse_u32("--warmup", v, 0, ECHO_COUNT_MAX, &o->warmup);
-    case 'z':
-        return parse_u32("--size", v, ECHO_HEADER_LEN, ECHO_SIZE_MAX, &o->size);
-    case 'i':
-        return parse_u32("--interval", v, 1, 60000, &o->interval_ms);
-    case 'r':
-        o->rate_pps = strtod(v, NULL);
-        if (o->rate_pps <= 0 || o->rate_pps > 1e7) {
-            fprintf(stderr, "hderp-echo: --rate %s: expected 0 < PPS <= 10000000\n", v);
-            return -1;
-        }
-        return 0;
-    case 't':
-        return parse_u32("--timeout", v, 1, 600000, &o->timeout_ms);
-    case 'k':
-        o->key_file = v;
-        return 0;
-    case 'a':
-        o->ca_file = v;
-        return 0;
-    default:
-        return -1;
+    struct peer_arg *p = arg;
+    if (derp_pubkey_parse(v, strlen(v), &p->o->peer) < 0) {
+        snprintf(err, err_size, "--peer %s: not a key (nodekey:<64 hex> or hex)", v);
+        return -EINVAL;
     }
+    p->given = true;
+    return 0;
+}
+
+static int set_rate(const char *v, void *arg, char *err, size_t err_size)
+{
+    struct echo_opts *o = arg;
+    o->rate_pps = strtod(v, NULL);
+    if (o->rate_pps <= 0 || o->rate_pps > 1e7) {
+        snprintf(err, err_size, "--rate %s: expected 0 < PPS <= 10000000", v);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int echo_opts_parse(int argc, char **argv, struct echo_opts *o)
 {
-    static const struct option longs[] = {
-        {"server", required_argument, NULL, 's'},   {"peer", required_argument, NULL, 'p'},
-        {"count", required_argument, NULL, 'c'},    {"warmup", required_argument, NULL, 'w'},
-        {"size", required_argument, NULL, 'z'},     {"interval", required_argument, NULL, 'i'},
-        {"rate", required_argument, NULL, 'r'},     {"timeout", required_argument, NULL, 't'},
-        {"key-file", required_argument, NULL, 'k'}, {"ca", required_argument, NULL, 'a'},
-        {"insecure", no_argument, NULL, 'I'},       {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0},
-    };
     *o = (struct echo_opts){
         .count = 5000, .warmup = 500, .size = 64, .interval_ms = 1, .timeout_ms = 1000};
+    struct peer_arg peer_given = {o, false};
+    struct kit_flag_call server = {set_server, o}, peer = {set_peer, &peer_given},
+                         rate = {set_rate, o};
+    const struct kit_flag flags[] = {
+        {"server", KIT_FLAG_FN, &server, 0, 0, NULL},
+        {"peer", KIT_FLAG_FN, &peer, 0, 0, NULL},
+        {"count", KIT_FLAG_U32, &o->count, 1, ECHO_COUNT_MAX, NULL},
+        {"warmup", KIT_FLAG_U32, &o->warmup, 0, ECHO_COUNT_MAX, NULL},
+        {"size", KIT_FLAG_U32, &o->size, ECHO_HEADER_LEN, ECHO_SIZE_MAX, NULL},
+        {"interval", KIT_FLAG_U32, &o->interval_ms, 1, 60000, NULL},
+        {"rate", KIT_FLAG_FN, &rate, 0, 0, NULL},
+        {"timeout", KIT_FLAG_U32, &o->timeout_ms, 1, 600000, NULL},
+        {"key-file", KIT_FLAG_STR, &o->key_file, 0, 0, NULL},
+        {"ca", KIT_FLAG_STR, &o->ca_file, 0, 0, NULL},
+        {"insecure", KIT_FLAG_BOOL, &o->insecure, 0, 0, NULL},
+        {"json", KIT_FLAG_BOOL, &o->json, 0, 0, NULL},
+    };
     if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? -1 : 1;
     }
     o->mode = argv[1];
     if (strcmp(o->mode, "echo") != 0 && strcmp(o->mode, "ping") != 0) {
-        fprintf(stderr, "hderp-echo: unknown mode %s (echo, ping or observe)\n", o->mode);
+        fprintf(stderr, "hderp-echo: unknown mode %s (echo or ping)\n", o->mode);
         return -1;
     }
-    bool have_peer = false;
-    optind = 2;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        if (opt == 'h') {
-            usage(stdout);
-            return 1;
-        }
-        if (opt == 'I' || opt == 'j') {
-            *(opt == 'I' ? &o->insecure : &o->json) = true;
-            continue;
-        }
-        if (opt == '?' || apply(o, opt, optarg) < 0)
-            return -1;
-        have_peer |= opt == 'p';
+    char err[256];
+    /* The flags after the mode: argv[1] plays the program name's part for the parser. */
+    int rc = kit_flags_parse(flags, HD_ARRAY_SIZE(flags), argc - 1, argv + 1, err, sizeof(err));
+    if (rc == -ECANCELED) {
+        usage(stdout);
+        return 1;
     }
-    if (optind < argc || o->server == NULL) {
-        fprintf(stderr, "hderp-echo: %s (see --help)\n",
-                o->server ? "unexpected argument" : "--server is required");
+    if (rc < 0 || o->server == NULL) {
+        fprintf(stderr, "hderp-echo: %s (see --help)\n", rc < 0 ? err : "--server is required");
         return -1;
     }
-    if (strcmp(o->mode, "ping") == 0 && (!have_peer || o->warmup >= o->count)) {
+    if (strcmp(o->mode, "ping") == 0 && (!peer_given.given || o->warmup >= o->count)) {
         fprintf(stderr, "hderp-echo: ping needs --peer, and --warmup below --count\n");
         return -1;
     }

@@ -316,6 +316,8 @@ uint64_t hd_hist_bucket_upper(unsigned bucket);
 struct hd_shard_stats {
     uint64_t ticks;
     uint64_t enters;     /* io_uring_enter calls that waited or submitted */
+    uint64_t sleeps;     /* of those, waits that could block (the shard had nothing to do) */
+    uint64_t min_waits;  /* of those, waits with the kernel's min-wait (completions batched) */
     uint64_t sqes;       /* SQEs submitted */
     uint64_t cqes;       /* CQEs dispatched */
     uint64_t cqes_stale; /* completions of an op's previous life: dropped */
@@ -364,6 +366,9 @@ struct hd_module {
     void (*shard_fini)(struct hd_shard *s, void *state);
     /* Main thread, in hd_runtime_wait, for SIGHUP (reload) when signals are handled. */
     void (*on_signal)(struct hd_runtime *rt, int signo, void *arg);
+    /* The layers this module needs on every shard before it (e.g. net_module, tls_module),
+     * NULL-terminated, or NULL. See hd_runtime_config.modules for how they are placed. */
+    const struct hd_module *const *requires;
 };
 
 #define HD_FEAT_SINGLE_ISSUER (1u << 0)
@@ -371,6 +376,7 @@ struct hd_module {
 #define HD_FEAT_COOP_TASKRUN  (1u << 2)
 #define HD_FEAT_MSG_RING      (1u << 3) /* wake-ups by IORING_OP_MSG_RING, else eventfd writes */
 #define HD_FEAT_EXT_ARG       (1u << 4)
+#define HD_FEAT_MIN_WAIT      (1u << 5) /* IORING_FEAT_MIN_TIMEOUT (6.12) on a DEFER_TASKRUN ring */
 
 struct hd_runtime_config {
     unsigned shards_count;  /* 0: one per CPU this process may run on */
@@ -378,6 +384,8 @@ struct hd_runtime_config {
     bool handle_signals;    /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
     uint32_t sq_entries;    /* 0: HD_SQ_ENTRIES_DEFAULT */
     uint32_t busy_poll_us;  /* spin this long on an empty CQ before sleeping; 0 = off */
+    uint32_t min_wait_us;   /* under load, let a sleep gather completions this long; 0 = off
+                             * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
     uint32_t stop_grace_ms; /* 0: HD_STOP_GRACE_MS_DEFAULT */
     /* Stall watchdog: a shard awake and inside one stretch of work (one tick's callbacks, or
      * one callback) for this long is logged with the callback it runs, and counted
@@ -387,8 +395,16 @@ struct hd_runtime_config {
     const struct hd_frame_class *frame_classes; /* NULL: 2 KiB and 64 KiB + 128 classes */
     unsigned frame_classes_count;
     hd_frame_release_fn *frame_release; /* NULL: none */
+    /* The modules (apps and layers), at most HD_MODULES_MAX once requirements are added. Each
+     * entry is one instance with its own arg (one module may be listed twice, e.g. two relays
+     * on two ports). A module's requires are placed before it, once each however many modules
+     * require them, with arg NULL (the layer's defaults), unless the layer is listed too:
+     * then the listed entry's arg is used (listed before its users, or after: same place).
+     * Hooks run in the resolved order: global_init, shard_init and shard_stop in order,
+     * shard_fini and global_fini in reverse; when a shard_init fails, the modules before it on
+     * that shard get shard_fini (in reverse) and the start fails. */
     const struct hd_module *const *modules;
-    void *const *modules_args;
+    void *const *modules_args; /* NULL: every arg NULL */
     unsigned modules_count;
 };
 
@@ -419,13 +435,12 @@ struct hd_runtime *hd_shard_runtime(const struct hd_shard *s);
 /* True once stop was requested (apps stop accepting new work). */
 bool hd_shard_stopping(const struct hd_shard *s);
 uint32_t hd_shard_features(const struct hd_shard *s);
-/* Per-shard pointers for the layers above the reactor (net/, tls/), which keep their own
- * per-shard state without the reactor knowing their types. */
-enum hd_shard_slot { HD_SLOT_NET, HD_SLOT_TLS, HD_SLOT_APP, HD_SLOTS_COUNT };
-void *hd_shard_slot_get(const struct hd_shard *s, enum hd_shard_slot slot);
-void hd_shard_slot_set(struct hd_shard *s, enum hd_shard_slot slot, void *ptr);
-/* The state a module's shard_init returned on this shard, or NULL. */
+/* The state m's shard_init returned on this shard (its first instance's), or NULL: m is not
+ * in this runtime, its shard_init has not returned yet, or its shard_fini has run. This is how
+ * a layer above the reactor finds its per-shard state (net_shard_of, tls_shard_of). */
 void *hd_shard_module_state(const struct hd_shard *s, const struct hd_module *m);
+/* Slab pools this shard owns now (frame pools included): leak checks. */
+unsigned hd_shard_slabs_count(const struct hd_shard *s);
 
 /* ---------------------------------------------------------------- logging */
 
@@ -436,6 +451,13 @@ void hd_log_set_level(enum hd_log_level level);
  * Any thread. */
 void hd_log_write(enum hd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Text (the default) or JSON lines: one object a line, {"time", "level", "shard", "event",
+ * "msg"} plus "addr" (the first ip:port in the message) and "suppressed" (a rate-limited line's
+ * count) when present; event is the message's "word:" prefix ("mesh", "tls", ...) or "log".
+ * Set before the shards start. */
+enum hd_log_format { HD_LOG_FORMAT_TEXT = 0, HD_LOG_FORMAT_JSON };
+void hd_log_set_format(enum hd_log_format format);
 
 /* Per call site and thread: at most HD_LOG_RL_BURST lines per HD_LOG_RL_WINDOW_MS; the first line
  * of a later window says how many were suppressed. */

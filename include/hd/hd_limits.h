@@ -57,6 +57,21 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * core for long without checking timers. */
 #define HD_BUSY_POLL_US_MAX 1000
 
+/* The tick's min-wait (io_uring's IORING_ENTER_EXT_ARG min_wait_usec, kernels >= 6.12, probed).
+ * Under load (at least HD_MIN_WAIT_ARM_CQES completions dispatched in this millisecond and the
+ * one before) a sleep waits for HD_MIN_WAIT_BATCH completions, or until the min-wait passed with at
+ * least one: one wake-up for several packets instead of one each. A completion it holds waits at
+ * most the min-wait; once the min-wait passed empty the first completion wakes at once, and a
+ * lone ping (four CQEs) never arms it. Off unless configured (min_wait_us): measured on loopback
+ * it added latency under load without a CPU saving that rose above the noise (perf/RESULTS.md).
+ * The cap keeps a configuration from holding completions for long. */
+#define HD_MIN_WAIT_US_MAX   1000000
+#define HD_MIN_WAIT_BATCH    32
+#define HD_MIN_WAIT_ARM_CQES 16
+/* A min-wait sleep always carries a timeout (without one the kernel ends the wait at the
+ * min-wait even with nothing to report): at most this long when no timer is armed. */
+#define HD_MIN_WAIT_IDLE_TS_MS 1000
+
 /* Slab pools: objects are carved lazily (bump pointer, so untouched pages stay unmapped) from
  * chunks aligned to their size; a chunk header finds its pool in O(1). */
 #define HD_SLAB_CHUNK_SIZE (2u * 1024u * 1024u) /* all pools: header found by masking */
@@ -72,6 +87,9 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
 /* Frame pools: size classes of frame payload bytes. 2 KiB holds an MTU packet with headers;
  * 64 KiB + 64 holds the largest DERP frame (derper: MaxPacketSize = 64 << 10, plus header/key). */
 #define HD_FRAME_CLASSES_MAX 4
+
+/* Modules in one runtime once requirements are added: a few apps and their layers. */
+#define HD_MODULES_MAX 16
 
 /* Stopping: how long shards wait for apps to finish their ops after stop, then after cancel-all. */
 #define HD_STOP_GRACE_MS_DEFAULT 1000
@@ -89,6 +107,10 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
 #define HD_LOG_RL_BURST     5
 #define HD_LOG_RL_WINDOW_MS 10000
 #define HD_LOG_LINE_MAX     1024
+/* A JSON log line: the message (at most HD_LOG_LINE_MAX) escaped (a control byte is 6 bytes,
+ * \u00XX; most need none) plus the fixed fields; an escaped message that does not fit is cut at
+ * an escape boundary. */
+#define HD_LOG_JSON_LINE_MAX (4 * HD_LOG_LINE_MAX)
 
 /* Histograms: log-linear, 2^HD_HIST_SUB_BITS linear sub-buckets per power of two (~6% error). */
 #define HD_HIST_SUB_BITS 4

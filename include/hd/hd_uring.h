@@ -22,6 +22,18 @@
 #ifndef IORING_MSG_RING_CQE_SKIP
 #define IORING_MSG_RING_CQE_SKIP (1U << 0) /* 6.2 */
 #endif
+#ifndef IORING_FEAT_MIN_TIMEOUT
+#define IORING_FEAT_MIN_TIMEOUT (1U << 15) /* 6.12: io_uring_getevents_arg.min_wait_usec */
+#endif
+/* struct io_uring_getevents_arg as of 6.12: 6.1's `pad` became min_wait_usec. */
+struct hd_getevents_arg {
+    __u64 sigmask;
+    __u32 sigmask_sz;
+    __u32 min_wait_usec;
+    __u64 ts;
+};
+_Static_assert(sizeof(struct hd_getevents_arg) == sizeof(struct io_uring_getevents_arg),
+               "the kernel reads the 6.1 layout's size");
 #ifndef IORING_SETUP_NO_SQARRAY
 #define IORING_SETUP_NO_SQARRAY (1U << 16) /* 6.6 */
 #endif

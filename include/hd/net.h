@@ -360,14 +360,16 @@ struct hd_shard *net_udp_shard(const struct net_udp *u);
 
 /* ---------------------------------------------------------------- per-shard set-up */
 
+/* The socket layer as a module: list net_module (arg: a struct net_shard_options *, or NULL
+ * for the defaults) in the runtime's modules, or put it in a module's requires. On each shard
+ * it creates the connection pools and the provided-buffer ring before the modules after it, and
+ * frees them after their shard_fini. Every other net_ call on a shard needs it there. */
 struct net_shard_options {
     bool no_buf_ring; /* force the plain-recv fallback (tests) */
+    /* Bit i: shard i only uses the plain-recv fallback (a test runs both paths at once). */
+    uint64_t no_buf_ring_shards;
 };
-/* Create the shard's connection pool and provided-buffer ring. Call from a module's shard_init
- * before any other net_ call on that shard; net_shard_fini from shard_fini.
- * Returns 0, -ENOMEM. */
-int net_shard_init(struct hd_shard *s, const struct net_shard_options *opt);
-void net_shard_fini(struct hd_shard *s);
+extern const struct hd_module net_module;
 /* Close every connection of the shard (flushing what is queued, bounded by write timeouts):
  * for a module's shard_stop. */
 void net_shard_close_all(struct hd_shard *s, int reason);

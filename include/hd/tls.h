@@ -174,10 +174,11 @@ struct tls_shard_options {
     bool ktls_disable;       /* always use userspace records (tests, benchmarks) */
 };
 
-/* Per-shard pools (handshakes, connection states) and counters; call after net_shard_init
- * from the module's shard_init, tls_shard_fini from shard_fini. Returns 0, -ENOMEM. */
-int tls_shard_init(struct hd_shard *s, const struct tls_shard_options *o);
-void tls_shard_fini(struct hd_shard *s);
+/* The TLS layer as a module (it requires net_module, placed before it): list tls_module (arg:
+ * a struct tls_shard_options *, or NULL) in the runtime's modules before the modules that make
+ * TLS connections, or put it in their requires. Per shard: the handshake and connection-state
+ * pools and the counters below. */
+extern const struct hd_module tls_module;
 
 struct tls_shard_stats {
     uint64_t handshakes_started;

@@ -172,11 +172,8 @@ static void body(struct hd_shard *s, void *arg)
     hd_timer_start(s, &st->tick, 1);
 }
 
-static int shard_init(struct hd_shard *s)
-{
-    int rc = net_shard_init(s, &(struct net_shard_options){0});
-    return rc < 0 || !g.o->tls_ctx ? rc : tls_shard_init(s, NULL);
-}
+/* net always; tls too when the run has a TLS context. */
+static const struct hd_module *const layers[] = {&net_module, &tls_module};
 
 static void shard_stop(struct hd_shard *s)
 {
@@ -193,9 +190,7 @@ static void shard_fini(struct hd_shard *s)
         const struct tls_shard_stats *st = tls_shard_stats(s);
         atomic_fetch_add(&g.tls_done, (unsigned)st->handshakes_done);
         atomic_fetch_add(&g.tls_failed, (unsigned)st->handshakes_failed);
-        tls_shard_fini(s);
     }
-    net_shard_fini(s);
 }
 
 /* What the run must show; the TLS checks only with a TLS context, as the two tests had them. */
@@ -242,7 +237,8 @@ void conf_load_run(const struct conf_load_opts *o)
     }
     cr_assert(on_shard[0] > 0 && on_shard[1] > 0, "both relay shards own some keys");
     struct hdt_options ho = {.shards = TEST_SHARDS,
-                             .shard_init = shard_init,
+                             .layers = layers,
+                             .layers_count = o->tls_ctx ? 2 : 1,
                              .shard_stop = shard_stop,
                              .shard_fini = shard_fini};
     cr_assert_eq(hdt_run(&ho, body, NULL, NULL), 0);

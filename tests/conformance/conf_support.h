@@ -223,7 +223,7 @@ struct conf_load_opts {
     bool websocket_half;           /* odd-numbered clients use the WebSocket carrier (§1.5) */
 };
 
-/* Runs CONF_LOAD_CLIENTS DERP clients on 2 test shards (the TLS ones with tls_shard_init), each
+/* Runs CONF_LOAD_CLIENTS DERP clients on 2 test shards (tls_module under them for TLS), each
  * sending CONF_LOAD_PACKETS in paced rounds, and asserts (criterion): no timeout, connect, send
  * or early-close errors, every packet exactly once to the right key with the right source,
  * varz derp_packets_sent == total and derp_packets_dropped == 0, and derp_current_connections

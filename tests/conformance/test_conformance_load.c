@@ -21,15 +21,7 @@ struct payload {
 
 static struct conf_server srv;
 
-static int shard_init(struct hd_shard *s)
-{
-    return net_shard_init(s, &(struct net_shard_options){0});
-}
-
-static void shard_fini(struct hd_shard *s)
-{
-    net_shard_fini(s);
-}
+static const struct hd_module *const layers[] = {&net_module};
 
 static void down(void)
 {
@@ -256,10 +248,8 @@ Test(test_conformance_load, overload_never_wedges, .fini = down, .timeout = 240)
     cr_assert_eq(conf_server_start(&srv, &(struct conf_server_opts){.write_timeout = "5s"}), 0);
     for (unsigned i = 0; i < OV_ALL; i++)
         cr_assert_eq(derp_keypair_generate(&ov.kp[i]), 0);
-    struct hdt_options o = {.shards = 1,
-                            .shard_init = shard_init,
-                            .shard_stop = ov_shard_stop,
-                            .shard_fini = shard_fini};
+    struct hdt_options o = {
+        .shards = 1, .layers = layers, .layers_count = 1, .shard_stop = ov_shard_stop};
     cr_assert_eq(hdt_run(&o, ov_body, NULL, NULL), 0);
     cr_assert(!ov.timed_out, "stuck in phase %d: calm %u of %u", ov.phase, ov.calm_got,
               OV_CALM_TOTAL);

@@ -153,11 +153,7 @@ static void body(struct hd_shard *s, void *arg)
     hd_timer_start(s, &t.tick, 1);
 }
 
-static int shard_init(struct hd_shard *s)
-{
-    int rc = net_shard_init(s, &(struct net_shard_options){0});
-    return rc < 0 ? rc : tls_shard_init(s, NULL);
-}
+static const struct hd_module *const layers[] = {&tls_module}; /* net: tls requires it */
 
 static void shard_stop(struct hd_shard *s)
 {
@@ -168,17 +164,11 @@ static void shard_stop(struct hd_shard *s)
         derp_client_abort(t.b, -ECANCELED);
 }
 
-static void shard_fini(struct hd_shard *s)
-{
-    tls_shard_fini(s);
-    net_shard_fini(s);
-}
-
 Test(test_conformance_rate_tls, paced_over_tls_in_order_nothing_lost)
 {
     memset(&t, 0, sizeof(t));
     struct hdt_options o = {
-        .shards = 1, .shard_init = shard_init, .shard_stop = shard_stop, .shard_fini = shard_fini};
+        .shards = 1, .layers = layers, .layers_count = 1, .shard_stop = shard_stop};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
     cr_assert(!t.timed_out, "timed out: ready %u, got %u of %u", t.ready, t.got, PKTS);
     cr_assert_eq(t.send_errors, 0);

@@ -1,6 +1,6 @@
 /* test_conformance_tls.c - a real hderp-server in TLS mode (-certmode manual with a fresh
  * certificate for "localhost", 2 shards) against DERP clients over TLS (hd_derp_client with
- * tls_shard_init on real test shards): 100 clients x 1,000 packets (the driver in conf_load.c,
+ * tls_module on real test shards): 100 clients x 1,000 packets (the driver in conf_load.c,
  * as in test_conformance_load.c: exactly once, right key, right source, no drops), fast start
  * over TLS with a packet round trip, and SNI enforcement (a wrong or missing SNI is refused
  * before login while logged-in clients carry on and new ones still log in). Clients verify the
@@ -55,19 +55,13 @@ static void down(void)
 
 TestSuite(test_conformance_tls, .init = up, .fini = down, .timeout = 240);
 
-static int shard_init(struct hd_shard *s)
-{
-    int rc = net_shard_init(s, &(struct net_shard_options){0});
-    return rc < 0 ? rc : tls_shard_init(s, NULL);
-}
+static const struct hd_module *const layers[] = {&net_module, &tls_module};
 
 static void shard_fini(struct hd_shard *s)
 {
     const struct tls_shard_stats *st = tls_shard_stats(s);
     atomic_fetch_add(&tls_done, (unsigned)st->handshakes_done);
     atomic_fetch_add(&tls_failed, (unsigned)st->handshakes_failed);
-    tls_shard_fini(s);
-    net_shard_fini(s);
 }
 
 /* A verifying client for srv: SNI "localhost" from the Host header. */
@@ -257,7 +251,8 @@ static void sm_run(hdt_body_fn *body)
 {
     memset(&sm, 0, sizeof(sm));
     struct hdt_options o = {.shards = 1,
-                            .shard_init = shard_init,
+                            .layers = layers,
+                            .layers_count = 2,
                             .shard_stop = sm_shard_stop,
                             .shard_fini = shard_fini};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);

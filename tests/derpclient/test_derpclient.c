@@ -56,11 +56,7 @@ static struct {
 
 /* ---------------------------------------------------------------- plumbing */
 
-static int shard_init(struct hd_shard *s)
-{
-    struct net_shard_options o = {.no_buf_ring = t.no_buf_ring};
-    return net_shard_init(s, &o);
-}
+static const struct hd_module *const layers[] = {&net_module};
 
 static void shard_stop(struct hd_shard *s)
 {
@@ -68,11 +64,6 @@ static void shard_stop(struct hd_shard *s)
     fake_server_stop();
     if (t.k)
         derp_client_abort(t.k, -ECANCELED);
-}
-
-static void shard_fini(struct hd_shard *s)
-{
-    net_shard_fini(s);
 }
 
 static void body(struct hd_shard *s, void *arg)
@@ -101,8 +92,13 @@ static void body(struct hd_shard *s, void *arg)
 static void run(const struct derp_client_callbacks *cb)
 {
     t.cb = cb;
-    struct hdt_options o = {
-        .shards = 1, .shard_init = shard_init, .shard_stop = shard_stop, .shard_fini = shard_fini};
+    struct net_shard_options no = {.no_buf_ring = t.no_buf_ring};
+    void *args[] = {&no};
+    struct hdt_options o = {.shards = 1,
+                            .layers = layers,
+                            .layers_args = args,
+                            .layers_count = 1,
+                            .shard_stop = shard_stop};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
     cr_assert_eq(t.connect_rc, 0, "connect: %s", strerror(-t.connect_rc));
     cr_assert(t.closed, "the client never closed");

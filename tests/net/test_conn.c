@@ -33,22 +33,24 @@ static struct {
     _Atomic unsigned moved_wrong; /* arrived on the shard they left */
 } g;
 
-static int net_init(struct hd_shard *s)
+/* The socket layer under the test module: net_module with this run's options. */
+static const struct hd_module *const net_layers[] = {&net_module};
+
+static void *const *net_layers_args(void)
 {
-    struct net_shard_options o = {.no_buf_ring = g.no_buf_ring};
-    return net_shard_init(s, &o);
+    static struct net_shard_options opt;
+    static void *args[] = {&opt};
+    opt = (struct net_shard_options){.no_buf_ring = g.no_buf_ring};
+    return args;
 }
+
+#define NET_LAYERS .layers = net_layers, .layers_args = net_layers_args(), .layers_count = 1
 
 static void net_stop(struct hd_shard *s)
 {
     if (g.listeners[hd_shard_id(s)])
         net_listener_stop(g.listeners[hd_shard_id(s)]);
     g.listeners[hd_shard_id(s)] = NULL;
-}
-
-static void net_fini(struct hd_shard *s)
-{
-    net_shard_fini(s);
 }
 
 /* ---------------------------------------------------------------- echo server */
@@ -240,8 +242,7 @@ static void run_bulk_msgs(bool no_buf_ring, uint64_t bytes_per_client, bool migr
     g.no_buf_ring = no_buf_ring;
     bulk_bytes = bytes_per_client;
     atomic_store(&clients_left, 2 * CLIENTS_PER_SHARD);
-    struct hdt_options o = {
-        .shards = 2, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = 2, NET_LAYERS, .shard_stop = net_stop};
     cr_assert_eq(hdt_run(&o, bulk_body, NULL, NULL), 0);
     for (unsigned i = 0; i < 2 * CLIENTS_PER_SHARD; i++) {
         cr_assert_eq(clients[i].got, bytes_per_client, "client %u got %llu", i,
@@ -366,8 +367,7 @@ static void run_raw_cfg(void (*fn)(void), uint32_t idle_ms, bool half_close, uns
     raw_expect_closes = closes;
     atomic_store(&raw_done, 0);
     atomic_store(&raw_rt, NULL);
-    struct hdt_options o = {
-        .shards = 1, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = 1, NET_LAYERS, .shard_stop = net_stop};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, raw_thread, NULL);
     pthread_create(&t2, NULL, stopper, NULL);
@@ -486,7 +486,7 @@ Test(test_net_conn, connect_refused, .timeout = 30)
 {
     memset(&g, 0, sizeof(g));
     g.port = nt_free_port();
-    struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = 1, NET_LAYERS};
     cr_assert_eq(hdt_run(&o, refused_body, NULL, NULL), 0);
     cr_assert_eq(atomic_load(&refused_res), -ECONNREFUSED);
     cr_assert_eq(atomic_load(&refused_closed), -ECONNREFUSED);
@@ -601,8 +601,7 @@ Test(test_net_conn, emfile_backs_off_and_recovers, .timeout = 60)
     raw_expect_closes = 0;
     atomic_store(&raw_done, 0);
     atomic_store(&raw_rt, NULL);
-    struct hdt_options o = {
-        .shards = 1, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = 1, NET_LAYERS, .shard_stop = net_stop};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, raw_thread, NULL);
     pthread_create(&t2, NULL, stopper, NULL);
@@ -666,7 +665,7 @@ Test(test_net_conn, connect_timeout, .timeout = 30)
         connect(fill[i], (struct sockaddr *)&a, sizeof(a));
     }
     usleep(50000);
-    struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = 1, NET_LAYERS};
     cr_assert_eq(hdt_run(&o, tmo_body, NULL, NULL), 0);
     tmo_end = hd_clock_ns();
     cr_assert_eq(atomic_load(&tmo_closed), -ETIMEDOUT, "closed with %d", atomic_load(&tmo_closed));

@@ -58,16 +58,18 @@ static void done(void *arg, int err, const struct net_http_result *r)
     hd_runtime_stop(hd_shard_runtime(s));
 }
 
-static int net_init(struct hd_shard *s)
+/* The socket layer under the test module: net_module with this run's options. */
+static const struct hd_module *const net_layers[] = {&net_module};
+
+static void *const *net_layers_args(void)
 {
-    struct net_shard_options o = {0};
-    return net_shard_init(s, &o);
+    static struct net_shard_options opt;
+    static void *args[] = {&opt};
+    opt = (struct net_shard_options){0};
+    return args;
 }
 
-static void net_fini(struct hd_shard *s)
-{
-    net_shard_fini(s);
-}
+#define NET_LAYERS .layers = net_layers, .layers_args = net_layers_args(), .layers_count = 1
 
 static void body(struct hd_shard *s, void *arg)
 {
@@ -97,7 +99,7 @@ static void run(const char *answer)
     cr_assert_eq(listen(g.lfd, 4), 0);
     pthread_t t;
     pthread_create(&t, NULL, server, NULL);
-    struct hdt_options o = {.shards = 1, .shard_init = net_init, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = 1, NET_LAYERS};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
     pthread_join(t, NULL);
     close(g.lfd);

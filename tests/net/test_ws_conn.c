@@ -36,21 +36,24 @@ static struct {
     _Atomic unsigned server_closed, server_bad_reason, migrated, left;
 } g;
 
-static int net_init(struct hd_shard *s)
+/* The socket layer under the test module: net_module with this run's options. */
+static const struct hd_module *const net_layers[] = {&net_module};
+
+static void *const *net_layers_args(void)
 {
-    return net_shard_init(s, &(struct net_shard_options){.no_buf_ring = g.no_buf_ring});
+    static struct net_shard_options opt;
+    static void *args[] = {&opt};
+    opt = (struct net_shard_options){.no_buf_ring = g.no_buf_ring};
+    return args;
 }
+
+#define NET_LAYERS .layers = net_layers, .layers_args = net_layers_args(), .layers_count = 1
 
 static void net_stop(struct hd_shard *s)
 {
     if (g.listeners[hd_shard_id(s)])
         net_listener_stop(g.listeners[hd_shard_id(s)]);
     g.listeners[hd_shard_id(s)] = NULL;
-}
-
-static void net_fini(struct hd_shard *s)
-{
-    net_shard_fini(s);
 }
 
 /* ---------------------------------------------------------------- server: upgrade, then echo */
@@ -231,8 +234,7 @@ static void run(bool no_buf_ring)
     g.port = nt_free_port();
     g.no_buf_ring = no_buf_ring;
     g.left = CLIENTS;
-    struct hdt_options o = {
-        .shards = SHARDS, .shard_init = net_init, .shard_stop = net_stop, .shard_fini = net_fini};
+    struct hdt_options o = {.shards = SHARDS, NET_LAYERS, .shard_stop = net_stop};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
     cr_assert_eq(atomic_load(&g.server_closed), CLIENTS);
     cr_assert_eq(atomic_load(&g.server_bad_reason), 0, "every server side ended by the close");

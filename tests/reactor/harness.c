@@ -60,17 +60,26 @@ void hdt_done(struct hd_shard *s)
 
 int hdt_run(const struct hdt_options *o, hdt_body_fn *body, void *arg, struct hd_runtime **rt_out)
 {
-    static const struct hd_module *const mods[] = {&test_module};
+    const struct hd_module *mods[HD_MODULES_MAX];
+    void *args[HD_MODULES_MAX] = {0};
+    HDT_CHECK(o->layers_count < HD_MODULES_MAX);
+    for (unsigned i = 0; i < o->layers_count; i++) {
+        mods[i] = o->layers[i];
+        args[i] = o->layers_args ? o->layers_args[i] : NULL;
+    }
+    mods[o->layers_count] = &test_module;
     struct hdt_ctx ctx = {.o = o, .body = body, .arg = arg};
     struct hd_runtime_config cfg = {
         .shards_count = o->shards,
         .pin = true,
         .features_disable = o->features_disable,
         .busy_poll_us = o->busy_poll_us,
+        .min_wait_us = o->min_wait_us,
         .frame_classes = o->frame_classes,
         .frame_classes_count = o->frame_classes_count,
         .modules = mods,
-        .modules_count = 1,
+        .modules_args = args,
+        .modules_count = o->layers_count + 1,
     };
     struct hd_runtime *rt;
     int rc = hd_runtime_create(&cfg, &rt);

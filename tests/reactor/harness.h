@@ -24,10 +24,16 @@ struct hdt_options {
     unsigned shards;
     uint32_t features_disable;
     uint32_t busy_poll_us;
+    uint32_t min_wait_us; /* 0: the default */
     const struct hd_frame_class *frame_classes;
     unsigned frame_classes_count;
-    /* Optional per-shard hooks around the body (e.g. net_shard_init / net_shard_fini);
-     * stop runs when the runtime is asked to stop (close what the body opened). */
+    /* Layers (e.g. net_module, tls_module) the runtime sets up on every shard before the test
+     * module and tears down after it, each with its arg (layers_args NULL: defaults). */
+    const struct hd_module *const *layers;
+    void *const *layers_args;
+    unsigned layers_count;
+    /* Optional per-shard hooks around the body (after the layers: e.g. listeners); stop runs
+     * when the runtime is asked to stop (close what the body opened). */
     int (*shard_init)(struct hd_shard *s);
     void (*shard_stop)(struct hd_shard *s);
     void (*shard_fini)(struct hd_shard *s);

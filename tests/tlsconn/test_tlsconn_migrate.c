@@ -284,15 +284,10 @@ static void client_start(struct hd_shard *s, struct client *k)
 
 /* ---------------------------------------------------------------- shards */
 
-static int shard_init(struct hd_shard *s)
-{
-    int rc = net_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
-    /* Userspace records always: a kTLS connection has no codec state left to move. */
-    struct tls_shard_options o = {.ktls_disable = true};
-    return tls_shard_init(s, &o);
-}
+/* Userspace records always: a kTLS connection has no codec state left to move. */
+static struct tls_shard_options tls_opts = {.ktls_disable = true};
+static const struct hd_module *const layers[] = {&net_module, &tls_module};
+static void *const layers_args[] = {NULL, &tls_opts};
 
 static void shard_stop(struct hd_shard *s)
 {
@@ -300,12 +295,6 @@ static void shard_stop(struct hd_shard *s)
     if (g.listeners[id])
         net_listener_stop(g.listeners[id]);
     g.listeners[id] = NULL;
-}
-
-static void shard_fini(struct hd_shard *s)
-{
-    tls_shard_fini(s);
-    net_shard_fini(s);
 }
 
 static void clients_start(struct hd_shard *s)
@@ -394,9 +383,10 @@ static void run(const struct run_options *ro)
     struct tls_client_options co = {.insecure = true};
     cr_assert_eq(tls_client_ctx_create(&co, &g.client_ctx), 0);
     struct hdt_options o = {.shards = SHARDS,
-                            .shard_init = shard_init,
-                            .shard_stop = shard_stop,
-                            .shard_fini = shard_fini};
+                            .layers = layers,
+                            .layers_args = layers_args,
+                            .layers_count = 2,
+                            .shard_stop = shard_stop};
     int rc = hdt_run(&o, body, NULL, NULL);
     tls_ctx_destroy(g.server_ctx);
     tls_ctx_destroy(g.client_ctx);

@@ -222,7 +222,7 @@ static void run_client(const char *server_name, bool insecure)
     struct tls_client_options co = {.ca_file = insecure ? NULL : tu_cert_path(),
                                     .insecure = insecure};
     cr_assert_eq(tls_client_ctx_create(&co, &tc.ctx), 0);
-    struct hdt_options o = {.shards = 1, .shard_init = ts_shard_init, .shard_fini = ts_shard_fini};
+    struct hdt_options o = {.shards = 1, TS_LAYERS};
     int rc = hdt_run(&o, cl_body, NULL, NULL);
     tu_stop(pid);
     close(out);
@@ -233,7 +233,7 @@ static void run_client(const char *server_name, bool insecure)
 
 Test(test_tlsconn_peers, client_verifies_against_s_server)
 {
-    ts_reset(); /* ts_shard_init reads ts.handshakes_max */
+    ts_reset(); /* TS_LAYERS reads ts.handshakes_max */
     run_client("localhost", false);
     cr_assert_eq(atomic_load(&tc.handshakes), 1);
     cr_assert_str_eq(tc.got, "dlrow olleh\n");

@@ -106,7 +106,7 @@ static void cl_body(struct hd_shard *s, void *arg)
  * connection to s_server (leaf from the test CA) for server_name. */
 static void run_client(const char *cert_file, const char *cert_dir, const char *server_name)
 {
-    ts_reset(); /* ts_shard_init reads ts.handshakes_max */
+    ts_reset(); /* TS_LAYERS reads ts.handshakes_max */
     memset(&tc, 0, sizeof(tc));
     tc.port = tu_free_port();
     tc.server_name = server_name;
@@ -136,7 +136,7 @@ static void run_client(const char *cert_file, const char *cert_dir, const char *
     int out;
     pid_t pid = tu_spawn(argv, NULL, &out);
     cr_assert(tu_read_until(out, buf, sizeof(buf), &len, "ACCEPT", 10000), "s_server not up");
-    struct hdt_options o = {.shards = 1, .shard_init = ts_shard_init, .shard_fini = ts_shard_fini};
+    struct hdt_options o = {.shards = 1, TS_LAYERS};
     int rc = hdt_run(&o, cl_body, NULL, NULL);
     tu_stop(pid);
     close(out);

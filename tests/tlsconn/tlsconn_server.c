@@ -97,13 +97,14 @@ static void srv_accept(struct net_listener *l, int fd, const struct net_addr *pe
         net_conn_close(c, rc, false);
 }
 
-int ts_shard_init(struct hd_shard *s)
+const struct hd_module *const ts_layers[2] = {&net_module, &tls_module};
+
+void *const *ts_layers_args(void)
 {
-    int rc = net_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
-    struct tls_shard_options o = {.handshakes_max = ts.handshakes_max};
-    return tls_shard_init(s, &o);
+    static struct tls_shard_options o;
+    static void *args[] = {NULL, &o};
+    o = (struct tls_shard_options){.handshakes_max = ts.handshakes_max};
+    return args;
 }
 
 void ts_shard_stop(struct hd_shard *s)
@@ -113,12 +114,6 @@ void ts_shard_stop(struct hd_shard *s)
         net_listener_stop(ts.listeners[id]);
     if (id < TS_SHARDS_MAX)
         ts.listeners[id] = NULL;
-}
-
-void ts_shard_fini(struct hd_shard *s)
-{
-    tls_shard_fini(s);
-    net_shard_fini(s);
 }
 
 void ts_listen_body(struct hd_shard *s, void *arg)
@@ -172,10 +167,7 @@ void ts_run_with(unsigned shards, void (*driver)(void), hdt_body_fn *body, unsig
     drv_body = body;
     drv_shards = shards;
     drv_closes = closes_expected;
-    struct hdt_options o = {.shards = shards,
-                            .shard_init = ts_shard_init,
-                            .shard_stop = ts_shard_stop,
-                            .shard_fini = ts_shard_fini};
+    struct hdt_options o = {.shards = shards, TS_LAYERS, .shard_stop = ts_shard_stop};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, driver_main, NULL), 0);
     /* The runtime outlives the driver thread, which may still call hd_runtime_stop on it when

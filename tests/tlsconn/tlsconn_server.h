@@ -31,10 +31,13 @@ extern struct ts_state ts;
 
 /* Resets ts (keeping nothing) with a fresh port. */
 void ts_reset(void);
-/* hdt hooks: net_shard_init + tls_shard_init; listeners stop; fini. */
-int ts_shard_init(struct hd_shard *s);
+/* hdt_options fields: net_module and tls_module (handshakes_max = ts.handshakes_max, read when
+ * the options are built) under the test module. */
+extern const struct hd_module *const ts_layers[2];
+void *const *ts_layers_args(void);
+#define TS_LAYERS .layers = ts_layers, .layers_args = ts_layers_args(), .layers_count = 2
+/* hdt hook: listeners stop. */
 void ts_shard_stop(struct hd_shard *s);
-void ts_shard_fini(struct hd_shard *s);
 /* Body: listen on 127.0.0.1:ts.port on this shard. */
 void ts_listen_body(struct hd_shard *s, void *arg);
 

@@ -233,13 +233,14 @@ void lt_body(struct hd_shard *s, void *arg)
 
 /* Shard 1 receives without a buffer ring (one recv or recvmsg at a time into a pool frame), so
  * both of net's receive paths carry kTLS. */
+static struct net_shard_options lt_net_opts = {.no_buf_ring_shards = 1u << 1};
+const struct hd_module *const lt_layers[2] = {&net_module, &tls_module};
+void *const lt_layers_args[2] = {&lt_net_opts, NULL};
+
 int lt_shard_init(struct hd_shard *s)
 {
-    struct net_shard_options no = {.no_buf_ring = hd_shard_id(s) == 1};
-    int rc = net_shard_init(s, &no);
-    if (rc == 0)
-        g.ring[hd_shard_id(s)] = net_shard_uses_buf_ring(s);
-    return rc < 0 ? rc : tls_shard_init(s, NULL);
+    g.ring[hd_shard_id(s)] = net_shard_uses_buf_ring(s);
+    return 0;
 }
 
 void lt_shard_stop(struct hd_shard *s)
@@ -251,10 +252,4 @@ void lt_shard_stop(struct hd_shard *s)
         net_listener_stop(g.listeners[id]);
     g.listeners[id] = NULL;
     net_shard_close_all(s, 0);
-}
-
-void lt_shard_fini(struct hd_shard *s)
-{
-    tls_shard_fini(s);
-    net_shard_fini(s);
 }

@@ -96,10 +96,11 @@ static inline uint8_t lt_stream_byte(uint64_t seed, uint64_t i)
 struct lt_end *lt_server_of(unsigned id);
 /* ktls_layer_ends.c: e received len bytes of its downstream (checked, hashed). */
 void lt_end_take(struct lt_end *e, const uint8_t *data, size_t len);
-/* ktls_layer_ends.c: the runtime's hooks. */
+/* ktls_layer_ends.c: the layers under the test module (net, tls) and the runtime's hooks. */
+extern const struct hd_module *const lt_layers[2];
+extern void *const lt_layers_args[2];
 int lt_shard_init(struct hd_shard *s);
 void lt_shard_stop(struct hd_shard *s);
-void lt_shard_fini(struct hd_shard *s);
 void lt_body(struct hd_shard *s, void *arg);
 /* ktls_layer_peers.c: the driver thread (phases, the openssl peers, then stops the runtime). */
 void *lt_driver_main(void *arg);

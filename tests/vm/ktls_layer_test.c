@@ -439,9 +439,11 @@ int main(void)
         lt_fail("tls_stat", "/proc/net/tls_stat: %s", strerror(errno));
     if (failures == 0 && setup()) {
         struct hdt_options o = {.shards = LT_SHARDS,
+                                .layers = lt_layers,
+                                .layers_args = lt_layers_args,
+                                .layers_count = 2,
                                 .shard_init = lt_shard_init,
-                                .shard_stop = lt_shard_stop,
-                                .shard_fini = lt_shard_fini};
+                                .shard_stop = lt_shard_stop};
         pthread_t driver;
         HDT_CHECK(pthread_create(&driver, NULL, lt_driver_main, NULL) == 0);
         int rc = hdt_run(&o, lt_body, NULL, NULL);

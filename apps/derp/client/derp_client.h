@@ -74,7 +74,7 @@ struct derp_client_config {
     bool websocket;
     const struct net_http_hdr *headers; /* extra request headers, written after ours */
     size_t headers_count;               /* <= DERP_CLIENT_HEADERS_MAX */
-    bool tls;                           /* https: needs tls_ctx, and tls_shard_init on the shard */
+    bool tls;                           /* https: needs tls_ctx, and tls_module in the runtime */
     struct tls_ctx *tls_ctx;     /* tls_client_ctx_create (CA file or insecure); borrowed, must
                                   * outlive the client */
     const char *tls_server_name; /* SNI and the name verified; NULL: host without its port */

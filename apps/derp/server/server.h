@@ -218,6 +218,10 @@ int srv_prelogin_init(struct srv_shard *ds);
 void srv_prelogin_fini(struct srv_shard *ds);
 bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer);
 void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
+/* The connection counted under from (entered) now counts under to (a PROXY header named the
+ * client): always moved; true when to is now over the per-address cap (close it). */
+bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from,
+                       const struct net_addr *to);
 
 /* server_frames.c: fair shares of the frame pools. */
 int srv_frames_init(struct srv_shard *ds);
@@ -302,6 +306,17 @@ void srv_certs_detach(struct srv_config *cfg);
 void srv_certs_reload(struct srv_config *cfg); /* SIGHUP: a bad file keeps the old one */
 struct tls_ctx *srv_certs_current(const struct srv_shard *ds);
 
+/* server_http.c, for server_proxy.c: a main-listener connection in its HTTP phase (NULL: the
+ * pool was full, fd closed), TLS under it (or closed), and the accept bucket's verdict. */
+struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd, const struct net_addr *peer);
+void srv_http_tls_start(struct srv_shard *ds, struct net_conn *c);
+bool srv_accept_allowed(struct srv_shard *ds);
+
+/* server_proxy.c: -proxy-protocol-from (PROXY protocol v1/v2 on the main listener). */
+/* Parses the list into cfg; 0, or -errno with the message printed. Main thread. */
+int srv_proxy_configure(struct srv_config *cfg, const char *list);
+void srv_proxy_accept(struct srv_shard *ds, int fd, const struct net_addr *peer);
+
 /* server_stun.c */
 int srv_stun_start(struct srv_shard *ds);
 void srv_stun_stop(struct srv_shard *ds);
@@ -312,7 +327,7 @@ void srv_stun_stop(struct srv_shard *ds);
 int srv_admit_configure(struct srv_config *cfg, const char *url, bool fail_open, char *err,
                         size_t err_size);
 bool srv_admit_needed(const struct srv_config *cfg);
-/* Whether admission makes TLS client connections (shards then need tls_shard_init). */
+/* Whether admission makes TLS client connections (the runtime then needs tls_module). */
 bool srv_admit_needs_tls(const struct srv_config *cfg);
 void srv_admit_fini(struct srv_config *cfg); /* main thread, after the runtime stopped */
 /* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */

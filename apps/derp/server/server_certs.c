@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "server.h"
 
@@ -90,6 +91,8 @@ void srv_certs_reload(struct srv_config *cfg)
 {
     if (cfg->tls_var == NULL)
         return;
+    if (cfg->self_signed && cfg->acme && access(cfg->cert_file, R_OK) == 0)
+        cfg->self_signed = false; /* ACME's first certificate replaces the stand-in */
     if (cfg->self_signed) {
         hd_log(HD_LOG_INFO, "TLS: self-signed certificate for %s: nothing to reload",
                cfg->hostname);

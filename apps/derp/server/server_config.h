@@ -7,6 +7,7 @@
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
+#include <hd/net_proxy.h>
 
 struct srv_tls_snap;
 struct srv_keylist;
@@ -70,6 +71,7 @@ struct srv_config {
     /* TLS mode's certificate (server_certs.c): the files, or self-signed for an IP hostname;
      * the server context is a snapshot per shard, rebuilt on SIGHUP. */
     bool self_signed;
+    bool acme; /* -certmode letsencrypt: server_acme.c keeps cert_file/key_file current */
     char cert_file[1400], key_file[1400];
     struct srv_tls_snap *tls_initial; /* built at start-up, until srv_certs_attach */
     struct hd_snap_var *tls_var;
@@ -111,6 +113,10 @@ struct srv_config {
     const char *account_path;
     struct srv_keylist *account_initial; /* loaded at start-up, until attached */
     struct hd_snap_var *account;
+    /* -proxy-protocol-from (server_proxy.c): sources whose connections start with a PROXY
+     * header; with any entry, the main listener takes no connection from anyone else. */
+    struct net_cidr proxy_from[NET_CIDR_LIST_MAX];
+    unsigned proxy_from_count;
 };
 
 #endif /* SERVER_CONFIG_H */

@@ -62,16 +62,19 @@ struct srv_counters {
     uint64_t rate_limit_waited;     /* frames that waited for -rate-config tokens */
     uint64_t rate_limit_waited_key; /* of those, at a key's own rate (-rate-config Keys) */
     uint64_t quota_dropped[SRV_QUOTA_WHYS], quota_dropped_bytes[SRV_QUOTA_WHYS];
+    /* -proxy-protocol-from: headers read; connections from other sources refused; bad headers */
+    uint64_t proxy_headers, proxy_untrusted, proxy_bad_headers;
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;
     int64_t current_notideal_connections;
     int64_t clients_local; /* keys with at least one connection here */
     int64_t current_dup_client_keys, current_dup_client_conns;
-    int64_t watchers;         /* ds->watch_count, set when read */
-    int64_t clients_total;    /* keys local or reachable via the mesh (set when read) */
-    int64_t mesh_links_ready; /* outbound mesh links logged in */
-    int64_t prelogin_now;     /* ds->prelogin.count, set when read */
+    int64_t watchers;              /* ds->watch_count, set when read */
+    int64_t clients_total;         /* keys local or reachable via the mesh (set when read) */
+    int64_t mesh_links_ready;      /* outbound mesh links logged in */
+    int64_t mesh_links_configured; /* -mesh-with entries that are not this server (when read) */
+    int64_t prelogin_now;          /* ds->prelogin.count, set when read */
 };
 
 #endif /* SERVER_COUNTERS_H */

@@ -11,6 +11,7 @@
 
 #include "server_limits.h"
 #include "server_flags.h"
+#include "server_limits.h"
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */
 static const char *const unsupported[] = {
@@ -19,7 +20,6 @@ static const char *const unsupported[] = {
     "acme-ip-certs",
     "acme-eab-kid",
     "acme-eab-key",
-    "acme-email",
     "secrets-url",
     "secrets-path-prefix",
     "secrets-cache-dir",
@@ -41,9 +41,10 @@ static void usage_derper(FILE *out)
         "                          {\"PrivateKey\": \"privkey:...\"}, created 0600 if missing;\n"
         "                          root's default /var/lib/derper/derper.key\n"
         "  -certmode MODE          manual: <certdir>/<hostname>.crt and .key (an IP hostname\n"
-        "                          without them gets a self-signed certificate); derper's\n"
-        "                          default letsencrypt (ACME) is not implemented; SIGHUP\n"
-        "                          re-reads the files (a bad file keeps the old certificate)\n"
+        "                          without them gets a self-signed certificate); SIGHUP\n"
+        "                          re-reads the files (a bad file keeps the old certificate);\n"
+        "                          letsencrypt (default): ACME keeps those files current\n"
+        "                          (http-01 on -http-port; see -acme-directory)\n"
         "  -certdir DIR            certificate directory (default\n"
         "                          $XDG_CACHE_HOME/tailscale/derper-certs)\n"
         "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
@@ -109,7 +110,11 @@ static void usage_own(FILE *out)
         "                          format, at most 1024) in /debug/keys and /debug/varz;\n"
         "                          counters outlive a reconnect within 10 minutes; re-read on\n"
         "                          SIGHUP. The top talkers are shown without it.\n"
+        "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
+        "  --min-wait-us N         under load, let a shard's sleep gather completions for up\n"
+        "                          to N us (io_uring min-wait, Linux >= 6.12; 0 = off, the\n"
+        "                          default; max 1000): fewer wake-ups, up to N us more latency\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
         "  --http-deadline D       a new connection's TLS handshake and HTTP request head\n"
@@ -131,8 +136,9 @@ static void usage_own(FILE *out)
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
-        "-unpublished-bootstrap-dns-names, -acme-*, -secrets-*, -ace, -derp=false.\n";
-    fputs(text, out);
+        "-unpublished-bootstrap-dns-names, -acme-ip-certs, -acme-eab-*, -secrets-*, -ace, "
+        "-derp=false.\n";
+    fprintf(out, text, srv_flags_deploy_usage);
 }
 
 static void usage(FILE *out)
@@ -214,7 +220,7 @@ static bool is_bool_flag(const char *name)
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
         if (strcmp(name, bools[i]) == 0)
             return true;
-    return false;
+    return srv_flags_deploy_is_bool(name);
 }
 
 static int set_duration(const char *name, const char *v, uint64_t *out)
@@ -354,6 +360,13 @@ static int apply_number(struct srv_flags *f, const char *name, const char *v)
             return -1;
         }
         f->shards = (unsigned)n;
+    } else if (strcmp(name, "min-wait-us") == 0) {
+        if (parse_int(v, 0, SRV_MIN_WAIT_US_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --min-wait-us %s: expected 0..%d\n", v,
+                    SRV_MIN_WAIT_US_MAX);
+            return -1;
+        }
+        f->min_wait_us = (unsigned)n;
     } else {
         return 0;
     }
@@ -424,8 +437,7 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
             return -1;
         }
     } else {
-        fprintf(stderr, "hderp-server: unknown flag -%s (see --help)\n", name);
-        return -1;
+        return srv_flags_apply_deploy(f, name, v); /* server_flags_deploy.c */
     }
     return 0;
 }
@@ -497,5 +509,6 @@ bool srv_flags_tls_mode(const struct srv_flags *f)
     const char *colon = strrchr(f->addr, ':');
     const char *port = colon ? colon + 1 : f->addr;
     return strcmp(port, "443") == 0 || strcmp(port, "https") == 0 ||
-           strcmp(f->certmode, "manual") == 0;
+           strcmp(f->certmode, "manual") == 0 ||
+           (strcmp(f->certmode, "letsencrypt") == 0 && f->acme_directory != NULL);
 }

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct srv_flags {
     const char *addr;        /* -a */
@@ -21,6 +22,7 @@ struct srv_flags {
     uint64_t tcp_keepalive_ms, tcp_user_timeout_ms, tcp_write_timeout_ms;
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
+    unsigned min_wait_us;  /* --min-wait-us (0: off) */
     uint64_t stall_ms;     /* --stall-threshold (with stall_set; 0: no watchdog) */
     bool stall_set;
     bool verbose;
@@ -41,12 +43,32 @@ struct srv_flags {
     long prelogin_addr_max;           /* --prelogin-per-addr-max, per shard */
     long frame_pool_mib;              /* --frame-pool-mib, per shard */
     const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */
+    /* hderp's own deployment flags (server_flags_deploy.c) */
+    const char *proxy_from; /* --proxy-protocol-from CIDR,... */
+    int print_derpmap;      /* --print-derpmap[=json|yaml]: 0 no, 1 JSON, 2 YAML */
+    long derpmap_region_id; /* --derpmap-region-id (default 900) */
+    long derpmap_port;      /* --derpmap-port: the public DERP port (0: from -a) */
+    const char *derpmap_region_code, *derpmap_region_name, *derpmap_node_name;
+    const char *derpmap_ipv4, *derpmap_ipv6; /* --derpmap-ipv4/-ipv6: public addresses */
+    bool log_json;
+    /* -certmode letsencrypt (server_acme.c): -acme-directory (hderp only; NULL: Let's Encrypt),
+     * -acme-email, --acme-renew-before and --acme-check-interval (0: 30 days, 12 hours) */
+    const char *acme_directory, *acme_email;
+    uint64_t acme_renew_before_ms, acme_check_interval_ms; /* --log-format json */
 };
 
 /* Returns 0 (run), 1 (--help or -version printed: exit 0), or -1 (bad flags, message printed:
  * exit 2). */
 int srv_flags_parse(int argc, char **argv, struct srv_flags *out);
-/* derper: TLS iff the port is 443 (or "https") or -certmode manual. */
+/* server_flags_deploy.c: the flags above, for apply's unknown names (0, or -1 with a message:
+ * bad value or unknown flag); which of them are booleans; their --help lines. */
+int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v);
+bool srv_flags_deploy_is_bool(const char *name);
+extern const char srv_flags_deploy_usage[];
+/* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
+int srv_derpmap_print(const struct srv_flags *f, FILE *out);
+/* derper: TLS iff the port is 443 (or "https") or -certmode manual; hderp also when
+ * -certmode letsencrypt comes with -acme-directory (its own flag), on any port. */
 bool srv_flags_tls_mode(const struct srv_flags *f);
 /* Go's time.ParseDuration subset: "0", "1.5s", "500ms", "10m", "1h30m". -1 if malformed. */
 int64_t srv_parse_duration_ms(const char *text);

@@ -12,6 +12,13 @@
 
 #include <hd/net_ws.h>
 #include "server.h"
+#include "server_acme.h"
+
+static bool ds_acme(struct net_conn *c)
+{
+    const struct srv_shard *ds = net_conn_app(c);
+    return ds->cfg->acme;
+}
 
 static const char home_html[] =
     "<html><head><title>hderp</title></head><body>\n"
@@ -209,8 +216,24 @@ static bool serve_derp(struct net_conn *c, struct srv_shard *ds, const struct ne
 
 /* Port 80 in TLS mode (§1.1): /generate_204 and /debug as on the main port, other GET/HEAD
  * redirected to https, anything else refused. Returns true when it answered. */
+/* -certmode letsencrypt's http-01 answers (RFC 8555 section 8.3), from server_acme.c. */
+static bool serve_acme(struct net_conn *c, const struct net_http_req *req, bool keep)
+{
+    static const char prefix[] = "/.well-known/acme-challenge/";
+    size_t n = sizeof(prefix) - 1;
+    if (req->path.len <= n || memcmp(req->path.ptr, prefix, n) != 0)
+        return false;
+    char auth[512];
+    bool ours = srv_acme_http01(req->path.ptr + n, req->path.len - n, auth, sizeof(auth));
+    reply_text(c, ours ? 200 : 404, ours ? auth : "no such challenge\n", keep,
+               req->method == NET_HTTP_METHOD_HEAD);
+    return true;
+}
+
 static bool serve_port80(struct net_conn *c, const struct net_http_req *req, bool keep)
 {
+    if (ds_acme(c) && serve_acme(c, req, keep))
+        return true;
     if (net_http_str_eq(req->path, "/generate_204") ||
         (req->path.len >= 6 && memcmp(req->path.ptr, "/debug", 6) == 0))
         return false;
@@ -329,13 +352,13 @@ static void check_sni(struct net_conn *c, const struct tls_conn_info *info)
     }
 }
 
-static void accept_with(struct net_listener *l, int fd, const struct net_addr *peer,
-                        struct srv_shard *ds, const struct net_conn_handler *h, bool tls)
+static struct net_conn *adopt(struct srv_shard *ds, int fd, const struct net_addr *peer,
+                              const struct net_conn_handler *h)
 {
     ds->ctr.conns_accepted++;
     if (!srv_prelogin_enter(ds, peer)) {
         close(fd);
-        return;
+        return NULL;
     }
     struct net_conn_options opt = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                    .write_timeout_ms = ds->cfg->write_timeout_ms,
@@ -345,17 +368,25 @@ static void accept_with(struct net_listener *l, int fd, const struct net_addr *p
                                    .send_high_frames = SRV_NET_HIGH_FRAMES,
                                    .send_low_frames = SRV_NET_LOW_FRAMES};
     struct net_conn *c;
-    if (net_conn_adopt(net_listener_shard(l), fd, h, ds, &opt, &c) < 0) {
+    if (net_conn_adopt(ds->s, fd, h, ds, &opt, &c) < 0) {
         hd_log_rl(HD_LOG_WARN, "accept: connection pool exhausted: refused a connection");
         srv_prelogin_leave(ds, peer);
         close(fd);
-        return;
+        return NULL;
     }
     /* The TLS handshake and the request head by this time, however slowly bytes drip in
      * (the idle timer alone restarts on each byte). */
     net_conn_set_deadline(c, ds->cfg->http_deadline_ms);
-    if (!tls)
-        return;
+    return c;
+}
+
+struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd, const struct net_addr *peer)
+{
+    return adopt(ds, fd, peer, &http_handler);
+}
+
+void srv_http_tls_start(struct srv_shard *ds, struct net_conn *c)
+{
     /* The TLS codec goes under the HTTP handler: it sees plaintext either way. */
     struct tls_conn_options to = {.idle_timeout_ms = SRV_HTTP_READ_TIMEOUT_MS,
                                   .write_timeout_ms = ds->cfg->write_timeout_ms,
@@ -368,7 +399,7 @@ static void accept_with(struct net_listener *l, int fd, const struct net_addr *p
 
 /* -accept-connection-limit: this shard's token bucket (srv_accept_limit_init). A refused
  * connection is closed and the accept loop goes on (derper's loop stopped on it, spec §6.9). */
-static bool accept_allowed(struct srv_shard *ds)
+bool srv_accept_allowed(struct srv_shard *ds)
 {
     return ds->accept_per_ms <= 0 ||
            hd_tbucket_take(&ds->accept, ds->accept_per_ms, ds->accept_burst, hd_now_ms(ds->s), 1);
@@ -386,17 +417,25 @@ void srv_accept_limit_init(struct srv_shard *ds)
 
 void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
+    (void)l;
     struct srv_shard *ds = arg;
-    if (!accept_allowed(ds)) {
+    if (ds->cfg->proxy_from_count) { /* -proxy-protocol-from: the header first (server_proxy.c) */
+        srv_proxy_accept(ds, fd, peer);
+        return;
+    }
+    if (!srv_accept_allowed(ds)) {
         ds->ctr.accepts_refused++;
         hd_log_rl(HD_LOG_INFO, "accept: over -accept-connection-limit: connection closed");
         close(fd);
         return;
     }
-    accept_with(l, fd, peer, ds, &http_handler, ds->cfg->tls);
+    struct net_conn *c = srv_http_adopt(ds, fd, peer);
+    if (c && ds->cfg->tls)
+        srv_http_tls_start(ds, c);
 }
 
 void srv_http80_accept(struct net_listener *l, int fd, const struct net_addr *peer, void *arg)
 {
-    accept_with(l, fd, peer, arg, &http80_handler, false);
+    (void)l;
+    adopt(arg, fd, peer, &http80_handler);
 }

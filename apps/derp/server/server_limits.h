@@ -139,6 +139,9 @@ _Static_assert((SRV_QUOTA_SLOTS & (SRV_QUOTA_SLOTS - 1)) == 0, "masked index");
 /* derper: the key file root uses without -c. */
 #define SRV_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 
+/* --min-wait-us: the most latency a relay operator may trade for fewer wake-ups (1 ms: beyond
+ * that a ping under load would wait longer than an idle round trip takes). */
+#define SRV_MIN_WAIT_US_MAX 1000
 /* -verify-cache-ttl: answers cached per shard, direct-mapped (a power of two). 4,096 x 48 B =
  * 192 KiB a shard, allocated at the first answer. */
 #define SRV_ADMIT_CACHE_SLOTS 4096u

@@ -13,6 +13,8 @@
 #include <sodium.h>
 
 #include "server.h"
+#include "server_acme.h"
+#include "server_check.h"
 #include "server_flags.h"
 
 #define HDERP_VERSION "0.1.0"
@@ -33,12 +35,7 @@ static bool hash_key_given;
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg;
-    int rc = net_shard_init(s, NULL);
-    if (rc < 0)
-        return rc;
-    if ((config.tls || config.mesh_tls || srv_admit_needs_tls(&config)) &&
-        (rc = tls_shard_init(s, NULL)) < 0)
-        return rc;
+    int rc = 0;
     struct srv_shard *ds = calloc(1, sizeof(*ds));
     if (ds == NULL)
         return -ENOMEM;
@@ -131,9 +128,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_quota_shard_fini(ds);
     free(ds->scratch);
     free(ds);
-    if (config.tls || config.mesh_tls || srv_admit_needs_tls(&config))
-        tls_shard_fini(s);
-    net_shard_fini(s);
+    (void)s;
 }
 
 static int global_init(struct hd_runtime *rt, void *arg)
@@ -142,7 +137,13 @@ static int global_init(struct hd_runtime *rt, void *arg)
     int rc = derp_crypto_init();
     if (rc == 0)
         srv_hash_init(hash_key_given ? hash_key : NULL);
-    return rc;
+    return rc < 0 ? rc : srv_acme_start(&config); /* -certmode letsencrypt: its thread */
+}
+
+static void global_fini(struct hd_runtime *rt, void *arg)
+{
+    (void)rt, (void)arg;
+    srv_acme_stop();
 }
 
 /* Main thread, SIGHUP: reload what can be reloaded. */
@@ -157,10 +158,14 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     srv_rate_reload(&config);  /* -rate-config */
 }
 
+static const struct hd_module *const srv_requires[] = {&net_module, NULL};
+
 const struct hd_module srv_module = {
     .abi_version = HD_MODULE_ABI,
     .name = "derp",
+    .requires = srv_requires,
     .global_init = global_init,
+    .global_fini = global_fini,
     .shard_init = shard_init,
     .shard_stop = shard_stop,
     .shard_fini = shard_fini,
@@ -207,12 +212,11 @@ static bool is_ip_literal(const char *host)
  * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
 static int configure_tls(const struct srv_flags *f)
 {
-    if (strcmp(f->certmode, "manual") != 0) {
+    bool acme = strcmp(f->certmode, "letsencrypt") == 0; /* server_acme.c */
+    if (!acme && strcmp(f->certmode, "manual") != 0) {
         fprintf(stderr,
-                "hderp-server: -a %s means TLS with -certmode %s (ACME), which hderp-server does "
-                "not implement; use -certmode manual with a certificate in -certdir, or a plain "
-                "port (e.g. -a :3340) behind a TLS terminator\n",
-                f->addr, f->certmode);
+                "hderp-server: -certmode %s is not implemented: use letsencrypt or manual\n",
+                f->certmode);
         return -1;
     }
     char certdir[1024];
@@ -237,7 +241,9 @@ static int configure_tls(const struct srv_flags *f)
     snprintf(config.key_file, sizeof(config.key_file), "%s/%s.key", certdir, host);
     config.sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(config.hostname, sizeof(config.hostname), "%s", f->hostname);
-    if (access(config.cert_file, R_OK) != 0 && !config.sni_required) {
+    if (acme && srv_acme_configure(&config, f, certdir) < 0)
+        return -1;
+    if (!acme && access(config.cert_file, R_OK) != 0 && !config.sni_required) {
         hd_log(HD_LOG_WARN,
                "%s missing: using a self-signed certificate for %s (clients must "
                "pin it or skip verification)",
@@ -312,6 +318,24 @@ static int configure_limits(const struct srv_flags *f)
     return 0;
 }
 
+/* -verify-client-url (its cache and re-checks) and -verify-clients: 0 or -1 (printed). */
+static int configure_admission(const struct srv_flags *f)
+{
+    char aerr[256];
+    if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
+                            sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
+        return -1;
+    }
+    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
+        return -1;
+    if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
+        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
+        return -1;
+    }
+    return 0;
+}
+
 static int configure(const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &config.addr) < 0) {
@@ -343,18 +367,9 @@ static int configure(const struct srv_flags *f)
     config.stun_port = f->stun_port;
     if (configure_mesh_key(f) < 0)
         return -EINVAL;
+    if (configure_admission(f) < 0)
+        return -EINVAL;
     char aerr[256];
-    if (srv_admit_configure(&config, f->verify_client_url, f->verify_client_url_fail_open, aerr,
-                            sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-client-url %s: %s\n", f->verify_client_url, aerr);
-        return -EINVAL;
-    }
-    if (srv_admit_recheck_configure(&config, f->verify_cache_ttl_ms, f->verify_recheck_ms) < 0)
-        return -EINVAL;
-    if (srv_admit_local_configure(&config, f->verify_clients, f->socket, aerr, sizeof(aerr)) < 0) {
-        fprintf(stderr, "hderp-server: -verify-clients: %s\n", aerr);
-        return -EINVAL;
-    }
     if (srv_mesh_configure(&config, f->mesh_with, aerr, sizeof(aerr)) < 0) {
         fprintf(stderr, "hderp-server: -mesh-with: %s\n", aerr);
         return -EINVAL;
@@ -367,6 +382,8 @@ static int configure(const struct srv_flags *f)
         }
         config.rate_config_path = f->rate_config;
     }
+    if (f->proxy_from && srv_proxy_configure(&config, f->proxy_from) < 0)
+        return -EINVAL; /* --proxy-protocol-from: the message is printed */
     if (configure_key_lists(f) < 0)
         return -EINVAL;
     int rc = load_key(f);
@@ -423,14 +440,15 @@ static void log_start(struct hd_runtime *rt)
         snprintf(stun, sizeof(stun), "off");
     hd_log(HD_LOG_INFO,
            "hderp-server %s: listening on %s (%s), %u shards, public key %s, "
-           "STUN %s, io_uring%s%s, mesh key %s, %u mesh nodes",
+           "STUN %s, io_uring%s%s%s, mesh key %s, %u mesh nodes",
            HDERP_VERSION, config.addr_text,
            config.tls ? (tls_ktls_available() ? "TLS 1.3, kTLS" : "TLS 1.3, userspace records")
                       : "plain HTTP",
            hd_runtime_shards_count(rt), pub, stun,
            (feat & HD_FEAT_DEFER_TASKRUN) ? " defer-taskrun" : "",
            (feat & HD_FEAT_MSG_RING) ? " msg-ring" : " eventfd-wake",
-           config.have_mesh_key ? "set" : "none", config.mesh_count);
+           (feat & HD_FEAT_MIN_WAIT) ? " min-wait" : "", config.have_mesh_key ? "set" : "none",
+           config.mesh_count);
     if (config.dev)
         hd_log(HD_LOG_INFO,
                "dev mode: point a client at http://127.0.0.1:%u/derp (tailscaled: "
@@ -478,37 +496,61 @@ static void claim_release(void)
             close(claim_fds[i]);
 }
 
+/* The flags, and the modes that do not run a server: the exit code, or -1 to go on. */
+static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
+{
+    if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
+        return srv_check_main(argc - 1, argv + 1);
+    int rc = srv_flags_parse(argc, argv, f);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    if (f->log_json)           /* --log-format json: every hd_log line from here on */
+        hd_log_set_format(HD_LOG_FORMAT_JSON);
+    if (f->print_derpmap) /* server_derpmap.c: the DERP map entry instead of running */
+        return srv_derpmap_print(f, stdout) < 0 ? 2 : 0;
+    return -1;
+}
+
+/* The runtime the flags ask for: frame pools, the modules (tls_module when anything on the
+ * shards speaks TLS), the wait and stall settings. 0 or hd_runtime_create's error. */
+static int runtime_create(const struct srv_flags *f, struct hd_runtime **rt)
+{
+    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
+    HD_ASSERT(srv_frame_classes((uint32_t)f->frame_pool_mib, classes) == 0); /* flag checked */
+    /* tls_module (net before it) when anything on the shards speaks TLS. */
+    static const struct hd_module *const modules[] = {&tls_module, &srv_module};
+    unsigned first = config.tls || config.mesh_tls || srv_admit_needs_tls(&config) ? 0 : 1;
+    struct hd_runtime_config cfg = {
+        .shards_count = f->shards,
+        .min_wait_us = f->min_wait_us,
+        .pin = true,
+        .handle_signals = true,
+        .frame_classes = classes,
+        .frame_classes_count = HD_ARRAY_SIZE(classes),
+        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
+        .modules = modules + first,
+        .modules_count = 2 - first,
+        .stall_ms = !f->stall_set      ? 0
+                    : f->stall_ms == 0 ? HD_STALL_OFF
+                                       : (uint32_t)f->stall_ms,
+    };
+    return hd_runtime_create(&cfg, rt);
+}
+
 int main(int argc, char **argv)
 {
     struct srv_flags f;
-    int rc = srv_flags_parse(argc, argv, &f);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
+    int rc = parse_and_modes(argc, argv, &f);
+    if (rc >= 0)
+        return rc; /* --help, -version, check, --print-derpmap, or bad flags */
     if (configure(&f) < 0)
         return 1;
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
     if (claim_all() < 0)
         return 1;
-    static struct hd_frame_class classes[SRV_FRAME_CLASSES];
-    HD_ASSERT(srv_frame_classes((uint32_t)f.frame_pool_mib, classes) == 0); /* flag checked */
-    static const struct hd_module *const modules[] = {&srv_module};
-    struct hd_runtime_config cfg = {
-        .shards_count = f.shards,
-        .pin = true,
-        .handle_signals = true,
-        .frame_classes = classes,
-        .frame_classes_count = HD_ARRAY_SIZE(classes),
-        .frame_release = srv_frame_release, /* the senders' accounts (server_frames.c) */
-        .modules = modules,
-        .modules_count = 1,
-        .stall_ms = !f.stall_set      ? 0
-                    : f.stall_ms == 0 ? HD_STALL_OFF
-                                      : (uint32_t)f.stall_ms,
-    };
     struct hd_runtime *rt;
-    rc = hd_runtime_create(&cfg, &rt);
-    if (rc < 0) {
+    if ((rc = runtime_create(&f, &rt)) < 0) {
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }

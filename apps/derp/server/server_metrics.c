@@ -44,6 +44,10 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
         v->ctr.prelogin_now = ds->prelogin.count;
+        v->ctr.mesh_links_configured = 0; /* this shard's links (id % shards), self excluded */
+        for (unsigned i = hd_shard_id(s); ds->links && i < ds->cfg->mesh_count;
+             i += hd_shard_count(s))
+            v->ctr.mesh_links_configured += !ds->links[i].self;
         v->rate = *srv_rate_current(ds);
         srv_acct_fill(ds, &v->acct);
     }
@@ -85,6 +89,9 @@ static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned 
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
+    put_metric(o, "proxy_headers", "counter", SUM(proxy_headers));
+    put_metric(o, "proxy_untrusted_refused", "counter", SUM(proxy_untrusted));
+    put_metric(o, "proxy_bad_headers", "counter", SUM(proxy_bad_headers));
     put_metric(o, "bytes_received", "counter", SUM(bytes_received));
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
@@ -170,8 +177,8 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
-    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     put_own(o, "mesh_refused", "counter", SUM(mesh_refused));
+    put_own(o, "mesh_links_configured", "gauge", SUM(mesh_links_configured));
     put_own(o, "handshake_errors", "counter", SUM(handshake_errors));
     put_own(o, "admit_refused", "counter", SUM(admit_refused));
     put_own(o, "admit_errors", "counter", SUM(admit_errors));
@@ -195,6 +202,12 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
     srv_text_put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n",
                  (long long)SUM(frames_reserve_dropped));
     put_own(o, "ctl_dropped", "counter", SUM(ctl_dropped));
+}
+
+/* The loop's own figures, per shard, so an uneven load shows. */
+static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned count)
+{
+    static const double qs[] = {0.5, 0.9, 0.99, 0.999};
     srv_text_put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
@@ -210,6 +223,19 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
     for (unsigned i = 0; i < count; i++)
         srv_text_put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i,
                      (unsigned long long)v[i].loop.ticks);
+    /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
+    srv_text_put(o, "# TYPE hderp_loop_enters counter\n");
+    for (unsigned i = 0; i < count; i++)
+        srv_text_put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.enters);
+    srv_text_put(o, "# TYPE hderp_loop_sleeps counter\n");
+    for (unsigned i = 0; i < count; i++)
+        srv_text_put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.sleeps);
+    srv_text_put(o, "# TYPE hderp_loop_min_waits counter\n");
+    for (unsigned i = 0; i < count; i++)
+        srv_text_put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.min_waits);
     srv_text_put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         srv_text_put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i,
@@ -252,6 +278,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
             if (srv_shard_here()->cfg->rate_config_path)
                 format_rate(&o, slots, count);
             format_hderp(&o, slots, count);
+            format_loop(&o, slots, count);
             srv_acct_format_varz(&o, &v->acct, sizeof(*v), count);
         }
         char head[256];

@@ -108,3 +108,20 @@ void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer)
     }
     p->slots[hole].count = 0;
 }
+
+bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from, const struct net_addr *to)
+{
+    struct srv_prelogin *p = &ds->prelogin;
+    srv_prelogin_leave(ds, from);
+    uint8_t ip[16];
+    addr_key(to, ip);
+    struct srv_prelogin_slot *s = &p->slots[slot_find(p, ip)];
+    if (s->count == 0)
+        memcpy(s->ip, ip, 16);
+    s->count++;
+    p->count++; /* back to what it was: the shard cap was checked at accept */
+    if (s->count <= ds->cfg->prelogin_addr_max)
+        return false;
+    ds->ctr.prelogin_refused_addr++;
+    return true;
+}

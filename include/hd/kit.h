@@ -1,0 +1,128 @@
+/* kit.h - the relay kit: small pieces most relays on the framework write again otherwise.
+ *   owner-shard routing by key   kit_key_hash, kit_owner_shard, kit_route
+ *   fan-out of one frame         kit_fanout_conns (many connections of this shard),
+ *                                kit_fanout_shards (every other shard, over the bus)
+ *   port 0 on many shards        kit_port_hold (one SO_REUSEPORT port for every shard)
+ *   a metrics endpoint           kit_metrics_start (GET /metrics from every shard's counters)
+ *   command lines                kit_flags_parse / kit_flags_usage (a table of flags)
+ * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
+ *
+ * Threading: as net/ (a shard's own objects on that shard); the flags parser and kit_port_hold
+ * on the main thread at start-up. Errors: 0 or -errno. */
+#ifndef HD_KIT_H
+#define HD_KIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <hd/hd.h>
+#include <hd/net.h>
+
+/* ---------------------------------------------------------------- routing by key */
+
+/* FNV-1a, 64 bits: stable across processes and runs (unlike a seeded hash), so a key's owner
+ * shard is the same for every shard that computes it. Not for keys an attacker picks to
+ * collide on purpose in a hash table; for spreading keys over shards it is enough. */
+uint64_t kit_key_hash(const void *key, size_t len);
+/* The shard that owns key among shards_count (> 0). */
+unsigned kit_owner_shard(const void *key, size_t len, unsigned shards_count);
+/* Run m on key's owner shard: at once (m->fn(s, m)) when that is s, else queued with
+ * hd_bus_send. Ownership of what m points to moves on success only, as with hd_bus_send.
+ * Returns 0 or -EAGAIN (the owner's bus is full: nothing queued). */
+int kit_route(struct hd_shard *s, const void *key, size_t len, const struct hd_msg *m);
+
+/* ---------------------------------------------------------------- fan-out */
+
+struct kit_fanout_stats {
+    uint64_t sent;    /* connections (or shards) that took the frame */
+    uint64_t dropped; /* refused: over a connection's send cap, closing, a full bus */
+};
+/* Queue f->data[off, off + len) on each of conns[0..count): net_conn_send takes one reference
+ * per connection that accepts it; the caller's reference stays the caller's. A connection that
+ * refuses (-ENOBUFS over its cap, -EPIPE closing) misses this frame: counted in st->dropped
+ * (st may be NULL). Returns how many connections took it. */
+unsigned kit_fanout_conns(struct net_conn *const *conns, unsigned count, struct hd_frame *f,
+                          uint32_t off, uint32_t len, struct kit_fanout_stats *st);
+/* Send {fn, f, u64} to every shard but s, each message carrying one new reference of f that fn
+ * (on the destination) must drop with hd_frame_unref. A destination whose bus is full misses
+ * the frame (that reference is dropped here, counted). The caller's reference stays its own.
+ * Returns how many shards were sent to. */
+unsigned kit_fanout_shards(struct hd_shard *s, struct hd_frame *f, hd_msg_fn *fn, uint64_t u64,
+                           struct kit_fanout_stats *st);
+
+/* ---------------------------------------------------------------- port 0 on many shards */
+
+/* Every shard opens its own SO_REUSEPORT socket on the same address; with port 0 each would get
+ * a different port. Main thread, before hd_runtime_start: binds a SO_REUSEPORT socket of type
+ * (SOCK_STREAM or SOCK_DGRAM) to *a and writes the port the kernel chose into *a, so the shards
+ * bind that port. Returns the socket (close it once hd_runtime_start returned: a UDP socket in
+ * the group would receive its share of datagrams) or -errno (bind's). */
+int kit_port_hold(struct net_addr *a, int type);
+
+/* ---------------------------------------------------------------- metrics endpoint */
+
+/* GET /metrics (HEAD too) on a listener of its own answers with text the app writes from every
+ * shard's counters: fill runs on each shard (hd_collect) and copies its counters into its slot
+ * of slot_size bytes; format then runs on the listener's shard with the slots in shard order
+ * and writes the body (e.g. Prometheus text) into buf[0..size), returning the bytes written
+ * (at most size). Other paths get 404, other methods 405, a bad request 400; every answer
+ * closes its connection. At most KIT_METRICS_CONNS_MAX requests at once per endpoint. */
+typedef size_t kit_metrics_format_fn(const void *slots, unsigned count, char *buf, size_t size,
+                                     void *arg);
+struct kit_metrics_options {
+    size_t slot_size;
+    hd_collect_fill_fn *fill; /* fill(shard, slot, arg) */
+    kit_metrics_format_fn *format;
+    void *arg; /* for fill (on every shard: read-only there) and format */
+};
+#define KIT_METRICS_CONNS_MAX 16u          /* a scrape is rare: a few at once is plenty */
+#define KIT_METRICS_BODY_MAX  (48u * 1024) /* answer body: fits one 64 KiB frame with its head */
+struct kit_metrics;
+/* Listen on addr on shard s (SO_REUSEPORT, so kit_port_hold works for port 0). Start-up
+ * (shard_init: allocates). Borrows o's contents until kit_metrics_stop. Returns 0, -ENOMEM or
+ * net_listener_start's error. */
+int kit_metrics_start(struct hd_shard *s, const struct net_addr *addr,
+                      const struct kit_metrics_options *o, struct kit_metrics **out);
+/* Stop listening (shard_stop; the app's net_shard_close_all closes what is still open); the
+ * memory goes once the last request's connection has closed and its collect has come back. A
+ * scrape still collecting when the shard exits is never answered, and the runtime drops its
+ * collect without calling back: that request and the endpoint stay allocated (exit only). */
+void kit_metrics_stop(struct kit_metrics *m);
+
+/* ---------------------------------------------------------------- flags */
+
+enum kit_flag_type {
+    KIT_FLAG_BOOL, /* -name (true), -name=true|false; dst: bool * */
+    KIT_FLAG_U32,  /* -name N, -name=N, an integer in [min, max]; dst: uint32_t * */
+    KIT_FLAG_F64,  /* -name X, a number in [min, max]; dst: double * */
+    KIT_FLAG_STR,  /* -name S; dst: const char ** (points into argv) */
+    KIT_FLAG_ADDR, /* -name HOST:PORT (net_addr_parse); dst: struct net_addr * */
+    KIT_FLAG_FN,   /* -name V handed to a function; dst: struct kit_flag_call * */
+};
+/* A KIT_FLAG_FN value (URLs, keys, repeated flags, ...): store it (v points into argv) or
+ * return -EINVAL with a reason in err. */
+typedef int kit_flag_fn(const char *v, void *arg, char *err, size_t err_size);
+struct kit_flag_call {
+    kit_flag_fn *fn;
+    void *arg;
+};
+/* One line of a command line's table. "-name" and "--name" are the same flag. */
+struct kit_flag {
+    const char *name;
+    enum kit_flag_type type;
+    void *dst;
+    double min, max;  /* KIT_FLAG_U32, KIT_FLAG_F64 */
+    const char *help; /* one line; the default belongs in it */
+};
+/* Parse argv[1..argc) against flags[0..count): dst keeps its value (the default) unless the
+ * flag is given. Main thread. Returns 0; -ECANCELED for -h, -help or --help (print usage,
+ * exit 0); -EINVAL for an unknown flag, a missing or bad value, or a positional argument,
+ * with a one-line reason in err (err_size bytes, may be 0). */
+int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char **argv, char *err,
+                    size_t err_size);
+/* "usage: prog [flags]" and one line per flag with its help. */
+void kit_flags_usage(FILE *out, const char *prog, const struct kit_flag *flags, unsigned count);
+
+#endif /* HD_KIT_H */

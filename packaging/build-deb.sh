@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# build-deb.sh BIN_DIR OUT_DIR - the hderp .deb (dpkg-deb): hderp-server and hderp-echo from
+# BIN_DIR (debug info stripped), the systemd unit, /etc/default/hderp-server (a conffile), man
+# pages made from --help, README; Depends from dpkg-shlibdeps. Prints the .deb's path.
+set -euo pipefail
+bin=$(cd "$1" && pwd) out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/.." && pwd)
+version=$(sed -n 's/^project(hderp VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+arch=$(dpkg --print-architecture)
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+stage=$(mktemp -d "$out/stage.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+root=$stage/root
+install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/default" \
+    "$root/usr/share/man/man8" "$root/usr/share/man/man1" "$root/usr/share/doc/hderp"
+for p in hderp-server hderp-echo; do
+    install -m 0755 "$bin/$p" "$root/usr/bin/$p"
+    objcopy --strip-debug "$root/usr/bin/$p"
+done
+install -m 0644 "$here/deb/hderp-server.service" "$root/lib/systemd/system/"
+install -m 0644 "$here/deb/hderp-server.default" "$root/etc/default/hderp-server"
+bash "$here/help2man.sh" "$root/usr/bin/hderp-server" 8 "a DERP relay for Tailscale clients" |
+    gzip -9n >"$root/usr/share/man/man8/hderp-server.8.gz"
+bash "$here/help2man.sh" "$root/usr/bin/hderp-echo" 1 "DERP echo client and latency probe" |
+    gzip -9n >"$root/usr/share/man/man1/hderp-echo.1.gz"
+(cd "$src" && install -m 0644 README.md "$root/usr/share/doc/hderp/")
+# Depends: what the binaries link, as dpkg-shlibdeps reads it (it wants a debian/control).
+mkdir -p "$stage/debian"
+printf 'Source: hderp\n\nPackage: hderp\nArchitecture: any\n' >"$stage/debian/control"
+deps=$(cd "$stage" && dpkg-shlibdeps -O -e"$root/usr/bin/hderp-server" -e"$root/usr/bin/hderp-echo" \
+    2>/dev/null | sed -n 's/^shlibs:Depends=//p')
+[ -n "$deps" ] || { echo "build-deb.sh: dpkg-shlibdeps found no dependencies" >&2; exit 1; }
+size=$(du -sk "$root" | cut -f1)
+cat >"$root/DEBIAN/control" <<CONTROL
+Package: hderp
+Version: $version
+Architecture: $arch
+Maintainer: hderp maintainers <hderp@localhost>
+Installed-Size: $size
+Depends: $deps
+Section: net
+Priority: optional
+Description: DERP relay for Tailscale clients on io_uring (a drop-in for derper)
+ hderp-server relays DERP traffic for Tailscale clients, takes derper's flags and meshes with
+ derper nodes; hderp-echo measures a relay's latency. Includes a hardened systemd unit
+ (hderp-server.service, flags in /etc/default/hderp-server).
+CONTROL
+echo /etc/default/hderp-server >"$root/DEBIAN/conffiles"
+for s in postinst prerm postrm; do install -m 0755 "$here/deb/$s" "$root/DEBIAN/$s"; done
+deb=$out/hderp_${version}_${arch}.deb
+dpkg-deb --root-owner-group -Zxz --build "$root" "$deb" >/dev/null
+echo "$deb"

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""log_json.py BIN WORK - hderp-server --log-format json: every line the server writes while it
+runs parses as one JSON object with time, level, shard, event and msg. Two runs on loopback,
+stopped by PID: plain with --verbose and --proxy-protocol-from (start-up, a PROXY header and a
+DERP login through it, an untrusted source, a bad header, a bad HTTP request, a burst of them
+that the rate limit folds into a "suppressed" count, SIGHUP, SIGTERM); TLS with a DNS
+-hostname, where handshakes carry hostile SNI bytes (quotes, backslashes, invalid UTF-8)."""
+import json, os, signal, socket, ssl, struct, subprocess, sys, time
+
+BIN, WORK = sys.argv[1] + "/hderp-server", sys.argv[2]
+os.makedirs(WORK, exist_ok=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def exchange(port, data, src="127.0.0.1"):
+    s = socket.socket()
+    s.settimeout(5)
+    s.bind((src, 0))
+    try:
+        s.connect(("127.0.0.1", port))
+        s.sendall(data)
+        out = b""
+        while True:
+            x = s.recv(65536)
+            if not x:
+                return out
+            out += x
+    except OSError:
+        return b""
+    finally:
+        s.close()
+
+
+def wait_for(cond, what):
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError("timed out waiting for " + what)
+
+
+def lines_of(path):
+    with open(path, "rb") as f:
+        return f.read().decode("utf-8").splitlines()  # invalid UTF-8 would raise here
+
+
+def check_lines(path, want_events):
+    events, sup = set(), 0
+    lines = lines_of(path)
+    assert lines, "no log lines"
+    for i, line in enumerate(lines):
+        try:
+            o = json.loads(line)
+        except ValueError as e:
+            raise AssertionError("line %d is not JSON (%s): %r" % (i + 1, e, line))
+        for k in ("time", "level", "shard", "event", "msg"):
+            assert isinstance(o.get(k), str), "line %d has no %s: %r" % (i + 1, k, line)
+        assert o["level"] in ("ERROR", "WARN", "INFO", "DEBUG"), line
+        events.add(o["event"])
+        sup += o.get("suppressed", 0)
+    missing = set(want_events) - events
+    assert not missing, "no %s lines among %s" % (sorted(missing), sorted(events))
+    return len(lines), sup
+
+
+def run(args, actions, path):
+    log = open(path, "w")
+    srv = subprocess.Popen([BIN, *args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        actions()
+        srv.send_signal(signal.SIGHUP)
+        time.sleep(0.2)  # let the reload's lines out before the stop (not a pass/fail wait)
+        srv.terminate()
+        assert srv.wait(timeout=15) == 0, "exit %s" % srv.returncode
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+            srv.wait()
+
+
+def plain():
+    p = free_port()
+    path = WORK + "/plain.log"
+
+    def actions():
+        hdr = b"PROXY TCP4 192.0.2.10 127.0.0.1 5555 443\r\n"
+        wait_for(lambda: exchange(p, hdr + b"GET /derp/probe HTTP/1.1\r\nHost: x\r\n"
+                                  b"Connection: close\r\n\r\n", "127.0.0.77")
+                 .startswith(b"HTTP/1.1 200"), "the server")
+        assert exchange(p, b"GET / HTTP/1.1\r\n\r\n") == b""  # untrusted source
+        exchange(p, b"PROXY TCP9 x\r\n", "127.0.0.77")  # a bad header
+        for _ in range(40):  # over the limit (10 a second per call site and shard)
+            exchange(p, b"PROXY bogus\r\n", "127.0.0.77")
+
+        def folded():  # the next line let through says how many were held back
+            exchange(p, b"PROXY bogus\r\n", "127.0.0.77")
+            return "\"suppressed\":" in open(path).read()
+        wait_for(folded, "a line with a suppressed count")
+        exchange(p, hdr + b"BREW / HTCPCP/1.0\r\n\r\n", "127.0.0.77")  # a bad request
+
+    run(["-a", "127.0.0.1:%d" % p, "-c", WORK + "/plain.key", "-stun=false", "--shards", "2",
+         "--verbose", "--log-format", "json", "--proxy-protocol-from", "127.0.0.77"],
+        actions, path)
+    n, sup = check_lines(path, ["proxy", "log", "http"])
+    assert sup > 0, "no rate-limited line carried a suppressed count"
+    return n
+
+
+def tls():
+    p = free_port()
+    path = WORK + "/tls.log"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-keyout",
+                    WORK + "/localhost.key", "-out", WORK + "/localhost.crt", "-subj",
+                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
+                   check=True, capture_output=True)
+
+    def hello(sni):
+        s = socket.create_connection(("127.0.0.1", p), timeout=5)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        try:
+            ctx.wrap_socket(s, server_hostname=sni).recv(1)
+        except (OSError, ssl.SSLError, ValueError, UnicodeError):
+            pass
+        finally:
+            s.close()
+
+    def actions():
+        wait_for(lambda: "listening" in open(path).read(), "the server")
+        for sni in ("evil\"name", "back\\slash", "x" * 200, "nolocal"):
+            hello(sni)
+        exchange(p, b"\x16\x03\x01\x00\x05garbage")
+
+    run(["-a", "127.0.0.1:%d" % p, "-c", WORK + "/tls.key", "-stun=false", "--shards", "1",
+         "-certmode", "manual", "-certdir", WORK, "-hostname", "localhost", "-http-port", "-1",
+         "--log-format", "json"], actions, path)
+    n, _ = check_lines(path, ["tls", "log"])
+    return n
+
+
+a, b = plain(), tls()
+print("ok: %d + %d log lines, every one a JSON object with the fields" % (a, b))

@@ -1,0 +1,152 @@
+/* test_kit.c - the relay kit's pieces that need no shard: the table-driven flags parser
+ * (values, defaults kept, ranges, errors with their reason, help), the key hash (FNV-1a test
+ * vectors) and owner shard, and kit_port_hold (two SO_REUSEPORT sockets on the port it chose).
+ * Single thread. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <hd/kit.h>
+
+struct opts {
+    bool tls;
+    uint32_t shards;
+    const char *name;
+    struct net_addr listen;
+    double rate;
+    unsigned servers_count;
+    const char *servers[2];
+};
+
+/* A repeated flag with its own check: at most two, each starting with "http". */
+static int add_server(const char *v, void *dst, char *err, size_t err_size)
+{
+    struct opts *o = dst;
+    if (o->servers_count == 2 || strncmp(v, "http", 4) != 0) {
+        snprintf(err, err_size, "-server %s: at most 2, http URLs", v);
+        return -EINVAL;
+    }
+    o->servers[o->servers_count++] = v;
+    return 0;
+}
+
+#define TABLE(o)                                                                                   \
+    {                                                                                              \
+        {"tls", KIT_FLAG_BOOL, &(o)->tls, 0, 0, "TLS"},                                            \
+            {"shards", KIT_FLAG_U32, &(o)->shards, 1, 64, "shards (default 2)"},                   \
+            {"name", KIT_FLAG_STR, &(o)->name, 0, 0, "a name"},                                    \
+            {"listen", KIT_FLAG_ADDR, &(o)->listen, 0, 0, "address"},                              \
+            {"rate", KIT_FLAG_F64, &(o)->rate, 0.5, 1e6, "rate"},                                  \
+            {"server", KIT_FLAG_FN, &(struct kit_flag_call){add_server, (o)}, 0, 0, "URL"},        \
+    }
+
+static int parse(struct opts *o, char *err, size_t err_size, int argc, char **argv)
+{
+    const struct kit_flag flags[] = TABLE(o);
+    return kit_flags_parse(flags, 6, argc, argv, err, err_size);
+}
+
+Test(kit_flags, values_and_defaults)
+{
+    struct opts o = {.shards = 2, .name = "dflt"};
+    char *argv[] = {"p", "-tls", "--shards", "7", "-listen=127.0.0.1:99", NULL};
+    char err[128] = "";
+    cr_assert_eq(parse(&o, err, sizeof(err), 5, argv), 0, "%s", err);
+    cr_assert(o.tls);
+    cr_assert_eq(o.shards, 7);
+    cr_assert_str_eq(o.name, "dflt");
+    cr_assert_eq(net_addr_port(&o.listen), 99);
+    char *argv2[] = {"p", "-tls=false", "-shards=64", "-name", "x", NULL};
+    cr_assert_eq(parse(&o, err, sizeof(err), 5, argv2), 0, "%s", err);
+    cr_assert(!o.tls);
+    cr_assert_eq(o.shards, 64);
+    cr_assert_str_eq(o.name, "x");
+    char *argv3[] = {"p", "-rate", "2.5", "-server", "http://a", "--server=https://b", NULL};
+    cr_assert_eq(parse(&o, err, sizeof(err), 6, argv3), 0, "%s", err);
+    cr_assert_float_eq(o.rate, 2.5, 1e-9);
+    cr_assert_eq(o.servers_count, 2);
+    cr_assert_str_eq(o.servers[1], "https://b");
+}
+
+Test(kit_flags, errors_name_the_reason)
+{
+    struct opts o = {0};
+    char err[128];
+    struct {
+        char *arg, *val, *want;
+    } bad[] = {
+        {"-shards", "0", "-shards 0: expected 1..64"},
+        {"-shards", "65", "expected 1..64"},
+        {"-shards", "-1", "expected 1..64"},
+        {"-shards", "4x", "expected 1..64"},
+        {"-tls=maybe", NULL, "expected true or false"},
+        {"-nope", NULL, "unknown flag -nope"},
+        {"plain", NULL, "unexpected argument plain"},
+        {"-listen", "nothere", "expected HOST:PORT"},
+        {"-name", NULL, "-name needs a value"},
+        {"-rate", "0.25", "-rate 0.25: expected 0.5..1e+06"},
+        {"-rate", "fast", "expected 0.5..1e+06"},
+        {"-server", "ftp://x", "-server ftp://x: at most 2, http URLs"},
+        {"-shards", "99999999999", "expected 1..64"},
+        {"--shards", "0", "--shards 0: expected 1..64"}, /* the dashes as given */
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char *argv[] = {"p", bad[i].arg, bad[i].val, NULL};
+        err[0] = '\0';
+        cr_assert_eq(parse(&o, err, sizeof(err), bad[i].val ? 3 : 2, argv), -EINVAL, "%s",
+                     bad[i].arg);
+        cr_assert(strstr(err, bad[i].want) != NULL, "%s: got '%s'", bad[i].arg, err);
+    }
+    char *help[] = {"p", "-h", NULL};
+    cr_assert_eq(parse(&o, err, sizeof(err), 2, help), -ECANCELED);
+    char *help2[] = {"p", "--help", NULL};
+    cr_assert_eq(parse(&o, NULL, 0, 2, help2), -ECANCELED);
+}
+
+Test(kit_flags, usage_lists_every_flag)
+{
+    struct opts o = {0};
+    const struct kit_flag flags[] = TABLE(&o);
+    char buf[1024] = "";
+    FILE *f = fmemopen(buf, sizeof(buf) - 1, "w");
+    kit_flags_usage(f, "prog", flags, 6);
+    fclose(f);
+    cr_assert(strstr(buf, "usage: prog [flags]") != NULL);
+    cr_assert(strstr(buf, "-shards N") != NULL && strstr(buf, "shards (default 2)") != NULL);
+    cr_assert(strstr(buf, "-listen HOST:PORT") != NULL && strstr(buf, "-tls ") != NULL);
+    cr_assert(strstr(buf, "-rate X") != NULL && strstr(buf, "-server V") != NULL);
+}
+
+Test(kit_route, hash_vectors_and_owner)
+{
+    /* FNV-1a 64 reference values (draft-eastlake-fnv: "" and "a"). */
+    cr_assert_eq(kit_key_hash("", 0), 0xcbf29ce484222325ull);
+    cr_assert_eq(kit_key_hash("a", 1), 0xaf63dc4c8601ec8cull);
+    unsigned seen[4] = {0};
+    for (unsigned i = 0; i < 400; i++)
+        seen[kit_owner_shard(&i, sizeof(i), 4)]++;
+    for (unsigned s = 0; s < 4; s++)
+        cr_assert(seen[s] > 0, "shard %u owns no key", s);
+    cr_assert_eq(kit_owner_shard("k", 1, 1), 0);
+}
+
+Test(kit_port, hold_gives_a_shared_port)
+{
+    for (int type = SOCK_STREAM; type <= SOCK_DGRAM; type++) {
+        struct net_addr a;
+        cr_assert_eq(net_addr_parse("127.0.0.1:0", &a), 0);
+        int fd = kit_port_hold(&a, type);
+        cr_assert(fd >= 0, "%s", strerror(-fd));
+        cr_assert_neq(net_addr_port(&a), 0);
+        /* What a shard does: its own SO_REUSEPORT socket on the held port. */
+        int fd2 = socket(AF_INET, type, 0), one = 1;
+        cr_assert_eq(setsockopt(fd2, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)), 0);
+        cr_assert_eq(bind(fd2, &a.sa, a.len), 0, "%s", strerror(errno));
+        if (type == SOCK_STREAM)
+            cr_assert_eq(listen(fd2, 8), 0);
+        close(fd2);
+        close(fd);
+    }
+}

@@ -1,0 +1,215 @@
+/* test_wait.c - the tick's wait policy (shard.c): the kernel's min-wait batches completions that
+ * arrive under load, never holds a lone completion on a quiet shard, never holds back a timer due
+ * sooner than the min-wait, and is not used when the feature is disabled. A very long min-wait
+ * (400 ms) makes "held" visible as completions that come back from the same sleep (the shard's
+ * sleep counter), not as a duration. The late completions are reads on timerfds (io_uring's own
+ * timeouts always end a wait, min-wait or not). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include <hd/hd_uring.h>
+
+#define LONG_MIN_WAIT_US (400u * 1000u)
+#define BURST_NOPS       64 /* > HD_MIN_WAIT_ARM_CQES: arms the min-wait */
+#define BATCH_OPS        8  /* < HD_MIN_WAIT_BATCH: only the min-wait ends their sleep */
+#define MS               (1000u * 1000u)
+
+static const struct hdt_options long_wait = {.shards = 1, .min_wait_us = LONG_MIN_WAIT_US};
+static const struct hdt_options no_min_wait = {
+    .shards = 1, .min_wait_us = LONG_MIN_WAIT_US, .features_disable = HD_FEAT_MIN_WAIT};
+
+struct wait_ctx {
+    struct hd_shard *s;
+    struct hd_op nops[BURST_NOPS], ops[BATCH_OPS], guard;
+    int op_fd[BATCH_OPS], guard_fd;
+    uint64_t op_buf[BATCH_OPS], guard_buf;
+    struct hd_timer timer;
+    unsigned nops_done, ops_done, pending; /* pending: callbacks until the test stops */
+    uint64_t op_sleep[BATCH_OPS], guard_sleep, timer_sleep; /* the sleep that delivered each */
+    bool use_timer; /* after the burst: a 20 ms wheel timer and the guard instead of the batch */
+    uint32_t features;
+    uint64_t min_waits;
+};
+
+static uint64_t sleep_now(struct hd_shard *s)
+{
+    return hd_shard_stats(s)->sleeps;
+}
+
+/* A read of a timerfd that expires in ns: completes then, through the kernel's task work. */
+static void timerfd_read(struct hd_shard *s, struct hd_op *op, hd_op_fn *fn, int *fd, uint64_t *buf,
+                         uint64_t ns)
+{
+    *fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+    HDT_CHECK(*fd >= 0);
+    struct itimerspec it = {
+        .it_value = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)}};
+    HDT_CHECK(timerfd_settime(*fd, 0, &it, NULL) == 0);
+    hd_op_init(s, op, fn);
+    struct io_uring_sqe *sqe = hd_op_sqe(s, op);
+    HDT_CHECK(sqe != NULL);
+    io_uring_prep_read(sqe, *fd, buf, sizeof(*buf), 0);
+}
+
+static void close_fds(struct wait_ctx *c)
+{
+    for (unsigned i = 0; i < BATCH_OPS; i++)
+        if (c->op_fd[i] > 0)
+            close(c->op_fd[i]);
+    if (c->guard_fd > 0)
+        close(c->guard_fd);
+}
+
+static void finish(struct wait_ctx *c)
+{
+    if (--c->pending > 0)
+        return;
+    c->features = hd_shard_features(c->s);
+    c->min_waits = hd_shard_stats(c->s)->min_waits;
+    hdt_done(c->s);
+}
+
+static void guard_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    struct wait_ctx *c = hd_container_of(op, struct wait_ctx, guard);
+    (void)flags;
+    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
+    c->guard_sleep = sleep_now(c->s);
+    finish(c);
+}
+
+static void timer_fired(struct hd_timer *t)
+{
+    struct wait_ctx *c = hd_container_of(t, struct wait_ctx, timer);
+    c->timer_sleep = sleep_now(c->s);
+    finish(c);
+}
+
+static struct wait_ctx *the_ctx; /* the one case running (one shard, one at a time) */
+
+static void op_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
+    struct hd_shard *s = hd_shard_current();
+    struct wait_ctx *c = the_ctx;
+    c->op_sleep[op - c->ops] = sleep_now(s);
+    c->ops_done++;
+    finish(c);
+}
+
+/* After the burst (the shard is "under load"): either BATCH_OPS timeouts 1..8 ms apart, or a
+ * wheel timer due in 20 ms beside a 200 ms guard. */
+static void after_burst(struct wait_ctx *c)
+{
+    if (c->use_timer) {
+        c->pending = 2;
+        hd_timer_init(&c->timer, timer_fired);
+        hd_timer_start(c->s, &c->timer, 20);
+        timerfd_read(c->s, &c->guard, guard_done, &c->guard_fd, &c->guard_buf, 200ull * MS);
+        return;
+    }
+    c->pending = BATCH_OPS;
+    for (unsigned i = 0; i < BATCH_OPS; i++) {
+        timerfd_read(c->s, &c->ops[i], op_done, &c->op_fd[i], &c->op_buf[i],
+                     (uint64_t)(i + 1) * MS);
+    }
+}
+
+static void nop_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)op;
+    (void)flags;
+    HDT_CHECK(res == 0);
+    struct wait_ctx *c = the_ctx;
+    if (++c->nops_done == BURST_NOPS)
+        after_burst(c);
+}
+
+static void burst_body(struct hd_shard *s, void *arg)
+{
+    struct wait_ctx *c = arg;
+    c->s = s;
+    the_ctx = c;
+    for (unsigned i = 0; i < BURST_NOPS; i++) {
+        hd_op_init(s, &c->nops[i], nop_done);
+        HDT_CHECK(hd_op_nop(s, &c->nops[i]) == 0);
+    }
+}
+
+/* Under load the completions that arrive within the min-wait come back in one tick. */
+Test(test_reactor_wait, load_batches_completions)
+{
+    struct wait_ctx c = {0};
+    cr_assert_eq(hdt_run(&long_wait, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, BATCH_OPS);
+    if (!(c.features & HD_FEAT_MIN_WAIT)) {
+        cr_log_info("kernel without IORING_FEAT_MIN_TIMEOUT: the plain wait (fallback) ran");
+        cr_assert_eq(c.min_waits, 0);
+        return;
+    }
+    cr_assert_geq(c.min_waits, 1);
+    for (unsigned i = 1; i < BATCH_OPS; i++)
+        cr_assert_eq(c.op_sleep[i], c.op_sleep[0], "op %u after sleep %llu, op 0 after %llu", i,
+                     (unsigned long long)c.op_sleep[i], (unsigned long long)c.op_sleep[0]);
+}
+
+/* Disabled: each completion wakes the shard as before (no min-wait sleeps). */
+Test(test_reactor_wait, disabled_never_min_waits)
+{
+    struct wait_ctx c = {0};
+    cr_assert_eq(hdt_run(&no_min_wait, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, BATCH_OPS);
+    cr_assert_eq(c.features & HD_FEAT_MIN_WAIT, 0);
+    cr_assert_eq(c.min_waits, 0);
+}
+
+/* Off by default (min_wait_us 0): the plain wait even under load. */
+Test(test_reactor_wait, off_by_default)
+{
+    static const struct hdt_options defaults = {.shards = 1};
+    struct wait_ctx c = {0};
+    cr_assert_eq(hdt_run(&defaults, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, BATCH_OPS);
+    cr_assert_eq(c.features & HD_FEAT_MIN_WAIT, 0);
+    cr_assert_eq(c.min_waits, 0);
+}
+
+/* A wheel timer due before the min-wait would end fires after a sleep of its own. */
+Test(test_reactor_wait, timer_not_held_back)
+{
+    struct wait_ctx c = {.use_timer = true};
+    cr_assert_eq(hdt_run(&long_wait, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_lt(c.timer_sleep, c.guard_sleep, "timer after sleep %llu, guard after %llu",
+                 (unsigned long long)c.timer_sleep, (unsigned long long)c.guard_sleep);
+}
+
+/* A quiet shard: one op alone comes back from a sleep of its own, before a guard due later (were
+ * it held by the min-wait, both would come back from the same sleep when the min-wait ends). */
+static void lone_body(struct hd_shard *s, void *arg)
+{
+    struct wait_ctx *c = arg;
+    c->s = s;
+    the_ctx = c;
+    timerfd_read(s, &c->ops[0], op_done, &c->op_fd[0], &c->op_buf[0], 1 * MS);
+    timerfd_read(s, &c->guard, guard_done, &c->guard_fd, &c->guard_buf, 200ull * MS);
+    c->pending = 2;
+}
+
+Test(test_reactor_wait, lone_op_not_held)
+{
+    struct wait_ctx c = {0};
+    cr_assert_eq(hdt_run(&long_wait, lone_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, 1);
+    cr_assert_eq(c.min_waits, 0);
+    cr_assert_lt(c.op_sleep[0], c.guard_sleep, "op after sleep %llu, guard after %llu",
+                 (unsigned long long)c.op_sleep[0], (unsigned long long)c.guard_sleep);
+}
