@@ -4,7 +4,8 @@
  * counts) and /debug/varz shows the same; a key named in -account-keys keeps its counters over
  * a reconnect, a key added to the file on SIGHUP is counted from its next login, an unnamed
  * key is never in "named"; with many more keys than the sketches hold, each shard's sketch
- * stays at its bound and the heavy key stays on top; a file over the bound refuses to start. */
+ * stays at its bound and the heavy key stays on top; after --account-window without a
+ * connection a named key's counters start again; a file over the bound refuses to start. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
@@ -57,7 +58,7 @@ static void write_list(const char *text)
 
 static void server_up(bool with_list)
 {
-    const char *extra[] = {"-account-keys", list, NULL};
+    const char *extra[] = {"--account-keys", list, NULL};
     cr_assert_eq(
         conf_server_start(
             &srv, &(struct conf_server_opts){.shards = SHARDS, .extra = with_list ? extra : NULL}),
@@ -308,6 +309,44 @@ Test(test_conformance_account, sketch_bounded_with_many_keys)
     cr_assert_eq(field(e, "packets_received"), 50);
     cr_assert_geq(field(e, "bytes"), 50 * PAYLOAD_SIZE);
     cr_assert_leq(field(e, "bytes") - field(e, "error"), 50 * PAYLOAD_SIZE);
+    json_decref(j);
+    conf_raw_close(&sink);
+    conf_server_stop_clean(&srv);
+}
+
+/* --account-window: once a named key has been away longer, its counters are gone (not shown)
+ * and its next login starts them again. */
+Test(test_conformance_account, named_counters_restart_after_the_window)
+{
+    struct derp_keypair kn;
+    CONF_OK(derp_keypair_generate(&kn));
+    char n[DERP_PUBKEY_TEXT_SIZE], text[200];
+    key_text(&kn.pub, n);
+    snprintf(text, sizeof(text), "%s\n", n);
+    write_list(text);
+    const char *extra[] = {"--account-keys", list, "--account-window", "2s", NULL};
+    CONF_OK(conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .extra = extra}));
+    struct conf_raw sink, r;
+    CONF_OK(conf_raw_login(&sink, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&r, &srv, &kn, NULL));
+    relay(&r, &sink, 4);
+    conf_raw_close(&r);
+    json_decref(wait_for("named", &kn.pub, "packets_received", 4));
+    int64_t end = conf_now_ms() + WAIT_MS;
+    for (;;) { /* the window passes: the entry leaves the answer */
+        json_t *j = keys_get();
+        bool there = entry_of(j, "named", &kn.pub, NULL) != NULL;
+        json_decref(j);
+        if (!there)
+            break;
+        cr_assert_lt(conf_now_ms(), end, "the named key's counters never expired");
+        conf_sleep_ms(50);
+    }
+    CONF_OK(conf_raw_login(&r, &srv, &kn, NULL));
+    relay(&r, &sink, 1);
+    conf_raw_close(&r);
+    json_t *j = wait_for("named", &kn.pub, "packets_received", 1);
+    cr_assert_eq(field(entry_of(j, "named", &kn.pub, NULL), "connects"), 1);
     json_decref(j);
     conf_raw_close(&sink);
     conf_server_stop_clean(&srv);

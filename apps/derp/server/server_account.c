@@ -165,9 +165,10 @@ static struct srv_acct_named *named_slot(struct srv_acct *a, const struct derp_p
     return NULL;
 }
 
-static bool named_expired(const struct srv_acct_named *e, uint64_t now_ms)
+static bool named_expired(const struct srv_shard *ds, const struct srv_acct_named *e,
+                          uint64_t now_ms)
 {
-    return e->conns == 0 && now_ms - e->idle_ms > SRV_ACCT_WINDOW_MS;
+    return e->conns == 0 && now_ms - e->idle_ms > ds->cfg->account_window_ms;
 }
 
 void srv_acct_attach(struct srv_client *cl)
@@ -186,7 +187,7 @@ void srv_acct_attach(struct srv_client *cl)
                   SRV_ACCT_KEYS_MAX);
         return;
     }
-    if (named_expired(e, hd_now_ms(ds->s))) { /* away longer than the window: start again */
+    if (named_expired(ds, e, hd_now_ms(ds->s))) { /* away longer than the window: start again */
         e->c = (struct srv_acct_counts){0};
         e->connects = 0;
     }
@@ -235,6 +236,6 @@ void srv_acct_fill(struct srv_shard *ds, struct srv_acct_slot *slot)
     slot->named_count = 0;
     uint64_t now = hd_now_ms(ds->s);
     for (uint32_t i = 0; a->named && i < SRV_ACCT_SLOTS; i++)
-        if (a->named[i].used && !named_expired(&a->named[i], now))
+        if (a->named[i].used && !named_expired(ds, &a->named[i], now))
             slot->named[slot->named_count++] = a->named[i];
 }

@@ -113,6 +113,7 @@ struct srv_config {
     const char *account_path;
     struct srv_keylist *account_initial; /* loaded at start-up, until attached */
     struct hd_snap_var *account;
+    uint64_t account_window_ms; /* --account-window: named counters outlive a key's connections */
     /* -proxy-protocol-from (server_proxy.c): sources whose connections start with a PROXY
      * header; with any entry, the main listener takes no connection from anyone else. */
     struct net_cidr proxy_from[NET_CIDR_LIST_MAX];

@@ -108,8 +108,9 @@ static void usage_own(FILE *out)
         "                          SIGHUP (a bad file keeps the old list)\n"
         "  --account-keys FILE     exact relayed bytes and packets for these node keys (same\n"
         "                          format, at most 1024) in /debug/keys and /debug/varz;\n"
-        "                          counters outlive a reconnect within 10 minutes; re-read on\n"
-        "                          SIGHUP. The top talkers are shown without it.\n"
+        "                          re-read on SIGHUP. The top talkers are shown without it.\n"
+        "  --account-window D      a named key's counters outlive its last connection this\n"
+        "                          long, so reconnects continue them (default 10m)\n"
         "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --min-wait-us N         under load, let a shard's sleep gather completions for up\n"
@@ -292,6 +293,7 @@ static const struct flag_field duration_flags[] = {
     FIELD("keepalive-interval", keepalive_ms),
     FIELD("verify-cache-ttl", verify_cache_ttl_ms),
     FIELD("verify-recheck-interval", verify_recheck_ms),
+    FIELD("account-window", account_window_ms),
 };
 #undef FIELD
 #define COUNT(t) (sizeof(t) / sizeof((t)[0]))
@@ -455,6 +457,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .tcp_user_timeout_ms = 15000,
                             .tcp_write_timeout_ms = 2000,
                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
+                            .account_window_ms = SRV_ACCT_WINDOW_MS,
                             .verify_client_url_fail_open = true,
                             .accept_limit = INFINITY,
                             .accept_burst = 1L << 30,

@@ -121,8 +121,8 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < NET_RX_TAIL_MAX,
 #define SRV_ACCT_JSON_TOP    50u
 /* -account-keys: most keys in the file (their exact counters: 88 B each, per shard that sees
  * them; the table has twice as many slots, allocated at the first named key on the shard), and
- * how long a key's counters outlive its last connection (its reconnects within this window
- * continue them; later ones start again from zero). */
+ * how long a key's counters outlive its last connection by default (--account-window; its
+ * reconnects within this window continue them; later ones start again from zero). */
 #define SRV_ACCT_KEYS_MAX  1024u
 #define SRV_ACCT_SLOTS     (2 * SRV_ACCT_KEYS_MAX)
 #define SRV_ACCT_WINDOW_MS (10u * 60 * 1000)

@@ -354,6 +354,7 @@ static int configure(const struct srv_flags *f)
     config.shards = f->shards;
     config.write_timeout_ms = f->tcp_write_timeout_ms;
     config.keepalive_ms = f->keepalive_ms;
+    config.account_window_ms = f->account_window_ms;
     config.keepalive_jitter_ms =
         f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
     config.tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
