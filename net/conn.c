@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <hd/hd_fault.h>
+
 #include "net_impl.h"
 
 #ifndef SOL_TLS
@@ -462,6 +464,9 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
     bool counts = c->state == NET_CONN_OPEN && !(c->flags & NET_F_FLUSH_CLOSE);
     if (c->flags & NET_F_QUIET_READ) {
         rc = quiet_read_done(c, res);
+    } else if (res > 0 && hd_fault(HD_FAULT_RESET)) {
+        rc = recv_bytes(c, 1 + (int32_t)hd_fault_below((uint32_t)res), flags); /* mid-frame */
+        rc = rc < 0 ? rc : -ECONNRESET;
     } else if (res > 0) {
         rc = recv_bytes(c, res, flags);
     } else if (res == 0) {
@@ -518,9 +523,13 @@ void net_conn_pause_recv(struct net_conn *c, bool paused)
 
 static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
-    (void)res, (void)flags;
+    (void)flags;
     struct net_conn *c = hd_container_of(op, struct net_conn, ctl_op);
     HD_ASSERT(c->state == NET_CONN_CLOSING && !(c->flags & NET_F_FD_CLOSED));
+    /* The ring refused the request (it never ran): the fd is still open. Any other result, an
+     * error included, means the kernel released the fd number. */
+    if (res == -EAGAIN || res == -ENOMEM || res == -EBUSY)
+        close(c->fd);
     c->flags |= NET_F_FD_CLOSED;
     net_conn_maybe_finish(c);
 }
@@ -626,6 +635,9 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     HD_ASSERT(c->state == NET_CONN_OPEN || c->state == NET_CONN_CONNECTING);
     c->state = NET_CONN_CLOSING; /* OPEN/CONNECTING -> CLOSING, once */
     c->close_reason = reason;
+    /* Closed while waiting to move (an op still in flight failed): the move is off, and
+     * net_conn_release frees its empty package. */
+    c->flags &= ~NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
     hd_timer_stop(c->shard, &c->deadline_timer);

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <hd/hd_fault.h>
+
 #include "net_impl.h"
 
 bool net_conn_queues_empty(const struct net_conn *c)
@@ -187,6 +189,46 @@ void net_conn_shutdown_write(struct net_conn *c)
         hd_flush_request(c->shard, &c->flush);
 }
 
+/* A fault (hd_fault.h): send only the first 1..bytes-1 of these bytes, as a kernel that took
+ * part of a sendmsg would; the completion's partial-send path sends the rest. */
+static void send_ctx_cut(struct net_send_ctx *x)
+{
+    uint64_t keep =
+        1 + hd_fault_below(x->bytes - 1 > UINT32_MAX ? UINT32_MAX : (uint32_t)(x->bytes - 1));
+    x->bytes = keep;
+    for (uint32_t i = 0; i < x->entries; i++) {
+        if (x->iov[i].iov_len >= keep) {
+            x->iov[i].iov_len = keep;
+            x->entries = i + 1;
+            break;
+        }
+        keep -= x->iov[i].iov_len;
+    }
+    x->msg.msg_iovlen = x->entries;
+}
+
+/* One sendmsg's iovecs: the wire queue's first NET_IOV_MAX entries. */
+static void send_ctx_fill(struct net_conn *c, struct net_send_ctx *x)
+{
+    uint32_t n = 0;
+    uint64_t bytes = 0;
+    for (struct net_sendq_chunk *ch = c->wire.first; ch && n < NET_IOV_MAX; ch = ch->next) {
+        for (uint16_t i = ch->head; i < ch->tail && n < NET_IOV_MAX; i++, n++) {
+            struct hd_frame *f = ch->e[i].frame;
+            x->iov[n].iov_base = f ? f->data + ch->e[i].off : NULL; /* NULL: a dropped entry */
+            x->iov[n].iov_len = ch->e[i].len;
+            bytes += ch->e[i].len;
+        }
+    }
+    memset(&x->msg, 0, sizeof(x->msg));
+    x->msg.msg_iov = x->iov;
+    x->msg.msg_iovlen = n;
+    x->entries = n;
+    x->bytes = bytes;
+    if (bytes > 1 && hd_fault(HD_FAULT_SHORT_SEND))
+        send_ctx_cut(x);
+}
+
 void net_conn_flush_now(struct net_conn *c)
 {
     if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
@@ -221,21 +263,7 @@ void net_conn_flush_now(struct net_conn *c)
         hd_flush_request(c->shard, &c->flush);
         return;
     }
-    uint32_t n = 0;
-    uint64_t bytes = 0;
-    for (struct net_sendq_chunk *ch = c->wire.first; ch && n < NET_IOV_MAX; ch = ch->next) {
-        for (uint16_t i = ch->head; i < ch->tail && n < NET_IOV_MAX; i++, n++) {
-            struct hd_frame *f = ch->e[i].frame;
-            x->iov[n].iov_base = f ? f->data + ch->e[i].off : NULL; /* NULL: a dropped entry */
-            x->iov[n].iov_len = ch->e[i].len;
-            bytes += ch->e[i].len;
-        }
-    }
-    memset(&x->msg, 0, sizeof(x->msg));
-    x->msg.msg_iov = x->iov;
-    x->msg.msg_iovlen = n;
-    x->entries = n;
-    x->bytes = bytes;
+    send_ctx_fill(c, x);
     struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->send_op);
     if (sqe == NULL) {
         hd_slab_put(c->ns->send_ctxs, x);

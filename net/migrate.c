@@ -253,6 +253,8 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
         close(m->fd);
         net_adopt_fn *adopt = m->adopt;
         void *arg = m->arg;
+        if (m->codec && m->codec->move_drop) /* its moved state never arrived */
+            m->codec->move_drop(dst, m->codec_state);
         package_drop(dst, m);
         adopt(NULL, arg); /* the app frees its state */
         return;

@@ -2,7 +2,9 @@
  * shards, written by the producer's thread and read by the consumer's. Producers write slots all
  * tick and publish each ring's tail once at the end of the tick; a consumer about to sleep
  * announces it, and the first producer that publishes to it afterwards wakes it once
- * (IORING_OP_MSG_RING, or an eventfd write without it). A full ring spills into a bounded
+ * (IORING_OP_MSG_RING, or an eventfd write without it); lazy messages (frames going home) wake
+ * nobody unless the ring backs up, the consumer drains them whenever it next ticks. A full
+ * ring spills into a bounded
  * per-destination overflow owned by the producer; when that is full the send fails with
  * -EAGAIN — never a spin, never a silent drop. */
 #include <errno.h>
@@ -64,7 +66,8 @@ unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
 
 /* reserve: slots (of ring + overflow) left free for the reactor's own messages (frames going
  * home, collect requests), so an app that fills the bus cannot starve them. */
-static int bus_enqueue(struct hd_shard *s, unsigned dst, const struct hd_msg *m, uint32_t reserve)
+static int bus_enqueue(struct hd_shard *s, unsigned dst, const struct hd_msg *m, uint32_t reserve,
+                       bool lazy)
 {
     if (hd_unlikely(dst >= s->count || dst == s->id))
         return -EINVAL;
@@ -84,18 +87,25 @@ static int bus_enqueue(struct hd_shard *s, unsigned dst, const struct hd_msg *m,
         return -EAGAIN;
     }
     s->bus_dirty |= UINT64_C(1) << dst;
+    if (!lazy)
+        s->bus_urgent |= UINT64_C(1) << dst;
     s->stats.bus_sent++;
     return 0;
 }
 
 int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
 {
-    return bus_enqueue(s, dst, m, HD_BUS_RESERVED);
+    return bus_enqueue(s, dst, m, HD_BUS_RESERVED, false);
 }
 
 int hd_bus_send_internal(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
 {
-    return bus_enqueue(s, dst, m, 0);
+    return bus_enqueue(s, dst, m, 0, false);
+}
+
+int hd_bus_send_lazy(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
+{
+    return bus_enqueue(s, dst, m, 0, true);
 }
 
 static void wake(struct hd_shard *s, struct hd_shard *dst)
@@ -114,6 +124,16 @@ static void wake(struct hd_shard *s, struct hd_shard *dst)
         }
     }
     hd_shard_wake(dst);
+}
+
+/* Only lazy messages for this ring: whether it holds enough that the consumer must wake anyway.
+ * The consumer's head is read again only when the old one says so. */
+static bool lazy_backlog(struct hd_bus_ring *r)
+{
+    if (r->tail_local - r->head_cached < HD_BUS_LAZY_BACKLOG)
+        return false;
+    r->head_cached = atomic_load_explicit(&r->head, memory_order_acquire);
+    return r->tail_local - r->head_cached >= HD_BUS_LAZY_BACKLOG;
 }
 
 void hd_bus_publish(struct hd_shard *s)
@@ -138,10 +158,14 @@ void hd_bus_publish(struct hd_shard *s)
         /* Release pairs with the consumer's acquire of tail: the slots are visible first. */
         if (atomic_load_explicit(&r->tail, memory_order_relaxed) != r->tail_local) {
             atomic_store_explicit(&r->tail, r->tail_local, memory_order_release);
-            published |= UINT64_C(1) << d;
+            if ((s->bus_urgent & (UINT64_C(1) << d)) || lazy_backlog(r))
+                published |= UINT64_C(1) << d;
+            else
+                s->stats.wakes_skipped++;
         }
     }
     s->bus_dirty = still;
+    s->bus_urgent &= still; /* an urgent message still in the overflow wakes when published */
     if (published == 0)
         return;
     /* Pairs with the fence in a consumer between announcing sleep and re-checking its rings:

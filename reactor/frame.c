@@ -109,7 +109,7 @@ void hd_frames_flush_back(struct hd_shard *s)
         dirty &= dirty - 1;
         struct hd_msg m = {.fn = frames_return_msg, .ptr = s->frames_back[o]};
         /* Full bus: keep the list and try next tick; the frames are never lost. */
-        if (hd_bus_send_internal(s, o, &m) == 0) {
+        if (hd_bus_send_lazy(s, o, &m) == 0) { /* the owner need not wake for them */
             s->frames_back[o] = NULL;
             s->frames_back_dirty &= ~(UINT64_C(1) << o);
         }

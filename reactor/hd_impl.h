@@ -10,6 +10,16 @@
 /* Reserved CQE tags: never valid op pointers. */
 #define HD_TAG_IGNORE 0u /* our own cancel requests and MSG_RING source completions */
 #define HD_TAG_WAKE   1u /* a wake-up MSG_RING arriving from another shard */
+#define HD_TAG_FAULT  2u /* fault.c's NOP standing in for a submission made to fail */
+
+/* ---- fault injection (fault.c; the switch itself is in hd/hd_fault.h) */
+int hd_faults_from_env(void); /* HD_FAULTS, parsed once per process: 0 or -EINVAL */
+void hd_faults_report(void);  /* one log line of what was injected, when any rate is set */
+/* A scratch SQE for a submission made to fail (a NOP tagged HD_TAG_FAULT is queued in its place
+ * and the op's CQE will carry the error); NULL: no room, submit this one normally. */
+struct io_uring_sqe *hd_fault_sqe(struct hd_shard *s, uint64_t tag);
+/* The oldest refused submission's tag and error, when its NOP completes (false: none). */
+bool hd_fault_cqe(uint64_t *tag, int32_t *res);
 
 /* ---- bus: one SPSC ring per (producer, consumer) pair */
 struct hd_bus_ring {
@@ -102,6 +112,7 @@ struct hd_shard {
 
     /* bus, producer side: rings[dst] is rt->rings[id][dst]; dirty = unpublished writes */
     uint64_t bus_dirty;               /* bitmap of destinations (shards < 64) */
+    uint64_t bus_urgent;              /* of those, destinations owed a wake-up */
     struct hd_bus_overflow *overflow; /* [count] */
     struct hd_frame **frames_back;    /* [count]: frames to return to their owner shard */
     uint64_t frames_back_dirty;       /* bitmap: owners with frames in frames_back */
@@ -173,6 +184,8 @@ int hd_bus_init(struct hd_shard *s);
 void hd_bus_fini(struct hd_shard *s);
 void hd_bus_drain(struct hd_shard *s, unsigned budget);
 int hd_bus_send_internal(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
+/* A reactor message that need not wake a sleeping consumer (frames going home). */
+int hd_bus_send_lazy(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
 void hd_bus_publish(struct hd_shard *s);
 bool hd_bus_pending(struct hd_shard *s);
 void hd_bus_wake_received(struct hd_shard *s);

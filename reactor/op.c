@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include <hd/hd_fault.h>
+
 #include "hd_impl.h"
 
 _Static_assert(HD_OP_F_MORE == IORING_CQE_F_MORE, "hd.h mirrors the CQE flag");
@@ -14,7 +16,7 @@ _Static_assert(HD_OP_F_MORE == IORING_CQE_F_MORE, "hd.h mirrors the CQE flag");
 static inline uint64_t op_tag(const struct hd_op *op)
 {
     uint64_t p = (uint64_t)(uintptr_t)op;
-    HD_ASSERT((p & ~HD_TAG_PTR_MASK) == 0 && p > HD_TAG_WAKE);
+    HD_ASSERT((p & ~HD_TAG_PTR_MASK) == 0 && p > HD_TAG_FAULT);
     return p | ((uint64_t)op->gen << HD_TAG_PTR_BITS);
 }
 
@@ -34,7 +36,13 @@ void hd_op_init(struct hd_shard *s, struct hd_op *op, hd_op_fn *fn)
 
 struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    struct io_uring_sqe *sqe = NULL;
+    if (hd_fault(HD_FAULT_SQE) && (sqe = hd_fault_sqe(s, op_tag(op))) != NULL) {
+        op->inflight++; /* in flight until its failed CQE is dispatched */
+        s->ops_inflight++;
+        return sqe;
+    }
+    sqe = io_uring_get_sqe(&s->ring);
     if (hd_unlikely(sqe == NULL)) {
         int n = io_uring_submit(&s->ring);
         if (n > 0)
@@ -53,31 +61,48 @@ struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op)
     return sqe;
 }
 
-static void dispatch_one(struct hd_shard *s, const struct io_uring_cqe *cqe)
+static inline void dispatch_op(struct hd_shard *s, uint64_t tag, int32_t res, uint32_t flags)
 {
-    uint64_t tag = cqe->user_data;
-    if (tag == HD_TAG_IGNORE || tag == LIBURING_UDATA_TIMEOUT)
-        return; /* our cancels and wake sources; liburing's own timeout on kernels w/o EXT_ARG */
-    if (tag == HD_TAG_WAKE) {
-        hd_bus_wake_received(s);
-        return;
-    }
     struct hd_op *op = (struct hd_op *)(uintptr_t)(tag & HD_TAG_PTR_MASK);
     uint16_t gen = (uint16_t)(tag >> HD_TAG_PTR_BITS);
     if (hd_unlikely(op->gen != gen || op->inflight == 0)) {
         /* The kernel finished an SQE of an op's previous life: it is no longer in flight,
          * but its owner is someone else now and must not hear of it. */
         s->stats.cqes_stale++;
-        if (!(cqe->flags & IORING_CQE_F_MORE))
+        if (!(flags & IORING_CQE_F_MORE))
             s->ops_inflight--;
         return;
     }
-    if (!(cqe->flags & IORING_CQE_F_MORE)) {
+    if (!(flags & IORING_CQE_F_MORE)) {
         op->inflight--;
         s->ops_inflight--;
     }
     hd_running(s, HD_RUN_OP, (const void *)op->fn);
-    op->fn(op, cqe->res, cqe->flags);
+    op->fn(op, res, flags);
+}
+
+/* A refused submission's stand-in NOP completed: the op hears its error (fault.c). Out of line,
+ * so the common path stays as it was. */
+__attribute__((noinline, cold)) static void dispatch_fault(struct hd_shard *s)
+{
+    uint64_t tag;
+    int32_t res;
+    if (hd_fault_cqe(&tag, &res))
+        dispatch_op(s, tag, res, 0);
+}
+
+static void dispatch_one(struct hd_shard *s, const struct io_uring_cqe *cqe)
+{
+    uint64_t tag = cqe->user_data;
+    if (hd_unlikely(tag <= HD_TAG_FAULT || tag == LIBURING_UDATA_TIMEOUT)) {
+        /* Our cancels and wake sources, liburing's own timeout on kernels w/o EXT_ARG. */
+        if (tag == HD_TAG_WAKE)
+            hd_bus_wake_received(s);
+        else if (tag == HD_TAG_FAULT)
+            dispatch_fault(s);
+        return;
+    }
+    dispatch_op(s, tag, cqe->res, cqe->flags);
 }
 
 unsigned hd_ops_dispatch(struct hd_shard *s, unsigned budget)

@@ -14,6 +14,8 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <hd/hd_fault.h>
+
 #include "hd_impl.h"
 
 void *hd_shard_main(void *arg);
@@ -138,6 +140,8 @@ int hd_runtime_create(const struct hd_runtime_config *config, struct hd_runtime 
     int rc = config_check(&rt->cfg);
     if (rc == 0)
         rc = modules_resolve(rt);
+    if (rc == 0)
+        rc = hd_faults_from_env();
     if (rc < 0) {
         free(rt);
         return rc;
@@ -250,6 +254,7 @@ int hd_runtime_start(struct hd_runtime *rt)
         return rc;
     }
     rt->started = true;
+    hd_faults_arm(true);                  /* every shard ran its init: set-up itself runs clean */
     if ((rc = hd_watchdog_start(rt)) < 0) /* no watchdog: logged, the runtime still runs */
         hd_log(HD_LOG_WARN, "stall watchdog not started: %s", strerror(-rc));
     return 0;
@@ -316,6 +321,8 @@ int hd_runtime_wait(struct hd_runtime *rt)
     hd_watchdog_stop(rt);
     global_fini(rt, rt->cfg.modules_count);
     rt->waited = true;
+    hd_faults_arm(false);
+    hd_faults_report();
     return rt->error;
 }
 

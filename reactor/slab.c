@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/hd_fault.h>
+
 #include "hd_impl.h"
 #include "hd_poison.h"
 
@@ -150,6 +152,10 @@ static void avail_pop(struct hd_slab *p, struct hd_slab_chunk *c)
 
 void *hd_slab_get(struct hd_slab *p)
 {
+    if (hd_fault(HD_FAULT_ALLOC)) { /* as if the pool were at its cap: every caller copes */
+        p->st.exhausted++;
+        return NULL;
+    }
     struct hd_slab_chunk *c;
     /* Heads that have nothing left to give (full, or carving stopped at the cap) leave the
      * list; a put brings them back. Bounded by the number of chunks. */

@@ -376,6 +376,16 @@ static void *rec_move_in(struct net_conn *c, void *moved)
     return t;
 }
 
+static void rec_move_drop(struct hd_shard *s, void *moved)
+{
+    struct tls_moved *m = moved;
+    if (m->pend)
+        hd_frame_unref(s, m->pend);
+    tls_traffic_keys_deinit(&m->rx);
+    tls_traffic_keys_deinit(&m->tx);
+    free(m);
+}
+
 const struct net_codec tls_record_codec = {
     .name = "tls-records",
     .decode = rec_decode,
@@ -383,6 +393,7 @@ const struct net_codec tls_record_codec = {
     .release = rec_release,
     .move_out = rec_move_out,
     .move_in = rec_move_in,
+    .move_drop = rec_move_drop,
     .quiesced = tls_quiesced,
 };
 
@@ -456,6 +467,7 @@ const struct net_codec tls_ktls_codec = {
     .release = rec_release,
     .move_out = rec_move_out,
     .move_in = rec_move_in,
+    .move_drop = rec_move_drop,
     .record = ktls_record,
     .quiesced = tls_quiesced,
 };

@@ -84,6 +84,12 @@ struct echo_obs_opts {
     uint32_t duration_s;
     const char *ca_file;
     bool mesh_paths; /* DERP map: the ordered pairs of each region's nodes too */
+    /* --derp-map http[s]://...: fetched on the shard at start (echo_obs_fetch.c), its host
+     * resolved here; NULL: a file (read here) or none. */
+    const char *map_url;
+    struct net_url map_loc;
+    struct net_addr map_addr;
+    bool map_plain_http; /* --derp-http, for the fetched map's nodes */
 };
 
 /* 0 run, 1 help printed, -1 bad flags (message printed). argv[1] is "observe". */
@@ -206,6 +212,15 @@ void echo_obs_buf_printf(struct echo_obs_buf *b, const char *fmt, ...)
 void echo_obs_write_metrics(struct echo_obs *ob, uint64_t now_ms, struct echo_obs_buf *b);
 void echo_obs_write_status(struct echo_obs *ob, uint64_t now_ms, struct echo_obs_buf *b);
 void echo_obs_write_page(struct echo_obs *ob, uint64_t now_ms, struct echo_obs_buf *b);
+
+/* echo_obs_fetch.c: --derp-map URL, GET on the shard (https verified like the nodes, or not
+ * with --insecure); done(ob, 0) once o's nodes are filled, or done(ob, -errno) with the reason
+ * logged. Returns 0 or -errno (nothing started). */
+#define ECHO_OBS_MAP_MAX        (1u << 20) /* the largest DERP map read (file or URL) */
+#define ECHO_OBS_MAP_TIMEOUT_MS 10000u
+typedef void echo_obs_fetched_fn(struct echo_obs *ob, int err);
+int echo_obs_fetch_start(struct echo_obs *ob, struct echo_obs_opts *o, echo_obs_fetched_fn *done);
+void echo_obs_fetch_cancel(void); /* at stop: a fetch still running is abandoned */
 
 /* echo_obs_main.c: `hderp-echo observe ...`; returns the process exit code. */
 int echo_obs_main(int argc, char **argv);

@@ -26,24 +26,60 @@ static void stop_timer(struct hd_timer *t)
     hd_runtime_stop(hd_shard_runtime(ob->s));
 }
 
+/* The paths are known: STUN, the clients, the tick (and --once's end). */
+static void observe_start(struct echo_obs *ob)
+{
+    echo_obs_stun_start(ob);
+    echo_obs_paths_start(ob);
+    hd_timer_start(ob->s, &ob->tick, ob->tick_ms);
+    if (ob->o->once)
+        hd_timer_start(ob->s, &ob->stop, (uint64_t)ob->o->duration_s * 1000);
+}
+
+static void log_paths(const struct echo_obs *ob)
+{
+    hd_log(HD_LOG_INFO, "observe: %u paths over %u nodes, %.1f probes/s each of %u B",
+           ob->paths_count, ob->o->nodes_count, ob->o->rate_pps, ob->o->size);
+}
+
+/* --derp-map URL: the map arrived (its nodes are in opts) or could not be had. */
+static void map_fetched(struct echo_obs *ob, int err)
+{
+    if (err == 0 && (err = echo_obs_paths_build(ob)) < 0)
+        hd_log(HD_LOG_ERROR, "observe: %s",
+               err == -E2BIG ? "too many paths (at most 512)" : strerror(-err));
+    if (err < 0) {
+        start_error = err;
+        hd_runtime_stop(hd_shard_runtime(ob->s));
+        return;
+    }
+    log_paths(ob);
+    observe_start(ob);
+}
+
 static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     struct echo_obs *ob = arg;
     int rc;
     ob->s = s;
     ob->start_ms = hd_clock_ns() / 1000000;
+    hd_timer_init(&ob->tick, tick);
+    hd_timer_init(&ob->stop, stop_timer);
     if ((rc = echo_obs_http_start(ob)) < 0) {
         start_error = rc;
         return rc;
     }
-    echo_obs_stun_start(ob);
-    echo_obs_paths_start(ob);
-    hd_timer_init(&ob->tick, tick);
-    hd_timer_start(s, &ob->tick, ob->tick_ms);
-    hd_timer_init(&ob->stop, stop_timer);
-    if (ob->o->once)
-        hd_timer_start(s, &ob->stop, (uint64_t)ob->o->duration_s * 1000);
     *state = ob;
+    if (ob->o->map_url == NULL) {
+        observe_start(ob);
+        return 0;
+    }
+    if ((rc = echo_obs_fetch_start(ob, &opts, map_fetched)) < 0) {
+        hd_log(HD_LOG_ERROR, "observe: --derp-map %s: %s", opts.map_url, strerror(-rc));
+        start_error = rc;
+        echo_obs_http_stop(ob);
+        return rc;
+    }
     return 0;
 }
 
@@ -51,6 +87,7 @@ static void shard_stop(struct hd_shard *s, void *state)
 {
     struct echo_obs *ob = state;
     ob->stopping = true;
+    echo_obs_fetch_cancel();
     hd_timer_stop(s, &ob->tick);
     hd_timer_stop(s, &ob->stop);
     echo_obs_paths_stop(ob);
@@ -70,7 +107,8 @@ static const struct hd_module obs_module = {
 
 static int make_tls(struct echo_obs *ob)
 {
-    bool verify = false, insecure = false;
+    /* A map fetched later may name https nodes of either kind: both, then. */
+    bool verify = opts.map_url != NULL, insecure = opts.map_url != NULL;
     for (unsigned i = 0; i < opts.nodes_count; i++) {
         if (!opts.nodes[i].url.tls)
             continue;
@@ -100,13 +138,13 @@ int echo_obs_main(int argc, char **argv)
     obs.tick_ms = interval < ECHO_OBS_TICK_MIN_MS ? ECHO_OBS_TICK_MIN_MS : (uint32_t)interval;
     if (derp_crypto_init() < 0 || make_tls(&obs) < 0)
         return 1;
-    if ((rc = echo_obs_paths_build(&obs)) < 0) {
+    if (opts.map_url == NULL && (rc = echo_obs_paths_build(&obs)) < 0) {
         fprintf(stderr, "hderp-echo: observe: %s\n",
                 rc == -E2BIG ? "too many paths (at most 512)" : strerror(-rc));
         return 1;
     }
-    hd_log(HD_LOG_INFO, "observe: %u paths over %u nodes, %.1f probes/s each of %u B",
-           obs.paths_count, opts.nodes_count, opts.rate_pps, opts.size);
+    if (opts.map_url == NULL)
+        log_paths(&obs);
     /* tls_module (net before it) when some node is https. */
     static const struct hd_module *const modules[] = {&tls_module, &obs_module};
     unsigned first = obs.tls_verify || obs.tls_insecure ? 0 : 1;

@@ -22,7 +22,8 @@ static void usage(FILE *out)
             "gives every node's path and every ordered pair of nodes in a region (pinger on A,\n"
             "echo on B: the mesh path between them). Paths that are down are reported down.\n\n"
             "  --server URL        http[s]://HOST[:PORT][/path] (repeatable)\n"
-            "  --derp-map FILE     a DERP map in JSON (Tailscale's derpMap / Headscale's)\n"
+            "  --derp-map F|URL    a DERP map in JSON (Tailscale's derpMap / Headscale's), a\n"
+            "                      file or http[s]:// (fetched once at start)\n"
             "  --derp-http         DERP map nodes over plain http (as TS_DEBUG_USE_DERP_HTTP)\n"
             "  --no-mesh-paths     DERP map: only each node's own path\n"
             "  --rate PPS          probes per second per path (default 10, at most %u)\n"
@@ -73,14 +74,32 @@ static int add_server(struct echo_obs_opts *o, const char *url)
     return 0;
 }
 
+/* An http(s) URL: resolved now, fetched on the shard once the runtime runs. */
+static int map_url(struct echo_obs_opts *o, const char *url, bool plain_http)
+{
+    if (net_url_parse(url, &o->map_loc) < 0) {
+        fprintf(stderr, "hderp-echo: --derp-map %s: not an http[s]://HOST[:PORT]/path URL\n", url);
+        return -1;
+    }
+    if (net_url_resolve(&o->map_loc, false, &o->map_addr) < 0) {
+        fprintf(stderr, "hderp-echo: --derp-map %s: cannot resolve %s\n", url, o->map_loc.host);
+        return -1;
+    }
+    o->map_url = url;
+    o->map_plain_http = plain_http;
+    return 0;
+}
+
 static int load_map(struct echo_obs_opts *o, const char *path, bool plain_http)
 {
+    if (strncmp(path, "http://", 7) == 0 || strncmp(path, "https://", 8) == 0)
+        return map_url(o, path, plain_http);
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         fprintf(stderr, "hderp-echo: --derp-map %s: %s\n", path, strerror(errno));
         return -1;
     }
-    static char text[1 << 20];
+    static char text[ECHO_OBS_MAP_MAX];
     size_t n = fread(text, 1, sizeof(text), f);
     bool too_big = n == sizeof(text);
     fclose(f);
@@ -215,7 +234,7 @@ int echo_obs_opts_parse(int argc, char **argv, struct echo_obs_opts *o)
     }
     if (map && load_map(o, map, plain_http) < 0)
         return -1;
-    if (o->nodes_count == 0) {
+    if (o->nodes_count == 0 && o->map_url == NULL) {
         fprintf(stderr, "hderp-echo: observe needs --server URL or --derp-map FILE (see --help)\n");
         return -1;
     }

@@ -330,6 +330,7 @@ struct hd_shard_stats {
     uint64_t bus_full;       /* hd_bus_send returned -EAGAIN */
     uint64_t wakes_sent;     /* wake-ups this shard sent to sleeping shards */
     uint64_t wakes_received;
+    uint64_t wakes_skipped;   /* publishes of only lazy messages (frames going home) */
     uint64_t frames_returned; /* frames freed here that belonged to another shard */
     uint64_t posts_run;       /* hd_runtime_post messages run on this shard */
     /* Sampled one tick in HD_TICK_SAMPLE: */

@@ -30,6 +30,10 @@ _Static_assert(HD_IS_POW2(HD_DEFER_RING_SIZE), "ring index masks");
 #define HD_BUS_DRAIN_BUDGET  4096 /* messages taken from one inbox per tick */
 /* Slots apps cannot take: the reactor's own messages (frames going home) always fit. */
 #define HD_BUS_RESERVED 64
+/* Lazy messages (frames going home) do not wake a sleeping consumer while fewer than this many
+ * messages wait in its ring from us: it drains them on its next tick, whatever wakes it. A
+ * quarter of the ring, so a long sleep can never leave the ring too full for urgent ones. */
+#define HD_BUS_LAZY_BACKLOG (HD_BUS_RING_SIZE / 4)
 _Static_assert(HD_IS_POW2(HD_BUS_RING_SIZE), "ring index masks");
 _Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
 _Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");

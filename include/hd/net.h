@@ -124,6 +124,9 @@ struct net_codec {
      * connection closes. Without them the state pointer itself moves. */
     void *(*move_out)(struct net_conn *c, void *state);
     void *(*move_in)(struct net_conn *c, void *moved);
+    /* Optional, with move_out: free a moved state that never arrives (the destination shard could
+     * not take the connection); s is that shard. Without it such a state leaks. */
+    void (*move_drop)(struct hd_shard *s, void *moved);
     /* Optional, for a socket whose kernel opens records itself (kTLS RX): its presence makes the
      * connection receive with recvmsg and a control buffer, one read in flight at a time, so
      * every read's record type (cmsg SOL_TLS / TLS_GET_RECORD_TYPE) is known and nothing is read

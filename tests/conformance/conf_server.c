@@ -524,6 +524,14 @@ void conf_dir_remove(const char *dir)
 
 int conf_server_stop(struct conf_server *srv)
 {
+    int rc = conf_server_stop_keep(srv);
+    if (rc == 0)
+        conf_dir_remove(srv->dir);
+    return rc;
+}
+
+int conf_server_stop_keep(struct conf_server *srv)
+{
     if (srv->pid <= 0)
         return -ECHILD;
     kill(srv->pid, SIGTERM);
@@ -549,6 +557,5 @@ int conf_server_stop(struct conf_server *srv)
         conf_server_dump_log(srv);
         return rc;
     }
-    conf_dir_remove(srv->dir);
     return 0;
 }

@@ -96,6 +96,8 @@ void conf_dir_remove(const char *dir);
 /* SIGTERM, wait (bounded), return the exit status (0 = clean) or -ETIMEDOUT (then SIGKILL). A
  * signal death returns 128 + signo. Dumps the log when the status is not 0. */
 int conf_server_stop(struct conf_server *srv);
+/* conf_server_stop, but the work dir (server.log) stays for the caller to read and remove. */
+int conf_server_stop_keep(struct conf_server *srv);
 /* Runs argv (a PATH lookup; hderp-server with flags that must refuse to start, or a tool) with
  * stdout and stderr to log (truncated) and waits at most timeout_ms for it to exit. Returns 0
  * with its wait status in *status (may be NULL), -ETIMEDOUT when it was still running (then

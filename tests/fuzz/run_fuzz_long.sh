@@ -7,7 +7,7 @@
 set -u
 tests=$1 seeds=$2 work=$3
 secs=${FUZZ_SECONDS:-600}
-targets=${FUZZ_TARGETS:-"fuzz_http_parse fuzz_ws_decode fuzz_derp_frames fuzz_derp_info fuzz_derp_stun fuzz_tls_record fuzz_ws_roundtrip fuzz_parsers"}
+targets=${FUZZ_TARGETS:-"fuzz_http_parse fuzz_ws_decode fuzz_derp_frames fuzz_derp_info fuzz_derp_stun fuzz_tls_record fuzz_ws_roundtrip fuzz_parsers fuzz_proxy_parse"}
 mkdir -p "$work"
 found=0
 printf '%-20s %12s %8s %8s %8s %s\n' target execs cov ft corpus findings

@@ -12,8 +12,11 @@ import shutil
 import signal
 import socket
 import ssl
+import functools
+import http.server
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
@@ -183,6 +186,30 @@ def once(map_file, expect_code):
     return json.loads(r.stdout)
 
 
+def map_over_http(map_file):
+    """Serves WORK over HTTP on a port of its own (bound to 0); returns the map's URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=WORK)
+    handler.log_message = lambda *args: None
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return "http://127.0.0.1:%d/%s" % (srv.server_address[1], os.path.basename(map_file)), srv
+
+
+def check_map_url(map_file):
+    url, srv = map_over_http(map_file)
+    try:
+        r = once(url, 0)
+        if len(r["paths"]) != 5:
+            fail("--derp-map %s: %d paths, want 5" % (url, len(r["paths"])))
+        bad = subprocess.run([BIN + "/hderp-echo", "observe", "--derp-map", url + ".missing",
+                              "--derp-http", "--once", "--duration", "2"],
+                             capture_output=True, text=True, timeout=60)
+        if bad.returncode == 0 or "HTTP 404" not in bad.stderr:
+            fail("a missing map URL: exit %d, stderr %s" % (bad.returncode, bad.stderr[-500:]))
+    finally:
+        srv.shutdown()
+
+
 def main():
     shutil.rmtree(WORK, ignore_errors=True)
     os.makedirs(WORK)
@@ -225,7 +252,9 @@ def main():
             fail("no TLS handshake time for the https node")
         check_page(base, list(want))
         once(map_file, 0)
-        print("healthy region: every path up, counts plausible, page has a row per path")
+        check_map_url(map_file)
+        print("healthy region: every path up, counts plausible, page has a row per path, "
+              "the map also read from a URL")
 
         mark = log_size(obs_log)
         b.kill()

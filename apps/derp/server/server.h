@@ -3,9 +3,10 @@
  * Where things live: a client connection is accepted on any shard, speaks HTTP there, and after
  * the DERP handshake moves (net_conn_migrate) to the shard that owns its key,
  * srv_owner(key) = hash(key) % shards. Each shard's peer table is authoritative for the keys it
- * owns, so routing a packet is one hash: local delivery, or one bus message to the owner.
- * Per-client state is heap memory because it is born on the accepting shard and dies on the
- * owner shard. */
+ * owns, so routing a packet is one hash: local delivery, or one bus message to the owner. A
+ * client that keeps sending to one peer may then move to that peer's shard as a guest, the
+ * owner's entry pointing there (server_place.c). Per-client state is heap memory because it is
+ * born on the accepting shard and dies on another. */
 #ifndef SERVER_H
 #define SERVER_H
 
@@ -95,6 +96,12 @@ struct srv_client {
     struct hd_tbucket rate;
     struct hd_timer rate_timer;
     bool rate_paid, rate_waiting;
+    /* Placement (server_place.c): guest = the connection lives on another shard than its key's
+     * owner (cl->peer is then this shard's guest entry); placing = on its way there. The
+     * remote destination this client sent to last, and how many packets in a row. */
+    bool guest, placing, going_home;
+    uint32_t place_run;
+    uint64_t place_dst;
     /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
@@ -113,6 +120,13 @@ struct srv_peer {
      * they did: fwd[0] is the one packets go to while the key has no local connection. */
     uint8_t fwd_count;
     uint8_t fwd[SRV_MESH_NODES_MAX];
+    /* Owner table: the key's one connection lives on shard guest_at - 1 (0: here, or none);
+     * it counts in clients_count but is not in clients. While placing (on its way), packets
+     * wait in held (SRV_PLACE_HELD_MAX, allocated for the move). */
+    uint8_t guest_at;
+    bool placing;
+    uint8_t held_count;
+    struct hd_frame **held;
 };
 
 struct srv_peer_table {
@@ -171,7 +185,8 @@ struct srv_shard {
     struct net_listener *http_listener; /* -http-port in TLS mode */
     struct net_udp *stun;
     struct srv_peer_table peers;
-    struct srv_subs subs; /* source key -> connections here that received from it (§6.7) */
+    struct srv_peer_table guests; /* connections living here whose keys other shards own */
+    struct srv_subs subs;         /* source key -> connections here that received from it (§6.7) */
     /* This shard's watchers (WatchConns), so presence events reach them without a walk over
      * every connection; allocated at the first one (SRV_WATCHERS_MAX slots). */
     struct srv_client **watch_list;
@@ -258,12 +273,15 @@ void srv_subs_fini(struct srv_subs *t);
 int srv_peers_init(struct srv_peer_table *t);
 void srv_peers_fini(struct srv_peer_table *t);
 struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN]);
+int srv_peers_insert(struct srv_peer_table *t, struct srv_peer *p);
+void srv_peers_remove(struct srv_peer_table *t, struct srv_peer *p);
 void srv_register(struct srv_shard *ds, struct srv_client *cl);
 void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
 void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
 /* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
  * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
-void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
+/* Returns true when the frame went to another shard over the bus. */
+bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
                bool forwarded);
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
@@ -286,6 +304,38 @@ void srv_forwarder_remove_node(struct srv_shard *ds, unsigned id);
 void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
                   const uint8_t dst[DERP_KEY_LEN]);
 struct srv_shard *srv_shard_here(void);
+
+/* server_sources.c: a connection that moves keeps its sources; only the index changes. */
+bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
+void srv_sources_detach(struct srv_client *cl); /* out of this shard's index (keyset kept) */
+void srv_sources_attach(struct srv_client *cl); /* into this shard's index (cl->ds) */
+
+/* server_peers.c, for placement: the key's connection count falls by one (a guest left); p
+ * may be freed. Route-message flag bits (u64[0]): bit 0 kind, bit 1 forwarded, and: */
+#define SRV_ROUTE_TO_GUEST 4u /* owner -> the guest's shard */
+#define SRV_ROUTE_BOUNCED  8u /* guest's shard -> owner: the guest had gone; never again */
+void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p);
+void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
+
+/* server_place.c: placement (docs/ARCHITECTURE.md "Placement policy") */
+/* cl (on its owner shard, or a guest) sent a packet to dst over the bus, to dst's owner. */
+void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
+/* Owner shard: deliver f to p's connection elsewhere (held while it moves). */
+void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
+                       uint32_t flags);
+/* The guest of this shard for key, or NULL. */
+struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
+/* A second connection registered for p while its first lives elsewhere: call that one home. */
+void srv_place_recall(struct srv_shard *ds, struct srv_peer *p);
+/* client_closed of a guest or placing connection (instead of the owner's unregister). */
+void srv_place_closed(struct srv_client *cl);
+/* Owner: forward an event for p's connection to its guest shard (arg 1 there). */
+void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn,
+                     struct hd_frame *f);
+/* client_activate's per-shard half: timers, writer, rate bucket, gauges (server_client.c). */
+void srv_client_settle(struct srv_shard *ds, struct srv_client *cl);
+void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl);
+extern const struct net_conn_handler srv_client_handler;
 
 /* server_mesh.c: -mesh-with (spec §7) */
 /* Main thread: parse and resolve the list (needs the mesh key). 0 or -1 with err set. */
@@ -379,17 +429,6 @@ void srv_rate_client_fini(struct srv_client *cl);
 bool srv_rate_take(struct srv_client *cl, uint32_t payload_len);
 /* The frame that paid was handled (its bytes consumed). */
 void srv_rate_frame_done(struct srv_client *cl);
-/* server_quota.c: -rate-config's "Keys" (per-key limits and byte quotas). parse: main thread,
- * from srv_rate_load (0 or -EINVAL/-ENOMEM with err); free: what srv_rate_load filled. attach:
- * at activation, on the connection's shard; take: before relaying a packet of bytes from a
- * connection with cl->quota (false: over a budget, drop it; counted). */
-struct json_t;
-int srv_quota_parse(struct json_t *keys, struct srv_rate *out, char *err, size_t err_size);
-void srv_rate_free(struct srv_rate *r);
-const struct srv_quota *srv_quota_find(const struct srv_rate *r, const struct derp_pubkey *key);
-void srv_quota_attach(struct srv_client *cl);
-bool srv_quota_take(struct srv_client *cl, uint32_t bytes);
-void srv_quota_shard_fini(struct srv_shard *ds);
 /* server_allow.c: --allow-keys FILE (node keys allowed to log in; reloaded on SIGHUP).
  * configure: main thread, before the runtime (loads the file; err names file:line; 0 or
  * -errno). attach: after hd_runtime_create, before start (0 or -ENOMEM). reload: main thread
@@ -414,49 +453,6 @@ struct srv_keylist {
 int srv_keylist_load(const char *path, uint32_t max, struct srv_keylist **out, char *err,
                      size_t err_size);
 bool srv_keylist_has(const struct srv_keylist *l, const struct derp_pubkey *key);
-
-/* server_account.c: per-key accounting. Each shard keeps heavy-hitter sketches (Space-Saving,
- * SRV_ACCT_TOP_ENTRIES keys by bytes and by packets) and exact counters for the keys of
- * -account-keys; a connection counts into cl->tally (srv_acct_rx/tx) and feeds its shard's
- * tables in batches: past SRV_ACCT_FEED_BYTES, at each KeepAlive and at detach. attach /
- * detach: on the shard the connection is on, when it becomes active / closes (a connection
- * moved while active must detach on the old shard and attach on the new one). */
-struct srv_acct;
-struct srv_acct_slot;
-int srv_acct_configure(struct srv_config *cfg, const char *path, char *err, size_t err_size);
-void srv_acct_config_free(struct srv_config *cfg);
-int srv_acct_attach_config(struct srv_config *cfg, struct hd_runtime *rt);
-void srv_acct_reload(struct srv_config *cfg);
-void srv_acct_detach_config(struct srv_config *cfg);
-int srv_acct_shard_init(struct srv_shard *ds);
-void srv_acct_shard_fini(struct srv_shard *ds);
-void srv_acct_attach(struct srv_client *cl);
-void srv_acct_detach(struct srv_client *cl);
-void srv_acct_feed(struct srv_client *cl);
-static inline void srv_acct_rx(struct srv_client *cl, uint32_t bytes)
-{
-    cl->tally.rx_bytes += bytes;
-    cl->tally.rx_pkts++;
-    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
-        srv_acct_feed(cl);
-}
-static inline void srv_acct_tx(struct srv_client *cl, uint32_t bytes)
-{
-    cl->tally.tx_bytes += bytes;
-    cl->tally.tx_pkts++;
-    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
-        srv_acct_feed(cl);
-}
-/* /debug/varz and /debug/keys: a slot per shard (hd_collect), filled on its shard; formatted
- * (merged over the count slots, stride bytes apart) on the shard that got the request. */
-void srv_acct_fill(struct srv_shard *ds, struct srv_acct_slot *slot);
-struct srv_text {
-    char *buf;
-    size_t len, cap;
-};
-__attribute__((format(printf, 2, 3))) void srv_text_put(struct srv_text *o, const char *fmt, ...);
-void srv_acct_format_varz(struct srv_text *o, const void *slots, size_t stride, unsigned count);
-void srv_acct_format_json(struct srv_text *o, const void *slots, size_t stride, unsigned count);
 
 /* server_metrics.c: /debug/varz (Prometheus text) or /debug/keys (JSON) */
 void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only, bool keys);

@@ -7,9 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
-
-static const struct net_conn_handler client_handler;
+#include "server_account.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -164,7 +162,7 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
     if (peer->len)
         derp_addr_from_sockaddr(&cl->remote, &peer->sa, peer->len);
     derp_splitter_init(&cl->sp, DERP_READER_SERVER_HELLO);
-    net_conn_set_app(c, &client_handler, cl);
+    net_conn_set_app(c, &srv_client_handler, cl);
     cl->prelogin = true; /* the HTTP phase's count is the client's now */
     ds->ctr.accepts++;   /* derper's accepts: DERP connections (Server.Accept) */
     /* derper's accept(): the ServerKey write and ClientInfo within 10 s, an absolute deadline
@@ -182,16 +180,14 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
     return net_conn_send_copy(c, buf, (size_t)n + (size_t)k);
 }
 
-/* On the owner shard: the client is registered and hears ServerInfo (§4 step 7). */
-static void client_activate(struct srv_shard *ds, struct srv_client *cl)
+/* What binds an active client to its shard: writer, keep-alive, rate bucket, the gauges. At
+ * activation, and again on the shard a placed client moves to (server_place.c). */
+void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
 {
-    cl->ds = ds;
-    cl->phase = SRV_CLIENT_ACTIVE;
-    cl->connected_ms = hd_now_ms(ds->s);
-    hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
     srv_quota_attach(cl); /* before the bucket: its burst may be the key's own */
-    srv_rate_client_init(cl, cl->connected_ms);
-    srv_acct_attach(cl);
+    srv_rate_client_init(cl, hd_now_ms(ds->s));
+    srv_acct_attach(cl); /* per-key accounting: this shard's tables */
+    cl->rate_waiting = false;
     hd_flush_init(&cl->writer, writer_run);
     hd_timer_init(&cl->keepalive, keepalive_fired);
     uint32_t jitter =
@@ -202,15 +198,44 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
     ds->ctr.current_connections++;
     if (cl->not_ideal)
         ds->ctr.current_notideal_connections++;
+    if (cl->preferred)
+        ds->ctr.current_home_connections++;
+    srv_frames_client_init(cl); /* this shard's frame account (its frames come from here) */
+    srv_admit_recheck_start(cl);
+    if (cl->q[0].count || cl->q[1].count || cl->pong_pending)
+        hd_flush_request(ds->s, &cl->writer);
+}
+
+void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
+{
+    hd_flush_cancel(ds->s, &cl->writer);
+    hd_timer_stop(ds->s, &cl->keepalive);
+    srv_admit_recheck_stop(cl);
+    srv_rate_client_fini(cl);
+    srv_acct_detach(cl); /* feeds this shard's tables what is left */
+    srv_frames_client_fini(cl);
+    ds->ctr.current_connections--;
+    if (cl->not_ideal)
+        ds->ctr.current_notideal_connections--;
+    if (cl->preferred)
+        ds->ctr.current_home_connections--;
+}
+
+/* On the owner shard: the client is registered and hears ServerInfo (§4 step 7). */
+static void client_activate(struct srv_shard *ds, struct srv_client *cl)
+{
+    cl->ds = ds;
+    cl->phase = SRV_CLIENT_ACTIVE;
+    cl->connected_ms = hd_now_ms(ds->s);
+    hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
+    srv_client_settle(ds, cl);
     uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_SERVER_INFO_JSON_MAX + DERP_SEALED_OVERHEAD];
     ssize_t n = derp_server_info_seal(buf, sizeof(buf), &ds->cfg->key, &cl->key, NULL, NULL);
     if (n < 0) {
         srv_client_close(cl, (int)n);
         return;
     }
-    srv_frames_client_init(cl);
     srv_register(ds, cl);
-    srv_admit_recheck_start(cl);
     if (srv_client_send_ctl(cl, buf, (size_t)n) == -ENOMEM)
         srv_client_close(cl, -ENOMEM); /* no ServerInfo: the login failed, the client retries */
 }
@@ -223,7 +248,7 @@ static void client_adopt(struct net_conn *c, void *arg)
         return;
     }
     cl->conn = c;
-    net_conn_set_app(c, &client_handler, cl);
+    net_conn_set_app(c, &srv_client_handler, cl);
     client_activate(srv_shard_here(), cl);
 }
 
@@ -322,7 +347,8 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     memcpy(f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);
     f->len = SRV_ROUTE_OFF + out_len;
     f->app_flags = kind == SRV_KIND_DISCO ? 1 : 0;
-    srv_route(ds, f, out_len, kind, forward);
+    if (srv_route(ds, f, out_len, kind, forward) && !forward && ds->cfg->placement)
+        srv_place_note(cl, dst); /* it crossed the bus */
 }
 
 static void on_note_preferred(struct srv_client *cl, const uint8_t *payload)
@@ -493,23 +519,18 @@ static void client_closed(struct net_conn *c, int reason)
     prelogin_done(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
-        hd_flush_cancel(ds->s, &cl->writer);
-        hd_timer_stop(ds->s, &cl->keepalive);
-        srv_admit_recheck_stop(cl);
-        srv_rate_client_fini(cl);
-        srv_acct_detach(cl);
-        srv_unregister(ds, cl);
-        ds->ctr.current_connections--;
-        if (cl->not_ideal)
-            ds->ctr.current_notideal_connections--;
-        if (cl->preferred)
-            ds->ctr.current_home_connections--;
-        for (unsigned k = 0; k < SRV_KINDS; k++) {
-            struct hd_frame *f;
-            while ((f = queue_pop(cl, k)) != NULL)
-                drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
-        }
-        srv_frames_client_fini(cl);
+        srv_client_unsettle(ds, cl);
+        if (cl->guest)
+            srv_place_closed(cl);
+        else
+            srv_unregister(ds, cl);
+    } else if (cl->placing || cl->going_home) { /* closed on the way to another shard */
+        srv_place_closed(cl);
+    }
+    for (unsigned k = 0; k < SRV_KINDS; k++) {
+        struct hd_frame *f;
+        while ((f = queue_pop(cl, k)) != NULL)
+            drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
     }
     srv_admit_cancel(cl);
     srv_sources_drop(cl);
@@ -522,7 +543,7 @@ void srv_client_close(struct srv_client *cl, int reason)
     net_conn_close(cl->conn, reason, false);
 }
 
-static const struct net_conn_handler client_handler = {
+const struct net_conn_handler srv_client_handler = {
     .on_data = client_data,
     .on_send_pressure = client_pressure,
     .on_close = client_closed,

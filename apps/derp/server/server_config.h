@@ -50,6 +50,7 @@ struct srv_config {
     bool dev;
     bool verbose;
     unsigned shards;
+    bool placement; /* --placement: clients may move to the shard of their peer */
     struct derp_keypair key;
     char key_hex[DERP_KEY_HEX_SIZE];
     bool have_mesh_key;

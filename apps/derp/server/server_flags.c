@@ -113,6 +113,9 @@ static void usage_own(FILE *out)
         "                          long, so reconnects continue them (default 10m)\n"
         "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
+        "  --placement=false       keep every client on its key's owner shard (default: a\n"
+        "                          client that keeps sending to one peer on another shard\n"
+        "                          moves to that shard)\n"
         "  --min-wait-us N         under load, let a shard's sleep gather completions for up\n"
         "                          to N us (io_uring min-wait, Linux >= 6.12; 0 = off, the\n"
         "                          default; max 1000): fewer wake-ups, up to N us more latency\n"
@@ -207,17 +210,10 @@ static int parse_int(const char *v, long lo, long hi, long *out)
 
 static bool is_bool_flag(const char *name)
 {
-    static const char *const bools[] = {"dev",
-                                        "stun",
-                                        "version",
-                                        "verbose",
-                                        "h",
-                                        "help",
-                                        "verify-clients",
-                                        "acme-ip-certs",
-                                        "ace",
-                                        "derp",
-                                        "verify-client-url-fail-open"};
+    static const char *const bools[] = {"dev",     "stun",           "placement",
+                                        "version", "verbose",        "h",
+                                        "help",    "verify-clients", "acme-ip-certs",
+                                        "ace",     "derp",           "verify-client-url-fail-open"};
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
         if (strcmp(name, bools[i]) == 0)
             return true;
@@ -282,6 +278,7 @@ static const struct flag_field string_flags[] = {
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),
     FIELD("stun", stun),
+    FIELD("placement", placement),
     FIELD("verbose", verbose),
     FIELD("verify-clients", verify_clients),
     FIELD("verify-client-url-fail-open", verify_client_url_fail_open),
@@ -451,6 +448,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .hostname = "derp.tailscale.com",
                             .http_port = 80,
                             .stun = true,
+                            .placement = true,
                             .stun_port = 3478,
                             .home = "",
                             .tcp_keepalive_ms = 10 * 60 * 1000,

@@ -22,6 +22,7 @@ struct srv_flags {
     uint64_t tcp_keepalive_ms, tcp_user_timeout_ms, tcp_write_timeout_ms;
     uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;       /* --shards (0: one per CPU) */
+    bool placement;        /* --placement (default true) */
     unsigned min_wait_us;  /* --min-wait-us (0: off) */
     uint64_t stall_ms;     /* --stall-threshold (with stall_set; 0: no watchdog) */
     bool stall_set;

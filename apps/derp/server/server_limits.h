@@ -90,6 +90,13 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < NET_RX_TAIL_MAX,
 #define SRV_WATCHERS_MAX 1024u
 /* Peer table: initial slots per shard (grows by doubling at 50% load). */
 #define SRV_PEERS_INITIAL 1024u
+/* Placement (server_place.c): a client moves to the shard of the peer it sends to after this
+ * many packets in a row to that one peer went over the bus (a few ms of WireGuard traffic; a
+ * handshake or a burst to many peers never moves anyone). */
+#define SRV_PLACE_PACKETS 64u
+/* Packets for a client held by its owner shard while its connection is on the way to another
+ * shard (one queue's worth, as a backed-up client gets); more are dropped as a full queue. */
+#define SRV_PLACE_HELD_MAX SRV_QUEUE_DEPTH
 
 /* derper initMetacert: NotBefore now - 30 days, NotAfter now + 30 days. */
 #define SRV_META_CERT_VALIDITY_S (30L * 24 * 3600)

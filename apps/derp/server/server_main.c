@@ -12,7 +12,7 @@
 
 #include <sodium.h>
 
-#include "server.h"
+#include "server_account.h"
 #include "server_acme.h"
 #include "server_check.h"
 #include "server_flags.h"
@@ -43,15 +43,16 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     ds->cfg = &config;
     ds->scratch = malloc(DERP_CLIENT_INFO_PLAIN_MAX);
     if (ds->scratch == NULL || (rc = srv_peers_init(&ds->peers)) < 0 ||
-        (rc = srv_acct_shard_init(ds)) < 0) {
-        srv_acct_shard_fini(ds);
-        if (ds->peers.slots)
-            srv_peers_fini(&ds->peers);
+        (rc = srv_peers_init(&ds->guests)) < 0) {
+        srv_peers_fini(&ds->peers);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
-    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0) {
+    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0 ||
+        (rc = srv_acct_shard_init(ds)) < 0) {
+        srv_acct_shard_fini(ds);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         free(ds->scratch);
@@ -65,9 +66,10 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     rc = net_listener_start(s, &config.addr, &lo, srv_http_accept, ds, &ds->listener);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
+        srv_acct_shard_fini(ds);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
-        srv_acct_shard_fini(ds);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -90,9 +92,10 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
+        srv_acct_shard_fini(ds);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
-        srv_acct_shard_fini(ds);
+        srv_peers_fini(&ds->guests);
         free(ds->scratch);
         free(ds);
         return rc;
@@ -121,6 +124,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_mesh_fini(ds);
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
+    srv_peers_fini(&ds->guests);
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
@@ -153,7 +157,7 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     if (signo != SIGHUP)
         return;
     srv_allow_reload(&config); /* --allow-keys */
-    srv_acct_reload(&config);  /* -account-keys */
+    srv_acct_reload(&config);  /* --account-keys */
     srv_certs_reload(&config); /* TLS mode: the certificate files */
     srv_rate_reload(&config);  /* -rate-config */
 }
@@ -304,6 +308,7 @@ static int configure_limits(const struct srv_flags *f)
     config.login_deadline_ms = (uint32_t)f->login_deadline_ms;
     config.prelogin_shard_max = (uint32_t)f->prelogin_max;
     config.prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    config.placement = f->placement; /* where clients live (server_place.c) */
     if (f->hash_key == NULL)
         return 0;
     size_t got = 0;

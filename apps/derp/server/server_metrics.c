@@ -174,6 +174,24 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
                      (long long)SUM(quota_dropped_bytes[w]));
 }
 
+/* Loop counters per shard (bus messages, wake-ups, frames sent home): the cross-shard cost per
+ * packet, read by perf/ scripts. */
+static void format_loop_counters(struct srv_text *o, const struct varz_slot *v, unsigned count)
+{
+#define LOOP_COUNTER(name)                                                                         \
+    do {                                                                                           \
+        srv_text_put(o, "# TYPE hderp_loop_" #name " counter\n");                                  \
+        for (unsigned i = 0; i < count; i++)                                                       \
+            srv_text_put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                        \
+                         (unsigned long long)v[i].loop.name);                                      \
+    } while (0)
+    LOOP_COUNTER(bus_sent);
+    LOOP_COUNTER(wakes_sent);
+    LOOP_COUNTER(wakes_received);
+    LOOP_COUNTER(frames_returned);
+#undef LOOP_COUNTER
+}
+
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
@@ -188,6 +206,7 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
     put_own(o, "admit_revoked", "counter", SUM(admit_revoked));
     put_own(o, "allowlist_refused", "counter", SUM(allowlist_refused));
     put_own(o, "bus_dropped", "counter", SUM(bus_dropped));
+    put_own(o, "placement_moves", "counter", SUM(placement_moves));
     put_own(o, "conns_accepted", "counter", SUM(conns_accepted));
     put_own(o, "prelogin_conns", "gauge", SUM(prelogin_now));
     srv_text_put(o, "# TYPE hderp_prelogin_refused counter\n");
@@ -236,6 +255,7 @@ static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned 
     for (unsigned i = 0; i < count; i++)
         srv_text_put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
                      (unsigned long long)v[i].loop.min_waits);
+    format_loop_counters(o, v, count);
     srv_text_put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
         srv_text_put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i,

@@ -25,7 +25,7 @@ int srv_peers_init(struct srv_peer_table *t)
 
 void srv_peers_fini(struct srv_peer_table *t)
 {
-    for (uint32_t i = 0; i < t->cap; i++)
+    for (uint32_t i = 0; t->slots && i < t->cap; i++)
         free(t->slots[i]);
     free(t->slots);
     t->slots = NULL;
@@ -52,7 +52,7 @@ static void table_put(struct srv_peer_table *t, struct srv_peer *p)
     t->slots[i] = p;
 }
 
-static int table_insert(struct srv_peer_table *t, struct srv_peer *p)
+int srv_peers_insert(struct srv_peer_table *t, struct srv_peer *p)
 {
     if ((t->count + 1) * 2 > t->cap) { /* grow at half load: probes stay short */
         struct srv_peer_table n = {.cap = t->cap * 2};
@@ -73,7 +73,7 @@ static int table_insert(struct srv_peer_table *t, struct srv_peer *p)
     return 0;
 }
 
-static void table_remove(struct srv_peer_table *t, struct srv_peer *p)
+void srv_peers_remove(struct srv_peer_table *t, struct srv_peer *p)
 {
     uint32_t mask = t->cap - 1, i = slot_of(t, p->key.bytes);
     HD_ASSERT(t->count > 0);
@@ -227,7 +227,7 @@ void srv_register(struct srv_shard *ds, struct srv_client *cl)
         p = calloc(1, sizeof(*p));
         if (p)
             p->key = cl->key; /* before the insert: the slot is a hash of it */
-        if (p == NULL || table_insert(&ds->peers, p) < 0) {
+        if (p == NULL || srv_peers_insert(&ds->peers, p) < 0) {
             free(p);
             srv_client_close(cl, -ENOMEM);
             return;
@@ -249,6 +249,8 @@ void srv_register(struct srv_shard *ds, struct srv_client *cl)
     }
     if (p->clients_count >= 2)
         ds->ctr.total_dup_client_conns++;
+    if (p->guest_at) /* its first connection lives on another shard: duplicates live here */
+        srv_place_recall(ds, p);
     if (ds->watchers_total > 0)
         broadcast_present(ds, cl);
 }
@@ -266,13 +268,6 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
     }
     *pp = cl->peer_next;
     cl->peer = NULL;
-    if (p->clients_count == 2) {
-        ds->ctr.current_dup_client_keys--;
-        ds->ctr.current_dup_client_conns -= 2;
-    } else if (p->clients_count > 2) {
-        ds->ctr.current_dup_client_conns--;
-    }
-    p->clients_count--;
     if (p->active == cl) { /* the most recently active remaining one takes over */
         p->active = NULL;
         for (struct srv_client *o = p->clients; o; o = o->peer_next)
@@ -281,8 +276,21 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
     }
     if (cl->watcher)
         srv_watch_stop(ds, cl);
-    HD_ASSERT((p->clients_count == 0) == (p->clients == NULL));
-    HD_ASSERT(p->clients_count == 0 || p->active != NULL);
+    srv_peer_count_down(ds, p);
+}
+
+void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p)
+{
+    if (p->clients_count == 2) {
+        ds->ctr.current_dup_client_keys--;
+        ds->ctr.current_dup_client_conns -= 2;
+    } else if (p->clients_count > 2) {
+        ds->ctr.current_dup_client_conns--;
+    }
+    p->clients_count--;
+    /* Connections: those in the list, and one living on another shard (guest_at). */
+    HD_ASSERT((p->clients_count == 0) == (p->clients == NULL && p->guest_at == 0));
+    HD_ASSERT(p->clients_count == 0 || p->active != NULL || p->guest_at != 0);
     if (p->clients_count > 0)
         return;
     ds->ctr.clients_local--;
@@ -291,7 +299,7 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl)
         return;
     }
     broadcast_gone(ds, p->key.bytes, GONE_WATCHERS | GONE_SOURCES);
-    table_remove(&ds->peers, p);
+    srv_peers_remove(&ds->peers, p);
     free(p);
 }
 
@@ -306,12 +314,19 @@ void srv_note_activity(struct srv_shard *ds, struct srv_client *cl)
 
 /* ---------------------------------------------------------------- routing */
 
-static void deliver(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind, bool forwarded)
+/* On the key's owner shard. flags: the route message's (kind, forwarded, SRV_ROUTE_*). */
+static void deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
 {
+    enum srv_kind kind = (enum srv_kind)(flags & 1);
+    bool forwarded = (flags & 2) != 0;
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
     uint32_t len = f->len - SRV_ROUTE_OFF;
     if (p && p->active) { /* local always wins (§7) */
         srv_client_enqueue(p->active, f, SRV_ROUTE_OFF, len, kind);
+        return;
+    }
+    if (p && p->guest_at && !(flags & SRV_ROUTE_BOUNCED)) { /* it lives on another shard */
+        srv_place_deliver(ds, p, f, flags & 3u);
         return;
     }
     if (p && p->clients_count == 0 && !forwarded) { /* only the mesh has it: one hop */
@@ -330,43 +345,77 @@ static void deliver(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind
     hd_frame_unref(ds->s, f);
 }
 
-static void route_msg(struct hd_shard *s, const struct hd_msg *m)
+static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind);
+
+void srv_route_msg(struct hd_shard *s, const struct hd_msg *m)
 {
     struct srv_shard *ds = hd_shard_module_state(s, &srv_module);
+    struct hd_frame *f = m->ptr;
+    uint32_t flags = (uint32_t)m->u64[0];
     if (ds == NULL || hd_shard_stopping(s)) {
-        hd_frame_unref(s, m->ptr);
+        hd_frame_unref(s, f);
         return;
     }
-    deliver(ds, m->ptr, (enum srv_kind)(m->u64[0] & 1), (m->u64[0] & 2) != 0);
+    if (!(flags & SRV_ROUTE_TO_GUEST)) {
+        deliver(ds, f, flags);
+        return;
+    }
+    enum srv_kind kind = (enum srv_kind)(flags & 1);
+    struct srv_client *cl = srv_place_guest(ds, f->data);
+    if (cl) {
+        srv_client_enqueue(cl, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
+        return;
+    }
+    /* The guest left (closed, or on its way home): back to the owner, who knows what now. */
+    struct hd_msg b = {.fn = srv_route_msg, .ptr = f, .u64 = {(flags & 3u) | SRV_ROUTE_BOUNCED}};
+    if (hd_bus_send(s, srv_owner(ds, f->data), &b) < 0)
+        route_drop_bus(ds, f, kind);
 }
 
-void srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
+static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind)
+{
+    ds->ctr.bus_dropped++;
+    ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
+    ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
+        f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    hd_frame_unref(ds->s, f);
+}
+
+bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
                bool forwarded)
 {
     (void)len;
     unsigned owner = srv_owner(ds, f->data);
+    uint32_t flags = kind | (forwarded ? 2u : 0u);
     if (owner == hd_shard_id(ds->s)) {
-        deliver(ds, f, kind, forwarded);
-        return;
+        deliver(ds, f, flags);
+        return false;
     }
-    struct hd_msg m = {.fn = route_msg, .ptr = f, .u64 = {kind | (forwarded ? 2u : 0u), 0}};
+    struct srv_client *guest = srv_place_guest(ds, f->data); /* placed here beside its peer */
+    if (guest) {
+        srv_client_enqueue(guest, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
+        return false;
+    }
+    struct hd_msg m = {.fn = srv_route_msg, .ptr = f, .u64 = {flags, 0}};
     if (hd_bus_send(ds->s, owner, &m) < 0) {
         /* The owner's bus is full: drop like a full queue would, never block the reader. */
-        ds->ctr.bus_dropped++;
-        ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
-        ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
-            f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-        hd_frame_unref(ds->s, f);
+        route_drop_bus(ds, f, kind);
+        return false;
     }
+    return true;
 }
 
 /* ---------------------------------------------------------------- NotHere, ClosePeer */
 
 static void not_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 {
-    (void)arg;
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
-    struct srv_client *cl = p ? p->active : NULL;
+    struct srv_client *cl = p ? p->active : srv_place_guest(ds, f->data);
+    if (cl == NULL && p && p->guest_at && !p->placing && arg == 0) {
+        hd_frame_ref(f);                           /* the caller unrefs its own */
+        srv_place_event(ds, p, not_here_event, f); /* arg 1 there: no further hop */
+        return;
+    }
     if (cl == NULL)
         return;
     if (!hd_tbucket_take(&cl->not_here, 1.0 / DERP_NOT_HERE_INTERVAL_MS, DERP_NOT_HERE_BURST,
@@ -387,12 +436,20 @@ static void close_peer_event(struct srv_shard *ds, struct hd_frame *f, uint64_t 
 {
     (void)arg;
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    struct srv_client *guest = srv_place_guest(ds, f->data);
+    if (guest) /* forwarded by the owner */
+        srv_client_close(guest, 0);
     if (p == NULL) {
-        hd_log_rl(HD_LOG_INFO, "ClosePeer for a key that is not connected here");
+        if (guest == NULL)
+            hd_log_rl(HD_LOG_INFO, "ClosePeer for a key that is not connected here");
         return;
     }
     for (struct srv_client *cl = p->clients; cl; cl = cl->peer_next)
         srv_client_close(cl, 0);
+    if (p->guest_at && (unsigned)p->guest_at - 1 != hd_shard_id(ds->s)) {
+        hd_frame_ref(f);
+        srv_place_event(ds, p, close_peer_event, f);
+    }
 }
 
 void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
@@ -419,7 +476,7 @@ void srv_forwarder_add(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], un
         p = calloc(1, sizeof(*p));
         if (p)
             memcpy(p->key.bytes, key, DERP_KEY_LEN);
-        if (p == NULL || table_insert(&ds->peers, p) < 0) {
+        if (p == NULL || srv_peers_insert(&ds->peers, p) < 0) {
             free(p);
             hd_log_rl(HD_LOG_WARN, "mesh: out of memory: a remote key was not recorded");
             return;
@@ -473,7 +530,7 @@ static bool fwd_drop(struct srv_shard *ds, struct srv_peer *p, int at, struct go
         gone_batch_add(ds, batch, p->key.bytes);
     else
         broadcast_gone(ds, p->key.bytes, GONE_SOURCES);
-    table_remove(&ds->peers, p);
+    srv_peers_remove(&ds->peers, p);
     free(p);
     return true;
 }
@@ -511,6 +568,8 @@ static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
 {
     (void)arg;
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    if (p == NULL)
+        p = srv_peers_find(&ds->guests, f->data); /* a watcher placed here */
     for (struct srv_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next)
         if (cl->watcher && net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
             srv_client_close(cl, -ENOBUFS);
@@ -519,35 +578,48 @@ static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
 /* Every shard: count the watcher and send it this shard's active keys. */
 #define WATCH_NEW (1ull << 32) /* watch_add_event's arg: a new watcher (count it), or a repeat */
 
-static void watch_add_event(struct srv_shard *ds, struct hd_frame *kf, uint64_t arg)
+/* PeerPresent frames for the active keys of table t, in frames of 64 KiB sent to the
+ * watcher's shard; false when the pool is empty. */
+static bool snapshot_table(struct srv_shard *ds, struct srv_peer_table *t, struct hd_frame *kf,
+                           unsigned watcher_shard, struct hd_frame **fp)
 {
-    unsigned watcher_shard = (unsigned)(arg & 0xffffffffu);
-    if (arg & WATCH_NEW)
-        ds->watchers_total++;
     const size_t one = DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN;
-    struct hd_frame *f = NULL;
-    for (uint32_t i = 0; i < ds->peers.cap; i++) {
-        struct srv_peer *p = ds->peers.slots[i];
+    for (uint32_t i = 0; i < t->cap; i++) {
+        struct srv_peer *p = t->slots[i];
         if (p == NULL || p->active == NULL)
             continue;
-        if (f && f->len + one > f->size) {
-            srv_event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
-            f = NULL;
+        if (*fp && (*fp)->len + one > (*fp)->size) {
+            srv_event_send(ds, watcher_shard, snapshot_event, *fp, 0);
+            *fp = NULL;
         }
-        if (f == NULL) {
-            f = hd_frame_get(ds->s, 65536);
-            if (f == NULL)
-                return;
-            memcpy(f->data, kf->data, DERP_KEY_LEN);
-            f->len = DERP_KEY_LEN;
+        if (*fp == NULL) {
+            *fp = hd_frame_get(ds->s, 65536);
+            if (*fp == NULL)
+                return false;
+            memcpy((*fp)->data, kf->data, DERP_KEY_LEN);
+            (*fp)->len = DERP_KEY_LEN;
         }
+        struct hd_frame *f = *fp;
         struct srv_client *a = p->active;
         uint8_t flags = derp_peer_present_flags(a->mesh, a->prober, a->not_ideal);
         f->len += (uint32_t)derp_frame_peer_present_encode(f->data + f->len, f->size - f->len,
                                                            p->key.bytes, &a->remote, flags);
     }
+    return true;
+}
+
+/* Every shard: the keys whose connections live here, its own and its guests. */
+static void watch_add_event(struct srv_shard *ds, struct hd_frame *kf, uint64_t arg)
+{
+    unsigned watcher_shard = (unsigned)(arg & 0xffffffffu);
+    if (arg & WATCH_NEW)
+        ds->watchers_total++;
+    struct hd_frame *f = NULL;
+    if (!snapshot_table(ds, &ds->peers, kf, watcher_shard, &f) ||
+        !snapshot_table(ds, &ds->guests, kf, watcher_shard, &f))
+        return;
     if (f)
-        srv_event_send(ds, (unsigned)watcher_shard, snapshot_event, f, 0);
+        srv_event_send(ds, watcher_shard, snapshot_event, f, 0);
 }
 
 static void watch_remove_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)

@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "server.h"
+#include "server_account.h"
 
 struct srv_quota_use {
     struct derp_pubkey key;

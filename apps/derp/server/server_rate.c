@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "server.h"
+#include "server_account.h"
 
 /* ---------------------------------------------------------------- the file (main thread) */
 

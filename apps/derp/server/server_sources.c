@@ -281,3 +281,43 @@ bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
     }
     return true;
 }
+
+/* ---------------------------------------------------------------- a connection that moves */
+
+bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
+{
+    return ks_find(&cl->sources, key_prefix(key)) >= 0;
+}
+
+void srv_sources_detach(struct srv_client *cl)
+{
+    struct srv_keyset *ks = &cl->sources;
+    if (ks->slots == NULL)
+        return;
+    uint32_t *pos = ks_pos(ks);
+    for (uint32_t i = 0; i < ks->cap; i++)
+        if (ks->slots[i])
+            subs_del(&cl->ds->subs, ks->slots[i], pos[i]);
+}
+
+void srv_sources_attach(struct srv_client *cl)
+{
+    struct srv_keyset *ks = &cl->sources;
+    if (ks->slots == NULL)
+        return;
+    uint32_t *pos = ks_pos(ks);
+    for (uint32_t i = 0; i < ks->cap; i++) {
+        if (!ks->slots[i])
+            continue;
+        int64_t at = subs_add(&cl->ds->subs, ks->slots[i], cl);
+        if (at < 0) { /* out of memory: forget every source (their PeerGone is lost) */
+            for (uint32_t k = 0; k < i; k++)
+                if (ks->slots[k])
+                    subs_del(&cl->ds->subs, ks->slots[k], pos[k]);
+            free(ks->slots);
+            *ks = (struct srv_keyset){0};
+            return;
+        }
+        pos[i] = (uint32_t)at;
+    }
+}

@@ -1,0 +1,330 @@
+/* server_place.c - placement: a client that keeps sending to one peer whose key another shard
+ * owns moves (net_conn_migrate) to that shard, so the pair's packets stop crossing the bus.
+ * Key ownership does not change: the owner's table still has the key, with guest_at naming the
+ * shard where its one connection now lives, and that shard keeps the connection in its guest
+ * table. Routing on any shard: its own guests first, else the owner, which hands packets for
+ * a guest on with one more bus hop. While the connection travels the owner holds its packets
+ * and sends them on once the guest shard says it arrived. A second connection for the key
+ * calls the guest home (dups live on the owner). Runs on the shards involved; they talk only
+ * over bus events. docs/ARCHITECTURE.md, "Placement policy". */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server.h"
+
+static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
+static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
+static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
+
+static unsigned here(const struct srv_shard *ds)
+{
+    return hd_shard_id(ds->s);
+}
+
+/* Tell the key's owner shard (fn there, arg = this shard). Full bus: the event is lost and
+ * counted; the owner then keeps routing to where it thinks the connection is (bounced back). */
+static void tell_owner(struct srv_shard *ds, const struct derp_pubkey *key, srv_event_fn *fn)
+{
+    struct hd_frame *f = srv_key_frame(ds, key->bytes, NULL);
+    if (f)
+        srv_event_send(ds, srv_owner(ds, key->bytes), fn, f, here(ds));
+}
+
+struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    if (ds->guests.count == 0)
+        return NULL;
+    struct srv_peer *g = srv_peers_find(&ds->guests, key);
+    return g ? g->active : NULL;
+}
+
+/* ---------------------------------------------------------------- deciding to move */
+
+static bool can_move(const struct srv_client *cl)
+{
+    const struct srv_peer *p = cl->peer;
+    return cl->phase == SRV_CLIENT_ACTIVE && !cl->guest && !cl->mesh && !cl->watcher &&
+           !cl->rate_waiting && !cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0 &&
+           p && p->clients_count == 1 && p->guest_at == 0 && cl->admit == NULL &&
+           net_conn_state(cl->conn) == NET_CONN_OPEN && !hd_shard_stopping(cl->ds->s);
+}
+
+static void guest_adopt(struct net_conn *c, void *arg);
+
+/* On the owner: take cl out of this shard (its packets are held from now on) and move it. */
+static void place_move(struct srv_client *cl, unsigned to)
+{
+    struct srv_shard *ds = cl->ds;
+    struct srv_peer *p = cl->peer;
+    p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
+    if (p->held == NULL)
+        return;
+    srv_client_unsettle(ds, cl);
+    srv_sources_detach(cl);
+    p->clients = NULL; /* cl was its only connection; it stays counted */
+    p->active = NULL;
+    p->guest_at = (uint8_t)(to + 1);
+    p->placing = true;
+    p->held_count = 0;
+    cl->phase = SRV_CLIENT_MOVING;
+    cl->placing = true;
+    ds->ctr.placement_moves++;
+    int rc = net_conn_migrate(cl->conn, to, guest_adopt, cl);
+    if (rc < 0) /* not movable after all (closing): it ends here, as a placing one */
+        net_conn_close(cl->conn, rc, false);
+}
+
+void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+{
+    uint64_t d;
+    memcpy(&d, dst + 8, sizeof(d));
+    if (d != cl->place_dst) {
+        cl->place_dst = d;
+        cl->place_run = 0;
+    }
+    if (++cl->place_run < SRV_PLACE_PACKETS || !can_move(cl))
+        return;
+    cl->place_run = 0;
+    /* A pair moves one side only: the one whose peer never sent to it, else the smaller key
+     * (each side decides alone, and the same way). */
+    if (srv_source_has(cl, dst) && memcmp(cl->key.bytes, dst, DERP_KEY_LEN) > 0)
+        return;
+    place_move(cl, srv_owner(cl->ds, dst));
+}
+
+/* ---------------------------------------------------------------- on the guest shard */
+
+static void guest_free_keyset(struct srv_client *cl)
+{
+    free(cl->sources.slots); /* not in any shard's index */
+    cl->sources = (struct srv_keyset){0};
+}
+
+static void guest_adopt(struct net_conn *c, void *arg)
+{
+    struct srv_client *cl = arg;
+    struct srv_shard *ds = srv_shard_here();
+    if (c == NULL) { /* this shard could not take the connection: it is gone */
+        tell_owner(ds, &cl->key, guest_gone_event);
+        guest_free_keyset(cl);
+        free(cl);
+        return;
+    }
+    cl->conn = c;
+    cl->ds = ds;
+    net_conn_set_app(c, &srv_client_handler, cl);
+    cl->placing = false;
+    cl->guest = true;
+    cl->phase = SRV_CLIENT_ACTIVE;
+    struct srv_peer *g = calloc(1, sizeof(*g));
+    if (g) {
+        g->key = cl->key;
+        g->clients = g->active = cl;
+        g->clients_count = 1;
+    }
+    if (g == NULL || srv_peers_insert(&ds->guests, g) < 0) {
+        free(g);
+        cl->peer = NULL;
+        srv_client_settle(ds, cl);
+        srv_sources_attach(cl);
+        tell_owner(ds, &cl->key, guest_here_event);
+        srv_client_close(cl, -ENOMEM);
+        return;
+    }
+    cl->peer = g;
+    srv_client_settle(ds, cl);
+    srv_sources_attach(cl);
+    tell_owner(ds, &cl->key, guest_here_event);
+}
+
+/* The guest leaves this shard's table (it closes, or goes home). */
+static void guest_leave(struct srv_shard *ds, struct srv_client *cl)
+{
+    struct srv_peer *g = cl->peer;
+    if (g) {
+        srv_peers_remove(&ds->guests, g);
+        free(g);
+        cl->peer = NULL;
+    }
+    if (cl->watcher)
+        srv_watch_stop(ds, cl);
+}
+
+static void home_adopt(struct net_conn *c, void *arg);
+
+/* The owner has a second connection for this key: this one goes back to the owner, where
+ * duplicates live (a watcher stays: its watch list is here; so does one whose admission
+ * re-check is in flight). */
+static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct srv_client *cl = srv_place_guest(ds, f->data);
+    if (cl == NULL || cl->watcher || cl->admit || net_conn_state(cl->conn) != NET_CONN_OPEN)
+        return; /* a re-check in flight (-verify-recheck-interval) is this shard's request */
+    srv_client_unsettle(ds, cl);
+    srv_sources_detach(cl);
+    guest_leave(ds, cl); /* packets for it here go to the owner from now on */
+    cl->phase = SRV_CLIENT_MOVING;
+    cl->going_home = true;
+    int rc = net_conn_migrate(cl->conn, srv_owner(ds, cl->key.bytes), home_adopt, cl);
+    if (rc < 0)
+        net_conn_close(cl->conn, rc, false);
+}
+
+/* ---------------------------------------------------------------- on the owner shard */
+
+static void held_drop(struct srv_shard *ds, struct srv_peer *p)
+{
+    for (unsigned i = 0; i < p->held_count; i++) {
+        struct hd_frame *f = p->held[i];
+        enum srv_kind kind = (f->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+        ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED][kind]++;
+        ds->ctr.bytes_dropped[SRV_DROP_GONE_DISCONNECTED][kind] +=
+            f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+        hd_frame_unref(ds->s, f);
+    }
+    free(p->held);
+    p->held = NULL;
+    p->held_count = 0;
+    p->placing = false;
+}
+
+static void to_guest(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
+{
+    struct hd_msg m = {.fn = srv_route_msg, .ptr = f, .u64 = {flags | SRV_ROUTE_TO_GUEST, 0}};
+    if (hd_bus_send(ds->s, (unsigned)p->guest_at - 1, &m) < 0) {
+        enum srv_kind kind = (enum srv_kind)(flags & 1);
+        ds->ctr.bus_dropped++;
+        ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
+        ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
+            f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+        hd_frame_unref(ds->s, f);
+    }
+}
+
+void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
+{
+    if (!p->placing) {
+        to_guest(ds, p, f, flags);
+        return;
+    }
+    if (p->held_count < SRV_PLACE_HELD_MAX) {
+        f->app_flags = (uint8_t)((f->app_flags & 1) | (flags & 2 ? 2 : 0));
+        p->held[p->held_count++] = f;
+        return;
+    }
+    enum srv_kind kind = (enum srv_kind)(flags & 1);
+    ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
+    ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
+        f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    hd_frame_unref(ds->s, f);
+}
+
+/* The moved connection arrived on shard arg: send it what was held (or to a duplicate that
+ * registered meanwhile, which is the active one now, and call the guest home). */
+static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    if (p == NULL || p->guest_at != arg + 1 || !p->placing)
+        return;
+    p->placing = false;
+    for (unsigned i = 0; i < p->held_count; i++) {
+        struct hd_frame *h = p->held[i];
+        enum srv_kind kind = (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+        if (p->active)
+            srv_client_enqueue(p->active, h, SRV_ROUTE_OFF, h->len - SRV_ROUTE_OFF, kind);
+        else
+            to_guest(ds, p, h, kind | (h->app_flags & 2));
+    }
+    free(p->held);
+    p->held = NULL;
+    p->held_count = 0;
+    if (p->clients)
+        srv_place_recall(ds, p);
+}
+
+/* The connection on shard arg is gone (closed there, or could not be taken). */
+static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    if (p == NULL || p->guest_at != arg + 1)
+        return;
+    if (p->placing)
+        held_drop(ds, p);
+    p->guest_at = 0;
+    srv_peer_count_down(ds, p);
+}
+
+void srv_place_recall(struct srv_shard *ds, struct srv_peer *p)
+{
+    if (p->placing) /* not there yet: its arrival calls it home */
+        return;
+    struct hd_frame *f = srv_key_frame(ds, p->key.bytes, NULL);
+    if (f)
+        srv_event_send(ds, (unsigned)p->guest_at - 1, go_home_event, f, 0);
+}
+
+static void home_adopt(struct net_conn *c, void *arg)
+{
+    struct srv_client *cl = arg;
+    struct srv_shard *ds = srv_shard_here();
+    struct srv_peer *p = srv_peers_find(&ds->peers, cl->key.bytes);
+    bool counted = p && p->guest_at != 0; /* its entry still counts it */
+    if (c == NULL) {
+        if (counted) {
+            p->guest_at = 0;
+            srv_peer_count_down(ds, p);
+        }
+        guest_free_keyset(cl);
+        free(cl);
+        return;
+    }
+    cl->conn = c;
+    cl->ds = ds;
+    net_conn_set_app(c, &srv_client_handler, cl);
+    cl->guest = cl->going_home = false;
+    cl->phase = SRV_CLIENT_ACTIVE;
+    cl->peer = NULL;
+    srv_client_settle(ds, cl);
+    srv_sources_attach(cl);
+    if (!counted) { /* its entry went meanwhile (a lost event): nothing to join */
+        srv_client_close(cl, -ESTALE);
+        return;
+    }
+    p->guest_at = 0;
+    cl->peer = p;
+    cl->peer_next = p->clients;
+    p->clients = cl;
+    cl->activity = 0; /* the duplicate that called it home stays the active one */
+    if (p->active == NULL)
+        p->active = cl;
+}
+
+void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn, struct hd_frame *f)
+{
+    srv_event_send(ds, (unsigned)p->guest_at - 1, fn, f, 1);
+}
+
+/* ---------------------------------------------------------------- closing */
+
+void srv_place_closed(struct srv_client *cl)
+{
+    struct srv_shard *ds = cl->ds;
+    if (cl->placing) { /* closed on the owner before the move: nothing went anywhere */
+        struct srv_peer *p = cl->peer;
+        held_drop(ds, p);
+        p->guest_at = 0;
+        cl->peer = NULL;
+        guest_free_keyset(cl);
+        srv_peer_count_down(ds, p);
+        return;
+    }
+    if (cl->going_home) { /* closed on the guest shard on the way home */
+        guest_free_keyset(cl);
+        tell_owner(ds, &cl->key, guest_gone_event);
+        return;
+    }
+    guest_leave(ds, cl);
+    tell_owner(ds, &cl->key, guest_gone_event);
+}
