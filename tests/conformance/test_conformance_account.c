@@ -5,7 +5,8 @@
  * a reconnect, a key added to the file on SIGHUP is counted from its next login, an unnamed
  * key is never in "named"; with many more keys than the sketches hold, each shard's sketch
  * stays at its bound and the heavy key stays on top; after --account-window without a
- * connection a named key's counters start again; a file over the bound refuses to start. */
+ * connection a named key's counters start again; a client placed on its peer's shard keeps
+ * exact counts; a file over the bound refuses to start. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <jansson.h>
@@ -349,6 +350,51 @@ Test(test_conformance_account, named_counters_restart_after_the_window)
     cr_assert_eq(field(entry_of(j, "named", &kn.pub, NULL), "connects"), 1);
     json_decref(j);
     conf_raw_close(&sink);
+    conf_server_stop_clean(&srv);
+}
+
+/* Placement moves one of a talking pair to the other's shard while it relays: its counts,
+ * split over the two shards' tables, still add up exactly (named and in the sketch). */
+Test(test_conformance_account, counts_follow_a_placed_client)
+{
+    enum { ROUNDS = 200 }; /* past the server's placement threshold (64 packets) */
+    struct derp_keypair ka, kb;
+    CONF_OK(conf_keypair_on_shard(&ka, 0, SHARDS));
+    CONF_OK(conf_keypair_on_shard(&kb, 1, SHARDS));
+    char text[300], t[DERP_PUBKEY_TEXT_SIZE];
+    key_text(&ka.pub, t);
+    snprintf(text, sizeof(text), "%s\n", t);
+    key_text(&kb.pub, t);
+    snprintf(text + strlen(text), sizeof(text) - strlen(text), "%s\n", t);
+    write_list(text);
+    server_up(true);
+    struct conf_raw a, b;
+    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    for (int i = 0; i < ROUNDS; i++) {
+        relay(&a, &b, 1);
+        relay(&b, &a, 1);
+    }
+    int64_t moves = -1;
+    CONF_OK(conf_varz(&srv, "hderp_placement_moves", false, &moves));
+    cr_assert_eq(moves, 1, "no placement happened (moves %lld)", (long long)moves);
+    conf_raw_close(&a);
+    conf_raw_close(&b);
+    const struct derp_pubkey *keys[] = {&ka.pub, &kb.pub};
+    for (int k = 0; k < 2; k++) {
+        json_t *j = wait_for("named", keys[k], "connections", 0);
+        json_decref(j);
+        j = wait_for("named", keys[k], "packets_received", ROUNDS);
+        json_t *e = entry_of(j, "named", keys[k], NULL);
+        cr_assert_eq(field(e, "packets_sent"), ROUNDS);
+        cr_assert_eq(field(e, "bytes_received"), ROUNDS * PAYLOAD_SIZE);
+        cr_assert_eq(field(e, "bytes_sent"), ROUNDS * PAYLOAD_SIZE);
+        e = entry_of(j, "top_packets", keys[k], NULL);
+        cr_assert_not_null(e);
+        cr_assert_eq(field(e, "packets"), 2 * ROUNDS);
+        cr_assert_eq(field(e, "error"), 0);
+        json_decref(j);
+    }
     conf_server_stop_clean(&srv);
 }
 
