@@ -12,7 +12,7 @@
 
 #include <sodium.h>
 
-#include "server.h"
+#include "server_account.h"
 #include "server_acme.h"
 #include "server_check.h"
 #include "server_flags.h"
@@ -50,7 +50,9 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
-    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0) {
+    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0 ||
+        (rc = srv_acct_shard_init(ds)) < 0) {
+        srv_acct_shard_fini(ds);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         free(ds->scratch);
@@ -64,6 +66,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     rc = net_listener_start(s, &config.addr, &lo, srv_http_accept, ds, &ds->listener);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", config.addr_text, strerror(-rc));
+        srv_acct_shard_fini(ds);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         srv_peers_fini(&ds->guests);
@@ -89,6 +92,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         if (ds->http_listener)
             net_listener_stop(ds->http_listener);
         net_listener_stop(ds->listener);
+        srv_acct_shard_fini(ds);
         srv_prelogin_fini(ds);
         srv_peers_fini(&ds->peers);
         srv_peers_fini(&ds->guests);
@@ -124,6 +128,8 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
+    srv_acct_shard_fini(ds);
+    srv_quota_shard_fini(ds);
     free(ds->scratch);
     free(ds);
     (void)s;
@@ -151,6 +157,7 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     if (signo != SIGHUP)
         return;
     srv_allow_reload(&config); /* --allow-keys */
+    srv_acct_reload(&config);  /* --account-keys */
     srv_certs_reload(&config); /* TLS mode: the certificate files */
     srv_rate_reload(&config);  /* -rate-config */
 }
@@ -279,6 +286,21 @@ static int configure_mesh_key(const struct srv_flags *f)
     return 0;
 }
 
+/* --allow-keys and --account-keys: a bad line refuses to start. */
+static int configure_key_lists(const struct srv_flags *f)
+{
+    char err[512];
+    if (f->allow_keys && srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+        return -EINVAL;
+    }
+    if (f->account_keys && srv_acct_configure(&config, f->account_keys, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: --account-keys %s\n", err);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /* Issue 16's limits (deadlines, pre-login caps) and --hash-key. 0 or -EINVAL (printed). */
 static int configure_limits(const struct srv_flags *f)
 {
@@ -337,6 +359,7 @@ static int configure(const struct srv_flags *f)
     config.shards = f->shards;
     config.write_timeout_ms = f->tcp_write_timeout_ms;
     config.keepalive_ms = f->keepalive_ms;
+    config.account_window_ms = f->account_window_ms;
     config.keepalive_jitter_ms =
         f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
     config.tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
@@ -366,14 +389,9 @@ static int configure(const struct srv_flags *f)
         config.rate_config_path = f->rate_config;
     }
     if (f->proxy_from && srv_proxy_configure(&config, f->proxy_from) < 0)
-        return -EINVAL;  /* --proxy-protocol-from: the message is printed */
-    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
-        char err[512];
-        if (srv_allow_configure(&config, f->allow_keys, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
-            return -EINVAL;
-        }
-    }
+        return -EINVAL; /* --proxy-protocol-from: the message is printed */
+    if (configure_key_lists(f) < 0)
+        return -EINVAL;
     int rc = load_key(f);
     if (rc < 0)
         return rc;
@@ -384,6 +402,36 @@ static int configure(const struct srv_flags *f)
         return -1;
     }
     return 0;
+}
+
+/* After hd_runtime_create: every shard's snapshot of the reloadable configuration (lists,
+ * limit, TLS context). 0, or -1 with the message printed (detach_snapshots undoes the rest). */
+static int attach_failed(const char *what, int rc)
+{
+    fprintf(stderr, "hderp-server: %s: %s\n", what, strerror(-rc));
+    return -1;
+}
+
+static int attach_snapshots(struct hd_runtime *rt)
+{
+    int rc;
+    if ((rc = srv_allow_attach(&config, rt)) < 0)
+        return attach_failed("--allow-keys", rc);
+    if ((rc = srv_acct_attach_config(&config, rt)) < 0)
+        return attach_failed("--account-keys", rc);
+    if ((rc = srv_rate_attach(&config, rt)) < 0)
+        return attach_failed("-rate-config", rc);
+    if ((rc = srv_certs_attach(&config, rt)) < 0)
+        return attach_failed("TLS", rc);
+    return 0;
+}
+
+static void detach_snapshots(void)
+{
+    srv_rate_detach(&config);
+    srv_acct_detach_config(&config);
+    srv_allow_detach(&config);
+    srv_certs_detach(&config);
 }
 
 static void log_start(struct hd_runtime *rt)
@@ -512,38 +560,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "hderp-server: cannot set up the runtime: %s\n", strerror(-rc));
         return 1;
     }
-    if ((rc = srv_allow_attach(&config, rt)) < 0) { /* --allow-keys: every shard's list */
-        fprintf(stderr, "hderp-server: --allow-keys: %s\n", strerror(-rc));
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_rate_attach(&config, rt)) < 0) { /* -rate-config: every shard's limit */
-        fprintf(stderr, "hderp-server: -rate-config: %s\n", strerror(-rc));
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    if ((rc = srv_certs_attach(&config, rt)) < 0) { /* TLS: every shard's context */
-        fprintf(stderr, "hderp-server: TLS: %s\n", strerror(-rc));
-        srv_rate_detach(&config);
-        srv_allow_detach(&config);
-        hd_runtime_destroy(rt);
-        return 1;
-    }
-    rc = hd_runtime_start(rt);
-    if (rc < 0) {
-        fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
-        srv_rate_detach(&config);
-        srv_allow_detach(&config);
-        srv_certs_detach(&config);
+    if (attach_snapshots(rt) < 0 || (rc = hd_runtime_start(rt)) < 0) {
+        if (rc < 0)
+            fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
+        detach_snapshots();
         hd_runtime_destroy(rt);
         return 1;
     }
     log_start(rt);
     rc = hd_runtime_wait(rt);
-    srv_rate_detach(&config);
-    srv_allow_detach(&config);
-    srv_certs_detach(&config);
+    detach_snapshots();
     hd_runtime_destroy(rt);
     srv_admit_fini(&config);
     srv_mesh_config_free(&config);
