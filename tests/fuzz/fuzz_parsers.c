@@ -13,7 +13,7 @@
 
 #include "derp_keys.h"
 #include "fuzz_util.h"
-#include "server.h"
+#include "server_account.h"
 #include <hd/net.h>
 
 static char text[70000];
@@ -90,6 +90,8 @@ static void rate_file(const uint8_t *data, size_t len)
     CHECK(rc == 0 || rc == -EINVAL);
     CHECK(rc != 0 || r.burst >= DERP_RATE_BURST_MIN);
     CHECK(rc == 0 || err[0] != '\0');
+    if (rc == 0)
+        srv_rate_free(&r); /* its "Keys" */
     close(fd);
 }
 

@@ -51,6 +51,14 @@ enum srv_client_phase {
 
 struct net_http_client;
 
+/* Per-key accounting (server_account.c): what this connection relayed and has not yet fed to
+ * its shard's tables (received: from the key; sent: to it), and its named-key entry there. */
+struct srv_acct_conn {
+    uint64_t rx_bytes, rx_pkts, tx_bytes, tx_pkts;
+    uint32_t named; /* 1 + its index in the shard's named table; 0: not a named key */
+    bool attached;
+};
+
 struct srv_client {
     struct net_conn *conn;
     struct srv_shard *ds;
@@ -99,6 +107,8 @@ struct srv_client {
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
     bool rechecking;
+    struct srv_acct_conn tally; /* per-key accounting (server_account.c) */
+    uint32_t quota;             /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -198,6 +208,8 @@ struct srv_shard {
     struct hd_slab *accounts;                 /* server_frames.c */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
+    struct srv_acct *acct;         /* per-key accounting (server_account.c) */
+    struct srv_quota_state *quota; /* -rate-config Keys' usage (server_quota.c); NULL: none */
     struct srv_counters ctr;
 };
 
@@ -454,7 +466,19 @@ void srv_allow_reload(struct srv_config *cfg);
 void srv_allow_detach(struct srv_config *cfg);
 bool srv_allow_admits(struct srv_shard *ds, const struct derp_pubkey *key);
 
-/* server_metrics.c */
-void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only);
+/* The sorted key list of a file (--allow-keys, -account-keys): one per line, nodekey:<hex> or
+ * hex, # comments. load: a new snapshot (the caller's reference) or -errno, err naming
+ * file:line; at most max keys. */
+struct srv_keylist {
+    struct hd_snap snap;
+    uint32_t count;
+    uint8_t (*keys)[DERP_KEY_LEN]; /* sorted, no duplicates */
+};
+int srv_keylist_load(const char *path, uint32_t max, struct srv_keylist **out, char *err,
+                     size_t err_size);
+bool srv_keylist_has(const struct srv_keylist *l, const struct derp_pubkey *key);
+
+/* server_metrics.c: /debug/varz (Prometheus text) or /debug/keys (JSON) */
+void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only, bool keys);
 
 #endif /* SERVER_H */

@@ -13,15 +13,9 @@
 
 #include "server.h"
 
-struct srv_allow {
-    struct hd_snap snap;
-    uint32_t count;
-    uint8_t (*keys)[DERP_KEY_LEN]; /* sorted, no duplicates */
-};
-
 static void allow_free(struct hd_snap *sn)
 {
-    struct srv_allow *a = hd_container_of(sn, struct srv_allow, snap);
+    struct srv_keylist *a = hd_container_of(sn, struct srv_keylist, snap);
     free(a->keys);
     free(a);
 }
@@ -53,7 +47,7 @@ static int parse_line(char *line, uint8_t key[DERP_KEY_LEN])
     return 1;
 }
 
-static int keys_add(struct srv_allow *a, uint32_t *cap, const uint8_t key[DERP_KEY_LEN])
+static int keys_add(struct srv_keylist *a, uint32_t *cap, const uint8_t key[DERP_KEY_LEN])
 {
     if (a->count == *cap) {
         uint32_t ncap = *cap ? *cap * 2 : 64;
@@ -67,8 +61,8 @@ static int keys_add(struct srv_allow *a, uint32_t *cap, const uint8_t key[DERP_K
     return 0;
 }
 
-/* Reads path into a new snapshot (one reference, the caller's). err names file:line. */
-static int allow_load(const char *path, struct srv_allow **out, char *err, size_t err_size)
+int srv_keylist_load(const char *path, uint32_t max, struct srv_keylist **out, char *err,
+                     size_t err_size)
 {
     FILE *fp = fopen(path, "re");
     if (fp == NULL) {
@@ -76,7 +70,7 @@ static int allow_load(const char *path, struct srv_allow **out, char *err, size_
         snprintf(err, err_size, "%s: %s", path, strerror(e));
         return -e;
     }
-    struct srv_allow *a = calloc(1, sizeof(*a));
+    struct srv_keylist *a = calloc(1, sizeof(*a));
     char line[SRV_ALLOW_LINE_MAX + 2]; /* the longest line, its newline and the NUL */
     uint32_t cap = 0;
     unsigned lineno = 0;
@@ -97,8 +91,8 @@ static int allow_load(const char *path, struct srv_allow **out, char *err, size_
                      "%s:%u: not a node key (nodekey:<64 hex> or 64 hex digits, # comments)", path,
                      lineno);
             rc = -EINVAL;
-        } else if (k > 0 && a->count == SRV_ALLOW_KEYS_MAX) {
-            snprintf(err, err_size, "%s:%u: more than %u keys", path, lineno, SRV_ALLOW_KEYS_MAX);
+        } else if (k > 0 && a->count == max) {
+            snprintf(err, err_size, "%s:%u: more than %u keys", path, lineno, max);
             rc = -E2BIG;
         } else if (k > 0 && (rc = keys_add(a, &cap, key)) < 0) {
             snprintf(err, err_size, "%s: out of memory", path);
@@ -127,7 +121,7 @@ static int allow_load(const char *path, struct srv_allow **out, char *err, size_
     return 0;
 }
 
-static void log_loaded(const char *path, const struct srv_allow *a, const char *what)
+static void log_loaded(const char *path, const struct srv_keylist *a, const char *what)
 {
     hd_log(HD_LOG_INFO, "--allow-keys %s: %s %u keys%s", path, what, a->count,
            a->count ? "" : " (only mesh peers can log in)");
@@ -137,8 +131,8 @@ int srv_allow_configure(struct srv_config *cfg, const char *path, char *err, siz
 {
     if (path == NULL)
         return 0;
-    struct srv_allow *a;
-    int rc = allow_load(path, &a, err, err_size);
+    struct srv_keylist *a;
+    int rc = srv_keylist_load(path, SRV_ALLOW_KEYS_MAX, &a, err, err_size);
     if (rc < 0)
         return rc;
     cfg->allow_path = path;
@@ -158,7 +152,7 @@ int srv_allow_attach(struct srv_config *cfg, struct hd_runtime *rt)
 {
     if (cfg->allow_path == NULL)
         return 0;
-    struct srv_allow *a = cfg->allow_initial;
+    struct srv_keylist *a = cfg->allow_initial;
     cfg->allow_initial = NULL;
     return hd_snap_var_create(rt, &a->snap, &cfg->allow); /* takes a's reference */
 }
@@ -174,8 +168,8 @@ void srv_allow_reload(struct srv_config *cfg)
     if (cfg->allow == NULL)
         return;
     char err[512];
-    struct srv_allow *a;
-    int rc = allow_load(cfg->allow_path, &a, err, sizeof(err));
+    struct srv_keylist *a;
+    int rc = srv_keylist_load(cfg->allow_path, SRV_ALLOW_KEYS_MAX, &a, err, sizeof(err));
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "--allow-keys reload failed, keeping the previous list: %s", err);
         return;
@@ -191,13 +185,18 @@ void srv_allow_reload(struct srv_config *cfg)
         hd_log(HD_LOG_INFO, "--allow-keys %s: reloaded %u keys", cfg->allow_path, count);
 }
 
+bool srv_keylist_has(const struct srv_keylist *l, const struct derp_pubkey *key)
+{
+    return l->count && bsearch(key->bytes, l->keys, l->count, DERP_KEY_LEN, key_cmp) != NULL;
+}
+
 bool srv_allow_admits(struct srv_shard *ds, const struct derp_pubkey *key)
 {
     if (ds->cfg->allow == NULL)
         return true;
     const struct hd_snap *sn = hd_snap_var_get(ds->cfg->allow, ds->s);
-    const struct srv_allow *a = hd_container_of(sn, struct srv_allow, snap);
-    if (a->count && bsearch(key->bytes, a->keys, a->count, DERP_KEY_LEN, key_cmp))
+    const struct srv_keylist *a = hd_container_of(sn, struct srv_keylist, snap);
+    if (srv_keylist_has(a, key))
         return true;
     char text[DERP_PUBKEY_TEXT_SIZE];
     derp_pubkey_format(key, text);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "server_account.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -49,6 +49,7 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f)
     }
     cl->ds->ctr.packets_sent++;
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    srv_acct_tx(cl, len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
     /* §6.7: the receiver now hears when this source leaves. */
     srv_source_subscribe(cl, f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
     hd_frame_unref(cl->ds->s, f);
@@ -140,6 +141,7 @@ static void keepalive_fired(struct hd_timer *t)
     uint8_t ka[DERP_FRAME_HEADER_LEN];
     derp_frame_keep_alive_encode(ka, sizeof(ka));
     srv_client_send_ctl(cl, ka, sizeof(ka));
+    srv_acct_feed(cl); /* a quiet connection's counts reach the tables at least this often */
     if (cl->phase == SRV_CLIENT_ACTIVE)
         hd_timer_start(cl->ds->s, t, cl->ds->cfg->keepalive_ms);
 }
@@ -183,7 +185,9 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
  * activation, and again on the shard a placed client moves to (server_place.c). */
 void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
 {
+    srv_quota_attach(cl); /* before the bucket: its burst may be the key's own */
     srv_rate_client_init(cl, hd_now_ms(ds->s));
+    srv_acct_attach(cl); /* per-key accounting: this shard's tables */
     cl->rate_waiting = false;
     hd_flush_init(&cl->writer, writer_run);
     hd_timer_init(&cl->keepalive, keepalive_fired);
@@ -209,6 +213,7 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
     hd_timer_stop(ds->s, &cl->keepalive);
     srv_admit_recheck_stop(cl);
     srv_rate_client_fini(cl);
+    srv_acct_detach(cl); /* feeds this shard's tables what is left */
     srv_frames_client_fini(cl);
     ds->ctr.current_connections--;
     if (cl->not_ideal)
@@ -325,6 +330,9 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
         ds->ctr.packets_received++;
         ds->ctr.bytes_received += pkt_len;
         ds->ctr.packets_received_kind[kind]++;
+        srv_acct_rx(cl, pkt_len);
+        if (cl->quota && !srv_quota_take(cl, pkt_len))
+            return; /* over the key's daily or monthly budget: dropped, counted */
     }
     /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
     uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;

@@ -11,7 +11,7 @@
 #include <hd/net_proxy.h>
 
 struct srv_tls_snap;
-struct srv_allow;
+struct srv_keylist;
 struct tls_ctx;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
@@ -28,10 +28,21 @@ struct srv_mesh_node {
 
 /* -rate-config (spec §6.9, server_rate.c): the per-client receive limit as read from the file,
  * and what the buckets use (tokens a millisecond; the burst raised to DERP_RATE_BURST_MIN). */
+struct srv_quota {
+    uint8_t key[DERP_KEY_LEN];
+    uint64_t daily_bytes, monthly_bytes; /* 0: none */
+    uint64_t bytes_per_sec; /* this key's receive limit instead of the default; 0: none */
+    double per_ms, burst;
+};
+
 struct srv_rate {
     uint64_t bytes_per_sec; /* PerClientRateLimitBytesPerSec; 0: off */
     uint64_t burst_bytes;   /* PerClientRateBurstBytes, as configured */
     double per_ms, burst;
+    /* "Keys" (hderp's, server_quota.c): per-key limits and quotas, sorted by key; owned by the
+     * snapshot that holds this struct (srv_rate_free). */
+    struct srv_quota *quotas;
+    uint32_t quotas_count;
 };
 
 struct srv_config {
@@ -102,8 +113,13 @@ struct srv_config {
     struct hd_snap_var *rate_var;
     /* --allow-keys (server_allow.c); NULL: off. The list itself is a snapshot per shard. */
     const char *allow_path;
-    struct srv_allow *allow_initial; /* loaded at start-up, until srv_allow_attach */
+    struct srv_keylist *allow_initial; /* loaded at start-up, until srv_allow_attach */
     struct hd_snap_var *allow;
+    /* -account-keys (server_account.c); NULL: off. The list is a snapshot per shard. */
+    const char *account_path;
+    struct srv_keylist *account_initial; /* loaded at start-up, until attached */
+    struct hd_snap_var *account;
+    uint64_t account_window_ms; /* --account-window: named counters outlive a key's connections */
     /* -proxy-protocol-from (server_proxy.c): sources whose connections start with a PROXY
      * header; with any entry, the main listener takes no connection from anyone else. */
     struct net_cidr proxy_from[NET_CIDR_LIST_MAX];

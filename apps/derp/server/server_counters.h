@@ -6,6 +6,8 @@
 #include <stdint.h>
 
 enum srv_kind { SRV_KIND_DISCO = 0, SRV_KIND_OTHER = 1, SRV_KINDS };
+/* -rate-config Keys: the budget a dropped packet would have gone over. */
+enum srv_quota_why { SRV_QUOTA_DAILY, SRV_QUOTA_MONTHLY, SRV_QUOTA_WHYS };
 enum srv_drop {
     SRV_DROP_UNKNOWN_DEST,
     SRV_DROP_UNKNOWN_DEST_ON_FWD,
@@ -58,7 +60,9 @@ struct srv_counters {
     uint64_t multiforwarder_created, multiforwarder_deleted;
     uint64_t packet_forwarder_delete_other_value;
     uint64_t mesh_forward_dropped;
-    uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
+    uint64_t rate_limit_waited;     /* frames that waited for -rate-config tokens */
+    uint64_t rate_limit_waited_key; /* of those, at a key's own rate (-rate-config Keys) */
+    uint64_t quota_dropped[SRV_QUOTA_WHYS], quota_dropped_bytes[SRV_QUOTA_WHYS];
     /* -proxy-protocol-from: headers read; connections from other sources refused; bad headers */
     uint64_t proxy_headers, proxy_untrusted, proxy_bad_headers;
     /* gauges (this shard's share) */

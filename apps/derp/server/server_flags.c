@@ -106,6 +106,11 @@ static void usage_own(FILE *out)
         "                          per line, nodekey:<64 hex> or 64 hex, # comments; checked\n"
         "                          before -verify-clients and -verify-client-url; re-read on\n"
         "                          SIGHUP (a bad file keeps the old list)\n"
+        "  --account-keys FILE     exact relayed bytes and packets for these node keys (same\n"
+        "                          format, at most 1024) in /debug/keys and /debug/varz;\n"
+        "                          re-read on SIGHUP. The top talkers are shown without it.\n"
+        "  --account-window D      a named key's counters outlive its last connection this\n"
+        "                          long, so reconnects continue them (default 10m)\n"
         "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
         "  --placement=false       keep every client on its key's owner shard (default: a\n"
@@ -267,6 +272,7 @@ static const struct flag_field string_flags[] = {
     FIELD("rate-config", rate_config),
     FIELD("verify-client-url", verify_client_url),
     FIELD("allow-keys", allow_keys),
+    FIELD("account-keys", account_keys),
     FIELD("hash-key", hash_key), /* 32 hex digits, checked by configure */
 };
 static const struct flag_field bool_flags[] = {
@@ -284,6 +290,7 @@ static const struct flag_field duration_flags[] = {
     FIELD("keepalive-interval", keepalive_ms),
     FIELD("verify-cache-ttl", verify_cache_ttl_ms),
     FIELD("verify-recheck-interval", verify_recheck_ms),
+    FIELD("account-window", account_window_ms),
 };
 #undef FIELD
 #define COUNT(t) (sizeof(t) / sizeof((t)[0]))
@@ -448,6 +455,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .tcp_user_timeout_ms = 15000,
                             .tcp_write_timeout_ms = 2000,
                             .keepalive_ms = DERP_KEEPALIVE_INTERVAL_MS,
+                            .account_window_ms = SRV_ACCT_WINDOW_MS,
                             .verify_client_url_fail_open = true,
                             .accept_limit = INFINITY,
                             .accept_burst = 1L << 30,

@@ -37,6 +37,8 @@ struct srv_flags {
     long accept_burst;                /* -accept-connection-burst */
     const char *rate_config;          /* -rate-config FILE (spec §6.9), NULL: none */
     const char *allow_keys;           /* --allow-keys FILE (hderp's own; NULL: off) */
+    const char *account_keys;         /* --account-keys FILE (hderp's own; NULL: off) */
+    uint64_t account_window_ms;       /* --account-window (default SRV_ACCT_WINDOW_MS) */
     uint64_t http_deadline_ms;        /* --http-deadline (derper: 30 s) */
     uint64_t login_deadline_ms;       /* --login-deadline (derper: 10 s) */
     long prelogin_max;                /* --prelogin-max, per shard */

@@ -1,7 +1,8 @@
 /* server_http.c - a fresh connection's HTTP/1.1 phase on the accepting shard: the /derp upgrade
  * (spec §1.3) and derper's small endpoints (§8): /derp/probe, /derp/latency-check,
- * /generate_204, /robots.txt, /debug/varz (loopback only) and the home page. The connection's
- * app pointer is the shard's srv_shard: an HTTP connection owns no memory of its own. */
+ * /generate_204, /robots.txt, /debug/varz and /debug/keys (loopback only) and the home page. The
+ * connection's app pointer is the shard's srv_shard: an HTTP connection owns no memory of its own.
+ */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -293,8 +294,9 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
         bool forwarded = net_http_header_get(&req.head, "X-Forwarded-For").ptr != NULL;
         if (!peer_is_loopback(c) || forwarded) {
             reply_text(c, 403, "debug access denied\n", keep, head_only);
-        } else if (net_http_str_eq(req.path, "/debug/varz")) {
-            srv_varz_request(ds, c, head_only);
+        } else if (net_http_str_eq(req.path, "/debug/varz") ||
+                   net_http_str_eq(req.path, "/debug/keys")) {
+            srv_varz_request(ds, c, head_only, net_http_str_eq(req.path, "/debug/keys"));
             net_conn_pause_recv(c, true); /* one request at a time: the answer comes later */
             return (ssize_t)used;
         } else {

@@ -116,6 +116,33 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < DERP_CONN_TAIL_MAX,
 #define SRV_ALLOW_KEYS_MAX (1u << 20)
 #define SRV_ALLOW_LINE_MAX 512u
 
+/* Per-key accounting (server_account.c). A connection feeds its shard's tables once it has
+ * relayed this many bytes since the last feed (and at each KeepAlive, and at close): one feed
+ * is a scan of the two sketches, so its cost per byte relayed stays small (~2 x 128 compares
+ * per 256 KiB). The sketches keep this many keys per shard each (Space-Saving: a key with more
+ * than 1/128 of a shard's traffic is always in them); /debug/varz shows the top
+ * SRV_ACCT_VARZ_TOP, /debug/keys the top SRV_ACCT_JSON_TOP of the merged view. */
+#define SRV_ACCT_FEED_BYTES  (256u << 10)
+#define SRV_ACCT_TOP_ENTRIES 128u
+#define SRV_ACCT_VARZ_TOP    10u
+#define SRV_ACCT_JSON_TOP    50u
+/* -account-keys: most keys in the file (their exact counters: 88 B each, per shard that sees
+ * them; the table has twice as many slots, allocated at the first named key on the shard), and
+ * how long a key's counters outlive its last connection by default (--account-window; its
+ * reconnects within this window continue them; later ones start again from zero). */
+#define SRV_ACCT_KEYS_MAX  1024u
+#define SRV_ACCT_SLOTS     (2 * SRV_ACCT_KEYS_MAX)
+#define SRV_ACCT_WINDOW_MS (10u * 60 * 1000)
+_Static_assert((SRV_ACCT_SLOTS & (SRV_ACCT_SLOTS - 1)) == 0, "masked index");
+
+/* -rate-config "Keys": most keys listed (a shard's usage table has twice as many slots, 56 B
+ * each, allocated at the first listed key it sees), and how often a shard reads the wall clock
+ * for the UTC day and month the budgets count in. */
+#define SRV_QUOTA_KEYS_MAX 1024u
+#define SRV_QUOTA_SLOTS    (2 * SRV_QUOTA_KEYS_MAX)
+#define SRV_QUOTA_CLOCK_MS 1000u
+_Static_assert((SRV_QUOTA_SLOTS & (SRV_QUOTA_SLOTS - 1)) == 0, "masked index");
+
 /* derper: the key file root uses without -c. */
 #define SRV_DEFAULT_KEY_FILE "/var/lib/derper/derper.key"
 

@@ -1,5 +1,6 @@
 /* server_metrics.c - /debug/varz: derper's metric names (spec §9) in Prometheus text, summed
- * over shards with hd_collect, plus hderp's own per-shard loop figures. Runs on the shard that
+ * over shards with hd_collect, plus hderp's own per-shard loop figures and the per-key
+ * accounting (server_account_out.c), which /debug/keys shows as JSON. Runs on the shard that
  * got the request; the answer is written once every shard has filled its slot. */
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "server_account.h"
 
 const char *const srv_drop_names[SRV_DROPS] = {
     "unknown_dest", "unknown_dest_on_fwd", "gone_disconnected", "queue_head",
@@ -21,13 +22,18 @@ struct varz_slot {
     uint64_t frames_in_use, frames_exhausted;
     uint64_t stalls, stall_max_ms; /* the stall watchdog's (hd_shard_stalls) */
     struct srv_rate rate;          /* -rate-config as the shard applies it */
+    struct srv_acct_slot acct;     /* per-key accounting (the large part: last) */
 };
+
+/* The answer: the fixed series, and per-key accounting's (a few lines per named key). */
+#define VARZ_TEXT_MAX (64u * 1024 + (SRV_ACCT_KEYS_MAX + 4 * SRV_ACCT_JSON_TOP) * 640u)
 
 struct varz_req {
     const struct srv_config *cfg; /* the relay asked: its counters on every shard */
     unsigned instance;            /* ... its place in the runtime's modules */
     struct net_conn *conn;        /* NULL once the connection closed */
     bool head_only, done;
+    bool keys; /* /debug/keys (JSON) */
 };
 
 static void fill(struct hd_shard *s, void *slot, void *arg)
@@ -45,6 +51,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
              i += hd_shard_count(s))
             v->ctr.mesh_links_configured += !ds->links[i].self;
         v->rate = *srv_rate_current(ds);
+        srv_acct_fill(ds, &v->acct);
     }
     v->loop = *hd_shard_stats(s);
     v->stalls = hd_shard_stalls(s);
@@ -57,12 +64,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
     }
 }
 
-struct out {
-    char *buf;
-    size_t len, cap;
-};
-
-__attribute__((format(printf, 2, 3))) static void put(struct out *o, const char *fmt, ...)
+void srv_text_put(struct srv_text *o, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -80,12 +82,12 @@ __attribute__((format(printf, 2, 3))) static void put(struct out *o, const char 
         s_;                                                                                        \
     })
 
-static void put_metric(struct out *o, const char *name, const char *type, int64_t value)
+static void put_metric(struct srv_text *o, const char *name, const char *type, int64_t value)
 {
-    put(o, "# TYPE derp_%s %s\nderp_%s %lld\n", name, type, name, (long long)value);
+    srv_text_put(o, "# TYPE derp_%s %s\nderp_%s %lld\n", name, type, name, (long long)value);
 }
 
-static void format_derp(struct out *o, const struct varz_slot *v, unsigned count)
+static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
@@ -96,10 +98,10 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "bytes_sent", "counter", SUM(bytes_sent));
     put_metric(o, "packets_received", "counter", SUM(packets_received));
     put_metric(o, "packets_sent", "counter", SUM(packets_sent));
-    put(o, "# TYPE derp_packets_received_kind counter\n");
+    srv_text_put(o, "# TYPE derp_packets_received_kind counter\n");
     for (unsigned k = 0; k < SRV_KINDS; k++)
-        put(o, "derp_packets_received_kind{kind=\"%s\"} %lld\n", kind_names[k],
-            (long long)SUM(packets_received_kind[k]));
+        srv_text_put(o, "derp_packets_received_kind{kind=\"%s\"} %lld\n", kind_names[k],
+                     (long long)SUM(packets_received_kind[k]));
     put_metric(o, "got_ping", "counter", SUM(got_ping));
     put_metric(o, "sent_pong", "counter", SUM(sent_pong));
     put_metric(o, "unknown_frames", "counter", SUM(unknown_frames));
@@ -127,45 +129,63 @@ static void format_derp(struct out *o, const struct varz_slot *v, unsigned count
     put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
     put_metric(o, "watchers", "gauge", SUM(watchers));
     put_metric(o, "websocket_accepts", "counter", SUM(websocket_accepts)); /* §1.5 */
-    put(o, "# TYPE derp_packets_dropped counter\n");
+    srv_text_put(o, "# TYPE derp_packets_dropped counter\n");
     for (unsigned r = 0; r < SRV_DROPS; r++)
         for (unsigned k = 0; k < SRV_KINDS; k++)
-            put(o, "derp_packets_dropped{reason=\"%s\",kind=\"%s\"} %lld\n", srv_drop_names[r],
-                kind_names[k], (long long)SUM(packets_dropped[r][k]));
-    put(o, "# TYPE stun_requests counter\n");
-    put(o, "stun_requests{disposition=\"success\"} %lld\n", (long long)SUM(stun_success));
-    put(o, "stun_requests{disposition=\"not_stun\"} %lld\n", (long long)SUM(stun_not_stun));
-    put(o, "stun_requests{disposition=\"write_error\"} %lld\n", (long long)SUM(stun_write_error));
-    put(o, "# TYPE stun_addrfamily counter\n");
-    put(o, "stun_addrfamily{family=\"ipv4\"} %lld\n", (long long)SUM(stun_ipv4));
-    put(o, "stun_addrfamily{family=\"ipv6\"} %lld\n", (long long)SUM(stun_ipv6));
-    put(o, "# TYPE derp_bytes_dropped counter\n");
+            srv_text_put(o, "derp_packets_dropped{reason=\"%s\",kind=\"%s\"} %lld\n",
+                         srv_drop_names[r], kind_names[k], (long long)SUM(packets_dropped[r][k]));
+    srv_text_put(o, "# TYPE stun_requests counter\n");
+    srv_text_put(o, "stun_requests{disposition=\"success\"} %lld\n", (long long)SUM(stun_success));
+    srv_text_put(o, "stun_requests{disposition=\"not_stun\"} %lld\n",
+                 (long long)SUM(stun_not_stun));
+    srv_text_put(o, "stun_requests{disposition=\"write_error\"} %lld\n",
+                 (long long)SUM(stun_write_error));
+    srv_text_put(o, "# TYPE stun_addrfamily counter\n");
+    srv_text_put(o, "stun_addrfamily{family=\"ipv4\"} %lld\n", (long long)SUM(stun_ipv4));
+    srv_text_put(o, "stun_addrfamily{family=\"ipv6\"} %lld\n", (long long)SUM(stun_ipv6));
+    srv_text_put(o, "# TYPE derp_bytes_dropped counter\n");
     for (unsigned r = 0; r < SRV_DROPS; r++)
         for (unsigned k = 0; k < SRV_KINDS; k++)
-            put(o, "derp_bytes_dropped{reason=\"%s\",kind=\"%s\"} %lld\n", srv_drop_names[r],
-                kind_names[k], (long long)SUM(bytes_dropped[r][k]));
+            srv_text_put(o, "derp_bytes_dropped{reason=\"%s\",kind=\"%s\"} %lld\n",
+                         srv_drop_names[r], kind_names[k], (long long)SUM(bytes_dropped[r][k]));
+}
+
+/* One of hderp's own series, summed over shards. */
+static void put_own(struct srv_text *o, const char *name, const char *type, int64_t value)
+{
+    srv_text_put(o, "# TYPE hderp_%s %s\nhderp_%s %lld\n", name, type, name, (long long)value);
 }
 
 /* -rate-config (spec §9): only with a config file. The limit as shard 0 applies it (the burst
  * after raising it to 65568), and the frames that waited for their tokens. */
-static void format_rate(struct out *o, const struct varz_slot *v, unsigned count)
+static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
     put_metric(o, "rate_limit_per_client_bytes_per_second", "gauge",
                (int64_t)v[0].rate.bytes_per_sec);
     put_metric(o, "rate_limit_per_client_burst_bytes", "gauge", (int64_t)v[0].rate.burst);
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
+    put_own(o, "rate_limit_key_waited", "counter", SUM(rate_limit_waited_key));
+    srv_text_put(o, "# TYPE hderp_quota_dropped_packets counter\n"
+                    "# TYPE hderp_quota_dropped_bytes counter\n");
+    static const char *const why[SRV_QUOTA_WHYS] = {"daily", "monthly"};
+    for (unsigned w = 0; w < SRV_QUOTA_WHYS; w++)
+        srv_text_put(o,
+                     "hderp_quota_dropped_packets{reason=\"%s\"} %lld\n"
+                     "hderp_quota_dropped_bytes{reason=\"%s\"} %lld\n",
+                     why[w], (long long)SUM(quota_dropped[w]), why[w],
+                     (long long)SUM(quota_dropped_bytes[w]));
 }
 
 /* Loop counters per shard (bus messages, wake-ups, frames sent home): the cross-shard cost per
  * packet, read by perf/ scripts. */
-static void format_loop_counters(struct out *o, const struct varz_slot *v, unsigned count)
+static void format_loop_counters(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
 #define LOOP_COUNTER(name)                                                                         \
     do {                                                                                           \
-        put(o, "# TYPE hderp_loop_" #name " counter\n");                                           \
+        srv_text_put(o, "# TYPE hderp_loop_" #name " counter\n");                                  \
         for (unsigned i = 0; i < count; i++)                                                       \
-            put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                                 \
-                (unsigned long long)v[i].loop.name);                                               \
+            srv_text_put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                        \
+                         (unsigned long long)v[i].loop.name);                                      \
     } while (0)
     LOOP_COUNTER(bus_sent);
     LOOP_COUNTER(wakes_sent);
@@ -175,95 +195,89 @@ static void format_loop_counters(struct out *o, const struct varz_slot *v, unsig
 }
 
 /* hderp's own figures: per shard, so an uneven load shows. */
-static void format_hderp(struct out *o, const struct varz_slot *v, unsigned count)
+static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
-    put(o, "# TYPE hderp_mesh_refused counter\nhderp_mesh_refused %lld\n",
-        (long long)SUM(mesh_refused));
-    put(o, "# TYPE hderp_mesh_links_configured gauge\nhderp_mesh_links_configured %lld\n",
-        (long long)SUM(mesh_links_configured));
-    put(o, "# TYPE hderp_handshake_errors counter\nhderp_handshake_errors %lld\n",
-        (long long)SUM(handshake_errors));
-    put(o, "# TYPE hderp_admit_refused counter\nhderp_admit_refused %lld\n",
-        (long long)SUM(admit_refused));
-    put(o, "# TYPE hderp_admit_errors counter\nhderp_admit_errors %lld\n",
-        (long long)SUM(admit_errors));
-    put(o, "# TYPE hderp_admit_cache_hits counter\nhderp_admit_cache_hits %lld\n",
-        (long long)SUM(admit_cache_hits));
-    put(o, "# TYPE hderp_admit_rechecks counter\nhderp_admit_rechecks %lld\n",
-        (long long)SUM(admit_rechecks));
-    put(o, "# TYPE hderp_admit_recheck_errors counter\nhderp_admit_recheck_errors %lld\n",
-        (long long)SUM(admit_recheck_errors));
-    put(o, "# TYPE hderp_admit_revoked counter\nhderp_admit_revoked %lld\n",
-        (long long)SUM(admit_revoked));
-    put(o, "# TYPE hderp_allowlist_refused counter\nhderp_allowlist_refused %lld\n",
-        (long long)SUM(allowlist_refused));
-    put(o, "# TYPE hderp_bus_dropped counter\nhderp_bus_dropped %lld\n",
-        (long long)SUM(bus_dropped));
-    put(o, "# TYPE hderp_placement_moves counter\nhderp_placement_moves %lld\n",
-        (long long)SUM(placement_moves));
-    put(o, "# TYPE hderp_conns_accepted counter\nhderp_conns_accepted %lld\n",
-        (long long)SUM(conns_accepted));
-    put(o, "# TYPE hderp_prelogin_conns gauge\nhderp_prelogin_conns %lld\n",
-        (long long)SUM(prelogin_now));
-    put(o, "# TYPE hderp_prelogin_refused counter\n");
-    put(o, "hderp_prelogin_refused{cap=\"shard\"} %lld\n", (long long)SUM(prelogin_refused_shard));
-    put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n", (long long)SUM(prelogin_refused_addr));
-    put(o, "# TYPE hderp_deadline_closes counter\nhderp_deadline_closes %lld\n",
-        (long long)SUM(deadline_closes));
-    put(o, "# TYPE hderp_frames_refused counter\n");
-    put(o, "hderp_frames_refused{why=\"share\"} %lld\n", (long long)SUM(frames_share_dropped));
-    put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n", (long long)SUM(frames_reserve_dropped));
-    put(o, "# TYPE hderp_ctl_dropped counter\nhderp_ctl_dropped %lld\n",
-        (long long)SUM(ctl_dropped));
+    put_own(o, "mesh_refused", "counter", SUM(mesh_refused));
+    put_own(o, "mesh_links_configured", "gauge", SUM(mesh_links_configured));
+    put_own(o, "handshake_errors", "counter", SUM(handshake_errors));
+    put_own(o, "admit_refused", "counter", SUM(admit_refused));
+    put_own(o, "admit_errors", "counter", SUM(admit_errors));
+    put_own(o, "admit_cache_hits", "counter", SUM(admit_cache_hits));
+    put_own(o, "admit_rechecks", "counter", SUM(admit_rechecks));
+    put_own(o, "admit_recheck_errors", "counter", SUM(admit_recheck_errors));
+    put_own(o, "admit_revoked", "counter", SUM(admit_revoked));
+    put_own(o, "allowlist_refused", "counter", SUM(allowlist_refused));
+    put_own(o, "bus_dropped", "counter", SUM(bus_dropped));
+    put_own(o, "placement_moves", "counter", SUM(placement_moves));
+    put_own(o, "conns_accepted", "counter", SUM(conns_accepted));
+    put_own(o, "prelogin_conns", "gauge", SUM(prelogin_now));
+    srv_text_put(o, "# TYPE hderp_prelogin_refused counter\n");
+    srv_text_put(o, "hderp_prelogin_refused{cap=\"shard\"} %lld\n",
+                 (long long)SUM(prelogin_refused_shard));
+    srv_text_put(o, "hderp_prelogin_refused{cap=\"addr\"} %lld\n",
+                 (long long)SUM(prelogin_refused_addr));
+    put_own(o, "deadline_closes", "counter", SUM(deadline_closes));
+    srv_text_put(o, "# TYPE hderp_frames_refused counter\n");
+    srv_text_put(o, "hderp_frames_refused{why=\"share\"} %lld\n",
+                 (long long)SUM(frames_share_dropped));
+    srv_text_put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n",
+                 (long long)SUM(frames_reserve_dropped));
+    put_own(o, "ctl_dropped", "counter", SUM(ctl_dropped));
 }
 
 /* The loop's own figures, per shard, so an uneven load shows. */
-static void format_loop(struct out *o, const struct varz_slot *v, unsigned count)
+static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
     static const double qs[] = {0.5, 0.9, 0.99, 0.999};
-    put(o, "# TYPE hderp_loop_tick_ns summary\n");
+    srv_text_put(o, "# TYPE hderp_loop_tick_ns summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
-            put(o, "hderp_loop_tick_ns{shard=\"%u\",quantile=\"%g\"} %llu\n", i, qs[q],
-                (unsigned long long)hd_hist_quantile(&v[i].loop.tick_ns, qs[q]));
-    put(o, "# TYPE hderp_loop_cqes_per_tick summary\n");
+            srv_text_put(o, "hderp_loop_tick_ns{shard=\"%u\",quantile=\"%g\"} %llu\n", i, qs[q],
+                         (unsigned long long)hd_hist_quantile(&v[i].loop.tick_ns, qs[q]));
+    srv_text_put(o, "# TYPE hderp_loop_cqes_per_tick summary\n");
     for (unsigned i = 0; i < count; i++)
         for (unsigned q = 0; q < HD_ARRAY_SIZE(qs); q++)
-            put(o, "hderp_loop_cqes_per_tick{shard=\"%u\",quantile=\"%g\"} %llu\n", i, qs[q],
-                (unsigned long long)hd_hist_quantile(&v[i].loop.cqes_per_tick, qs[q]));
-    put(o, "# TYPE hderp_loop_ticks counter\n");
+            srv_text_put(o, "hderp_loop_cqes_per_tick{shard=\"%u\",quantile=\"%g\"} %llu\n", i,
+                         qs[q],
+                         (unsigned long long)hd_hist_quantile(&v[i].loop.cqes_per_tick, qs[q]));
+    srv_text_put(o, "# TYPE hderp_loop_ticks counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.ticks);
+        srv_text_put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.ticks);
     /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
-    put(o, "# TYPE hderp_loop_enters counter\n");
+    srv_text_put(o, "# TYPE hderp_loop_enters counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.enters);
-    put(o, "# TYPE hderp_loop_sleeps counter\n");
+        srv_text_put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.enters);
+    srv_text_put(o, "# TYPE hderp_loop_sleeps counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.sleeps);
-    put(o, "# TYPE hderp_loop_min_waits counter\n");
+        srv_text_put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.sleeps);
+    srv_text_put(o, "# TYPE hderp_loop_min_waits counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
-            (unsigned long long)v[i].loop.min_waits);
+        srv_text_put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.min_waits);
     format_loop_counters(o, v, count);
-    put(o, "# TYPE hderp_loop_stalls counter\n");
+    srv_text_put(o, "# TYPE hderp_loop_stalls counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].stalls);
-    put(o, "# TYPE hderp_loop_stall_max_ms gauge\n");
+        srv_text_put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].stalls);
+    srv_text_put(o, "# TYPE hderp_loop_stall_max_ms gauge\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_loop_stall_max_ms{shard=\"%u\"} %llu\n", i,
-            (unsigned long long)v[i].stall_max_ms);
-    put(o, "# TYPE hderp_bus_full counter\n");
+        srv_text_put(o, "hderp_loop_stall_max_ms{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].stall_max_ms);
+    srv_text_put(o, "# TYPE hderp_bus_full counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i, (unsigned long long)v[i].loop.bus_full);
-    put(o, "# TYPE hderp_frames_in_use gauge\n");
+        srv_text_put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].loop.bus_full);
+    srv_text_put(o, "# TYPE hderp_frames_in_use gauge\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_frames_in_use{shard=\"%u\"} %llu\n", i,
-            (unsigned long long)v[i].frames_in_use);
-    put(o, "# TYPE hderp_frames_exhausted counter\n");
+        srv_text_put(o, "hderp_frames_in_use{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].frames_in_use);
+    srv_text_put(o, "# TYPE hderp_frames_exhausted counter\n");
     for (unsigned i = 0; i < count; i++)
-        put(o, "hderp_frames_exhausted{shard=\"%u\"} %llu\n", i,
-            (unsigned long long)v[i].frames_exhausted);
+        srv_text_put(o, "hderp_frames_exhausted{shard=\"%u\"} %llu\n", i,
+                     (unsigned long long)v[i].frames_exhausted);
 }
 
 static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
@@ -275,16 +289,24 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
         free(r);
         return;
     }
-    struct out o = {.cap = 64 * 1024};
+    struct srv_text o = {.cap = VARZ_TEXT_MAX};
     o.buf = malloc(o.cap);
     if (o.buf) {
-        format_derp(&o, slots, count);
-        if (r->cfg->rate_config_path)
-            format_rate(&o, slots, count);
-        format_hderp(&o, slots, count);
-        format_loop(&o, slots, count);
+        const struct varz_slot *v = slots;
+        if (r->keys) {
+            srv_acct_format_json(&o, &v->acct, sizeof(*v), count);
+        } else {
+            format_derp(&o, slots, count);
+            if (r->cfg->rate_config_path)
+                format_rate(&o, slots, count);
+            format_hderp(&o, slots, count);
+            format_loop(&o, slots, count);
+            srv_acct_format_varz(&o, &v->acct, sizeof(*v), count);
+        }
         char head[256];
-        struct net_http_hdr ct = {"Content-Type", NET_HTTP_LIT("text/plain; version=0.0.4")};
+        struct net_http_hdr ct = {"Content-Type", r->keys
+                                                      ? NET_HTTP_LIT("application/json")
+                                                      : NET_HTTP_LIT("text/plain; version=0.0.4")};
         struct net_http_resp_spec spec = {.status = 200,
                                           .headers = &ct,
                                           .headers_count = 1,
@@ -331,7 +353,7 @@ static const struct net_conn_handler varz_handler = {
     .on_close = varz_closed,
 };
 
-void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
+void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only, bool keys)
 {
     struct varz_req *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -342,6 +364,7 @@ void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only)
     r->instance = ds->instance;
     r->conn = c;
     r->head_only = head_only;
+    r->keys = keys;
     net_conn_set_app(c, &varz_handler, r);
     int rc = hd_collect(ds->s, sizeof(struct varz_slot), fill, done, r);
     if (rc < 0) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "server_account.h"
 #include "server_acme.h"
 
 bool srv_needs_tls(const struct srv_config *cfg)
@@ -19,6 +20,7 @@ bool srv_needs_tls(const struct srv_config *cfg)
 /* What shard_init built before its listeners, freed. */
 static void ds_free(struct srv_shard *ds)
 {
+    srv_acct_shard_fini(ds);
     srv_prelogin_fini(ds);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);
@@ -48,7 +50,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
-    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0) {
+    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0 ||
+        (rc = srv_acct_shard_init(ds)) < 0) {
         ds_free(ds);
         return rc;
     }
@@ -111,6 +114,8 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
     srv_admit_shard_fini(ds);
+    srv_acct_shard_fini(ds);
+    srv_quota_shard_fini(ds);
     free(ds->scratch);
     free(ds);
 }
@@ -139,6 +144,7 @@ static void on_signal(struct hd_runtime *rt, int signo, void *arg)
     if (signo != SIGHUP)
         return;
     srv_allow_reload(cfg); /* --allow-keys */
+    srv_acct_reload(cfg);  /* --account-keys */
     srv_certs_reload(cfg); /* TLS mode: the certificate files */
     srv_rate_reload(cfg);  /* -rate-config */
 }
@@ -164,14 +170,21 @@ int srv_attach(struct srv_config *cfg, struct hd_runtime *rt, char *err, size_t 
         snprintf(err, err_size, "--allow-keys: %s", strerror(-rc));
         return rc;
     }
+    if ((rc = srv_acct_attach_config(cfg, rt)) < 0) { /* --account-keys */
+        snprintf(err, err_size, "--account-keys: %s", strerror(-rc));
+        srv_allow_detach(cfg);
+        return rc;
+    }
     if ((rc = srv_rate_attach(cfg, rt)) < 0) { /* -rate-config: every shard's limit */
         snprintf(err, err_size, "-rate-config: %s", strerror(-rc));
+        srv_acct_detach_config(cfg);
         srv_allow_detach(cfg);
         return rc;
     }
     if ((rc = srv_certs_attach(cfg, rt)) < 0) { /* TLS: every shard's context */
         snprintf(err, err_size, "TLS: %s", strerror(-rc));
         srv_rate_detach(cfg);
+        srv_acct_detach_config(cfg);
         srv_allow_detach(cfg);
         return rc;
     }
@@ -181,6 +194,7 @@ int srv_attach(struct srv_config *cfg, struct hd_runtime *rt, char *err, size_t 
 void srv_detach(struct srv_config *cfg)
 {
     srv_rate_detach(cfg);
+    srv_acct_detach_config(cfg);
     srv_allow_detach(cfg);
     srv_certs_detach(cfg);
 }

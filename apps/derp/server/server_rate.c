@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "server.h"
+#include "server_account.h"
 
 /* ---------------------------------------------------------------- the file (main thread) */
 
@@ -60,6 +60,7 @@ int srv_rate_load(const char *path, struct srv_rate *out, char *err, size_t err_
     }
     int rc = 0;
     uint64_t rate = 0, burst = 0;
+    struct srv_rate tmp = {0};
     if (!json_is_object(root)) {
         snprintf(err, err_size, "expected a JSON object {\"%s\": N, \"%s\": M}", field_rate,
                  field_burst);
@@ -75,13 +76,18 @@ int srv_rate_load(const char *path, struct srv_rate *out, char *err, size_t err_
             rc = get_u64(v, field_rate, &rate, err, err_size);
         else if (strcasecmp(key, field_burst) == 0)
             rc = get_u64(v, field_burst, &burst, err, err_size);
+        else if (strcmp(key, "Keys") == 0) /* hderp's: server_quota.c */
+            rc = srv_quota_parse(v, &tmp, err, err_size);
         else
             hd_log(HD_LOG_WARN, "-rate-config %s: unknown field \"%s\" ignored", path, key);
         if (rc < 0)
             goto out_root;
     }
-    srv_rate_set(out, rate, burst);
+    srv_rate_set(&tmp, rate, burst);
+    *out = tmp;
+    tmp.quotas = NULL;
 out_root:
+    srv_rate_free(&tmp);
     json_decref(root);
     return rc;
 }
@@ -95,7 +101,9 @@ struct srv_rate_snap {
 
 static void snap_free(struct hd_snap *sn)
 {
-    free(hd_container_of(sn, struct srv_rate_snap, snap));
+    struct srv_rate_snap *rs = hd_container_of(sn, struct srv_rate_snap, snap);
+    srv_rate_free(&rs->rate);
+    free(rs);
 }
 
 static struct hd_snap *snap_new(const struct srv_rate *r)
@@ -115,11 +123,14 @@ int srv_rate_attach(struct srv_config *cfg, struct hd_runtime *rt)
     struct hd_snap *sn = snap_new(&cfg->rate);
     if (sn == NULL)
         return -ENOMEM;
+    cfg->rate.quotas = NULL; /* the snapshot owns them now */
+    cfg->rate.quotas_count = 0;
     return hd_snap_var_create(rt, sn, &cfg->rate_var); /* takes sn's reference */
 }
 
 void srv_rate_detach(struct srv_config *cfg)
 {
+    srv_rate_free(&cfg->rate); /* never attached */
     hd_snap_var_destroy(cfg->rate_var);
     cfg->rate_var = NULL;
 }
@@ -136,6 +147,8 @@ void srv_rate_reload(struct srv_config *cfg)
         return;
     }
     struct hd_snap *sn = snap_new(&r);
+    if (sn == NULL)
+        srv_rate_free(&r);
     int rc = sn ? hd_snap_var_publish(cfg->rate_var, sn) : -ENOMEM; /* takes sn's reference */
     if (rc < 0)
         hd_log(HD_LOG_ERROR,
@@ -143,9 +156,9 @@ void srv_rate_reload(struct srv_config *cfg)
                "SIGHUP again",
                cfg->rate_config_path, strerror(-rc));
     else
-        hd_log(HD_LOG_INFO, "-rate-config %s: reloaded: %llu bytes/s, burst %llu",
+        hd_log(HD_LOG_INFO, "-rate-config %s: reloaded: %llu bytes/s, burst %llu, %u keys",
                cfg->rate_config_path, (unsigned long long)r.bytes_per_sec,
-               (unsigned long long)r.burst);
+               (unsigned long long)r.burst, r.quotas_count);
 }
 
 /* ---------------------------------------------------------------- the limiter (client's shard) */
@@ -181,20 +194,28 @@ bool srv_rate_take(struct srv_client *cl, uint32_t payload_len)
 {
     struct srv_shard *ds = cl->ds;
     const struct srv_rate *r = srv_rate_current(ds); /* borrowed: this call only */
-    if (cl->rate_paid || cl->mesh || r->per_ms <= 0)
+    if (cl->rate_paid || cl->mesh)
+        return true;
+    double per_ms = r->per_ms, burst = r->burst;
+    const struct srv_quota *q = cl->quota ? srv_quota_find(r, &cl->key) : NULL;
+    if (q && q->per_ms > 0) /* the key's own rate (-rate-config Keys) */
+        per_ms = q->per_ms, burst = q->burst;
+    if (per_ms <= 0)
         return true;
     double n = payload_len < SRV_RATE_TAKE_MAX ? payload_len : SRV_RATE_TAKE_MAX;
-    if (hd_tbucket_take(&cl->rate, r->per_ms, r->burst, hd_now_ms(ds->s), n)) {
+    if (hd_tbucket_take(&cl->rate, per_ms, burst, hd_now_ms(ds->s), n)) {
         cl->rate_paid = true;
         return true;
     }
     /* The bucket refills by per_ms a millisecond: wait that long (rounded up), at most a
      * second at a time (so a reload with a higher rate applies soon to a client waiting at a
      * low one). */
-    double wait = (n - cl->rate.tokens) / r->per_ms;
+    double wait = (n - cl->rate.tokens) / per_ms;
     uint64_t wait_ms = wait >= SRV_RATE_WAIT_MAX_MS ? SRV_RATE_WAIT_MAX_MS : (uint64_t)wait + 1;
     if (!cl->rate_waiting) {
         ds->ctr.rate_limit_waited++; /* once per frame that had to wait */
+        if (per_ms != r->per_ms)
+            ds->ctr.rate_limit_waited_key++;
         cl->rate_waiting = true;
     }
     net_conn_pause_recv(cl->conn, true);

@@ -13,6 +13,7 @@
 #include <sodium.h>
 
 #include "server.h"
+#include "server_account.h"
 #include "server_acme.h"
 #include "server_flags.h"
 
@@ -146,6 +147,21 @@ static int configure_limits(struct srv_config *cfg, const struct srv_flags *f)
     return 0;
 }
 
+/* --allow-keys and --account-keys: a bad line refuses to start. */
+static int configure_key_lists(struct srv_config *cfg, const struct srv_flags *f)
+{
+    char err[512];
+    if (f->allow_keys && srv_allow_configure(cfg, f->allow_keys, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
+        return -EINVAL;
+    }
+    if (f->account_keys && srv_acct_configure(cfg, f->account_keys, err, sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: --account-keys %s\n", err);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 /* -verify-client-url (its cache and re-checks) and -verify-clients: 0 or -1 (printed). */
 static int configure_admission(struct srv_config *cfg, const struct srv_flags *f)
 {
@@ -182,6 +198,7 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->shards = f->shards;
     cfg->write_timeout_ms = f->tcp_write_timeout_ms;
     cfg->keepalive_ms = f->keepalive_ms;
+    cfg->account_window_ms = f->account_window_ms;
     cfg->keepalive_jitter_ms =
         f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
     cfg->tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
@@ -211,14 +228,9 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
         cfg->rate_config_path = f->rate_config;
     }
     if (f->proxy_from && srv_proxy_configure(cfg, f->proxy_from) < 0)
-        return -EINVAL;  /* --proxy-protocol-from: the message is printed */
-    if (f->allow_keys) { /* --allow-keys: a bad line refuses to start */
-        char err[512];
-        if (srv_allow_configure(cfg, f->allow_keys, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: --allow-keys %s\n", err);
-            return -EINVAL;
-        }
-    }
+        return -EINVAL; /* --proxy-protocol-from: the message is printed */
+    if (configure_key_lists(cfg, f) < 0)
+        return -EINVAL;
     int rc = load_key(cfg, f);
     if (rc < 0)
         return rc;
