@@ -10,11 +10,18 @@
 /* The process's key: random (key NULL; sodium_init first), or the given one (tests). Main
  * thread, before the shards start. */
 void srv_hash_init(const uint8_t *key);
-/* SipHash-2-4 of data under the process key. Any thread. */
+/* SipHash-1-3 of data under the process key. Any thread. */
 uint64_t srv_hash(const void *data, size_t len);
 
-/* A node key's hash: its low bits pick the peer-table slot, its high 32 bits the owner shard,
- * so the two choices are independent. */
+/* A node key's hash: SipHash of its first SRV_HASH_NODE_KEY_BYTES bytes (a Curve25519 public
+ * key's bytes are uniform; nobody can make two keys share 16 of them, 2^64 work for a pair, so
+ * the rest adds nothing but instructions on the per-packet path). Its low bits pick the
+ * peer-table slot, its high 32 bits the owner shard, so the two choices are independent. */
+#define SRV_HASH_NODE_KEY_BYTES 16
+static inline uint64_t srv_hash_node_key(const uint8_t *key)
+{
+    return srv_hash(key, SRV_HASH_NODE_KEY_BYTES);
+}
 static inline uint32_t srv_key_slot(uint64_t h, uint32_t mask)
 {
     return (uint32_t)h & mask;
