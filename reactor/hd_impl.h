@@ -121,6 +121,10 @@ struct hd_shard {
     unsigned frame_classes_count;
     struct hd_slab *slabs; /* every pool this shard created */
     uint64_t trim_ms;      /* the last hd_slabs_trim */
+    /* hd_slabs_trim_wanted walks every pool: its answer is kept HD_SLAB_TRIM_CHECK_MS (a
+     * sleeping relay asked it before every sleep: ~100 instructions a packet). */
+    uint64_t trim_checked_ms;
+    bool trim_wanted;
 
     struct hd_post_inbox posts;      /* from threads that are not shards (post.c) */
     struct hd_collect_req *collects; /* requests this shard is waiting on */

@@ -194,8 +194,14 @@ static uint64_t wait_ms_for(struct hd_shard *s)
         wait = 1;
     if (s->phase != HD_PHASE_RUNNING && wait > 10)
         wait = 10;
-    if (wait > HD_SLAB_TRIM_MS && hd_slabs_trim_wanted(s)) /* wake to give chunks back */
-        wait = HD_SLAB_TRIM_MS;
+    if (wait > HD_SLAB_TRIM_MS) { /* wake to give chunks back */
+        if (s->now_ms - s->trim_checked_ms >= HD_SLAB_TRIM_CHECK_MS) {
+            s->trim_checked_ms = s->now_ms;
+            s->trim_wanted = hd_slabs_trim_wanted(s);
+        }
+        if (s->trim_wanted)
+            wait = HD_SLAB_TRIM_MS;
+    }
     return wait;
 }
 

@@ -86,6 +86,9 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
 /* How often a shard frees the empty chunks its pools did not need over that interval; an idle
  * shard with such chunks wakes for it (one tick), one without sleeps on. */
 #define HD_SLAB_TRIM_MS 1000u
+/* How long an idle shard trusts its last look at whether a pool has chunks to give back. */
+#define HD_SLAB_TRIM_CHECK_MS 100u
+_Static_assert(HD_SLAB_TRIM_CHECK_MS < HD_SLAB_TRIM_MS, "looked at between two trims");
 _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer");
 
 /* Frame pools: at most this many size classes of frame payload bytes per runtime (the default:

@@ -4,6 +4,7 @@
  * read is bounded. Test thread only; owns each client's socket and buffer. */
 #define _GNU_SOURCE
 #include "conf_support.h"
+#include <hd/hd_siphash.h>
 #include "conf_support_impl.h"
 
 #include <errno.h>
@@ -286,12 +287,9 @@ int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms)
 
 unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards)
 {
-    static const uint8_t key[crypto_shorthash_KEYBYTES] = {0, 1, 2,  3,  4,  5,  6,  7,
-                                                           8, 9, 10, 11, 12, 13, 14, 15};
-    uint8_t out[crypto_shorthash_BYTES];
-    crypto_shorthash(out, k->bytes, sizeof(k->bytes), key);
-    uint64_t h;
-    memcpy(&h, out, sizeof(h));
+    static const uint8_t key[HD_SIPHASH_KEY_LEN] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                    8, 9, 10, 11, 12, 13, 14, 15};
+    uint64_t h = hd_siphash13(key, k->bytes, 16); /* server_hash.h's srv_hash_node_key */
     return (unsigned)((h >> 32) % shards);
 }
 

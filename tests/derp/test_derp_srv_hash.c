@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server_hash.h"
+#include <hd/hd_siphash.h>
 
 #define KEYS       800u  /* the mined set */
 #define SLOTS      2048u /* the peer table grows at half load: 800 keys sit in 2048 slots */
@@ -76,4 +77,23 @@ Test(test_derp_srv_hash, keyed, .init = (void (*)(void))sodium_init)
     srv_hash_init(k1); /* and it is a function of (key, input) */
     for (unsigned i = 0; i < KEYS; i++)
         cr_assert_eq(a[i], srv_key_slot(srv_hash(keys[i], 32), SLOTS - 1));
+}
+
+/* hd_siphash.h's rounds against libsodium's SipHash-2-4 (the paper's), every length 0..63:
+ * the same code with c = 1, d = 3 is what the server's tables use. */
+Test(test_derp_srv_hash, siphash_matches_libsodium, .init = (void (*)(void))sodium_init)
+{
+    uint8_t key[HD_SIPHASH_KEY_LEN], data[64];
+    for (unsigned i = 0; i < sizeof(key); i++)
+        key[i] = (uint8_t)(i * 7 + 1);
+    for (unsigned i = 0; i < sizeof(data); i++)
+        data[i] = (uint8_t)(i * 13 + 5);
+    for (size_t len = 0; len <= sizeof(data); len++) {
+        uint8_t out[crypto_shorthash_BYTES];
+        crypto_shorthash(out, data, len, key);
+        uint64_t want;
+        memcpy(&want, out, sizeof(want));
+        cr_assert_eq(hd_siphash24(key, data, len), want, "length %zu", len);
+        cr_assert_neq(hd_siphash13(key, data, len), want, "1-3 is not 2-4 (length %zu)", len);
+    }
 }

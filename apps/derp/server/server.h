@@ -240,7 +240,7 @@ static inline struct srv_shard *srv_shard_at(const struct hd_shard *s, unsigned 
 static inline unsigned srv_owner(const struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
 {
     /* keyed (server_hash.c): a client cannot pick keys that all land on one shard */
-    return srv_key_shard(srv_hash(key, DERP_KEY_LEN), hd_shard_count(ds->s));
+    return srv_key_shard(srv_hash_node_key(key), hd_shard_count(ds->s));
 }
 
 /* server_http.c: a fresh connection's HTTP phase */

@@ -12,7 +12,7 @@
 
 static uint32_t slot_of(const struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
-    return srv_key_slot(srv_hash(key, DERP_KEY_LEN), t->cap - 1); /* keyed: server_hash.c */
+    return srv_key_slot(srv_hash_node_key(key), t->cap - 1); /* keyed: server_hash.c */
 }
 
 int srv_peers_init(struct srv_peer_table *t)
