@@ -35,12 +35,19 @@ def fail(msg):
     sys.exit(1)
 
 
+held = []  # every probe socket stays bound until the servers start: no port is handed out twice
+
+
 def free_port(kind=socket.SOCK_STREAM):
     s = socket.socket(socket.AF_INET, kind)
     s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    held.append(s)
+    return s.getsockname()[1]
+
+
+def release_ports():
+    while held:
+        held.pop().close()
 
 
 def wait_for(what, cond, timeout_s):
@@ -70,6 +77,7 @@ class Node:
     def __init__(self, name, mesh_with=None, tls=False):
         self.name, self.mesh_with, self.tls = name, mesh_with, tls
         self.port, self.stun = free_port(), free_port(socket.SOCK_DGRAM)
+        self.http = free_port() if tls else None
         self.proc = None
 
     def start(self):
@@ -79,7 +87,7 @@ class Node:
             args += ["-mesh-psk-file", WORK + "/mesh.key", "-mesh-with", self.mesh_with]
         if self.tls:  # an IP -hostname: the server makes itself a certificate
             args += ["-certmode", "manual", "-certdir", WORK, "-hostname", "127.0.0.1",
-                     "-http-port", str(free_port())]
+                     "-http-port", str(self.http)]
         log = open("%s/server-%s.log" % (WORK, self.name), "a")
         self.proc = subprocess.Popen(args, stdout=log, stderr=log)
         procs.append(self.proc)
@@ -219,6 +227,7 @@ def main():
     mesh = "http://127.0.0.1:%d,http://127.0.0.1:%d" % (a.port, b.port)
     a.mesh_with = b.mesh_with = mesh
     try:
+        release_ports()
         for n in (a, b, c, d):
             n.start()
         # Probes on the mesh paths need a's and b's links (a retries every 5 s).
