@@ -300,8 +300,15 @@ static void look(struct hd_shard *s, void *arg)
     atomic_store(&saw_version[hd_shard_id(s)], c ? c->version : 0u);
 }
 
-static bool first_freed(void)
+#define NOT_LOOKED UINT32_MAX /* saw_version before a shard's look ran */
+
+/* Version 0 is freed once every shard swapped it out, which may come before the looks posted
+ * to them ran: wait for both (the test read saw_version too early: 1 run in 7 failed). */
+static bool first_freed_and_looked(void)
 {
+    for (unsigned i = 0; i < SHARDS; i++)
+        if (atomic_load(&saw_version[i]) == NOT_LOOKED)
+            return false;
     return atomic_load(&freed[0]) >= 1;
 }
 
@@ -317,6 +324,8 @@ static void snap_reset(void)
     atomic_store(&frees_total, 0);
     atomic_store(&bad_reads, 0);
     atomic_store(&reads, 0);
+    for (unsigned i = 0; i < SHARDS; i++)
+        atomic_store(&saw_version[i], NOT_LOOKED);
 }
 
 POST_TEST(snapshot_swapped_everywhere_and_freed_once)
@@ -335,7 +344,7 @@ POST_TEST(snapshot_swapped_everywhere_and_freed_once)
     EXPECT(hd_snap_var_publish(var, &cfg_new(1)->snap) == 0, "publish");
     for (unsigned i = 0; i < SHARDS; i++)
         EXPECT(hd_runtime_post(rt, i, look, NULL) == 0, "look");
-    EXPECT(wait_for(first_freed), "version 0 never freed");
+    EXPECT(wait_for(first_freed_and_looked), "version 0 never freed, or a shard never looked");
     for (unsigned i = 0; i < SHARDS; i++)
         EXPECT(atomic_load(&saw_version[i]) == 1, "shard %u sees version %u", i,
                atomic_load(&saw_version[i]));
