@@ -251,17 +251,9 @@ void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]
 
 void srv_sources_drop(struct srv_client *cl)
 {
-    struct srv_keyset *ks = &cl->sources;
-    if (ks->slots == NULL)
-        return;
-    uint32_t *pos = ks_pos(ks);
-    for (uint32_t i = 0; i < ks->cap; i++) {
-        if (!ks->slots[i])
-            continue;
-        subs_del(&cl->ds->subs, ks->slots[i], pos[i]);
-    }
-    free(ks->slots);
-    *ks = (struct srv_keyset){0};
+    srv_sources_detach(cl); /* out of every subscriber list, then the keyset goes */
+    free(cl->sources.slots);
+    cl->sources = (struct srv_keyset){0};
 }
 
 bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
