@@ -178,21 +178,15 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
 
 /* Loop counters per shard (bus messages, wake-ups, frames sent home): the cross-shard cost per
  * packet, read by perf/ scripts. */
-static void format_loop_counters(struct srv_text *o, const struct varz_slot *v, unsigned count)
-{
-#define LOOP_COUNTER(name)                                                                         \
+/* One series with a value per shard: name (after "hderp_"), type, and the value of shard i's
+ * slot (an expression in v[i]). */
+#define PER_SHARD(name, type, value)                                                               \
     do {                                                                                           \
-        srv_text_put(o, "# TYPE hderp_loop_" #name " counter\n");                                  \
+        srv_text_put(o, "# TYPE hderp_" name " " type "\n");                                       \
         for (unsigned i = 0; i < count; i++)                                                       \
-            srv_text_put(o, "hderp_loop_" #name "{shard=\"%u\"} %llu\n", i,                        \
-                         (unsigned long long)v[i].loop.name);                                      \
+            srv_text_put(o, "hderp_" name "{shard=\"%u\"} %llu\n", i,                              \
+                         (unsigned long long)(value));                                             \
     } while (0)
-    LOOP_COUNTER(bus_sent);
-    LOOP_COUNTER(wakes_sent);
-    LOOP_COUNTER(wakes_received);
-    LOOP_COUNTER(frames_returned);
-#undef LOOP_COUNTER
-}
 
 /* hderp's own figures: per shard, so an uneven load shows. */
 static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned count)
@@ -240,44 +234,21 @@ static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned 
             srv_text_put(o, "hderp_loop_cqes_per_tick{shard=\"%u\",quantile=\"%g\"} %llu\n", i,
                          qs[q],
                          (unsigned long long)hd_hist_quantile(&v[i].loop.cqes_per_tick, qs[q]));
-    srv_text_put(o, "# TYPE hderp_loop_ticks counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_loop_ticks{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].loop.ticks);
+    PER_SHARD("loop_ticks", "counter", v[i].loop.ticks);
     /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
-    srv_text_put(o, "# TYPE hderp_loop_enters counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_loop_enters{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].loop.enters);
-    srv_text_put(o, "# TYPE hderp_loop_sleeps counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_loop_sleeps{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].loop.sleeps);
-    srv_text_put(o, "# TYPE hderp_loop_min_waits counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_loop_min_waits{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].loop.min_waits);
-    format_loop_counters(o, v, count);
-    srv_text_put(o, "# TYPE hderp_loop_stalls counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_loop_stalls{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].stalls);
-    srv_text_put(o, "# TYPE hderp_loop_stall_max_ms gauge\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_loop_stall_max_ms{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].stall_max_ms);
-    srv_text_put(o, "# TYPE hderp_bus_full counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_bus_full{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].loop.bus_full);
-    srv_text_put(o, "# TYPE hderp_frames_in_use gauge\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_frames_in_use{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].frames_in_use);
-    srv_text_put(o, "# TYPE hderp_frames_exhausted counter\n");
-    for (unsigned i = 0; i < count; i++)
-        srv_text_put(o, "hderp_frames_exhausted{shard=\"%u\"} %llu\n", i,
-                     (unsigned long long)v[i].frames_exhausted);
+    PER_SHARD("loop_enters", "counter", v[i].loop.enters);
+    PER_SHARD("loop_sleeps", "counter", v[i].loop.sleeps);
+    PER_SHARD("loop_min_waits", "counter", v[i].loop.min_waits);
+    /* The bus between the shards (h-perf-shards' lazy messages). */
+    PER_SHARD("loop_bus_sent", "counter", v[i].loop.bus_sent);
+    PER_SHARD("loop_wakes_sent", "counter", v[i].loop.wakes_sent);
+    PER_SHARD("loop_wakes_received", "counter", v[i].loop.wakes_received);
+    PER_SHARD("loop_frames_returned", "counter", v[i].loop.frames_returned);
+    PER_SHARD("loop_stalls", "counter", v[i].stalls);
+    PER_SHARD("loop_stall_max_ms", "gauge", v[i].stall_max_ms);
+    PER_SHARD("bus_full", "counter", v[i].loop.bus_full);
+    PER_SHARD("frames_in_use", "gauge", v[i].frames_in_use);
+    PER_SHARD("frames_exhausted", "counter", v[i].frames_exhausted);
 }
 
 static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
