@@ -91,6 +91,7 @@ struct srv_client {
     struct srv_keyset sources;
     struct hd_flush writer;
     struct hd_timer keepalive;
+    uint32_t keepalive_ms;      /* its KeepAlive period: the interval + its own jitter (derper) */
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
     /* -rate-config (server_rate.c): this connection's bucket; reading paused until the timer
      * while a frame waits for its tokens; paid: the current frame has its tokens. */
