@@ -526,9 +526,12 @@ static void client_closed(struct net_conn *c, int reason)
 {
     struct srv_client *cl = net_conn_app(c);
     struct srv_shard *ds = cl->ds;
-    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_ACTIVE)
+    /* derper counts its write deadline, not the kernel's ETIMEDOUT (TCP_USER_TIMEOUT, keepalive:
+     * a peer that vanished while idle); the login deadline is ours. */
+    enum net_conn_timer by = reason == -ETIMEDOUT ? net_conn_closed_by(c) : NET_CONN_TIMER_NONE;
+    if (by == NET_CONN_TIMER_WRITE && cl->phase == SRV_CLIENT_ACTIVE)
         ds->ctr.sclient_write_timeouts++;
-    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_HANDSHAKE)
+    if (by == NET_CONN_TIMER_DEADLINE && cl->phase == SRV_CLIENT_HANDSHAKE)
         ds->ctr.deadline_closes++;
     prelogin_done(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {
