@@ -22,8 +22,8 @@ run_one() {
         "$dir/corpus" >"$dir/log" 2>&1
     local rc=$?
     local execs rate last cov ft n arts verdict
-    execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$dir/log" | awk '{print $2}')
-    rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$dir/log" | awk '{print $2}')
+    execs=$(awk '/^stat::number_of_executed_units:/ {print $2}' "$dir/log")
+    rate=$(awk '/^stat::average_exec_per_sec:/ {print $2}' "$dir/log")
     last=$(grep -E '^#[0-9]+' "$dir/log" | tail -1)
     cov=$(echo "$last" | grep -o 'cov: [0-9]*' | awk '{print $2}')
     ft=$(echo "$last" | grep -o 'ft: [0-9]*' | awk '{print $2}')
