@@ -371,6 +371,18 @@ Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
 
 /* ---------------------------------------------------------------- bad files */
 
+/* §9: a config whose rate is 0 is no limit, and derper then applies (and publishes) an empty
+ * one: rate and burst both 0, not the burst raised to its floor. */
+Test(test_conformance_rate, rate_zero_publishes_an_empty_config)
+{
+    config("{\"PerClientRateLimitBytesPerSec\": 0, \"PerClientRateBurstBytes\": 1000}\n");
+    server_up();
+    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), 0);
+    cr_assert_eq(varz("derp_rate_limit_per_client_burst_bytes"), 0);
+    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), 0);
+    conf_server_stop_clean(&srv);
+}
+
 /* Runs hderp-server with -rate-config path; returns its exit status, its output in out. */
 static int run_refused(const char *path, char *out, size_t size)
 {

@@ -171,7 +171,9 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
 {
     put_metric(o, "rate_limit_per_client_bytes_per_second", "gauge",
                (int64_t)v[0].rate.bytes_per_sec);
-    put_metric(o, "rate_limit_per_client_burst_bytes", "gauge", (int64_t)v[0].rate.burst);
+    /* derper applies an empty config when the rate is 0 (no limit): its burst reads 0 then */
+    put_metric(o, "rate_limit_per_client_burst_bytes", "gauge",
+               v[0].rate.bytes_per_sec ? (int64_t)v[0].rate.burst : 0);
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
     put_own(o, "rate_limit_key_waited", "counter", SUM(rate_limit_waited_key));
     srv_text_put(o, "# TYPE hderp_quota_dropped_packets counter\n"
