@@ -68,7 +68,7 @@ int kit_port_hold(struct net_addr *a, int type);
  * whole file or none. Main thread, once every shard listens (after hd_runtime_start). Returns 0
  * or -errno (fopen's, rename's; -ENAMETOOLONG). */
 struct kit_port_entry {
-    const char *name; /* one word, e.g. "derp", "http", "stun" */
+    const char *name; /* one word, e.g. "relay", "http", "stun" */
     const struct net_addr *addr;
 };
 int kit_port_file_write(const char *path, const struct kit_port_entry *e, unsigned n);
