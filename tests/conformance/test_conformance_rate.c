@@ -347,9 +347,9 @@ Test(test_conformance_rate, rate_zero_publishes_an_empty_config)
 {
     config("{\"PerClientRateLimitBytesPerSec\": 0, \"PerClientRateBurstBytes\": 1000}\n");
     server_up();
-    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), 0);
-    cr_assert_eq(varz("derp_rate_limit_per_client_burst_bytes"), 0);
-    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_bytes_per_second"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_burst_bytes"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), 0);
     conf_server_stop_clean(&srv);
 }
 
