@@ -48,7 +48,8 @@ static void hop(struct conf_raw *from, struct conf_raw *to, const char *tag, int
     struct derp_pubkey src;
     const uint8_t *data;
     size_t got;
-    CONF_OK(conf_raw_read_packet(to, CONF_IO_TIMEOUT_MS, &src, &data, &got));
+    int rc = conf_raw_read_packet(to, CONF_IO_TIMEOUT_MS, &src, &data, &got);
+    cr_assert_eq(rc, 0, "%s: no packet (%d)", want, rc);
     cr_assert(derp_pubkey_equal(&src, &from->kp.pub), "%s: wrong source", want);
     cr_assert(got == (size_t)len && memcmp(data, want, got) == 0, "got %.*s, want %s", (int)got,
               data, want);
