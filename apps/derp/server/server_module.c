@@ -21,6 +21,7 @@ bool srv_needs_tls(const struct srv_config *cfg)
 static void ds_free(struct srv_shard *ds)
 {
     srv_acct_shard_fini(ds);
+    srv_frames_fini(ds);
     srv_prelogin_fini(ds);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);
