@@ -103,12 +103,12 @@ struct srv_client {
     bool guest, placing, going_home;
     uint32_t place_run;
     uint64_t place_dst;
-    /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
-     * flight is cl->admit, rechecking while it is. */
+    /* -verify-recheck-interval (server_admit_recheck.c); the request in flight: cl->admit */
     struct hd_timer recheck;
     bool rechecking;
-    struct srv_acct_conn tally; /* per-key accounting (server_account.c) */
-    uint32_t quota;             /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
+    struct srv_acct_conn tally;    /* per-key accounting (server_account.c) */
+    uint32_t quota;                /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
+    struct srv_hash_memo dst_hash; /* the hash of the key it last sent to (on_send_packet) */
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
