@@ -66,9 +66,9 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * one before) a sleep waits for HD_MIN_WAIT_BATCH completions, or until the min-wait passed with at
  * least one: one wake-up for several packets instead of one each. A completion it holds waits at
  * most the min-wait; once the min-wait passed empty the first completion wakes at once, and a
- * lone ping (four CQEs) never arms it. Off unless configured (min_wait_us; hderp-server turns it
- * on, adaptive: perf/RESULTS.md). The cap keeps a configuration from holding completions for long.
- */
+ * lone ping (four CQEs) never arms it. Off unless configured (min_wait_us: an app's trade of
+ * latency for CPU, docs/ARCHITECTURE.md). The cap keeps a configuration from holding completions
+ * for long. */
 #define HD_MIN_WAIT_US_MAX   1000000
 #define HD_MIN_WAIT_BATCH    32
 #define HD_MIN_WAIT_ARM_CQES 16
