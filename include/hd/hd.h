@@ -162,8 +162,7 @@ bool hd_slab_trim_wanted(const struct hd_slab *p);
 bool hd_slab_owns(const struct hd_slab *p, const void *obj);
 void hd_slab_stats(const struct hd_slab *p, struct hd_pool_stats *out);
 const struct hd_pool_stats *hd_slab_counters(const struct hd_slab *p); /* live: owner thread */
-/* The pool an object came from (O(1), from its chunk header). */
-struct hd_slab *hd_slab_of(const void *obj);
+struct hd_slab *hd_slab_of(const void *obj); /* the pool obj came from: O(1), its chunk header */
 
 /* ---------------------------------------------------------------- frames */
 
