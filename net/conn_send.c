@@ -25,14 +25,15 @@ void net_conn_update_pressure(struct net_conn *c)
 {
     size_t q = net_conn_queued_bytes(c);
     uint32_t n = c->plain.count + c->mid.count + c->wire.count;
-    bool paused = (c->flags & NET_F_SEND_PAUSED) != 0;
-    bool high = q >= c->send_high || (c->send_high_frames && n >= c->send_high_frames);
-    bool low = q <= c->send_low && (!c->send_high_frames || n <= c->send_low_frames);
-    if (!paused && high) {
+    bool frames = c->send_high_frames != 0; /* 0: no entry watermark */
+    if (!(c->flags & NET_F_SEND_PAUSED)) {
+        /* The common case, every packet: under both high marks. */
+        if (hd_likely(q < c->send_high && (!frames || n < c->send_high_frames)))
+            return;
         c->flags |= NET_F_SEND_PAUSED;
         if (c->h->on_send_pressure)
             c->h->on_send_pressure(c, true);
-    } else if (paused && low) {
+    } else if (q <= c->send_low && (!frames || n <= c->send_low_frames)) {
         c->flags &= ~NET_F_SEND_PAUSED;
         if (c->h->on_send_pressure)
             c->h->on_send_pressure(c, false);

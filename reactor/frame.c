@@ -123,19 +123,18 @@ void hd_frames_flush_back(struct hd_shard *s)
     }
 }
 
-int hd_frame_room(struct hd_shard *s, size_t size, uint64_t *avail, uint64_t *cap)
+int hd_frame_class_of(const struct hd_shard *s, size_t size)
 {
-    for (unsigned i = 0; i < s->frame_classes_count; i++) {
-        if (size > s->frame_pools[i].size)
-            continue;
-        struct hd_pool_stats st;
-        hd_slab_stats(s->frame_pools[i].slab, &st);
-        HD_ASSERT(st.in_use <= st.cap);
-        *avail = st.cap - st.in_use;
-        *cap = st.cap;
-        return (int)i;
-    }
+    for (unsigned i = 0; i < s->frame_classes_count; i++)
+        if (size <= s->frame_pools[i].size)
+            return (int)i;
     return -ENOBUFS;
+}
+
+const struct hd_pool_stats *hd_frame_class_counters(const struct hd_shard *s, unsigned cls)
+{
+    HD_ASSERT(cls < s->frame_classes_count);
+    return hd_slab_counters(s->frame_pools[cls].slab);
 }
 
 void hd_frame_stats(struct hd_shard *s, unsigned cls, struct hd_pool_stats *out)

@@ -147,8 +147,7 @@ struct hd_pool_stats {
  * cap_objects. Start-up only (allocates). Returns 0, -EINVAL, -ENOMEM. */
 int hd_slab_create(struct hd_shard *s, const char *name, size_t obj_size, uint64_t cap_objects,
                    struct hd_slab **out);
-/* Frees every chunk (objects still in use are gone too). Owner shard, or after the runtime stopped.
- */
+/* Frees every chunk (objects still in use are gone too): owner shard, or a stopped runtime. */
 void hd_slab_destroy(struct hd_slab *p);
 /* An object, or NULL when the cap is reached (counted). Contents are undefined. */
 void *hd_slab_get(struct hd_slab *p);
@@ -162,8 +161,8 @@ bool hd_slab_trim_wanted(const struct hd_slab *p);
 /* O(1): does obj lie in one of this pool's chunks? obj must come from some hd_slab. */
 bool hd_slab_owns(const struct hd_slab *p, const void *obj);
 void hd_slab_stats(const struct hd_slab *p, struct hd_pool_stats *out);
-/* The pool an object came from (O(1), from its chunk header). */
-struct hd_slab *hd_slab_of(const void *obj);
+const struct hd_pool_stats *hd_slab_counters(const struct hd_slab *p); /* live: owner thread */
+struct hd_slab *hd_slab_of(const void *obj); /* the pool obj came from: O(1), its chunk header */
 
 /* ---------------------------------------------------------------- frames */
 
@@ -203,10 +202,11 @@ unsigned hd_frame_classes_count(const struct hd_shard *s);
 /* Data bytes of class cls (< hd_frame_classes_count; they ascend): the last is the largest
  * frame hd_frame_get can give. */
 uint32_t hd_frame_class_size(const struct hd_shard *s, unsigned cls);
-/* The class a frame of size bytes would come from, with how many more frames it can hand out
- * now (*avail) and its cap (*cap): a policy (a reserve, fair shares) decides before the get.
- * Returns the class index or -ENOBUFS (no class fits). O(classes). */
-int hd_frame_room(struct hd_shard *s, size_t size, uint64_t *avail, uint64_t *cap);
+/* The class a frame of size bytes comes from (the first that fits), or -ENOBUFS; class cls's
+ * live counters (cap - in_use: frames it can hand out now) for a policy (a reserve, fair
+ * shares) deciding before the get: found once, read per packet (owner shard, shard's life). */
+int hd_frame_class_of(const struct hd_shard *s, size_t size);
+const struct hd_pool_stats *hd_frame_class_counters(const struct hd_shard *s, unsigned cls);
 /* Called on the owner shard for each frame whose app_u64 is non-zero just before it goes back
  * to its pool (the app's accounting of who holds frames: hd_runtime_config.frame_release). */
 typedef void hd_frame_release_fn(struct hd_shard *s, struct hd_frame *f);

@@ -1,8 +1,9 @@
 /* test_conformance_harden.c - issue 16 against a real hderp-server: a client that drips bytes
  * cannot hold a connection past the absolute deadlines (the HTTP head from accept, the DERP
  * login from the upgrade; shortened with --http-deadline / --login-deadline), a logged-in
- * client is not cut by them, and connections not logged in yet are capped per source address
- * (--prelogin-per-addr-max) with the count returning to zero. Raw blocking clients. */
+ * client is not cut by them, connections not logged in yet are capped per source address
+ * (--prelogin-per-addr-max) with the count returning to zero, and a flood cannot drain the frame
+ * pools, from one connection or from many of one address. Raw blocking clients. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -169,15 +170,22 @@ Test(test_conformance_harden, prelogin_per_addr_cap)
 #define FLOOD   12000
 #define ROUND   200
 
-/* A login on a socket with a tiny receive buffer (set before connect, so the window stays
- * small): the kernel absorbs little, and what the server queues for it stays in its pools. */
-static void login_stalled(struct conf_raw *r)
+/* A login from source address src (NULL: the kernel's choice) on a socket whose receive buffer
+ * is rcvbuf bytes (0: the default; set before connect, so a small window stays small). */
+static void login_via(struct conf_raw *r, const char *src, int rcvbuf)
 {
     CONF_OK(conf_raw_open(r, &srv, NULL));
     close(r->fd);
     r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int small = 2048;
-    setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    cr_assert(r->fd >= 0);
+    if (rcvbuf)
+        setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    if (src) {
+        struct sockaddr_in a = {.sin_family = AF_INET};
+        inet_pton(AF_INET, src, &a.sin_addr);
+        cr_assert_eq(bind(r->fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind %s: %s", src,
+                     strerror(errno));
+    }
     struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons(srv.port)};
     inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
     cr_assert_eq(connect(r->fd, (struct sockaddr *)&d, sizeof(d)), 0);
@@ -188,6 +196,13 @@ static void login_stalled(struct conf_raw *r)
     cr_assert_gt(n, 0);
     CONF_OK(conf_raw_write(r, ci, (size_t)n));
     CONF_OK(conf_raw_read_server_info(r, NULL));
+}
+
+/* A login with a tiny receive buffer: the kernel absorbs little, and what the server queues for
+ * it stays in its pools. */
+static void login_stalled(struct conf_raw *r)
+{
+    login_via(r, NULL, 2048);
 }
 
 /* One bystander packet a -> b (it must arrive) and one Ping from p (its Pong must come). */
@@ -243,6 +258,74 @@ Test(test_conformance_harden, pool_drain_bystanders_served, .timeout = 240)
     conf_raw_close(&b);
     conf_raw_close(&a);
     conf_raw_close(&flooder);
+    for (int k = 0; k < STALLED; k++)
+        conf_raw_close(&stalled[k]);
+    cr_assert_eq(conf_server_stop(&srv), 0);
+}
+
+/* The same attack from many connections of one source address: FLOODERS connections from
+ * 127.0.0.2, each under its own share (at least SRV_FRAMES_SHARE_MIN frames, so together all
+ * the pool above its reserve), flood the stalled receivers, FLOOD_BURST packets each per round.
+ * Every round the bystander pair and the ping client, on 127.0.0.1, must be served: the address as
+ * a whole holds at most its share. (Without the per-address bound the flood held the pool down to
+ * the reserve, and the bystanders' packets were dropped.) */
+#define FLOODERS     30
+#define FLOOD_ROUNDS 60
+#define FLOOD_BURST  5
+/* Each SendPacket frame is 1 KiB and a burst one write, so frames do not straddle the server's
+ * 16 KiB reads: a partial frame makes net keep the rest of the read in a tail frame of the big
+ * class, and a 4 MiB pool has only 31 of those (a flooder that finds none is closed). */
+#define FLOOD_FRAME 1024
+
+/* FLOOD_BURST SendPacket frames of FLOOD_FRAME bytes from r, to the stalled receivers in turn,
+ * in one write. */
+static void flood_burst(struct conf_raw *r, struct conf_raw *to, int first)
+{
+    static uint8_t buf[FLOOD_BURST * FLOOD_FRAME];
+    for (int j = 0; j < FLOOD_BURST; j++) {
+        uint8_t *f = buf + j * FLOOD_FRAME;
+        derp_frame_header_encode(f, DERP_FRAME_HEADER_LEN, DERP_FRAME_SEND_PACKET,
+                                 FLOOD_FRAME - DERP_FRAME_HEADER_LEN);
+        memcpy(f + DERP_FRAME_HEADER_LEN, to[(first + j) % STALLED].kp.pub.bytes, DERP_KEY_LEN);
+        memset(f + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, 0xab,
+               FLOOD_FRAME - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
+    }
+    CONF_OK(conf_raw_write(r, buf, sizeof(buf)));
+}
+
+Test(test_conformance_harden, pool_drain_one_address_bounded, .timeout = 240)
+{
+    static const char *const extra[] = {"--frame-pool-mib", "4", NULL};
+    CONF_OK(conf_server_start(
+        &srv, &(struct conf_server_opts){.shards = 1, .write_timeout = "0", .extra = extra}));
+    static struct conf_raw stalled[STALLED], fl[FLOODERS];
+    struct conf_raw a, b, p;
+    for (int k = 0; k < STALLED; k++)
+        login_stalled(&stalled[k]);
+    for (int i = 0; i < FLOODERS; i++)
+        login_via(&fl[i], "127.0.0.2", 0);
+    CONF_OK(conf_raw_login(&a, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&p, &srv, NULL, NULL));
+    int64_t v = 0;
+    CONF_OK(conf_varz(&srv, "hderp_frame_addrs", false, &v));
+    cr_assert_eq(v, 2, "127.0.0.1 and 127.0.0.2 have accounts: %lld addresses", (long long)v);
+    for (int r = 0; r < FLOOD_ROUNDS; r++) {
+        for (int i = 0; i < FLOODERS; i++)
+            flood_burst(&fl[i], stalled, i);
+        bystanders(&a, &b, &p, r);
+    }
+    CONF_OK(conf_varz(&srv, "hderp_frames_refused{why=\"addr\"}", false, &v));
+    cr_assert_gt(v, 0, "the flood never reached its address's share: no attack");
+    CONF_OK(conf_varz(&srv, "derp_current_connections", false, &v));
+    cr_assert_eq(v, STALLED + FLOODERS + 3, "a client was closed: %lld left", (long long)v);
+    CONF_OK(conf_varz(&srv, "hderp_ctl_dropped", false, &v));
+    cr_assert_eq(v, 0);
+    conf_raw_close(&p);
+    conf_raw_close(&b);
+    conf_raw_close(&a);
+    for (int i = 0; i < FLOODERS; i++)
+        conf_raw_close(&fl[i]);
     for (int k = 0; k < STALLED; k++)
         conf_raw_close(&stalled[k]);
     cr_assert_eq(conf_server_stop(&srv), 0);

@@ -119,6 +119,27 @@ Test(test_reactor_pools, slab_owns_and_slab_of)
     hd_slab_destroy(q);
 }
 
+/* Sizes that are not powers of two (owns checks the slot with the odd part's inverse, not a
+ * division): every byte offset over the first objects, carved or not, against the plain rule. */
+Test(test_reactor_pools, slab_owns_odd_sizes)
+{
+    static const size_t sizes[] = {48, 80, 208, 2080, 65696};
+    for (unsigned k = 0; k < HD_ARRAY_SIZE(sizes); k++) {
+        struct hd_slab *p;
+        cr_assert_eq(hd_slab_create(NULL, "odd", sizes[k], 16, &p), 0);
+        char *first = hd_slab_get(p), *o = NULL;
+        for (int i = 0; i < 4; i++)
+            o = hd_slab_get(p); /* 5 carved */
+        cr_assert(first && o);
+        for (size_t off = 0; off < 7 * sizes[k]; off++) {
+            bool want = off % sizes[k] == 0 && off / sizes[k] < 5;
+            cr_assert_eq(hd_slab_owns(p, first + off), want, "size %zu, offset %zu", sizes[k], off);
+        }
+        cr_assert(!hd_slab_owns(p, first - 1) && !hd_slab_owns(p, first - 16));
+        hd_slab_destroy(p);
+    }
+}
+
 /* Objects of 256 KiB: 7 fit in a 2 MiB chunk after its header, so chunks show the carving. */
 #define BIG_OBJ       (256u * 1024u)
 #define BIG_PER_CHUNK ((HD_SLAB_CHUNK_SIZE - 64u) / BIG_OBJ)
@@ -273,6 +294,12 @@ static void classes_body(struct hd_shard *s, void *arg)
     check_fresh(s, c1[n1++] = hd_frame_get(s, 4096), 1, 4096);
     check_fresh(s, c2[n2++] = hd_frame_get(s, 4097), 2, 65600);
     check_fresh(s, c2[n2++] = hd_frame_get(s, 65600), 2, 65600);
+    /* The class a size comes from, and the live counters a policy reads before a get. */
+    HDT_CHECK(hd_frame_class_of(s, 0) == 0 && hd_frame_class_of(s, 256) == 0);
+    HDT_CHECK(hd_frame_class_of(s, 257) == 1 && hd_frame_class_of(s, 65600) == 2);
+    HDT_CHECK(hd_frame_class_of(s, 65601) == -ENOBUFS);
+    const struct hd_pool_stats *live = hd_frame_class_counters(s, 0);
+    HDT_CHECK(live->cap == 8 && live->in_use == n0);
     /* Too big for every class. */
     HDT_CHECK(hd_frame_get(s, 65601) == NULL);
     HDT_CHECK(hd_frame_get(s, SIZE_MAX) == NULL);
@@ -289,6 +316,7 @@ static void classes_body(struct hd_shard *s, void *arg)
     HDT_CHECK(hd_frame_get(s, 100) == NULL);
     frame_stats(s, 0, &st);
     HDT_CHECK(st.exhausted == 1 && st.in_use == 8 && st.high_water == 8);
+    HDT_CHECK(live->in_use == 8 && live->exhausted == 1); /* the counters themselves */
     frame_stats(s, 1, &st);
     HDT_CHECK(st.in_use == 2 && st.exhausted == 0); /* class 0 did not spill into class 1 */
 

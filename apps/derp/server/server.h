@@ -104,12 +104,12 @@ struct srv_client {
     bool guest, placing, going_home;
     uint32_t place_run;
     uint64_t place_dst;
-    /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
-     * flight is cl->admit, rechecking while it is. */
+    /* -verify-recheck-interval (server_admit_recheck.c); the request in flight: cl->admit */
     struct hd_timer recheck;
     bool rechecking;
-    struct srv_acct_conn tally; /* per-key accounting (server_account.c) */
-    uint32_t quota;             /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
+    struct srv_acct_conn tally;    /* per-key accounting (server_account.c) */
+    uint32_t quota;                /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
+    struct srv_hash_memo dst_hash; /* the hash of the key it last sent to (on_send_packet) */
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -173,11 +173,23 @@ struct srv_mesh_link {
 
 /* Connections on this shard not logged in yet (server_prelogin.c). */
 struct srv_prelogin_slot;
-struct srv_account;
 struct srv_prelogin {
     uint32_t count; /* all of them */
     uint32_t mask;  /* slots - 1 */
     struct srv_prelogin_slot *slots;
+};
+
+/* Fair shares of the frame pools (server_frames.c: connections; server_frame_addrs.c). */
+struct srv_frame_addr; /* struct srv_account: with srv_client above */
+struct srv_frames {
+    unsigned classes;
+    uint32_t size[HD_FRAME_CLASSES_MAX];                    /* data bytes of each class */
+    uint64_t reserve[HD_FRAME_CLASSES_MAX];                 /* kept for control frames */
+    const struct hd_pool_stats *pool[HD_FRAME_CLASSES_MAX]; /* live: cap - in_use */
+    struct hd_slab *accounts, *addrs;
+    struct srv_frame_addr **slots; /* address -> entry: open addressing, at most 1/2 full */
+    uint32_t cap, count;           /* slots; entries in them (some free to reuse) */
+    struct srv_frame_addr *spill;  /* for connections whose entry could not be made */
 };
 
 struct srv_shard {
@@ -206,7 +218,7 @@ struct srv_shard {
     double accept_per_ms, accept_burst;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct srv_prelogin prelogin;
-    struct hd_slab *accounts;                 /* server_frames.c */
+    struct srv_frames frames;
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
     struct srv_acct *acct;         /* per-key accounting (server_account.c) */
@@ -262,12 +274,16 @@ void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer);
  * client): always moved; true when to is now over the per-address cap (close it). */
 bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from,
                        const struct net_addr *to);
+/* A source address as 16 bytes (IPv4 as ::ffff:a.b.c.d; none: zeros): the tables' key. */
+void srv_addr_key(const struct net_addr *a, uint8_t ip[16]);
 
 /* server_frames.c: fair shares of the frame pools. */
 int srv_frames_init(struct srv_shard *ds);
-void srv_frames_client_init(struct srv_client *cl); /* at activation, on the owner shard */
-void srv_frames_client_fini(struct srv_client *cl); /* at close */
-/* A frame for a packet cl sent, or NULL (the reserve or cl's share reached: counted). */
+void srv_frames_fini(struct srv_shard *ds);
+uint32_t srv_frame_addrs_live(const struct srv_shard *ds); /* addresses with accounts (varz) */
+void srv_frames_client_init(struct srv_client *cl);        /* at activation, on the owner shard */
+void srv_frames_client_fini(struct srv_client *cl);        /* at close */
+/* A frame for a packet cl sent, or NULL (the reserve, or cl's or its address's share: counted). */
 struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
 hd_frame_release_fn srv_frame_release;
 /* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */

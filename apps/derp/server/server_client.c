@@ -361,7 +361,13 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     memcpy(f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);
     f->len = SRV_ROUTE_OFF + out_len;
     f->app_flags = kind == SRV_KIND_DISCO ? 1 : 0;
-    if (srv_route(ds, f, out_len, kind, forward) && !forward && ds->cfg->placement)
+    /* A sender mostly sends to one peer: its last destination's hash is kept here, so the
+     * owner and table-slot lookups in srv_route hash nothing (the thread's one-key memo alone
+     * misses whenever packets of two directions or two pairs alternate, as they do). */
+    srv_hash_memo = cl->dst_hash;
+    bool crossed = srv_route(ds, f, out_len, kind, forward);
+    cl->dst_hash = srv_hash_memo;
+    if (crossed && !forward && ds->cfg->placement)
         srv_place_note(cl, dst); /* it crossed the bus */
 }
 

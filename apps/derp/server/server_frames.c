@@ -1,31 +1,45 @@
 /* server_frames.c - fair use of a shard's frame pools (issue 16 item 2). A packet's frame comes
  * from its sender's shard and is held until every receiver wrote it, so a sender flooding slow
  * receivers used to drain the pool: everyone else's packets, KeepAlives, Pongs and logins then
- * failed. Each client that sends gets an account of the frames it holds now (charged at the
- * get, released when the frame returns to its pool, through the runtime's frame_release hook:
- * always on the owner shard, which is the sender's). A packet gets a frame only while
+ * failed. Each client that sends gets an account of the frames it holds now, and so does its
+ * source address (server_frame_addrs.c): charged at the get, released when the frame returns to
+ * its pool, through the runtime's frame_release hook (always on the owner shard, which is the
+ * sender's). A packet gets a frame only while
  *   - the class keeps its reserve (1/SRV_FRAMES_RESERVE_DIV of the cap) for control frames,
- *     logins and HTTP answers, which take frames without this check, and
+ *     logins and HTTP answers, which take frames without this check,
  *   - the sender holds less than its share: what is free above the reserve divided by
  *     SRV_FRAMES_SHARE_DIV (at least SRV_FRAMES_SHARE_MIN), so one sender converges to a fifth
- *     of the pool and a well-behaved one, whose frames leave at once, is never near its share.
- * A refused packet is dropped and counted (the sender's own flood is what is lost). Accounts
- * come from a per-shard slab (no malloc on the data path); a closed client's account lives on
- * until its last frame returns. Runs on the client's (owner) shard. */
+ *     of the pool and a well-behaved one, whose frames leave at once, is never near its share,
+ *   - and its address's connections together hold less than what is free above the reserve
+ *     divided by SRV_FRAMES_ADDR_SHARE_DIV (at least SRV_FRAMES_SHARE_MIN): one address with
+ *     many flooding connections converges to a third.
+ * A refused packet is dropped and counted (the sender's own flood is what is lost). Per packet
+ * this is a few loads and compares (the classes' live counters are found once, at start) and
+ * two increments, and two decrements at the release. Accounts come from a per-shard slab (no
+ * malloc on the data path); a closed client's account lives on until its last frame returns.
+ * Runs on the client's (owner) shard. */
 #include <errno.h>
 
-#include "server.h"
-
-struct srv_account {
-    struct hd_slab *slab; /* its pool: the release hook needs no shard state */
-    uint32_t frames[SRV_FRAME_CLASSES];
-    bool orphan; /* the client closed: freed with its last frame */
-};
+#include "server_frames.h"
 
 int srv_frames_init(struct srv_shard *ds)
 {
-    return hd_slab_create(ds->s, "accounts", sizeof(struct srv_account), SRV_ACCOUNTS_MAX,
-                          &ds->accounts);
+    struct srv_frames *fr = &ds->frames;
+    fr->classes = hd_frame_classes_count(ds->s);
+    HD_ASSERT(fr->classes <= HD_FRAME_CLASSES_MAX);
+    for (unsigned i = 0; i < fr->classes; i++) {
+        fr->size[i] = hd_frame_class_size(ds->s, i);
+        fr->pool[i] = hd_frame_class_counters(ds->s, i);
+        fr->reserve[i] = fr->pool[i]->cap / SRV_FRAMES_RESERVE_DIV;
+    }
+    int rc = hd_slab_create(ds->s, "accounts", sizeof(struct srv_account), SRV_ACCOUNTS_MAX,
+                            &fr->accounts);
+    return rc < 0 ? rc : srv_frame_addrs_init(ds);
+}
+
+void srv_frames_fini(struct srv_shard *ds)
+{
+    srv_frame_addrs_fini(ds);
 }
 
 void srv_frames_client_init(struct srv_client *cl)
@@ -33,21 +47,22 @@ void srv_frames_client_init(struct srv_client *cl)
     HD_ASSERT(cl->acct == NULL);
     if (cl->mesh) /* a region's own nodes are trusted: derper's watch streams are unbounded */
         return;
-    struct srv_account *a = hd_slab_get(cl->ds->accounts);
-    if (a == NULL) { /* SRV_ACCOUNTS_MAX: more than every connection: cannot happen */
+    struct srv_account *a = hd_slab_get(cl->ds->frames.accounts);
+    if (a == NULL) { /* SRV_ACCOUNTS_MAX: more than every connection; or injected faults */
         cl->ds->ctr.frames_share_dropped++;
         return;
     }
-    *a = (struct srv_account){.slab = cl->ds->accounts};
+    *a = (struct srv_account){.addr = srv_frame_addr_enter(cl->ds, net_conn_peer(cl->conn))};
     cl->acct = a;
 }
 
 static void account_maybe_free(struct srv_account *a)
 {
-    for (unsigned i = 0; i < SRV_FRAME_CLASSES; i++)
+    for (unsigned i = 0; i < HD_FRAME_CLASSES_MAX; i++)
         if (a->frames[i])
             return;
-    hd_slab_put(a->slab, a);
+    srv_frame_addr_leave(a->addr);
+    hd_slab_put(hd_slab_of(a), a); /* the release hook has no shard state: the chunk knows */
 }
 
 void srv_frames_client_fini(struct srv_client *cl)
@@ -65,39 +80,58 @@ void srv_frame_release(struct hd_shard *s, struct hd_frame *f)
 {
     (void)s;
     struct srv_account *a = (struct srv_account *)(uintptr_t)f->app_u64;
-    HD_ASSERT(f->cls < SRV_FRAME_CLASSES && a->frames[f->cls] > 0);
-    a->frames[f->cls]--;
-    if (a->orphan)
+    unsigned cls = f->cls; /* < HD_FRAME_CLASSES_MAX: the reactor's */
+    HD_DASSERT(cls < HD_FRAME_CLASSES_MAX);
+    uint32_t held = a->frames[cls]--, addr_held = a->addr->frames[cls]--;
+    HD_ASSERT(held > 0 && addr_held > 0); /* charged at the get */
+    if (hd_unlikely(a->orphan))
         account_maybe_free(a);
+}
+
+/* Whether a (holding frames of class cls) may take one more; room: what is free above the
+ * reserve. Below SRV_FRAMES_SHARE_MIN frames for its address (the common case: a client whose
+ * frames leave at once) neither share can be reached. */
+static bool within_shares(struct srv_shard *ds, const struct srv_account *a, unsigned cls,
+                          uint64_t room)
+{
+    uint32_t addr_held = a->addr->frames[cls];
+    if (hd_likely(addr_held < SRV_FRAMES_SHARE_MIN))
+        return true;
+    uint32_t held = a->frames[cls];
+    if (held >= SRV_FRAMES_SHARE_MIN && held >= room / SRV_FRAMES_SHARE_DIV) {
+        ds->ctr.frames_share_dropped++;
+        return false;
+    }
+    if (addr_held >= room / SRV_FRAMES_ADDR_SHARE_DIV) {
+        ds->ctr.frames_addr_dropped++;
+        return false;
+    }
+    return true;
 }
 
 struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size)
 {
     struct srv_shard *ds = cl->ds;
-    uint64_t avail, cap;
-    int cls = hd_frame_room(ds->s, size, &avail, &cap);
-    if (cls < 0)
-        return NULL;
-    uint64_t reserve = cap / SRV_FRAMES_RESERVE_DIV;
-    if (avail <= reserve) {
+    struct srv_frames *fr = &ds->frames;
+    unsigned cls = 0;
+    while (cls < fr->classes && size > fr->size[cls])
+        cls++;
+    if (cls == fr->classes)
+        return NULL; /* larger than any class */
+    uint64_t avail = fr->pool[cls]->cap - fr->pool[cls]->in_use;
+    if (avail <= fr->reserve[cls]) {
         ds->ctr.frames_reserve_dropped++;
         return NULL;
     }
     struct srv_account *a = cl->acct;
-    if (a) {
-        uint64_t share = (avail - reserve) / SRV_FRAMES_SHARE_DIV;
-        if (share < SRV_FRAMES_SHARE_MIN)
-            share = SRV_FRAMES_SHARE_MIN;
-        if (a->frames[cls] >= share) {
-            ds->ctr.frames_share_dropped++;
-            return NULL;
-        }
-    }
+    if (a && !within_shares(ds, a, cls, avail - fr->reserve[cls]))
+        return NULL;
     struct hd_frame *f = hd_frame_get(ds->s, size);
     if (f == NULL || a == NULL)
         return f;
-    HD_ASSERT(f->cls == (unsigned)cls);
+    HD_ASSERT(f->cls == cls);
     a->frames[cls]++;
+    a->addr->frames[cls]++;
     f->app_u64 = (uint64_t)(uintptr_t)a;
     return f;
 }

@@ -69,6 +69,15 @@ _Static_assert(SRV_PRELOGIN_ADDR_MAX_DEFAULT <= SRV_PRELOGIN_SHARD_MAX_DEFAULT,
 #define SRV_FRAMES_RESERVE_DIV 8u
 #define SRV_FRAMES_SHARE_DIV   4u
 #define SRV_FRAMES_SHARE_MIN   32u
+/* All connections from one source address (an IPv6 /64) together: at most 1/2 of what is free
+ * above the reserve (at least SRV_FRAMES_SHARE_MIN), so many flooding connections from one
+ * address converge to a third of the pool, and room is left for everyone else (NATed honest
+ * clients share it too, but their frames leave at once). Twice a connection's share: one
+ * connection alone is held by its own. The table of addresses starts at this many slots. */
+#define SRV_FRAMES_ADDR_SHARE_DIV 2u
+#define SRV_FRAME_ADDRS_INITIAL   64u
+_Static_assert(SRV_FRAMES_ADDR_SHARE_DIV < SRV_FRAMES_SHARE_DIV, "an address gets more than one");
+_Static_assert((SRV_FRAME_ADDRS_INITIAL & (SRV_FRAME_ADDRS_INITIAL - 1)) == 0, "masked index");
 /* Accounts: one per sending client plus closed ones whose frames are still out: never more
  * than connections + frames. */
 #define SRV_ACCOUNTS_MAX (2u * NET_CONNS_MAX)

@@ -46,6 +46,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->ctr.clients_total = ds->peers.count; /* keys local or reachable via the mesh */
         v->ctr.watchers = ds->watch_count;
         v->ctr.prelogin_now = ds->prelogin.count;
+        v->ctr.frame_addrs = srv_frame_addrs_live(ds);
         v->ctr.mesh_links_configured = 0; /* this shard's links (id % shards), self excluded */
         for (unsigned i = hd_shard_id(s); ds->links && i < ds->cfg->mesh_count;
              i += hd_shard_count(s))
@@ -227,6 +228,10 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
                  (long long)SUM(frames_share_dropped));
     srv_text_put(o, "hderp_frames_refused{why=\"reserve\"} %lld\n",
                  (long long)SUM(frames_reserve_dropped));
+    srv_text_put(o, "hderp_frames_refused{why=\"addr\"} %lld\n",
+                 (long long)SUM(frames_addr_dropped));
+    put_own(o, "frame_addrs", "gauge", SUM(frame_addrs));
+    put_own(o, "frame_addrs_spilled", "counter", SUM(frame_addrs_spilled));
     put_own(o, "ctl_dropped", "counter", SUM(ctl_dropped));
 }
 

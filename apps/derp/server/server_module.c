@@ -21,6 +21,7 @@ bool srv_needs_tls(const struct srv_config *cfg)
 static void ds_free(struct srv_shard *ds)
 {
     srv_acct_shard_fini(ds);
+    srv_frames_fini(ds);
     srv_prelogin_fini(ds);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);
@@ -113,6 +114,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_peers_fini(&ds->guests);
     srv_subs_fini(&ds->subs);
     srv_prelogin_fini(ds);
+    srv_frames_fini(ds);
     srv_admit_shard_fini(ds);
     srv_acct_shard_fini(ds);
     srv_quota_shard_fini(ds);

@@ -16,7 +16,7 @@ struct srv_prelogin_slot {
     uint32_t count; /* 0: free */
 };
 
-static void addr_key(const struct net_addr *a, uint8_t ip[16])
+void srv_addr_key(const struct net_addr *a, uint8_t ip[16])
 {
     memset(ip, 0, 16);
     if (a->len && a->sa.sa_family == AF_INET6) {
@@ -69,7 +69,7 @@ bool srv_prelogin_enter(struct srv_shard *ds, const struct net_addr *peer)
         return false;
     }
     uint8_t ip[16];
-    addr_key(peer, ip);
+    srv_addr_key(peer, ip);
     uint32_t i = slot_find(p, ip);
     struct srv_prelogin_slot *s = &p->slots[i];
     if (s->count >= ds->cfg->prelogin_addr_max) {
@@ -91,7 +91,7 @@ void srv_prelogin_leave(struct srv_shard *ds, const struct net_addr *peer)
 {
     struct srv_prelogin *p = &ds->prelogin;
     uint8_t ip[16];
-    addr_key(peer, ip);
+    srv_addr_key(peer, ip);
     uint32_t i = slot_find(p, ip);
     HD_ASSERT(p->count > 0 && p->slots[i].count > 0); /* left only after it entered */
     p->count--;
@@ -114,7 +114,7 @@ bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from, const 
     struct srv_prelogin *p = &ds->prelogin;
     srv_prelogin_leave(ds, from);
     uint8_t ip[16];
-    addr_key(to, ip);
+    srv_addr_key(to, ip);
     struct srv_prelogin_slot *s = &p->slots[slot_find(p, ip)];
     if (s->count == 0)
         memcpy(s->ip, ip, 16);
