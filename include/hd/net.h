@@ -222,8 +222,19 @@ struct net_listener_stats {
 int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
                        const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
                        struct net_listener **out);
-/* Stop accepting and close the socket; the struct is freed once the kernel returned the op. */
+/* A listener on fd, a listening TCP socket handed over by another process (net_handover_recv),
+ * which it takes in every case (closed on failure). Returns 0, -EINVAL (not a listening TCP
+ * socket), -ENOMEM. */
+int net_listener_adopt(struct hd_shard *s, int fd, const struct net_listener_options *opt,
+                       net_accept_fn *fn, void *arg, struct net_listener **out);
+/* Stop accepting and close the socket; the struct is freed once the kernel returned the op.
+ * Connections the kernel queued stay queued for any other holder of the socket (a successor
+ * that adopted it): they are not refused. */
 void net_listener_stop(struct net_listener *l);
+/* The same, except that connections the kernel accepted for this listener before the stop took
+ * effect (completions still on their way) reach fn instead of being closed: for a process that
+ * handed the socket to its successor and serves what it already took. */
+void net_listener_drain(struct net_listener *l);
 /* Claims addr for this process before its shards listen there: SO_REUSEPORT lets any process of
  * the same user join a port (the kernel then spreads connections over both), so the shards'
  * sharing alone cannot tell a second server. A socket with SO_REUSEADDR and without
@@ -236,6 +247,8 @@ const struct net_listener_stats *net_listener_stats(const struct net_listener *l
 /* The bound address (the actual port when addr had port 0). */
 const struct net_addr *net_listener_addr(const struct net_listener *l);
 struct hd_shard *net_listener_shard(const struct net_listener *l);
+/* The listening socket (to hand over; the listener still owns it). */
+int net_listener_fd(const struct net_listener *l);
 /* The shard's live connection count (what conns_max limits). */
 uint32_t net_conns_count(struct hd_shard *s);
 
@@ -252,6 +265,9 @@ struct net_udp_stats {
  * Returns 0 or -errno (-EADDRINUSE, -EACCES, -ENOMEM). */
 int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
                  struct net_udp **out);
+/* A UDP socket on fd, handed over by another process; taken in every case (closed on failure).
+ * Returns 0, -EINVAL (not a datagram socket), -ENOMEM. */
+int net_udp_adopt(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg, struct net_udp **out);
 /* Copy a datagram (at most NET_UDP_SEND_MAX bytes) and send it to `to`. Returns 0, -EMSGSIZE,
  * -ENOBUFS (every send slot in flight: dropped and counted), -EBUSY, -EPIPE (closing). */
 int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to);
@@ -259,6 +275,38 @@ int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct n
 void net_udp_close(struct net_udp *u);
 const struct net_udp_stats *net_udp_stats(const struct net_udp *u);
 struct hd_shard *net_udp_shard(const struct net_udp *u);
+/* The socket (to hand over; the UDP socket still owns it). */
+int net_udp_fd(const struct net_udp *u);
+
+/* ---------------------------------------------------------------- process hand-over */
+
+/* A running program handing its sockets to its successor (a zero-downtime upgrade): it starts
+ * the binary its /proc/self/exe names now (the file on disk, also after a package replaced
+ * it) with one end of a SOCK_SEQPACKET socketpair inherited, its number in the environment
+ * variable NET_HANDOVER_ENV; the two exchange messages of at most NET_HANDOVER_MSG_MAX bytes,
+ * each with up to NET_HANDOVER_FDS_MAX descriptors (SCM_RIGHTS, so batch them). What the
+ * messages say is the app's. Blocking with deadlines: call these from the main thread or a
+ * thread of the app's, never from a shard. */
+/* Start /proc/self/exe's current path with argv (argv[0] included) and this environment (any
+ * inherited NET_HANDOVER_ENV replaced); every signal unblocked and at its default in the
+ * child. *sock is our end (close-on-exec). Returns 0, or -errno from readlink, socketpair or
+ * posix_spawn (-ENOENT: the binary is gone, -EACCES). */
+int net_handover_spawn(char *const argv[], pid_t *pid, int *sock);
+/* The path net_handover_spawn starts (" (deleted)" removed). 0, -errno, -ENAMETOOLONG. */
+int net_handover_exe(char *path, size_t cap);
+/* In the successor: the inherited socket (made close-on-exec; the variable is removed from
+ * the environment), -ENOENT when there is none, -EINVAL/-EBADF when the variable is bad. */
+int net_handover_inherited(void);
+/* One message with fds_count descriptors (the caller keeps its own). 0, -EINVAL (len 0 or too
+ * long, too many fds), -EPIPE (the peer is gone), -errno. */
+int net_handover_send(int sock, const void *msg, size_t len, const int *fds, unsigned fds_count);
+/* Wait up to timeout_ms (-1: forever) for one message; its descriptors (close-on-exec) go to
+ * fds, which has room for NET_HANDOVER_FDS_MAX (or is NULL: a message with any is refused).
+ * Returns its length, -ETIMEDOUT, -EPIPE (the peer closed or exited, also with our messages
+ * unread), -EPROTO (truncated:
+ * longer than cap, or descriptors it cannot hold, all closed), -errno. */
+ssize_t net_handover_recv(int sock, void *msg, size_t cap, int *fds, unsigned *fds_count,
+                          int timeout_ms);
 
 /* ---------------------------------------------------------------- per-shard set-up */
 

@@ -77,4 +77,12 @@ _Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "a 64 KiB message with its he
 _Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX_DEFAULT,
                "a pool frame class");
 
+/* Process hand-over (net_handover_*): the environment variable naming the inherited socket;
+ * descriptors per message (the kernel's SCM_MAX_FD is 253; a batch of 64 keeps the control
+ * buffer on the stack at 16 + 256 bytes) and the bytes of one message (a SEQPACKET datagram). */
+#define NET_HANDOVER_ENV     "HD_HANDOVER_FD"
+#define NET_HANDOVER_FDS_MAX 64u
+#define NET_HANDOVER_MSG_MAX 65536u
+_Static_assert(NET_HANDOVER_FDS_MAX <= 253u, "SCM_MAX_FD");
+
 #endif /* NET_LIMITS_H */
