@@ -198,6 +198,34 @@ typedef void net_adopt_fn(struct net_conn *c, void *arg);
  * Returns 0, -EINVAL (dst out of range or this shard), -EBUSY (already moving or closing). */
 int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg);
 
+/* ---------------------------------------------------------------- export to another process */
+
+/* A codec's state as bytes (at most cap = NET_EXPORT_CODEC_MAX), on a quiet connection: its
+ * length, or -errno (the connection cannot be exported now: it is closed with that reason).
+ * The app passes the codec's own (TLS: tls_conn_state_save). */
+typedef ssize_t net_codec_save_fn(struct net_conn *c, uint8_t *buf, size_t cap);
+/* In the new process: reinstall the codec on c from those bytes (TLS: tls_conn_state_load).
+ * 0 or -errno (-EPROTO: bad bytes). */
+typedef int net_codec_load_fn(struct net_conn *c, const uint8_t *buf, size_t len);
+/* The connection as bytes: fd (now the caller's, open) and blob (valid during the call). */
+typedef void net_export_fn(int fd, const uint8_t *blob, size_t len, void *arg);
+/* Take c out of this process: like net_conn_migrate, receiving pauses and, once no op of c is
+ * in flight, its fd, peer, settings, the deadline left, unconsumed and unread bytes, both send
+ * queues and the codec's state (through save) become fd + bytes for done, and c is gone (no
+ * on_close; the fd stays open). If c closes first, on_close runs as usual and done never does;
+ * if packing fails, c is closed with the error (on_close). Returns 0, -EBUSY (moving or
+ * closing), -EOPNOTSUPP (a stacked upper codec, or a codec and no save), -ENOMEM. */
+int net_conn_export(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg);
+/* A connection on shard s from fd and what net_conn_export made of it: h and app as for
+ * net_conn_adopt; load reinstalls the codec (NULL when the blob has no codec state). *out is
+ * set before the carried bytes are offered to on_data (inside this call), and the queued sends
+ * go out at this tick's flush. Returns 0 (fd taken), or -EPROTO (bad or truncated bytes),
+ * -EOPNOTSUPP (a codec state and no load), -ENOMEM, -ENOBUFS (frame pools), load's error: then
+ * nothing is kept and fd is still the caller's. */
+int net_conn_import(struct hd_shard *s, int fd, const uint8_t *blob, size_t len,
+                    const struct net_conn_handler *h, void *app, net_codec_load_fn *load,
+                    struct net_conn **out);
+
 /* ---------------------------------------------------------------- listeners */
 
 /* A new connection was accepted: adopt fd (net_conn_adopt) or close it. peer is its address. */
