@@ -10,6 +10,7 @@
 #include "server.h"
 #include "server_check.h"
 #include "server_flags.h"
+#include "server_upgrade.h"
 
 #define HDERP_VERSION "0.1.0"
 
@@ -81,13 +82,6 @@ static int claim_all(const struct srv_config *cfg)
     return 0;
 }
 
-static void claim_release(void)
-{
-    for (unsigned i = 0; i < 2; i++)
-        if (claim_fds[i] >= 0)
-            close(claim_fds[i]);
-}
-
 /* The runtime with the relay (and tls_module before it when it speaks TLS) until a signal. */
 static int run(struct srv_config *cfg, const struct srv_flags *f)
 {
@@ -129,6 +123,7 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
     } else {
         log_start(cfg, rt);
+        srv_upgrade_started(cfg); /* the pid file; a successor's READY */
         rc = hd_runtime_wait(rt);
         hd_log(HD_LOG_INFO, "stopped");
     }
@@ -142,6 +137,8 @@ static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
 {
     if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
         return srv_check_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "upgrade") == 0) /* server_upgrade_cmd.c */
+        return srv_upgrade_cmd_main(argc - 1, argv + 1);
     int rc = srv_flags_parse(argc, argv, f);
     if (rc != 0)
         return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
@@ -167,13 +164,20 @@ int main(int argc, char **argv)
     }
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
-    if (claim_all(cfg) < 0) {
+    /* A successor (SIGUSR2 in the old process) gets the claims and listeners instead. */
+    int handed = srv_upgrade_init(cfg, argv, f.pid_file, (uint32_t)f.upgrade_timeout_ms) < 0
+                     ? -1
+                     : srv_upgrade_receive(cfg);
+    if (handed < 0 || (handed == 0 && claim_all(cfg) < 0)) {
+        srv_upgrade_fini(cfg);
         srv_config_fini(cfg);
         free(cfg);
         return 1;
     }
+    if (handed == 0) /* the claims now belong to the upgrade state (handed over, or closed) */
+        srv_upgrade_claims(cfg, claim_fds);
     rc = run(cfg, &f);
-    claim_release();
+    srv_upgrade_fini(cfg); /* after the runtime: closes the claims */
     srv_config_fini(cfg);
     free(cfg);
     return rc < 0 ? 1 : 0;
