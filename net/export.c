@@ -4,7 +4,8 @@
  * app's save callback), the tails, the bytes received but not offered yet and both send queues
  * (entry by entry) are written into one heap buffer, and the connection lets go of its fd
  * without closing it. net_conn_import rebuilds a connection from fd and bytes, checking every
- * length before it allocates anything (bad bytes: -EPROTO). Runs on the connection's shard;
+ * length before it allocates anything (bad bytes: -EPROTO), paused until the app resumes it.
+ * Runs on the connection's shard;
  * the blob is the caller's once done has it. Control path: it allocates. */
 #include <errno.h>
 #include <stdlib.h>
@@ -303,27 +304,20 @@ static int import_state(struct net_conn *c, const struct net_export_view *v)
     return rc < 0 ? rc : import_queue(c, &c->wire, v, &v->wire);
 }
 
-/* The new connection runs: timers, the carried bytes offered, receiving again. */
+/* The new connection's timers and queued sends; receiving stays paused until the app resumes
+ * it (net_conn_pause_recv offers the carried bytes first). */
 static void import_start(struct net_conn *c, const struct net_export_view *v)
 {
     struct hd_shard *s = c->shard;
+    c->flags |= NET_F_RECV_PAUSED;
     if (c->idle_timeout_ms)
         hd_timer_start(s, &c->idle_timer, c->idle_timeout_ms);
     if (v->deadline_left_ms) {
         c->deadline_at_ms = hd_now_ms(s) + v->deadline_left_ms;
         hd_timer_start(s, &c->deadline_timer, v->deadline_left_ms);
     }
-    c->depth++;
-    int rc = net_conn_replay(c);
-    if (rc < 0)
-        net_conn_close(c, rc, false);
-    if (c->state == NET_CONN_OPEN) {
-        net_conn_recv_arm(c);
-        if (!net_conn_queues_empty(c))
-            hd_flush_request(s, &c->flush);
-    }
-    c->depth--;
-    net_conn_maybe_finish(c);
+    if (!net_conn_queues_empty(c))
+        hd_flush_request(s, &c->flush);
 }
 
 int net_conn_import(struct hd_shard *s, int fd, const uint8_t *blob, size_t len,
@@ -348,7 +342,7 @@ int net_conn_import(struct hd_shard *s, int fd, const uint8_t *blob, size_t len,
         net_conn_release(c, false);
         return rc;
     }
-    *out = c; /* before the carried bytes reach on_data */
     import_start(c, &v);
+    *out = c;
     return 0;
 }

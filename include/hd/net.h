@@ -217,11 +217,12 @@ typedef void net_export_fn(int fd, const uint8_t *blob, size_t len, void *arg);
  * closing), -EOPNOTSUPP (a stacked upper codec, or a codec and no save), -ENOMEM. */
 int net_conn_export(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg);
 /* A connection on shard s from fd and what net_conn_export made of it: h and app as for
- * net_conn_adopt; load reinstalls the codec (NULL when the blob has no codec state). *out is
- * set before the carried bytes are offered to on_data (inside this call), and the queued sends
- * go out at this tick's flush. Returns 0 (fd taken), or -EPROTO (bad or truncated bytes),
- * -EOPNOTSUPP (a codec state and no load), -ENOMEM, -ENOBUFS (frame pools), load's error: then
- * nothing is kept and fd is still the caller's. */
+ * net_conn_adopt; load reinstalls the codec (NULL when the blob has no codec state). The
+ * connection comes with receiving paused, so the app can set up its state for it first:
+ * net_conn_pause_recv(c, false) then offers the carried bytes to on_data and receives; the
+ * queued sends go out at this tick's flush. Returns 0 (fd taken), or -EPROTO (bad or truncated
+ * bytes), -EOPNOTSUPP (a codec state and no load), -ENOMEM, -ENOBUFS (frame pools), load's error:
+ * then nothing is kept and fd is still the caller's. */
 int net_conn_import(struct hd_shard *s, int fd, const uint8_t *blob, size_t len,
                     const struct net_conn_handler *h, void *app, net_codec_load_fn *load,
                     struct net_conn **out);

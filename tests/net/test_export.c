@@ -111,6 +111,7 @@ static void import_now(struct hd_shard *s)
     g.import_bad_rc = net_conn_import(s, g.fd, bad, sizeof(bad), &handler, NULL, NULL, &g.b);
     HDT_CHECK(fcntl(g.fd, F_GETFD) >= 0); /* a refused import leaves the fd open */
     HDT_CHECK(net_conn_import(s, g.fd, g.blob, g.blob_len, &handler, NULL, NULL, &g.b) == 0);
+    net_conn_pause_recv(g.b, false); /* it comes paused: the carried "0123" is offered now */
     HDT_CHECK(write(g.peer, "456789", 6) == 6);
     g.step = 3;
 }
