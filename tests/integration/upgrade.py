@@ -6,7 +6,8 @@ and in TLS mode the -http-port listener), SIGUSR2 with a successor that exits at
 never says it accepts (killed after --upgrade-timeout) and a binary that is gone each leave the
 old process serving with its pid file unchanged; then `hderp-server upgrade --pid-file` with the
 real binary moves the sockets to a new PID, the old PID exits, the new one upgrades once more
-itself, and across all of it no connection was refused or went unanswered. A client logged in
+itself, and across all of it no connection was refused or went unanswered; systemd's notify
+socket hears READY=1 once and MAINPID= of each successor. A client logged in
 to the old process (connections do not move yet) is closed only after the new one accepts, and
 logs in again to the new one, which relays its packets. Servers are stopped by PID."""
 import os, shutil, signal, socket, ssl, struct, subprocess, sys, threading, time, zlib
@@ -187,9 +188,18 @@ def main():
         args += ["-certmode", "manual", "-hostname", "127.0.0.1", "-certdir",
                  os.path.join(WORK, "certs"), "-http-port", str(HTTP)]
     logf = open(LOG, "ab")
-    server = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT)
+    # systemd's notify protocol (the packaged unit is Type=notify): READY=1 at start-up, then
+    # MAINPID=<successor> from each process that hands over.
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    name = "hderp-upgrade-test-%d" % os.getpid()
+    notify.bind("\0" + name)
+    notify.settimeout(10)
+    env = dict(os.environ, NOTIFY_SOCKET="@" + name)
+    server = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
     pids.append(server.pid)
     wait_for(lambda: pid_file() == server.pid and probe_quiet(), "the first server")
+    if notify.recv(256) != b"READY=1":
+        fail("no READY=1 for systemd at start-up")
     a, apk = dc.connect(PORT, CTX if TLS else None)
     prober = Prober()
     prober.start()
@@ -219,6 +229,9 @@ def main():
     newer = upgrade_cmd()  # the successor upgrades too (it holds the claims now)
     pids.append(newer)
     wait_for(lambda: gone(new), "PID %d to exit after the second upgrade" % new)
+    told = [notify.recv(256), notify.recv(256)]
+    if told != [b"MAINPID=%d" % new, b"MAINPID=%d" % newer]:
+        fail("systemd was told %s, expected MAINPID=%d then %d" % (told, new, newer))
     wait_for(lambda: prober.ok > 200, "the prober's answers after the upgrades")
     prober.stop.set()
     prober.join()
