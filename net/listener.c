@@ -15,7 +15,8 @@ struct net_listener {
     struct hd_shard *shard;
     int fd;
     bool stopping;
-    bool drain; /* stopping, but what the kernel accepted meanwhile still goes to fn */
+    bool drain;  /* stopping, but what the kernel accepted meanwhile still goes to fn */
+    bool kicked; /* the accept was cancelled to be armed again at once (net_listener_kick) */
     struct hd_op op;
     struct hd_timer backoff;
     net_accept_fn *fn;
@@ -63,7 +64,9 @@ static void accept_done(struct hd_op *op, int32_t res, uint32_t flags)
         listener_free(l);
         return;
     }
-    if (res < 0)
+    bool kicked = l->kicked && res == -ECANCELED;
+    l->kicked = false;
+    if (res < 0 && !kicked)
         hd_timer_start(l->shard, &l->backoff, NET_ACCEPT_BACKOFF_MS);
     else
         accept_arm(l);
@@ -195,6 +198,19 @@ void net_listener_drain(struct net_listener *l)
     if (!l->stopping)
         l->drain = true;
     net_listener_stop(l);
+}
+
+void net_listener_kick(struct net_listener *l)
+{
+    if (l->stopping)
+        return;
+    if (hd_op_busy(&l->op)) {
+        l->kicked = true;
+        hd_op_cancel(l->shard, &l->op);
+        return;
+    }
+    hd_timer_stop(l->shard, &l->backoff);
+    accept_arm(l);
 }
 
 const struct net_listener_stats *net_listener_stats(const struct net_listener *l)

@@ -264,6 +264,11 @@ void net_listener_stop(struct net_listener *l);
  * effect (completions still on their way) reach fn instead of being closed: for a process that
  * handed the socket to its successor and serves what it already took. */
 void net_listener_drain(struct net_listener *l);
+/* Arm the accept again (cancel it and re-arm at once): a new accept first takes what waits in
+ * the queue. For a socket another process accepted from too and has stopped: io_uring's
+ * accepts wait exclusively, so a wake-up that went to that process's cancelled accept is lost
+ * to ours, and a connection would wait in the queue until the next one arrived. */
+void net_listener_kick(struct net_listener *l);
 /* Claims addr for this process before its shards listen there: SO_REUSEPORT lets any process of
  * the same user join a port (the kernel then spreads connections over both), so the shards'
  * sharing alone cannot tell a second server. A socket with SO_REUSEADDR and without

@@ -124,8 +124,9 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
     } else {
         log_start(cfg, rt);
-        srv_upgrade_started(cfg); /* the pid file; a successor's READY */
+        srv_upgrade_started(cfg, rt); /* the pid file; a successor's READY */
         rc = hd_runtime_wait(rt);
+        srv_upgrade_stop(cfg); /* its thread posts to the runtime: joined before it goes */
         hd_log(HD_LOG_INFO, "stopped");
     }
     srv_detach(cfg);

@@ -40,10 +40,10 @@
 /* Bumped when the messages change: a successor refuses another version (and the old serves). */
 #define SRV_UPGRADE_VERSION 1u
 
-enum { MSG_FD = 1, MSG_END = 2, MSG_READY = 3 };
+enum { MSG_FD = 1, MSG_END = 2, MSG_READY = 3, MSG_STOPPED = 4 };
 
 /* One message; MSG_FD carries one descriptor (kind, index), MSG_END the count sent, MSG_READY
- * the successor's pid. */
+ * the successor's pid; MSG_STOPPED (old to new) says the old process accepts no more. */
 struct up_msg {
     uint32_t magic;
     uint16_t version;
@@ -62,7 +62,7 @@ struct srv_upgrade {
     int sock;                                   /* successor: to the predecessor */
     bool inherited;
     pthread_mutex_t lock; /* thread_sock, running, joinable */
-    pthread_t thread;
+    pthread_t thread;     /* the old process's upgrade thread, or the successor's watch */
     bool joinable;
     bool running;    /* the thread has not finished its attempt */
     int thread_sock; /* the thread's end while it waits (fini shuts it down) */
@@ -217,7 +217,31 @@ static void notify_systemd(const char *text)
     close(fd);
 }
 
-void srv_upgrade_started(struct srv_config *cfg)
+static unsigned srv_instance(const struct srv_config *cfg, struct hd_runtime *rt)
+{
+    int idx = hd_runtime_module_index(rt, &srv_module, cfg);
+    return idx >= 0 ? (unsigned)idx : 0;
+}
+
+static void kick_here(struct hd_shard *s, void *arg);
+static void ask_shards_async(struct srv_upgrade *u, hd_post_fn *fn);
+
+/* The successor: once the old process stopped accepting (STOPPED) and again once it is gone
+ * (the socket's end), every listener's accept is armed anew (net_listener_kick). */
+static void *watch_thread(void *arg)
+{
+    struct srv_upgrade *u = arg;
+    for (;;) {
+        struct up_msg m;
+        ssize_t n = net_handover_recv(u->sock, &m, sizeof(m), NULL, NULL, -1);
+        ask_shards_async(u, kick_here);
+        if (n < 0 || (size_t)n != sizeof(m) || m.type != MSG_STOPPED)
+            break;
+    }
+    return NULL;
+}
+
+void srv_upgrade_started(struct srv_config *cfg, struct hd_runtime *rt)
 {
     struct srv_upgrade *u = cfg->upgrade;
     if (u == NULL)
@@ -239,13 +263,20 @@ void srv_upgrade_started(struct srv_config *cfg)
                unused);
     struct up_msg m = msg_make(MSG_READY, 0, 0, (uint32_t)getpid());
     int rc = net_handover_send(u->sock, &m, sizeof(m), NULL, 0);
-    if (rc < 0)
+    if (rc < 0) {
         hd_log(HD_LOG_ERROR, "upgrade: cannot tell PID %d we accept: %s", (int)getppid(),
                strerror(-rc));
-    else
-        hd_log(HD_LOG_INFO, "upgrade: accepting; told PID %d to stop", (int)getppid());
-    close(u->sock);
-    u->sock = -1;
+        close(u->sock);
+        u->sock = -1;
+        return;
+    }
+    hd_log(HD_LOG_INFO, "upgrade: accepting; told PID %d to stop", (int)getppid());
+    u->rt = rt;
+    u->instance = srv_instance(cfg, rt);
+    pthread_mutex_lock(&u->lock);
+    u->thread_sock = u->sock;
+    u->joinable = pthread_create(&u->thread, NULL, watch_thread, u) == 0;
+    pthread_mutex_unlock(&u->lock);
 }
 
 /* ---------------------------------------------------------------- the predecessor */
@@ -365,11 +396,36 @@ static uint64_t ask_shards(struct srv_upgrade *u, hd_post_fn *fn)
     return left;
 }
 
+static void kick_here(struct hd_shard *s, void *arg)
+{
+    struct srv_upgrade *u = arg;
+    struct srv_shard *ds = srv_shard_at(s, u->instance);
+    if (ds && ds->listener)
+        net_listener_kick(ds->listener);
+    if (ds && ds->http_listener)
+        net_listener_kick(ds->http_listener);
+}
+
+/* fn on every shard, not waiting for it (a full inbox is retried, a stopped shard skipped). */
+static void ask_shards_async(struct srv_upgrade *u, hd_post_fn *fn)
+{
+    for (unsigned i = 0; i < hd_runtime_shards_count(u->rt); i++)
+        for (unsigned t = 0; t < SRV_UPGRADE_POST_TRIES; t++) {
+            if (hd_runtime_post(u->rt, i, fn, u) != -EAGAIN)
+                break;
+            usleep(SRV_UPGRADE_POST_RETRY_MS * 1000);
+        }
+}
+
 /* READY came: stop accepting everywhere, let the connections not logged in yet finish (at
  * most SRV_UPGRADE_DRAIN_MS), then stop. */
-static void hand_over_and_stop(struct srv_upgrade *u, pid_t pid, int sent)
+static void hand_over_and_stop(struct srv_upgrade *u, int sock, pid_t pid, int sent)
 {
-    uint64_t left = ask_shards(u, quiesce_here);
+    ask_shards(u, quiesce_here);
+    /* Asked again: by now every shard has had a tick to see its accepts cancelled. */
+    uint64_t left = ask_shards(u, count_here);
+    struct up_msg m = msg_make(MSG_STOPPED, 0, 0, 0);
+    net_handover_send(sock, &m, sizeof(m), NULL, 0); /* the successor re-arms its accepts */
     hd_log(HD_LOG_INFO,
            "upgrade: PID %d accepts on the %d sockets handed over: this process stopped "
            "accepting; %llu connections of it are not logged in yet",
@@ -411,7 +467,7 @@ static void *upgrade_thread(void *arg)
     if (rc < 0)
         reap_failed(pid, rc);
     else
-        hand_over_and_stop(u, pid, sent);
+        hand_over_and_stop(u, sock, pid, sent);
     pthread_mutex_lock(&u->lock);
     u->thread_sock = -1;
     pthread_mutex_unlock(&u->lock);
@@ -443,8 +499,7 @@ void srv_upgrade_signal(struct srv_config *cfg, struct hd_runtime *rt)
         for (unsigned i = 0; i < SRV_UPGRADE_SLOTS; i++)
             u->dups[k][i] = u->slots[k][i] >= 0 ? fcntl(u->slots[k][i], F_DUPFD_CLOEXEC, 3) : -1;
     u->rt = rt;
-    int idx = hd_runtime_module_index(rt, &srv_module, cfg);
-    u->instance = idx >= 0 ? (unsigned)idx : 0;
+    u->instance = srv_instance(cfg, rt);
     int rc = pthread_create(&u->thread, NULL, upgrade_thread, u);
     u->running = u->joinable = rc == 0;
     pthread_mutex_unlock(&u->lock);
@@ -454,19 +509,27 @@ void srv_upgrade_signal(struct srv_config *cfg, struct hd_runtime *rt)
     dups_close(u);
 }
 
-void srv_upgrade_fini(struct srv_config *cfg)
+void srv_upgrade_stop(struct srv_config *cfg)
 {
     struct srv_upgrade *u = cfg->upgrade;
     if (u == NULL)
         return;
     pthread_mutex_lock(&u->lock);
-    if (u->thread_sock >= 0) /* still waiting for a successor: give up on it */
+    if (u->thread_sock >= 0) /* waiting for a successor, or watching a predecessor: give up */
         shutdown(u->thread_sock, SHUT_RDWR);
     bool join = u->joinable;
     u->joinable = false;
     pthread_mutex_unlock(&u->lock);
     if (join)
         pthread_join(u->thread, NULL);
+}
+
+void srv_upgrade_fini(struct srv_config *cfg)
+{
+    struct srv_upgrade *u = cfg->upgrade;
+    if (u == NULL)
+        return;
+    srv_upgrade_stop(cfg);
     for (unsigned i = 0; i < 2; i++)
         if (u->slots[SRV_UP_CLAIM][i] >= 0)
             close(u->slots[SRV_UP_CLAIM][i]);

@@ -40,10 +40,14 @@ int srv_upgrade_take(const struct srv_config *cfg, enum srv_upgrade_kind kind, u
 void srv_upgrade_note(const struct srv_config *cfg, enum srv_upgrade_kind kind, unsigned shard,
                       int fd);
 /* Main thread, once the runtime started: the pid file; in a successor, the descriptors it
- * did not use closed and READY sent to the predecessor. */
-void srv_upgrade_started(struct srv_config *cfg);
+ * did not use closed, READY sent to the predecessor, and a thread that re-arms the accepts
+ * when the predecessor stopped accepting and when it is gone. */
+void srv_upgrade_started(struct srv_config *cfg, struct hd_runtime *rt);
 /* Main thread, on SIGUSR2: start the successor on a thread of its own (one at a time). */
 void srv_upgrade_signal(struct srv_config *cfg, struct hd_runtime *rt);
+/* Main thread, after hd_runtime_wait and before the runtime is destroyed: the upgrade's thread
+ * (either role) is told to give up and joined. */
+void srv_upgrade_stop(struct srv_config *cfg);
 /* Main thread, after hd_runtime_wait: joins the thread (a hand-over still waiting is
  * abandoned: its successor is killed), closes what is left, removes the pid file if it is
  * still ours. */
