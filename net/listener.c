@@ -15,6 +15,8 @@ struct net_listener {
     struct hd_shard *shard;
     int fd;
     bool stopping;
+    bool drain;  /* stopping, but what the kernel accepted meanwhile still goes to fn */
+    bool kicked; /* the accept was cancelled to be armed again at once (net_listener_kick) */
     struct hd_op op;
     struct hd_timer backoff;
     net_accept_fn *fn;
@@ -37,7 +39,7 @@ static void accept_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     struct net_listener *l = hd_container_of(op, struct net_listener, op);
     if (res >= 0) {
-        if (l->stopping) {
+        if (l->stopping && !l->drain) {
             close(res);
         } else if (net_conns_count(l->shard) >= l->conns_max) {
             close(res);
@@ -62,7 +64,9 @@ static void accept_done(struct hd_op *op, int32_t res, uint32_t flags)
         listener_free(l);
         return;
     }
-    if (res < 0)
+    bool kicked = l->kicked && res == -ECANCELED;
+    l->kicked = false;
+    if (res < 0 && !kicked)
         hd_timer_start(l->shard, &l->backoff, NET_ACCEPT_BACKOFF_MS);
     else
         accept_arm(l);
@@ -130,17 +134,14 @@ int net_listener_claim(const struct net_addr *addr)
     return fd;
 }
 
-int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
-                       const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
-                       struct net_listener **out)
+/* A listener on fd, a listening socket it now owns (closed on failure too). */
+static int listener_begin(struct hd_shard *s, int fd, const struct net_listener_options *opt,
+                          net_accept_fn *fn, void *arg, struct net_listener **out)
 {
     struct net_listener *l = calloc(1, sizeof(*l));
-    if (l == NULL)
+    if (l == NULL) {
+        close(fd);
         return -ENOMEM;
-    int fd = listen_socket(addr, opt);
-    if (fd < 0) {
-        free(l);
-        return fd;
     }
     l->shard = s;
     l->fd = fd;
@@ -156,6 +157,30 @@ int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
     return 0;
 }
 
+int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
+                       const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
+                       struct net_listener **out)
+{
+    int fd = listen_socket(addr, opt);
+    if (fd < 0)
+        return fd;
+    return listener_begin(s, fd, opt, fn, arg, out);
+}
+
+int net_listener_adopt(struct hd_shard *s, int fd, const struct net_listener_options *opt,
+                       net_accept_fn *fn, void *arg, struct net_listener **out)
+{
+    int listening = 0, type = 0;
+    socklen_t len = sizeof(listening), tlen = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) < 0 ||
+        getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || !listening ||
+        type != SOCK_STREAM) {
+        close(fd);
+        return -EINVAL;
+    }
+    return listener_begin(s, fd, opt, fn, arg, out);
+}
+
 void net_listener_stop(struct net_listener *l)
 {
     if (l->stopping)
@@ -166,6 +191,26 @@ void net_listener_stop(struct net_listener *l)
         hd_op_cancel(l->shard, &l->op);
     else
         listener_free(l);
+}
+
+void net_listener_drain(struct net_listener *l)
+{
+    if (!l->stopping)
+        l->drain = true;
+    net_listener_stop(l);
+}
+
+void net_listener_kick(struct net_listener *l)
+{
+    if (l->stopping)
+        return;
+    if (hd_op_busy(&l->op)) {
+        l->kicked = true;
+        hd_op_cancel(l->shard, &l->op);
+        return;
+    }
+    hd_timer_stop(l->shard, &l->backoff);
+    accept_arm(l);
 }
 
 const struct net_listener_stats *net_listener_stats(const struct net_listener *l)
@@ -181,4 +226,9 @@ const struct net_addr *net_listener_addr(const struct net_listener *l)
 struct hd_shard *net_listener_shard(const struct net_listener *l)
 {
     return l->shard;
+}
+
+int net_listener_fd(const struct net_listener *l)
+{
+    return l->fd;
 }

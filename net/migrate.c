@@ -1,4 +1,5 @@
-/* migrate.c - moving a live connection to another shard. The source waits until no op of the
+/* migrate.c - moving a live connection to another shard (and the quiet point of an export to
+ * another process, export.c). The source waits until no op of the
  * connection is in flight, folds buffered bytes into its tails, packs fd, settings, tails, queued
  * sends and codec into one heap package and sends it over the bus; the destination rebuilds the
  * connection from its own pools, lets the app adopt it, replays the buffered bytes and resumes
@@ -34,22 +35,27 @@ struct net_migration {
     uint32_t chunks_count;
     struct hd_timer retry; /* the bus was full: try again */
     struct net_conn *c;
+    /* An export to another process (net_migrate_begin): export.c takes over at the step. */
+    net_export_fn *export_done;
+    net_codec_save_fn *export_save;
+    void *export_arg;
 };
 
-int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg)
+/* Pause receiving and wait for the quiet point (net_migrate_step). */
+static struct net_migration *migrate_start(struct net_conn *c)
 {
-    if (dst >= hd_shard_count(c->shard) || dst == hd_shard_id(c->shard))
-        return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE)))
-        return -EBUSY;
+        return NULL;
     HD_ASSERT(c->migration == NULL);
     struct net_migration *m = calloc(1, sizeof(*m));
     if (m == NULL)
-        return -ENOMEM;
-    m->dst = dst;
-    m->adopt = adopt;
-    m->arg = arg;
+        return NULL;
     m->c = c;
+    return m;
+}
+
+static void migrate_wait(struct net_conn *c, struct net_migration *m)
+{
     c->migration = m;
     c->flags |= NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
@@ -57,6 +63,34 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
     hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);
+}
+
+int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg)
+{
+    if (dst >= hd_shard_count(c->shard) || dst == hd_shard_id(c->shard))
+        return -EINVAL;
+    bool busy = c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE));
+    struct net_migration *m = migrate_start(c);
+    if (m == NULL)
+        return busy ? -EBUSY : -ENOMEM;
+    m->dst = dst;
+    m->adopt = adopt;
+    m->arg = arg;
+    migrate_wait(c, m);
+    return 0;
+}
+
+int net_migrate_begin(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg)
+{
+    bool busy = c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE));
+    struct net_migration *m = migrate_start(c);
+    if (m == NULL)
+        return busy ? -EBUSY : -ENOMEM;
+    m->dst = UINT32_MAX; /* no shard */
+    m->export_done = done;
+    m->export_save = save;
+    m->export_arg = arg;
+    migrate_wait(c, m);
     return 0;
 }
 
@@ -180,6 +214,13 @@ void net_migrate_step(struct net_conn *c)
     HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0 && !(c->flags & NET_F_QUIET));
     HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
     HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s));
+    if (m->export_done) { /* to another process (export.c) */
+        c->migration = NULL;
+        c->flags &= ~NET_F_MIGRATING;
+        net_export_step(c, m->export_save, m->export_done, m->export_arg);
+        free(m);
+        return;
+    }
     int rc = take_codec(c, m);
     if (rc < 0) {
         hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);

@@ -159,6 +159,34 @@ void net_bufring_recycle(struct net_shard *ns, uint16_t bid);
 
 /* migrate.c */
 void net_migrate_step(struct net_conn *c);
+/* The quiet point of a move, for an export to another process (export.c): once reached,
+ * net_export_step(c, save, done, arg) runs instead of the move. 0 or -EBUSY/-ENOMEM. */
+int net_migrate_begin(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg);
+
+/* export.c: a connection as bytes. The fixed part of the layout: magic, version and flags,
+ * eight settings, the deadline left, three counters, the peer (its length and a whole
+ * sockaddr_storage), the lengths of the codec state, the two tails and the received bytes. */
+#define NET_EXPORT_HEADER_SIZE                                                                     \
+    (4u + 4u + 32u + 8u + 24u + 4u + sizeof(struct sockaddr_storage) + 16u)
+struct net_export_queue {
+    uint32_t count;
+    size_t at; /* offset of its first entry (u32 length + bytes each) in the blob */
+};
+/* A parsed blob: pointers into it, every length checked. */
+struct net_export_view {
+    const uint8_t *blob;
+    struct net_conn_options opt;
+    bool send_paused;
+    uint64_t deadline_left_ms; /* 0: none */
+    struct net_conn_stats stats;
+    struct net_addr peer;
+    const uint8_t *codec, *rx_tail, *raw_tail, *received;
+    size_t codec_len, rx_tail_len, raw_tail_len, received_len;
+    struct net_export_queue plain, wire;
+};
+/* 0, or -EPROTO (truncated, trailing bytes, a length over its bound, another version). Pure. */
+int net_export_parse(const uint8_t *blob, size_t len, struct net_export_view *v);
+void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg);
 
 /* conn_codec.c */
 int net_conn_input(struct net_conn *c, uint8_t *data, size_t len);

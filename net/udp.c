@@ -99,22 +99,10 @@ static void udp_send_done(struct hd_op *op, int32_t res, uint32_t flags)
     udp_maybe_free(u);
 }
 
-int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
-                 struct net_udp **out)
+/* A UDP socket on fd, which it now owns (closed on failure too). */
+static int udp_begin(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg,
+                     struct net_udp **out)
 {
-    int fd = socket(addr->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
-    if (fd < 0)
-        return -errno;
-    int one = 1, zero = 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)); /* one socket per shard */
-    if (addr->sa.sa_family == AF_INET6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    if (bind(fd, &addr->sa, addr->len) < 0) {
-        int err = -errno;
-        close(fd);
-        return err;
-    }
     struct net_udp *u = calloc(1, sizeof(*u));
     if (u == NULL) {
         close(fd);
@@ -132,6 +120,36 @@ int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_f
     udp_recv_arm(u);
     *out = u;
     return 0;
+}
+
+int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
+                 struct net_udp **out)
+{
+    int fd = socket(addr->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0)
+        return -errno;
+    int one = 1, zero = 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)); /* one socket per shard */
+    if (addr->sa.sa_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    if (bind(fd, &addr->sa, addr->len) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    return udp_begin(s, fd, fn, arg, out);
+}
+
+int net_udp_adopt(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg, struct net_udp **out)
+{
+    int type = 0;
+    socklen_t len = sizeof(type);
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) < 0 || type != SOCK_DGRAM) {
+        close(fd);
+        return -EINVAL;
+    }
+    return udp_begin(s, fd, fn, arg, out);
 }
 
 int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to)
@@ -178,4 +196,9 @@ const struct net_udp_stats *net_udp_stats(const struct net_udp *u)
 struct hd_shard *net_udp_shard(const struct net_udp *u)
 {
     return u->shard;
+}
+
+int net_udp_fd(const struct net_udp *u)
+{
+    return u->fd;
 }

@@ -182,6 +182,7 @@ static void signals_block(sigset_t *set)
     sigaddset(set, SIGINT);
     sigaddset(set, SIGTERM);
     sigaddset(set, SIGHUP);
+    sigaddset(set, SIGUSR2);
     pthread_sigmask(SIG_BLOCK, set, NULL);
 }
 
@@ -269,7 +270,7 @@ void hd_runtime_stop(struct hd_runtime *rt)
 
 static void on_signal(struct hd_runtime *rt, int signo, unsigned *stops)
 {
-    if (signo == SIGHUP) {
+    if (signo == SIGHUP || signo == SIGUSR2) { /* the modules': reload, upgrade */
         const struct hd_runtime_config *cfg = &rt->cfg;
         for (unsigned i = 0; i < cfg->modules_count; i++) {
             void *arg = cfg->modules_args ? cfg->modules_args[i] : NULL;

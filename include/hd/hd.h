@@ -368,7 +368,7 @@ struct hd_module {
     int (*shard_init)(struct hd_shard *s, void *arg, void **state);
     void (*shard_stop)(struct hd_shard *s, void *state);
     void (*shard_fini)(struct hd_shard *s, void *state);
-    /* Main thread, in hd_runtime_wait, for SIGHUP (reload) when signals are handled. */
+    /* Main thread, in hd_runtime_wait, when signals are handled: SIGHUP, SIGUSR2 (the app's). */
     void (*on_signal)(struct hd_runtime *rt, int signo, void *arg);
     /* The layers this module needs on every shard before it (e.g. net_module, tls_module),
      * NULL-terminated, or NULL. See hd_runtime_config.modules for how they are placed. */
@@ -385,7 +385,7 @@ struct hd_module {
 struct hd_runtime_config {
     unsigned shards_count;    /* 0: one per CPU this process may run on */
     bool pin;                 /* pin shard i to the i-th allowed CPU */
-    bool handle_signals;      /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
+    bool handle_signals;      /* hd_runtime_wait: INT/TERM stop, HUP/USR2 -> on_signal */
     uint32_t sq_entries;      /* 0: HD_SQ_ENTRIES_DEFAULT */
     uint32_t busy_poll_us;    /* spin this long on an empty CQ before sleeping; 0 = off */
     uint32_t min_wait_us;     /* under load, let a sleep gather completions this long; 0 = off

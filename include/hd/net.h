@@ -208,6 +208,35 @@ typedef void net_adopt_fn(struct net_conn *c, void *arg);
  * Returns 0, -EINVAL (dst out of range or this shard), -EBUSY (already moving or closing). */
 int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg);
 
+/* ---------------------------------------------------------------- export to another process */
+
+/* A codec's state as bytes (at most cap = NET_EXPORT_CODEC_MAX), on a quiet connection: its
+ * length, or -errno (the connection cannot be exported now: it is closed with that reason).
+ * The app passes the codec's own (TLS: tls_conn_state_save). */
+typedef ssize_t net_codec_save_fn(struct net_conn *c, uint8_t *buf, size_t cap);
+/* In the new process: reinstall the codec on c from those bytes (TLS: tls_conn_state_load).
+ * 0 or -errno (-EPROTO: bad bytes). */
+typedef int net_codec_load_fn(struct net_conn *c, const uint8_t *buf, size_t len);
+/* The connection as bytes: fd (now the caller's, open) and blob (valid during the call). */
+typedef void net_export_fn(int fd, const uint8_t *blob, size_t len, void *arg);
+/* Take c out of this process: like net_conn_migrate, receiving pauses and, once no op of c is
+ * in flight, its fd, peer, settings, the deadline left, unconsumed and unread bytes, both send
+ * queues and the codec's state (through save) become fd + bytes for done, and c is gone (no
+ * on_close; the fd stays open). If c closes first, on_close runs as usual and done never does;
+ * if packing fails, c is closed with the error (on_close). Returns 0, -EBUSY (moving or
+ * closing), -EOPNOTSUPP (a stacked upper codec, or a codec and no save), -ENOMEM. */
+int net_conn_export(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg);
+/* A connection on shard s from fd and what net_conn_export made of it: h and app as for
+ * net_conn_adopt; load reinstalls the codec (NULL when the blob has no codec state). The
+ * connection comes with receiving paused, so the app can set up its state for it first:
+ * net_conn_pause_recv(c, false) then offers the carried bytes to on_data and receives; the
+ * queued sends go out at this tick's flush. Returns 0 (fd taken), or -EPROTO (bad or truncated
+ * bytes), -EOPNOTSUPP (a codec state and no load), -ENOMEM, -ENOBUFS (frame pools), load's error:
+ * then nothing is kept and fd is still the caller's. */
+int net_conn_import(struct hd_shard *s, int fd, const uint8_t *blob, size_t len,
+                    const struct net_conn_handler *h, void *app, net_codec_load_fn *load,
+                    struct net_conn **out);
+
 /* ---------------------------------------------------------------- listeners */
 
 /* A new connection was accepted: adopt fd (net_conn_adopt) or close it. peer is its address. */
@@ -232,8 +261,24 @@ struct net_listener_stats {
 int net_listener_start(struct hd_shard *s, const struct net_addr *addr,
                        const struct net_listener_options *opt, net_accept_fn *fn, void *arg,
                        struct net_listener **out);
-/* Stop accepting and close the socket; the struct is freed once the kernel returned the op. */
+/* A listener on fd, a listening TCP socket handed over by another process (net_handover_recv),
+ * which it takes in every case (closed on failure). Returns 0, -EINVAL (not a listening TCP
+ * socket), -ENOMEM. */
+int net_listener_adopt(struct hd_shard *s, int fd, const struct net_listener_options *opt,
+                       net_accept_fn *fn, void *arg, struct net_listener **out);
+/* Stop accepting and close the socket; the struct is freed once the kernel returned the op.
+ * Connections the kernel queued stay queued for any other holder of the socket (a successor
+ * that adopted it): they are not refused. */
 void net_listener_stop(struct net_listener *l);
+/* The same, except that connections the kernel accepted for this listener before the stop took
+ * effect (completions still on their way) reach fn instead of being closed: for a process that
+ * handed the socket to its successor and serves what it already took. */
+void net_listener_drain(struct net_listener *l);
+/* Arm the accept again (cancel it and re-arm at once): a new accept first takes what waits in
+ * the queue. For a socket another process accepted from too and has stopped: io_uring's
+ * accepts wait exclusively, so a wake-up that went to that process's cancelled accept is lost
+ * to ours, and a connection would wait in the queue until the next one arrived. */
+void net_listener_kick(struct net_listener *l);
 /* Claims addr for this process before its shards listen there: SO_REUSEPORT lets any process of
  * the same user join a port (the kernel then spreads connections over both), so the shards'
  * sharing alone cannot tell a second server. A socket with SO_REUSEADDR and without
@@ -246,6 +291,8 @@ const struct net_listener_stats *net_listener_stats(const struct net_listener *l
 /* The bound address (the actual port when addr had port 0). */
 const struct net_addr *net_listener_addr(const struct net_listener *l);
 struct hd_shard *net_listener_shard(const struct net_listener *l);
+/* The listening socket (to hand over; the listener still owns it). */
+int net_listener_fd(const struct net_listener *l);
 /* The shard's live connection count (what conns_max limits). */
 uint32_t net_conns_count(struct hd_shard *s);
 
@@ -262,6 +309,9 @@ struct net_udp_stats {
  * Returns 0 or -errno (-EADDRINUSE, -EACCES, -ENOMEM). */
 int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
                  struct net_udp **out);
+/* A UDP socket on fd, handed over by another process; taken in every case (closed on failure).
+ * Returns 0, -EINVAL (not a datagram socket), -ENOMEM. */
+int net_udp_adopt(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg, struct net_udp **out);
 /* Copy a datagram (at most NET_UDP_SEND_MAX bytes) and send it to `to`. Returns 0, -EMSGSIZE,
  * -ENOBUFS (every send slot in flight: dropped and counted), -EBUSY, -EPIPE (closing). */
 int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to);
@@ -269,6 +319,38 @@ int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct n
 void net_udp_close(struct net_udp *u);
 const struct net_udp_stats *net_udp_stats(const struct net_udp *u);
 struct hd_shard *net_udp_shard(const struct net_udp *u);
+/* The socket (to hand over; the UDP socket still owns it). */
+int net_udp_fd(const struct net_udp *u);
+
+/* ---------------------------------------------------------------- process hand-over */
+
+/* A running program handing its sockets to its successor (a zero-downtime upgrade): it starts
+ * the binary its /proc/self/exe names now (the file on disk, also after a package replaced
+ * it) with one end of a SOCK_SEQPACKET socketpair inherited, its number in the environment
+ * variable NET_HANDOVER_ENV; the two exchange messages of at most NET_HANDOVER_MSG_MAX bytes,
+ * each with up to NET_HANDOVER_FDS_MAX descriptors (SCM_RIGHTS, so batch them). What the
+ * messages say is the app's. Blocking with deadlines: call these from the main thread or a
+ * thread of the app's, never from a shard. */
+/* Start /proc/self/exe's current path with argv (argv[0] included) and this environment (any
+ * inherited NET_HANDOVER_ENV replaced); every signal unblocked and at its default in the
+ * child. *sock is our end (close-on-exec). Returns 0, or -errno from readlink, socketpair or
+ * posix_spawn (-ENOENT: the binary is gone, -EACCES). */
+int net_handover_spawn(char *const argv[], pid_t *pid, int *sock);
+/* The path net_handover_spawn starts (" (deleted)" removed). 0, -errno, -ENAMETOOLONG. */
+int net_handover_exe(char *path, size_t cap);
+/* In the successor: the inherited socket (made close-on-exec; the variable is removed from
+ * the environment), -ENOENT when there is none, -EINVAL/-EBADF when the variable is bad. */
+int net_handover_inherited(void);
+/* One message with fds_count descriptors (the caller keeps its own). 0, -EINVAL (len 0 or too
+ * long, too many fds), -EPIPE (the peer is gone), -errno. */
+int net_handover_send(int sock, const void *msg, size_t len, const int *fds, unsigned fds_count);
+/* Wait up to timeout_ms (-1: forever) for one message; its descriptors (close-on-exec) go to
+ * fds, which has room for NET_HANDOVER_FDS_MAX (or is NULL: a message with any is refused).
+ * Returns its length, -ETIMEDOUT, -EPIPE (the peer closed or exited, also with our messages
+ * unread), -EPROTO (truncated:
+ * longer than cap, or descriptors it cannot hold, all closed), -errno. */
+ssize_t net_handover_recv(int sock, void *msg, size_t cap, int *fds, unsigned *fds_count,
+                          int timeout_ms);
 
 /* ---------------------------------------------------------------- per-shard set-up */
 

@@ -77,4 +77,20 @@ _Static_assert(NET_WS_MESSAGE_MAX >= 65536u + 64u, "a 64 KiB message with its he
 _Static_assert(NET_WS_CLIENT_CHUNK + NET_WS_HEADER_MAX <= NET_RX_TAIL_MAX_DEFAULT,
                "a pool frame class");
 
+/* Process hand-over (net_handover_*): the environment variable naming the inherited socket;
+ * descriptors per message (the kernel's SCM_MAX_FD is 253; a batch of 64 keeps the control
+ * buffer on the stack at 16 + 256 bytes) and the bytes of one message (a SEQPACKET datagram). */
+#define NET_HANDOVER_ENV     "HD_HANDOVER_FD"
+#define NET_HANDOVER_FDS_MAX 64u
+#define NET_HANDOVER_MSG_MAX 65536u
+_Static_assert(NET_HANDOVER_FDS_MAX <= 253u, "SCM_MAX_FD");
+
+/* Exporting a connection (net_conn_export): a codec's state (TLS: TLS_CONN_STATE_MAX, 1 KiB,
+ * with room); one queued entry or tail (a frame class's data: 64 KiB + the 128 bytes an app
+ * frame may add); bytes received but not offered yet (a paused connection holds at most every
+ * ring buffer). */
+#define NET_EXPORT_CODEC_MAX    4096u
+#define NET_EXPORT_ENTRY_MAX    (65536u + 128u)
+#define NET_EXPORT_RECEIVED_MAX (NET_BUF_RING_ENTRIES * NET_BUF_SIZE)
+
 #endif /* NET_LIMITS_H */

@@ -12,6 +12,7 @@
 
 struct srv_tls_snap;
 struct srv_keylist;
+struct srv_upgrade;
 struct tls_ctx;
 
 /* One -mesh-with entry (spec §7): the node this server keeps a watch connection to. */
@@ -124,6 +125,9 @@ struct srv_config {
      * header; with any entry, the main listener takes no connection from anyone else. */
     struct net_cidr proxy_from[NET_CIDR_LIST_MAX];
     unsigned proxy_from_count;
+    /* The upgrade (server_upgrade.c): the sockets to hand over or handed over; NULL when the
+     * relay runs without one (tests with a runtime of their own). */
+    struct srv_upgrade *upgrade;
 };
 
 #endif /* SERVER_CONFIG_H */

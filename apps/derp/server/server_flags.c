@@ -472,7 +472,8 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
                             .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
                             .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
-                            .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT};
+                            .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT,
+                            .upgrade_timeout_ms = SRV_UPGRADE_TIMEOUT_MS_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

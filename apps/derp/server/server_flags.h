@@ -54,6 +54,8 @@ struct srv_flags {
     const char *derpmap_region_code, *derpmap_region_name, *derpmap_node_name;
     const char *derpmap_ipv4, *derpmap_ipv6; /* --derpmap-ipv4/-ipv6: public addresses */
     bool log_json;
+    const char *pid_file;        /* --pid-file FILE (hderp only; NULL: none) */
+    uint64_t upgrade_timeout_ms; /* --upgrade-timeout (SRV_UPGRADE_TIMEOUT_MS_DEFAULT) */
     /* -certmode letsencrypt (server_acme.c): -acme-directory (hderp only; NULL: Let's Encrypt),
      * -acme-email, --acme-renew-before and --acme-check-interval (0: 30 days, 12 hours) */
     const char *acme_directory, *acme_email;

@@ -2,6 +2,7 @@
  * (--proxy-protocol-from), the DERP map entry (--print-derpmap and its --derpmap-* details) and
  * the log format (--log-format). server_flags.c hands over every name it does not know. Main
  * thread, before start-up. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,12 @@ const char srv_flags_deploy_usage[] =
     "  --acme-check-interval D look at the certificate this often (default 12h)\n"
     "  --log-format text|json  log lines as text (default) or one JSON object a line\n"
     "                          (time, level, shard, event, msg) (hderp only)\n"
+    "  --pid-file FILE         write the server's PID there (a successor rewrites it)\n"
+    "  --upgrade-timeout D     SIGUSR2 starts this binary again (the file on disk now, the\n"
+    "                          same flags) and hands it the listening sockets; a new\n"
+    "                          process not accepting within D (default 30s) is killed and\n"
+    "                          this one serves on. hderp-server upgrade --pid-file FILE\n"
+    "                          sends it and waits for the new PID (hderp only)\n"
     "  hderp-server check URL  a self-test of any DERP server instead of running one (TLS,\n"
     "                          HTTP, logins, packets, ping, STUN, mesh): check --help\n";
 
@@ -99,6 +106,16 @@ int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v)
             return -1;
         }
         *(name[5] == 'r' ? &f->acme_renew_before_ms : &f->acme_check_interval_ms) = (uint64_t)ms;
+    } else if (strcmp(name, "pid-file") == 0) {
+        f->pid_file = v;
+    } else if (strcmp(name, "upgrade-timeout") == 0) {
+        int64_t ms = srv_parse_duration_ms(v);
+        if (ms < 100 || ms > UINT32_MAX) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration of at least 100ms\n", name,
+                    v);
+            return -1;
+        }
+        f->upgrade_timeout_ms = (uint64_t)ms;
     } else if (strcmp(name, "log-format") == 0) {
         if (strcmp(v, "text") != 0 && strcmp(v, "json") != 0) {
             fprintf(stderr, "hderp-server: --log-format %s: expected text or json\n", v);

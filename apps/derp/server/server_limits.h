@@ -29,6 +29,10 @@
 #define SRV_HTTP_DEADLINE_MS_DEFAULT  SRV_HTTP_READ_TIMEOUT_MS
 #define SRV_LOGIN_DEADLINE_MS_DEFAULT DERP_HANDSHAKE_TIMEOUT_MS
 #define SRV_DEADLINE_MS_MIN           100u
+/* An upgrade's successor must say it accepts within this (--upgrade-timeout) or it is killed
+ * and the old process serves on: a start-up (flags, key, certificates, shards) takes well
+ * under a second; 30 s leaves room for a slow disk or a loaded machine. */
+#define SRV_UPGRADE_TIMEOUT_MS_DEFAULT 30000u
 /* Connections not logged in yet, per shard (--prelogin-max) and per source address per shard
  * (--prelogin-per-addr-max). An honest login takes a few round trips, so even a 10k-connection
  * reconnect storm holds a few hundred at once; with the deadlines above a source dripping bytes

@@ -12,6 +12,7 @@
 #include "server.h"
 #include "server_check.h"
 #include "server_flags.h"
+#include "server_upgrade.h"
 
 #define HDERP_VERSION "0.1.0"
 
@@ -183,8 +184,10 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
         log_start(cfg, rt);
         int prc = f->port_file ? write_port_file(cfg, f->port_file) : 0;
         if (prc < 0)
-            hd_runtime_stop(rt); /* whoever waits for the file would wait in vain */
+            hd_runtime_stop(rt);      /* whoever waits for the file would wait in vain */
+        srv_upgrade_started(cfg, rt); /* the pid file; a successor's READY */
         rc = hd_runtime_wait(rt);
+        srv_upgrade_stop(cfg); /* its thread posts to the runtime: joined before it goes */
         rc = prc < 0 ? prc : rc;
         hd_log(HD_LOG_INFO, "stopped");
     }
@@ -198,6 +201,8 @@ static int parse_and_modes(int argc, char **argv, struct srv_flags *f)
 {
     if (argc > 1 && strcmp(argv[1], "check") == 0) /* server_check.c: the self-test */
         return srv_check_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "upgrade") == 0) /* server_upgrade_cmd.c */
+        return srv_upgrade_cmd_main(argc - 1, argv + 1);
     int rc = srv_flags_parse(argc, argv, f);
     if (rc != 0)
         return rc > 0 ? 0 : 2; /* > 0: --help or -version printed */
@@ -223,13 +228,24 @@ int main(int argc, char **argv)
     }
     if (f.verbose)
         hd_log_set_level(HD_LOG_DEBUG);
-    if (claim_all(cfg) < 0) {
+    /* A successor (SIGUSR2 in the old process) gets the claims and listeners instead. */
+    int handed = srv_upgrade_init(cfg, argv, f.pid_file, (uint32_t)f.upgrade_timeout_ms) < 0
+                     ? -1
+                     : srv_upgrade_receive(cfg);
+    if (handed < 0 || (handed == 0 && claim_all(cfg) < 0)) {
+        claim_release(0);
+        srv_upgrade_fini(cfg);
         srv_config_fini(cfg);
         free(cfg);
         return 1;
     }
+    if (handed == 0) { /* -a's and -http-port's claims are the upgrade's now (handed over) */
+        srv_upgrade_claims(cfg, claim_fds);
+        claim_fds[0] = claim_fds[1] = -1;
+    }
     rc = run(cfg, &f);
     claim_release(0);
+    srv_upgrade_fini(cfg); /* after the runtime: closes the claims */
     srv_config_fini(cfg);
     free(cfg);
     return rc < 0 ? 1 : 0;

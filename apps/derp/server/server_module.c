@@ -11,6 +11,7 @@
 #include "server.h"
 #include "server_account.h"
 #include "server_acme.h"
+#include "server_upgrade.h"
 
 bool srv_needs_tls(const struct srv_config *cfg)
 {
@@ -27,6 +28,24 @@ static void ds_free(struct srv_shard *ds)
     srv_peers_fini(&ds->guests);
     free(ds->scratch);
     free(ds);
+}
+
+/* A listener of this shard: the socket an upgrade handed over for it (server_upgrade.c), else a
+ * new one on addr; noted for the next upgrade either way. */
+static int listen_on(struct srv_shard *ds, enum srv_upgrade_kind kind, const struct net_addr *addr,
+                     net_accept_fn *fn, struct net_listener **out)
+{
+    const struct srv_config *cfg = ds->cfg;
+    struct net_listener_options lo = {.reuseport = true,
+                                      .tcp_user_timeout_ms = cfg->tcp_user_timeout_ms,
+                                      .keepalive_s = cfg->tcp_keepalive_s};
+    unsigned id = hd_shard_id(ds->s);
+    int fd = srv_upgrade_take(cfg, kind, id);
+    int rc = fd >= 0 ? net_listener_adopt(ds->s, fd, &lo, fn, ds, out)
+                     : net_listener_start(ds->s, addr, &lo, fn, ds, out);
+    if (rc == 0)
+        srv_upgrade_note(cfg, kind, id, net_listener_fd(*out));
+    return rc;
 }
 
 static int shard_init(struct hd_shard *s, void *arg, void **state)
@@ -57,17 +76,14 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         return rc;
     }
     srv_accept_limit_init(ds);
-    struct net_listener_options lo = {.reuseport = true,
-                                      .tcp_user_timeout_ms = cfg->tcp_user_timeout_ms,
-                                      .keepalive_s = cfg->tcp_keepalive_s};
-    rc = net_listener_start(s, &cfg->addr, &lo, srv_http_accept, ds, &ds->listener);
+    rc = listen_on(ds, SRV_UP_LISTEN, &cfg->addr, srv_http_accept, &ds->listener);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "cannot listen on %s: %s", cfg->addr_text, strerror(-rc));
         ds_free(ds);
         return rc;
     }
     if (cfg->tls && cfg->http_port > 0) {
-        rc = net_listener_start(s, &cfg->http_addr, &lo, srv_http80_accept, ds, &ds->http_listener);
+        rc = listen_on(ds, SRV_UP_HTTP, &cfg->http_addr, srv_http80_accept, &ds->http_listener);
         if (rc < 0)
             hd_log(HD_LOG_ERROR, "cannot listen on -http-port %d: %s", cfg->http_port,
                    strerror(-rc));
@@ -142,7 +158,10 @@ static void global_fini(struct hd_runtime *rt, void *arg)
 static void on_signal(struct hd_runtime *rt, int signo, void *arg)
 {
     struct srv_config *cfg = arg;
-    (void)rt;
+    if (signo == SIGUSR2) {
+        srv_upgrade_signal(cfg, rt); /* server_upgrade.c: hand over to a new binary */
+        return;
+    }
     if (signo != SIGHUP)
         return;
     srv_allow_reload(cfg); /* --allow-keys */

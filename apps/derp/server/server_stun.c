@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "server_upgrade.h"
 
 static void stun_datagram(struct net_udp *u, const uint8_t *data, size_t len,
                           const struct net_addr *from, void *arg)
@@ -41,7 +42,12 @@ int srv_stun_start(struct srv_shard *ds)
         a.in4.sin_port = htons((uint16_t)cfg->stun_port);
     else
         a.in6.sin6_port = htons((uint16_t)cfg->stun_port);
-    int rc = net_udp_open(ds->s, &a, stun_datagram, ds, &ds->stun);
+    unsigned id = hd_shard_id(ds->s);
+    int fd = srv_upgrade_take(cfg, SRV_UP_STUN, id); /* handed over by an upgrade, or -1 */
+    int rc = fd >= 0 ? net_udp_adopt(ds->s, fd, stun_datagram, ds, &ds->stun)
+                     : net_udp_open(ds->s, &a, stun_datagram, ds, &ds->stun);
+    if (rc == 0)
+        srv_upgrade_note(cfg, SRV_UP_STUN, id, net_udp_fd(ds->stun));
     if (rc < 0)
         hd_log(HD_LOG_ERROR, "STUN: cannot listen on UDP port %d: %s", cfg->stun_port,
                strerror(-rc));

@@ -1,0 +1,263 @@
+#!/usr/bin/env python3
+"""upgrade.py BIN WORK plain|tls - the zero-downtime upgrade's listener hand-over (issue 15
+item 1, stage 1) on a real hderp-server started from a copy of the binary (so the test can
+replace the file): while a prober opens new connections back to back (/derp/probe, plus STUN
+and in TLS mode the -http-port listener), SIGUSR2 with a successor that exits at once, one that
+never says it accepts (killed after --upgrade-timeout) and a binary that is gone each leave the
+old process serving with its pid file unchanged; then `hderp-server upgrade --pid-file` with the
+real binary moves the sockets to a new PID, the old PID exits, the new one upgrades once more
+itself, and across all of it no connection was refused or went unanswered; systemd's notify
+socket hears READY=1 once and MAINPID= of each successor. A client logged in
+to the old process (connections do not move yet) is closed only after the new one accepts, and
+logs in again to the new one, which relays its packets. Servers are stopped by PID."""
+import os, shutil, signal, socket, ssl, struct, subprocess, sys, threading, time, zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import derp_pyclient as dc  # the independent DERP client of these tests
+BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
+TLS = MODE == "tls"
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+EXE = os.path.join(WORK, "hderp-server")
+PIDF = os.path.join(WORK, "hderp.pid")
+LOG = os.path.join(WORK, "server.log")
+pids = []  # every server PID seen, stopped by PID at the end
+
+
+def free_port(kind=socket.SOCK_STREAM):
+    s = socket.socket(socket.AF_INET, kind)
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+PORT, STUN = free_port(), free_port(socket.SOCK_DGRAM)
+HTTP = free_port() if TLS else None
+CTX = ssl.create_default_context()
+CTX.check_hostname, CTX.verify_mode = False, ssl.CERT_NONE
+
+
+def log_text():
+    with open(LOG, errors="replace") as f:
+        return f.read()
+
+
+def fail(msg):
+    print("FAIL: " + msg + "\n--- server.log\n" + log_text())
+    sys.exit(1)
+
+
+def wait_for(cond, what, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    fail("timed out waiting for " + what)
+
+
+def connect(port=None, tls=TLS):
+    s = socket.create_connection(("127.0.0.1", port or PORT), timeout=10)
+    return CTX.wrap_socket(s, server_hostname="127.0.0.1") if tls else s
+
+
+def probe(port=None, tls=TLS, path=b"/derp/probe", want=b"HTTP/1.1 200"):
+    s = connect(port, tls)
+    try:
+        s.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        d = b""
+        while b"\r\n" not in d:
+            x = s.recv(4096)
+            if not x:
+                break
+            d += x
+        return d.startswith(want)
+    finally:
+        s.close()
+
+
+def stun_request():
+    txid = os.urandom(12)
+    attrs = struct.pack(">HH", 0x8022, 8) + b"tailnode"
+    head = struct.pack(">HHI", 0x0001, len(attrs) + 8, 0x2112A442) + txid
+    crc = zlib.crc32(head + attrs) ^ 0x5354554E
+    return txid, head + attrs + struct.pack(">HHI", 0x8028, 4, crc)
+
+
+def stun_ok():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(2)
+    try:
+        for _ in range(5):  # UDP: a datagram may be lost, never refused
+            txid, req = stun_request()
+            u.sendto(req, ("127.0.0.1", STUN))
+            try:
+                d, _ = u.recvfrom(1024)
+            except socket.timeout:
+                continue
+            if d[8:20] == txid and d[:2] == b"\x01\x01":
+                return True
+        return False
+    finally:
+        u.close()
+
+
+class Prober(threading.Thread):
+    """New connections back to back; every one must be answered."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.stop, self.ok, self.errors = threading.Event(), 0, []
+
+    def run(self):
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            try:
+                good = probe()
+                if good and HTTP and i % 10 == 0:
+                    good = probe(HTTP, False, b"/generate_204", b"HTTP/1.1 204")
+                if good and i % 25 == 0:
+                    good = stun_ok()
+                if good:
+                    self.ok += 1
+                else:
+                    self.errors.append("probe %d: no answer" % i)
+            except OSError as e:
+                self.errors.append("probe %d: %r" % (i, e))
+            time.sleep(0.002)
+
+
+def replace_exe(content=None):
+    tmp = EXE + ".new"
+    if content is None:
+        shutil.copy2(os.path.join(BIN, "hderp-server"), tmp)
+    else:
+        with open(tmp, "w") as f:
+            f.write(content)
+        os.chmod(tmp, 0o755)
+    os.replace(tmp, EXE)
+
+
+def pid_file():
+    try:
+        with open(PIDF) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def gone(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def failed_attempt(server, content, line):
+    before = log_text().count(line)
+    if content == "":
+        os.unlink(EXE)
+    else:
+        replace_exe(content)
+    os.kill(server.pid, signal.SIGUSR2)
+    wait_for(lambda: log_text().count(line) > before, "the log line '%s'" % line)
+    if server.poll() is not None:
+        fail("the old process exited after a failed upgrade (%s)" % line)
+    if pid_file() != server.pid:
+        fail("the pid file changed after a failed upgrade: %s" % pid_file())
+    if not probe():
+        fail("the old process does not answer after a failed upgrade")
+
+
+def upgrade_cmd():
+    r = subprocess.run([os.path.join(BIN, "hderp-server"), "upgrade", "--pid-file", PIDF,
+                        "--timeout", "30s"], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        fail("hderp-server upgrade: exit %d: %s%s" % (r.returncode, r.stdout, r.stderr))
+    return pid_file()
+
+
+def main():
+    replace_exe()
+    args = [EXE, "-a", "127.0.0.1:%d" % PORT, "-c", os.path.join(WORK, "key"), "--shards", "2",
+            "-stun-port", str(STUN), "--pid-file", PIDF, "--upgrade-timeout", "2s"]
+    if TLS:
+        args += ["-certmode", "manual", "-hostname", "127.0.0.1", "-certdir",
+                 os.path.join(WORK, "certs"), "-http-port", str(HTTP)]
+    logf = open(LOG, "ab")
+    # systemd's notify protocol (the packaged unit is Type=notify): READY=1 at start-up, then
+    # MAINPID=<successor> from each process that hands over.
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    name = "hderp-upgrade-test-%d" % os.getpid()
+    notify.bind("\0" + name)
+    notify.settimeout(10)
+    env = dict(os.environ, NOTIFY_SOCKET="@" + name)
+    server = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
+    pids.append(server.pid)
+    wait_for(lambda: pid_file() == server.pid and probe_quiet(), "the first server")
+    if notify.recv(256) != b"READY=1":
+        fail("no READY=1 for systemd at start-up")
+    a, apk = dc.connect(PORT, CTX if TLS else None)
+    prober = Prober()
+    prober.start()
+    failed_attempt(server, "#!/bin/sh\nexit 3\n", "exited before accepting")
+    failed_attempt(server, "#!/bin/sh\nexec sleep 30\n", "not accepting within")
+    failed_attempt(server, "", "cannot start")
+    replace_exe()
+    new = upgrade_cmd()
+    pids.append(new)
+    if new == server.pid:
+        fail("the pid file still names the old process")
+    try:
+        rc = server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        fail("the old process did not exit after the upgrade")
+    if rc != 0:
+        fail("the old process exited with %d" % rc)
+    if not dc.closed(a):  # stage 1: the old one's clients reconnect to the new one
+        fail("a client of the old process was not closed when it exited")
+    a, apk = dc.connect(PORT, CTX if TLS else None)
+    b, bpk = dc.connect(PORT, CTX if TLS else None)
+    for i in range(50):
+        dc.send(a, bpk, b"after %d" % i)
+    for i in range(50):
+        if dc.recv_packet(b) != (apk, b"after %d" % i):
+            fail("packet %d from the new process's client not relayed in order" % i)
+    newer = upgrade_cmd()  # the successor upgrades too (it holds the claims now)
+    pids.append(newer)
+    wait_for(lambda: gone(new), "PID %d to exit after the second upgrade" % new)
+    told = [notify.recv(256), notify.recv(256)]
+    if told != [b"MAINPID=%d" % new, b"MAINPID=%d" % newer]:
+        fail("systemd was told %s, expected MAINPID=%d then %d" % (told, new, newer))
+    wait_for(lambda: prober.ok > 200, "the prober's answers after the upgrades")
+    prober.stop.set()
+    prober.join()
+    if prober.errors:
+        fail("%d of %d connections not answered: %s" % (len(prober.errors),
+             prober.ok + len(prober.errors), prober.errors[:5]))
+    if log_text().count("upgrade: received") != 2:
+        fail("expected two successors that received the sockets")
+    print("ok (%s): %d connections answered through 3 failed upgrades and 2 upgrades, none "
+          "refused; PIDs %d -> %d -> %d" % (MODE, prober.ok, server.pid, new, newer))
+
+
+def probe_quiet():
+    try:
+        return probe()
+    except OSError:
+        return False
+
+
+try:
+    main()
+finally:
+    for pid in pids:
+        if pid and not gone(pid):
+            os.kill(pid, signal.SIGTERM)
+    for pid in pids:
+        deadline = time.monotonic() + 20
+        while pid and not gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
