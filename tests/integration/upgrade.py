@@ -14,6 +14,7 @@ import os, shutil, signal, socket, ssl, struct, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import derp_pyclient as dc  # the independent DERP client of these tests
+from testlib import hold_port
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
 shutil.rmtree(WORK, ignore_errors=True)
@@ -24,16 +25,11 @@ LOG = os.path.join(WORK, "server.log")
 pids = []  # every server PID seen, stopped by PID at the end
 
 
-def free_port(kind=socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-PORT, STUN = free_port(), free_port(socket.SOCK_DGRAM)
-HTTP = free_port() if TLS else None
+# The ports are named in the flags before the server starts (and the successors must get the
+# same ones), so they are held (testlib.hold_port): the TCP holds for good, the UDP one until the
+# first server's STUN sockets have the port.
+(PORT_HOLD, PORT), (STUN_HOLD, STUN) = hold_port(), hold_port(socket.SOCK_DGRAM)
+HTTP_HOLD, HTTP = hold_port() if TLS else (None, None)
 CTX = ssl.create_default_context()
 CTX.check_hostname, CTX.verify_mode = False, ssl.CERT_NONE
 
@@ -198,6 +194,7 @@ def main():
     server = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT, env=env)
     pids.append(server.pid)
     wait_for(lambda: pid_file() == server.pid and probe_quiet(), "the first server")
+    STUN_HOLD.close()  # the server's STUN sockets have the port: a hold would get datagrams
     if notify.recv(256) != b"READY=1":
         fail("no READY=1 for systemd at start-up")
     a, apk = dc.connect(PORT, CTX if TLS else None)
