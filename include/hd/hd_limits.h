@@ -57,6 +57,12 @@ _Static_assert(HD_WHEEL_SLOTS == 64, "a level's occupancy is one uint64_t bitmap
 #define HD_TICK_SAMPLE 16
 _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
 
+/* hd_shard_busy_ppm: the busy fraction covers this much wall time (long enough that one slow
+ * tick does not swing it, short enough that a policy reacts within a second or two); FULL is
+ * one core (parts per million). */
+#define HD_BUSY_INTERVAL_MS 1000
+#define HD_BUSY_PPM_FULL    1000000u
+
 /* Busy-poll before sleeping (microseconds). 0 = off; capped so a misconfiguration cannot burn a
  * core for long without checking timers. */
 #define HD_BUSY_POLL_US_MAX 1000
