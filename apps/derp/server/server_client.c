@@ -350,8 +350,13 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     memcpy(f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);
     f->len = SRV_ROUTE_OFF + out_len;
     f->app_flags = kind == SRV_KIND_DISCO ? 1 : 0;
-    if (srv_route(ds, f, out_len, kind, forward) && !forward && ds->cfg->placement)
+    bool crossed = srv_route(ds, f, out_len, kind, forward);
+    if (forward || !ds->cfg->placement)
+        return;
+    if (crossed)
         srv_place_note(cl, dst); /* it crossed the bus */
+    else if (ds->cfg->pack)
+        srv_pack_note(cl, dst); /* it stayed on this shard */
 }
 
 static void on_note_preferred(struct srv_client *cl, const uint8_t *payload)
