@@ -202,6 +202,24 @@ Test(test_conformance_pack, duplicate_of_packed_key)
     conf_server_stop_clean(&srv);
 }
 
+/* --pack=false (packing is on by default): a pair on shard 1 stays there. */
+Test(test_conformance_pack, off_never_packs)
+{
+    const char *extra[] = {"--pack=false", "--pack-low", "1000", "--pack-high", "1000", NULL};
+    cr_assert_eq(
+        conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .extra = extra}), 0);
+    struct conf_raw a, b;
+    struct derp_keypair ka, kb;
+    login_on_shard(&a, &ka, 1);
+    login_on_shard(&b, &kb, 1);
+    talk(&a, &b, "off", BURSTS);
+    cr_assert_eq(varz("hderp_placement_packs"), 0);
+    cr_assert_eq(varz("hderp_placement_moves"), 0);
+    cr_assert_eq(varz(GUESTS_0), 0);
+    close_all(&a, &b);
+    conf_server_stop_clean(&srv);
+}
+
 /* One side closes right after the packet that makes the pair move: whichever step the move was
  * at, the server counts both gone, and a new pair still packs. */
 Test(test_conformance_pack, close_during_a_move)
