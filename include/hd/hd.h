@@ -344,13 +344,7 @@ const struct hd_shard_stats *hd_shard_stats(const struct hd_shard *s);
 /* Stalls the watchdog saw on this shard, and the longest that ended (ms). Any thread. */
 uint64_t hd_shard_stalls(const struct hd_shard *s);
 uint64_t hd_shard_stall_max_ms(const struct hd_shard *s);
-/* How busy shard `shard` of rt was lately, in parts per million of one core (0 ..
- * HD_BUSY_PPM_FULL): its thread's CPU time (user and kernel, so the work io_uring_enter does
- * inline counts) over the wall time of the last HD_BUSY_INTERVAL_MS, as the shard published it
- * at the end of that interval; 0 for a shard that has slept since two intervals or more, and
- * for a shard number out of range. For policies that spread or gather work (a relay packing
- * its clients on one shard). Any thread; a few loads and one clock read. */
-uint32_t hd_shard_busy_ppm(struct hd_runtime *rt, unsigned shard);
+uint32_t hd_shard_busy_ppm(struct hd_runtime *rt, unsigned shard); /* hd_limits.h, HD_BUSY_ */
 
 /* Gather per-shard data from every shard: fill(shard, slot) runs on each shard (over the bus),
  * writing slot_size bytes; then done(s, slots, count, arg) runs on the requesting shard with the
