@@ -222,6 +222,9 @@ void hd_posts_close(struct hd_shard *s);
 void hd_collects_free(struct hd_shard *s);
 void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
 uint64_t hd_clock_ms(void);
+/* The wait policy (shard.c): the min-wait of a sleep after cqes_2ms completions in this and the
+ * previous millisecond, with the configured cap and gather (hd_runtime_config); 0: none. */
+uint32_t hd_min_wait_us(uint32_t cqes_2ms, uint32_t cap_us, uint32_t gather);
 
 /* log_json.c: one JSON log line into out (always '}' and '\n' terminated, truncating the
  * message if it must); returns its length. level is padded text ("INFO "), trimmed here. */

@@ -52,7 +52,7 @@ static int config_check(struct hd_runtime_config *cfg)
         return -EINVAL;
     if (cfg->busy_poll_us > HD_BUSY_POLL_US_MAX)
         return -EINVAL;
-    if (cfg->min_wait_us > HD_MIN_WAIT_US_MAX)
+    if (cfg->min_wait_us > HD_MIN_WAIT_US_MAX || cfg->min_wait_gather > HD_MIN_WAIT_GATHER_MAX)
         return -EINVAL;
     if (cfg->stop_grace_ms == 0)
         cfg->stop_grace_ms = HD_STOP_GRACE_MS_DEFAULT;

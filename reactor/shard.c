@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -232,24 +233,39 @@ static void rate_roll(struct hd_shard *s)
     s->rate_ms = s->now_ms;
 }
 
-/* The min-wait is worth its latency only under load: HD_MIN_WAIT_ARM_CQES completions in two
- * milliseconds (a lone ping's four CQEs never arm it), and only when the wait it bounds ends
- * after it (a timer due sooner is not held back). */
-static bool min_wait_wanted(struct hd_shard *s, uint64_t wait_ms)
+uint32_t hd_min_wait_us(uint32_t cqes_2ms, uint32_t cap_us, uint32_t gather)
 {
-    if (!(s->features & HD_FEAT_MIN_WAIT))
-        return false;
-    rate_roll(s);
-    if (s->rate_cur + s->rate_prev < HD_MIN_WAIT_ARM_CQES)
-        return false;
-    return wait_ms == UINT64_MAX || wait_ms * 1000u > s->rt->cfg.min_wait_us;
+    if (cqes_2ms < HD_MIN_WAIT_ARM_CQES || cap_us == 0)
+        return 0;
+    if (gather == 0)
+        return cap_us;
+    uint64_t us = (uint64_t)gather * 2000u / cqes_2ms; /* gather completions at that rate */
+    if (us < HD_MIN_WAIT_US_FLOOR)
+        return 0;
+    return us < cap_us ? (uint32_t)us : cap_us;
 }
 
-/* Sleep until HD_MIN_WAIT_BATCH completions, or min_wait_us passed with at least one, or the
+/* The min-wait is worth its latency only under load: HD_MIN_WAIT_ARM_CQES completions in two
+ * milliseconds (a lone ping's four CQEs never arm it), and only when the wait it bounds ends
+ * after it (a timer due sooner is not held back). Returns the min-wait for this sleep, 0: none. */
+static uint32_t min_wait_wanted(struct hd_shard *s, uint64_t wait_ms)
+{
+    if (!(s->features & HD_FEAT_MIN_WAIT))
+        return 0;
+    rate_roll(s);
+    const struct hd_runtime_config *cfg = &s->rt->cfg;
+    uint32_t us =
+        hd_min_wait_us(s->rate_cur + s->rate_prev, cfg->min_wait_us, cfg->min_wait_gather);
+    if (us == 0 || (wait_ms != UINT64_MAX && wait_ms * 1000u <= us))
+        return 0;
+    return us;
+}
+
+/* Sleep until HD_MIN_WAIT_BATCH completions, or us passed with at least one, or the
  * timeout; once the min-wait passed empty, the first completion wakes (kernel >= 6.12,
  * DEFER_TASKRUN ring). Queued SQEs are submitted first without waiting: completions the submit
  * posts inline (a sendmsg on loopback) would otherwise sit out the whole min-wait. */
-static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued)
+static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued, uint32_t us)
 {
     if (queued > 0) {
         io_uring_submit_and_get_events(&s->ring);
@@ -262,8 +278,7 @@ static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued
         wait_ms = HD_MIN_WAIT_IDLE_TS_MS;
     struct __kernel_timespec ts = {.tv_sec = (long long)(wait_ms / 1000),
                                    .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
-    struct hd_getevents_arg arg = {.min_wait_usec = s->rt->cfg.min_wait_us,
-                                   .ts = (uint64_t)(uintptr_t)&ts};
+    struct hd_getevents_arg arg = {.min_wait_usec = us, .ts = (uint64_t)(uintptr_t)&ts};
     s->stats.sleeps++;
     s->stats.min_waits++;
     /* -ETIME (the timeout) and -EINTR are ordinary ends of a wait: the tick goes on either way. */
@@ -293,8 +308,9 @@ static void enter(struct hd_shard *s, uint64_t wait_ms)
         s->stats.sqes += queued;
         return;
     }
-    if (min_wait_wanted(s, wait_ms)) {
-        min_wait_enter(s, wait_ms, queued);
+    uint32_t min_wait = min_wait_wanted(s, wait_ms);
+    if (min_wait > 0) {
+        min_wait_enter(s, wait_ms, queued, min_wait);
     } else {
         struct io_uring_cqe *cqe;
         s->stats.sleeps++;
@@ -440,6 +456,7 @@ void *hd_shard_main(void *arg)
     char name[16];
     snprintf(name, sizeof(name), "hd-shard-%u", s->id);
     pthread_setname_np(pthread_self(), name);
+    (void)prctl(PR_SET_TIMERSLACK, HD_TIMER_SLACK_NS, 0, 0, 0); /* best effort: a coarser wait */
     if (rt->cfg.pin)
         pin(s);
     unsigned inited = 0;

@@ -384,14 +384,15 @@ struct hd_module {
 #define HD_FEAT_MIN_WAIT      (1u << 5) /* IORING_FEAT_MIN_TIMEOUT (6.12) on a DEFER_TASKRUN ring */
 
 struct hd_runtime_config {
-    unsigned shards_count;  /* 0: one per CPU this process may run on */
-    bool pin;               /* pin shard i to the i-th allowed CPU */
-    bool handle_signals;    /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
-    uint32_t sq_entries;    /* 0: HD_SQ_ENTRIES_DEFAULT */
-    uint32_t busy_poll_us;  /* spin this long on an empty CQ before sleeping; 0 = off */
-    uint32_t min_wait_us;   /* under load, let a sleep gather completions this long; 0 = off
-                             * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
-    uint32_t stop_grace_ms; /* 0: HD_STOP_GRACE_MS_DEFAULT */
+    unsigned shards_count;    /* 0: one per CPU this process may run on */
+    bool pin;                 /* pin shard i to the i-th allowed CPU */
+    bool handle_signals;      /* hd_runtime_wait: SIGINT/SIGTERM stop, SIGHUP -> on_signal */
+    uint32_t sq_entries;      /* 0: HD_SQ_ENTRIES_DEFAULT */
+    uint32_t busy_poll_us;    /* spin this long on an empty CQ before sleeping; 0 = off */
+    uint32_t min_wait_us;     /* under load, let a sleep gather completions this long; 0 = off
+                               * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
+    uint32_t min_wait_gather; /* > 0: adaptive min-wait (docs/ARCHITECTURE.md, wait policy) */
+    uint32_t stop_grace_ms;   /* 0: HD_STOP_GRACE_MS_DEFAULT */
     /* Stall watchdog: a shard awake and inside one stretch of work (one tick's callbacks, or
      * one callback) for this long is logged with the callback it runs, and counted
      * (hd_shard_stalls). 0: HD_STALL_MS_DEFAULT; HD_STALL_OFF: no watchdog thread. */

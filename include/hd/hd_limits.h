@@ -77,15 +77,23 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * one before) a sleep waits for HD_MIN_WAIT_BATCH completions, or until the min-wait passed with at
  * least one: one wake-up for several packets instead of one each. A completion it holds waits at
  * most the min-wait; once the min-wait passed empty the first completion wakes at once, and a
- * lone ping (four CQEs) never arms it. Off unless configured (min_wait_us): measured on loopback
- * it added latency under load without a CPU saving that rose above the noise (perf/RESULTS.md).
- * The cap keeps a configuration from holding completions for long. */
+ * lone ping (four CQEs) never arms it. Off unless configured (min_wait_us: an app's trade of
+ * latency for CPU, docs/ARCHITECTURE.md). The cap keeps a configuration from holding completions
+ * for long. */
 #define HD_MIN_WAIT_US_MAX   1000000
 #define HD_MIN_WAIT_BATCH    32
 #define HD_MIN_WAIT_ARM_CQES 16
 /* A min-wait sleep always carries a timeout (without one the kernel ends the wait at the
  * min-wait even with nothing to report): at most this long when no timer is armed. */
 #define HD_MIN_WAIT_IDLE_TS_MS 1000
+/* Adaptive min-wait (min_wait_gather > 0): a wait shorter than this is not worth its timer (the
+ * shard is busy enough to find completions without it), so the plain wait runs instead. */
+#define HD_MIN_WAIT_US_FLOOR   10
+#define HD_MIN_WAIT_GATHER_MAX 64
+_Static_assert(HD_MIN_WAIT_GATHER_MAX <= HD_MIN_WAIT_BATCH * 2, "gathering stays a small batch");
+/* Each shard thread's timer slack (PR_SET_TIMERSLACK): the kernel may end a timed wait this much
+ * late (the default is 50 us, which a min-wait of tens of microseconds would more than double). */
+#define HD_TIMER_SLACK_NS 1000
 
 /* Slab pools: objects are carved lazily (bump pointer, so untouched pages stay unmapped) from
  * chunks aligned to their size; a chunk header finds its pool in O(1). */

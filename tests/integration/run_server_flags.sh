@@ -3,7 +3,7 @@
 # message naming the entry (exit 1, nothing listening), and starts with a good one; a name that
 # does not resolve is not fatal (looked up at each dial, as derper does) but logged. Each server
 # is bounded by timeout(1); the ones that start are stopped by PID. --min-wait-us: range, default
-# off, in use where the kernel has it, relays.
+# on, off with 0, in use where the kernel has it, relays.
 set -u
 bin=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
@@ -63,24 +63,26 @@ for flag in -verify-cache-ttl -verify-recheck-interval; do
     [ "$rc" = 1 ] || fail "$flag without -verify-client-url: exit code $rc, expected 1"
     grep -q "need -verify-client-url" "$work/out.log" || fail "$flag: no message naming the need"
 done
-# --min-wait-us: out of range is refused; off by default (the start-up line names min-wait only
-# when it is in use); with it a relay still relays (the DERP smoke client through it). The probe
-# decides: on a kernel without IORING_FEAT_MIN_TIMEOUT (< 6.12) the line must not name it.
+# --min-wait-us: out of range is refused; on by default, off with 0 (the start-up line names
+# min-wait only when it is in use); with it a relay still relays (the DERP smoke client through
+# it). The probe decides: on a kernel without IORING_FEAT_MIN_TIMEOUT (< 6.12) the line must not name it.
 timeout 20 "$bin/hderp-server" -a "127.0.0.1:$(port)" -stun=false -c "$work/key" \
     --min-wait-us 1001 >"$work/out.log" 2>&1
 rc=$?
 [ "$rc" = 2 ] || fail "--min-wait-us 1001: exit code $rc, expected 2 (a bad flag)"
 grep -q "expected 0..1000" "$work/out.log" || fail "--min-wait-us 1001: no range in the message"
 kver=$(uname -r | awk -F. '{print $1 * 1000 + $2}')
-for mw in 0 50; do
+for mw in 0 50 default; do
     p=$(port)
-    "$bin/hderp-server" -a "127.0.0.1:$p" -stun=false -c "$work/key" --min-wait-us $mw \
+    mwflag=(--min-wait-us "$mw")
+    [ "$mw" = default ] && mwflag=()
+    "$bin/hderp-server" -a "127.0.0.1:$p" -stun=false -c "$work/key" "${mwflag[@]}" \
         >"$work/mw$mw.log" 2>&1 &
     pid=$!
     pids+=($pid)
     wait_probe "http://127.0.0.1:$p" || fail "the server with --min-wait-us $mw did not start"
-    if [ "$mw" = 50 ] && [ "$kver" -ge 6012 ]; then
-        grep -q "io_uring.* min-wait" "$work/mw$mw.log" || fail "--min-wait-us 50: not in use"
+    if [ "$mw" != 0 ] && [ "$kver" -ge 6012 ]; then
+        grep -q "io_uring.* min-wait" "$work/mw$mw.log" || fail "--min-wait-us $mw: not in use"
     else
         ! grep -q "min-wait" "$work/mw$mw.log" || fail "--min-wait-us $mw: min-wait named"
     fi

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "hd_impl.h"
 #include <hd/hd_uring.h>
 
 #define LONG_MIN_WAIT_US (400u * 1000u)
@@ -212,4 +213,18 @@ Test(test_reactor_wait, lone_op_not_held)
     cr_assert_eq(c.min_waits, 0);
     cr_assert_lt(c.op_sleep[0], c.guard_sleep, "op after sleep %llu, guard after %llu",
                  (unsigned long long)c.op_sleep[0], (unsigned long long)c.guard_sleep);
+}
+
+/* The adaptive min-wait (min_wait_gather > 0): about as long as gather completions take at the
+ * recent rate, capped, and none on a quiet shard or when the wait would be too short to matter. */
+Test(test_reactor_wait, adaptive_length)
+{
+    cr_assert_eq(hd_min_wait_us(HD_MIN_WAIT_ARM_CQES - 1, 100, 4), 0, "quiet: no min-wait");
+    cr_assert_eq(hd_min_wait_us(1000, 0, 4), 0, "not configured");
+    cr_assert_eq(hd_min_wait_us(HD_MIN_WAIT_ARM_CQES, 100, 0), 100, "fixed: the cap");
+    cr_assert_eq(hd_min_wait_us(80, 100, 4), 100, "40 CQEs a ms: 4 take 100 us");
+    cr_assert_eq(hd_min_wait_us(40, 100, 4), 100, "slower: capped");
+    cr_assert_eq(hd_min_wait_us(160, 100, 4), 50, "faster: shorter");
+    cr_assert_eq(hd_min_wait_us(800, 100, 4), HD_MIN_WAIT_US_FLOOR, "at the floor");
+    cr_assert_eq(hd_min_wait_us(801, 100, 4), 0, "busy: under the floor, plain wait");
 }

@@ -124,9 +124,10 @@ static void usage_own(FILE *out)
         "                          (default 60; up to 1000)\n"
         "  --pack-high N           spread while shard 0 is at N %% or more and another shard\n"
         "                          below --pack-low (default 80)\n"
-        "  --min-wait-us N         under load, let a shard's sleep gather completions for up\n"
-        "                          to N us (io_uring min-wait, Linux >= 6.12; 0 = off, the\n"
-        "                          default; max 1000): fewer wake-ups, up to N us more latency\n"
+        "  --min-wait-us N         under load, let a shard's sleep gather a few completions\n"
+        "                          for up to N us (io_uring min-wait, Linux >= 6.12; default\n"
+        "                          100, 0 = wake for every completion, max 1000): fewer\n"
+        "                          wake-ups, up to N us more latency per pass under load\n"
         "  --keepalive-interval D  DERP KeepAlive period (default 60s + up to 5s jitter; for\n"
         "                          tests)\n"
         "  --http-deadline D       a new connection's TLS handshake and HTTP request head\n"
@@ -477,6 +478,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .pack = true,
                             .pack_low_pct = SRV_PACK_LOW_PCT_DEFAULT,
                             .pack_high_pct = SRV_PACK_HIGH_PCT_DEFAULT,
+                            .min_wait_us = SRV_MIN_WAIT_US_DEFAULT,
                             .stun_port = 3478,
                             .home = "",
                             .tcp_keepalive_ms = 10 * 60 * 1000,

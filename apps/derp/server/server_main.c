@@ -100,6 +100,7 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
     struct hd_runtime_config rc_cfg = {
         .shards_count = f->shards,
         .min_wait_us = f->min_wait_us,
+        .min_wait_gather = SRV_MIN_WAIT_GATHER,
         .stall_ms = !f->stall_set      ? 0
                     : f->stall_ms == 0 ? HD_STALL_OFF
                                        : (uint32_t)f->stall_ms,
