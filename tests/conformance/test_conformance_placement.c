@@ -6,7 +6,8 @@
  * correspondent of a moved client, and --placement=false moves nobody. Raw blocking clients on the
  * test thread, strict turns, so a lost, repeated or misrouted packet is a named failure. Over TLS,
  * hderp-echo's ping and echo (the DERP client library) on keys of different shards: the record
- * codec moves with the connection and every echo comes back. */
+ * codec moves with the connection and every echo comes back, also when packing moves both
+ * sides of a pair to shard 0. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -189,16 +190,18 @@ static pid_t spawn_logged(const char *const *argv, const char *log)
     return pid;
 }
 
-Test(test_conformance_placement, tls_pair_moves_every_echo_back)
+/* Over TLS: hderp-echo echo on a key of shard echo_shard, ping on one of ping_shard, 400 pings
+ * of 1,200 B; every echo must come back. The server runs with extra. */
+static void tls_ping_echo(const char *const *extra, unsigned echo_shard, unsigned ping_shard)
 {
     conf_server_down(&srv);
     cr_assert_eq(
         conf_server_start(
-            &srv, &(struct conf_server_opts){.shards = SHARDS, .tls = true, .extra = no_pack}),
+            &srv, &(struct conf_server_opts){.shards = SHARDS, .tls = true, .extra = extra}),
         0);
     struct derp_keypair ke, kp;
-    CONF_OK(conf_keypair_on_shard(&ke, 0, SHARDS));
-    CONF_OK(conf_keypair_on_shard(&kp, 1, SHARDS));
+    CONF_OK(conf_keypair_on_shard(&ke, echo_shard, SHARDS));
+    CONF_OK(conf_keypair_on_shard(&kp, ping_shard, SHARDS));
     char url[96], kef[300], kpf[300], elog[300], plog[300], peer[DERP_PUBKEY_TEXT_SIZE];
     snprintf(url, sizeof(url), "https://%s:%u/derp", CONF_TLS_HOSTNAME, srv.port);
     snprintf(kef, sizeof(kef), "%s/echo.key", srv.dir);
@@ -257,6 +260,26 @@ Test(test_conformance_placement, tls_pair_moves_every_echo_back)
     cr_assert(strstr(out, "\"received\":400,") && strstr(out, "\"lost\":0,") &&
                   strstr(out, "\"duplicated\":0,") && strstr(out, "\"misrouted\":0,"),
               "ping: %s", out);
+}
+
+Test(test_conformance_placement, tls_pair_moves_every_echo_back)
+{
+    tls_ping_echo(no_pack, 0, 1);
     cr_assert_eq(moves(), 1, "one side moved");
+    conf_server_stop_clean(&srv);
+}
+
+/* Packing over TLS (water marks any load is under: it always packs): a pair on shard 1 goes
+ * to shard 0 (both move; the record codec moves with each connection) and every echo comes
+ * back. */
+Test(test_conformance_placement, tls_pair_packs_every_echo_back)
+{
+    const char *const pack[] = {"--pack-low", "1000", "--pack-high", "1000", NULL};
+    tls_ping_echo(pack, 1, 1);
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_placement_packs", false, &v));
+    cr_assert_eq(v, 1, "one packing decision (packs %lld)", (long long)v);
+    CONF_OK(conf_varz(&srv, "hderp_placement_moves", false, &v));
+    cr_assert_eq(v, 2, "both moved (moves %lld)", (long long)v);
     conf_server_stop_clean(&srv);
 }
