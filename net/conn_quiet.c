@@ -181,3 +181,42 @@ size_t net_conn_kept_peek(const struct net_conn *c, size_t off, void *buf, size_
     kept_walk(c, &k);
     return k.copied;
 }
+
+int net_conn_kept_restore(struct net_conn *c, const void *data, size_t len)
+{
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_MIGRATING))
+        return -EBUSY;
+    /* Frames of at most a ring buffer's size (a class every frame pool has), all or none. */
+    struct hd_frame *head = NULL, **tail = &head;
+    for (size_t off = 0; off < len;) {
+        size_t n = len - off < NET_BUF_SIZE ? len - off : NET_BUF_SIZE;
+        struct hd_frame *f = hd_frame_get(c->shard, n);
+        if (f == NULL) {
+            for (struct hd_frame *g = head, *next; g; g = next) {
+                next = g->next;
+                hd_frame_unref(c->shard, g);
+            }
+            return -ENOBUFS;
+        }
+        memcpy(f->data, (const uint8_t *)data + off, n);
+        f->len = (uint32_t)n;
+        f->app_flags = 0; /* untyped raw bytes: through decode */
+        f->next = NULL;
+        *tail = f;
+        tail = &f->next;
+        off += n;
+    }
+    for (struct hd_frame *f = head, *next; f; f = next) {
+        next = f->next;
+        net_conn_pending_add(c, f);
+    }
+    if (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET))
+        return 0; /* replayed on resume or at the quiet point's end */
+    c->depth++;
+    int rc = net_conn_replay(c);
+    if (rc < 0)
+        net_conn_close(c, rc, false);
+    c->depth--;
+    net_conn_maybe_finish(c);
+    return 0;
+}

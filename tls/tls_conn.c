@@ -599,8 +599,7 @@ void tls_quiesced(struct net_conn *c, void *state)
 
 /* ---------------------------------------------------------------- public */
 
-/* The TLS state of a connection whose handshake is done, or NULL. */
-static struct tls_conn *tls_conn_of(struct net_conn *c)
+struct tls_conn *tls_conn_of(struct net_conn *c)
 {
     void *state;
     const struct net_codec *k = net_conn_codec(c, &state);

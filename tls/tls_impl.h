@@ -91,6 +91,8 @@ int tls_wire_send(struct net_conn *c, struct hd_frame *f, uint32_t len);
 int tls_kick(struct net_conn *c);
 /* Free the connection state (and its handshake, if any). */
 void tls_conn_free(struct tls_conn *t);
+/* The TLS state of a connection whose handshake is done (record or kTLS codec), or NULL. */
+struct tls_conn *tls_conn_of(struct net_conn *c);
 
 /* tls_handshake.c */
 extern const struct net_codec tls_handshake_codec;

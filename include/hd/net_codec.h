@@ -114,5 +114,13 @@ void net_conn_quiet_end(struct net_conn *c);
  * bytes copied, fewer at the end). */
 size_t net_conn_kept_bytes(const struct net_conn *c);
 size_t net_conn_kept_peek(const struct net_conn *c, size_t off, void *buf, size_t len);
+/* The other end of a hand-over of c's socket (another process, SCM_RIGHTS): the raw bytes
+ * the earlier owner had received and its codec not consumed (what net_conn_kept_peek showed
+ * there, e.g. a partial TLS record) go in front of everything read from now on: decoded at
+ * once through the codec installed (or, while paused or quiet, when that ends). Call on the
+ * connection just adopted from the fd, after installing its codec, from the callback that
+ * adopted it (before its first recv completes). Copied. Returns 0, -EBUSY (not open, or
+ * moving), -ENOBUFS (no frames: nothing was added). */
+int net_conn_kept_restore(struct net_conn *c, const void *data, size_t len);
 
 #endif /* NET_CODEC_H */

@@ -169,6 +169,51 @@ int tls_conn_close_notify(struct net_conn *c);
  * -EPIPE (closing), -ENOBUFS (no frame for the record). */
 int tls_conn_key_update(struct net_conn *c, bool request_peer);
 
+/* ---------------------------------------------------------------- hand-over */
+
+/* Handing a live TLS connection to another process (a zero-downtime upgrade): the record state
+ * leaves as bytes, the socket goes with SCM_RIGHTS. The bytes are versioned and hold no
+ * pointers (format: docs/ARCHITECTURE.md, "Saved record state"): the suite, both directions'
+ * traffic secrets and next sequence numbers, the flags (server, close_notify received,
+ * ktls_disable, record_per_frame) and, in kTLS mode, the kernel's record sequence numbers read
+ * back with getsockopt(SOL_TLS, TLS_TX / TLS_RX) and the records still to be opened here.
+ * They are key material: keep them off disk and wipe them after use. A checksum makes any
+ * corruption a refusal, never a connection with wrong keys.
+ *
+ * What they do not hold, because net/ owns it and a hand-over of any connection carries it: the
+ * raw bytes received but not consumed by the codec (a partially received record: up to 16 KiB,
+ * net_conn_kept_peek to read them, net_conn_kept_restore to put them back after the load), the
+ * app's unconsumed plaintext and the queued sends (plaintext not sealed yet; records sealed but
+ * unsent). Plaintext the codec took from the queue but did not seal exists only inside a flush,
+ * never between ticks, so a save never needs it (-EBUSY if it ever did). */
+#define TLS_CONN_STATE_MAX 1024u
+
+/* Saves c's record state into buf[0..cap). c's handshake must be complete and c quiet for
+ * hand-over: open, not called from inside one of its callbacks (a decode would go on after
+ * the save), receiving paused and no recv or send in flight (as net_conn_migrate waits for),
+ * no KeyUpdate, kTLS switch or close_notify under way. After a successful save c must neither
+ * receive nor send again: close it without flushing (net_conn_close(c, r, false)) once the fd
+ * was duplicated or sent; the socket and its kernel TLS state live on in the other reference.
+ * Returns the length (<= TLS_CONN_STATE_MAX), -EBUSY (handshake not complete, a KeyUpdate /
+ * switch / close in progress, plaintext held unsealed, c not open), -EINVAL (no TLS on c),
+ * -ENOSPC (cap too small), kTLS: -errno of getsockopt, -EPROTO (the kernel's keys are not the
+ * ones this connection installed). */
+ssize_t tls_conn_state_save(struct net_conn *c, uint8_t *buf, size_t cap);
+
+/* In the new process, on a net_conn just adopted from the handed-over fd (the socket keeps its
+ * TCP_ULP "tls" and kernel keys across SCM_RIGHTS; in userspace mode nothing is on the
+ * socket): checks buf[0..len) whole, then installs the record codec with AEAD contexts re-keyed
+ * from the saved secrets at the saved sequence numbers; kTLS: the kernel's TLS_TX / TLS_RX
+ * state must be exactly what the saved secrets and sequence numbers give (read back with
+ * getsockopt), then the kTLS codec goes in and receiving switches to record-typed reads.
+ * Call from the callback that adopted c, before its first recv completes (the raw bytes the old
+ * process kept go in after this, net_conn_kept_restore); the tls_module must be on c's shard.
+ * Returns 0, or with nothing installed: -EPROTO (malformed or inconsistent bytes: magic,
+ * version, suite, lengths, flags, checksum; kTLS state missing or different on the socket),
+ * -EBUSY (c not open, or a codec is installed already), -EINVAL (no tls_module on the shard),
+ * -ENOMEM (the shard's TLS pool is full). */
+int tls_conn_state_load(struct net_conn *c, const uint8_t *buf, size_t len);
+
 /* ---------------------------------------------------------------- per shard */
 
 struct tls_shard_options {
@@ -199,6 +244,8 @@ struct tls_shard_stats {
     uint64_t close_notify_out;   /* close_notify alerts sent */
     uint64_t ktls_rekey_closes;  /* kTLS connections ended because the kernel cannot rekey */
     uint64_t ktls_failed;        /* kTLS wanted but the keys did not go in (stayed userspace) */
+    uint64_t states_saved;       /* tls_conn_state_save successes (hand-over out) */
+    uint64_t states_loaded;      /* tls_conn_state_load successes (hand-over in) */
     uint32_t handshakes_now;     /* in progress */
 };
 const struct tls_shard_stats *tls_shard_stats(struct hd_shard *s);
