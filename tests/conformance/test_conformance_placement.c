@@ -26,7 +26,7 @@
 #define ROUNDS 200
 
 static struct conf_server srv;
-/* Placement alone: packing (on by default; test_conformance_pack) would move the pairs on. */
+/* Placement alone (packing, test_conformance_pack, would move the pairs on). */
 static const char *const no_pack[] = {"--pack=false", NULL};
 
 static void up(void)
@@ -58,7 +58,8 @@ static void hop(struct conf_raw *from, struct conf_raw *to, const char *tag, int
     struct derp_pubkey src;
     const uint8_t *data;
     size_t got;
-    CONF_OK(conf_raw_read_packet(to, CONF_IO_TIMEOUT_MS, &src, &data, &got));
+    int rc = conf_raw_read_packet(to, CONF_IO_TIMEOUT_MS, &src, &data, &got);
+    cr_assert_eq(rc, 0, "%s: not delivered (%d)", want, rc);
     cr_assert(derp_pubkey_equal(&src, &from->kp.pub), "%s: wrong source", want);
     cr_assert(got == (size_t)len && memcmp(data, want, got) == 0, "got %.*s, want %s", (int)got,
               data, want);
@@ -274,7 +275,7 @@ Test(test_conformance_placement, tls_pair_moves_every_echo_back)
  * back. */
 Test(test_conformance_placement, tls_pair_packs_every_echo_back)
 {
-    const char *const pack[] = {"--pack-low", "1000", "--pack-high", "1000", NULL};
+    const char *const pack[] = {"--pack", "--pack-low", "1000", "--pack-high", "1000", NULL};
     tls_ping_echo(pack, 1, 1);
     int64_t v = -1;
     CONF_OK(conf_varz(&srv, "hderp_placement_packs", false, &v));
