@@ -82,8 +82,14 @@ int kit_port_hold(struct net_addr *a, int type)
         return -errno;
     int one = 1;
     socklen_t len = a->len;
-    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0 ||
-        bind(fd, &a->sa, a->len) < 0 || getsockname(fd, &a->sa, &len) < 0) {
+    /* UDP: SO_REUSEPORT only after the bind. Linux's UDP port 0 search counts a port whose
+     * sockets all have SO_REUSEPORT (same user) as free, so a socket with it set would join
+     * another process's group; a plain one gets a port nobody has. TCP's search never joins. */
+    bool late = type == SOCK_DGRAM;
+    if ((!late && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) ||
+        bind(fd, &a->sa, a->len) < 0 ||
+        (late && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) ||
+        getsockname(fd, &a->sa, &len) < 0) {
         int rc = -errno;
         close(fd);
         return rc;

@@ -1,6 +1,8 @@
-# hd_net_http: HTTP/1.1 head parser and writers (pure code, no sockets). Included from
-# net/CMakeLists.txt; paths are relative to this file so the includer's directory does not matter.
+# hd_net_http: HTTP/1.1 head parser, chunked body decoder and writers (pure code, no sockets).
+# Included from net/CMakeLists.txt; paths are relative to this file so the includer's directory
+# does not matter.
 add_library(hd_net_http STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/http_chunked.c
   ${CMAKE_CURRENT_LIST_DIR}/http_parse.c
   ${CMAKE_CURRENT_LIST_DIR}/http_write.c)
 # <hd/net_http.h>, <hd/http_limits.h> and <hd/hd_base.h> (HD_ASSERT; hd_assert_fail lives in reactor).

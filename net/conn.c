@@ -23,15 +23,19 @@
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags);
 static void nobufs_wait(struct net_conn *c);
 
+/* The timers run only while the connection is open (a close stops them), so the one that fires
+ * is the one that closes it. */
 static void idle_fired(struct hd_timer *t)
 {
     struct net_conn *c = hd_container_of(t, struct net_conn, idle_timer);
+    c->closed_by = NET_CONN_TIMER_IDLE;
     net_conn_close(c, -ETIMEDOUT, false);
 }
 
 static void write_fired(struct hd_timer *t)
 {
     struct net_conn *c = hd_container_of(t, struct net_conn, write_timer);
+    c->closed_by = NET_CONN_TIMER_WRITE;
     net_conn_close(c, -ETIMEDOUT, false);
 }
 
@@ -39,6 +43,7 @@ static void deadline_fired(struct hd_timer *t)
 {
     struct net_conn *c = hd_container_of(t, struct net_conn, deadline_timer);
     c->deadline_at_ms = 0;
+    c->closed_by = NET_CONN_TIMER_DEADLINE;
     net_conn_close(c, -ETIMEDOUT, false);
 }
 

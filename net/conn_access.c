@@ -35,6 +35,11 @@ enum net_conn_state net_conn_state(const struct net_conn *c)
     return c->state;
 }
 
+enum net_conn_timer net_conn_closed_by(const struct net_conn *c)
+{
+    return (enum net_conn_timer)c->closed_by;
+}
+
 const struct net_addr *net_conn_peer(const struct net_conn *c)
 {
     return &c->peer;

@@ -1,7 +1,8 @@
 /* http_client.c - one HTTP/1.1 request on an outgoing connection (TCP or unix socket): writes the
  * request, parses the response head with net_http_resp_parse, reads the body by Content-Length,
- * chunked coding or until close, bounded by resp_max, all within timeout_ms. Runs on the shard
- * that started it; owns its heap state (control path only, never the data path) until done. */
+ * chunked coding (net_http_chunked_decode) or until close, bounded by resp_max, all within
+ * timeout_ms. Runs on the shard that started it; owns its heap state (control path only, never
+ * the data path) until done. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@ struct net_http_client {
     net_http_connect_fn *on_connect;
     void *on_connect_arg;
     struct net_http_resp resp;
+    struct net_http_chunked chunked; /* the body's decoder, when it is chunked */
     size_t resp_max;
     size_t head_len; /* 0 until the head is parsed */
     size_t body_len; /* decoded body bytes in body[] */
@@ -37,68 +39,15 @@ static void finish(struct net_http_client *h, int err)
     done(h->arg, err, err == 0 ? &r : NULL);
 }
 
-/* After the last chunk: trailer field lines up to an empty line (RFC 9112 section 7.1.2), not
- * kept. q is where the first of them starts; returns bytes consumed (off while incomplete). */
-static ssize_t skip_trailers(const uint8_t *d, size_t len, size_t off, size_t q, bool *complete)
-{
-    for (;;) {
-        const uint8_t *lf = memchr(d + q, '\n', len - q);
-        if (lf == NULL)
-            return len - q > NET_HTTP_HEAD_SIZE_MAX ? -EPROTO : (ssize_t)off;
-        size_t line_len = (size_t)(lf - (d + q));
-        if (line_len == 0 || (line_len == 1 && d[q] == '\r')) {
-            *complete = true;
-            return lf - d + 1;
-        }
-        q += line_len + 1;
-    }
-}
-
-/* Chunked body (RFC 9112 section 7.1): returns bytes consumed, 1 more in *complete at the end. */
-static ssize_t dechunk(struct net_http_client *h, const uint8_t *d, size_t len, bool *complete)
-{
-    size_t off = 0;
-    for (;;) {
-        const uint8_t *lf = memchr(d + off, '\n', len - off);
-        if (lf == NULL)
-            return len - off > 64 ? -EPROTO : (ssize_t)off;
-        uint64_t size = 0;
-        size_t i = off, digits = 0;
-        for (; d[i] != ';' && d[i] != '\r' && d[i] != '\n'; i++, digits++) {
-            int v = d[i] >= '0' && d[i] <= '9'   ? d[i] - '0'
-                    : d[i] >= 'a' && d[i] <= 'f' ? d[i] - 'a' + 10
-                    : d[i] >= 'A' && d[i] <= 'F' ? d[i] - 'A' + 10
-                                                 : -1;
-            if (v < 0 || digits >= 16)
-                return -EPROTO;
-            size = size * 16 + (uint64_t)v;
-        }
-        if (digits == 0)
-            return -EPROTO;
-        size_t line = (size_t)(lf - d) + 1 - off;
-        if (size == 0) /* last chunk: skip the trailer section up to its empty line */
-            return skip_trailers(d, len, off, off + line, complete);
-        if (size > h->resp_max - h->body_len)
-            return -EFBIG;
-        if (len - off - line < size + 2)
-            return (ssize_t)off;
-        const uint8_t *c = d + off + line;
-        if (c[size] != '\r' || c[size + 1] != '\n')
-            return -EPROTO;
-        memcpy(h->body + h->body_len, c, size);
-        h->body_len += size;
-        off += line + size + 2;
-    }
-}
-
 static ssize_t body_data(struct net_http_client *h, const uint8_t *d, size_t len)
 {
     bool complete = false;
     ssize_t used;
     if (h->resp.body == NET_HTTP_BODY_CHUNKED) {
-        used = dechunk(h, d, len, &complete);
+        used = net_http_chunked_decode(&h->chunked, d, len, h->body, h->resp_max, &h->body_len);
         if (used < 0)
             return used;
+        complete = net_http_chunked_done(&h->chunked);
     } else {
         size_t want = h->resp.body == NET_HTTP_BODY_LENGTH
                           ? (size_t)h->resp.head.content_length - h->body_len
@@ -138,6 +87,7 @@ static ssize_t conn_data(struct net_conn *c, const uint8_t *data, size_t len)
         if (h->resp.body == NET_HTTP_BODY_LENGTH && h->resp.head.content_length > h->resp_max)
             return -EFBIG;
         h->head_len = (size_t)rc;
+        net_http_chunked_init(&h->chunked);
         ssize_t b = body_data(h, data + rc, len - (size_t)rc);
         return b < 0 ? b : rc + b;
     }

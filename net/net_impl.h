@@ -83,6 +83,7 @@ struct net_conn {
     uint32_t flags;
     uint32_t depth; /* > 0 inside one of our completion handlers: freeing waits for its end */
     int close_reason;
+    uint8_t closed_by; /* enum net_conn_timer: which of our timers closed it (NONE: none) */
     const struct net_conn_handler *h;
     void *app;
     const struct net_codec *codec;

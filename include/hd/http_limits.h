@@ -33,6 +33,12 @@
  * Response bodies are not bounded here: the client that reads one applies its own cap. */
 #define NET_HTTP_BODY_SIZE_MAX 65536
 
+/* One chunk-size line of a chunked body (RFC 9112 section 7.1) with its extensions and line
+ * end: Go's net/http reads at most 4096 bytes of one (maxLineLength). Longer is a bad body,
+ * whether or not its end has arrived. The trailer section after the last chunk is bounded by
+ * NET_HTTP_HEAD_SIZE_MAX, as a head is. */
+#define NET_HTTP_CHUNK_LINE_MAX 4096
+
 /* RFC 6455 section 4.2.1: Sec-WebSocket-Key is base64 of 16 bytes = 24 chars; the accept value
  * is base64 of a SHA-1 digest (20 bytes) = 28 chars. */
 #define NET_HTTP_WS_KEY_LEN    24

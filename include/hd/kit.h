@@ -2,13 +2,14 @@
  *   owner-shard routing by key   kit_key_hash, kit_owner_shard, kit_route
  *   fan-out of one frame         kit_fanout_conns (many connections of this shard),
  *                                kit_fanout_shards (every other shard, over the bus)
- *   port 0 on many shards        kit_port_hold (one SO_REUSEPORT port for every shard)
+ *   port 0 on many shards        kit_port_hold (one SO_REUSEPORT port for every shard),
+ *                                kit_port_file_write (the ports chosen, for who started it)
  *   a metrics endpoint           kit_metrics_start (GET /metrics from every shard's counters)
  *   command lines                kit_flags_parse / kit_flags_usage (a table of flags)
  * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
  *
- * Threading: as net/ (a shard's own objects on that shard); the flags parser and kit_port_hold
- * on the main thread at start-up. Errors: 0 or -errno. */
+ * Threading: as net/ (a shard's own objects on that shard); the flags parser, kit_port_hold and
+ * kit_port_file_write on the main thread at start-up. Errors: 0 or -errno. */
 #ifndef HD_KIT_H
 #define HD_KIT_H
 
@@ -60,6 +61,17 @@ unsigned kit_fanout_shards(struct hd_shard *s, struct hd_frame *f, hd_msg_fn *fn
  * bind that port. Returns the socket (close it once hd_runtime_start returned: a UDP socket in
  * the group would receive its share of datagrams) or -errno (bind's). */
 int kit_port_hold(struct net_addr *a, int type);
+
+/* What a program listens on, one line "NAME ADDRESS" per entry (ADDRESS as net_addr_format
+ * writes it: "127.0.0.1:41234", "[::1]:41234"), so a test or supervisor that started it on port
+ * 0 reads the ports back. Written to path + ".tmp" and renamed over path: a reader sees the
+ * whole file or none. Main thread, once every shard listens (after hd_runtime_start). Returns 0
+ * or -errno (fopen's, rename's; -ENAMETOOLONG). */
+struct kit_port_entry {
+    const char *name; /* one word, e.g. "relay", "http", "stun" */
+    const struct net_addr *addr;
+};
+int kit_port_file_write(const char *path, const struct kit_port_entry *e, unsigned n);
 
 /* ---------------------------------------------------------------- metrics endpoint */
 

@@ -88,6 +88,14 @@ enum net_conn_state {
 
 /* Why a connection closed (the errno-style reason passed to on_close). */
 #define NET_CLOSE_LOCAL 0 /* the app called net_conn_close with reason 0 */
+/* Which of the connection's own timers closed it, if one did (on_close's reason is -ETIMEDOUT
+ * then). The kernel's -ETIMEDOUT (TCP_USER_TIMEOUT, a failed TCP keepalive) comes with NONE. */
+enum net_conn_timer {
+    NET_CONN_TIMER_NONE = 0,
+    NET_CONN_TIMER_IDLE,     /* idle_timeout_ms: nothing received for that long */
+    NET_CONN_TIMER_WRITE,    /* write_timeout_ms: a send made no progress for that long */
+    NET_CONN_TIMER_DEADLINE, /* net_conn_set_deadline */
+};
 
 /* What an app (or a codec user, or another layer) hears from a connection. Every callback runs
  * on the connection's shard. */
@@ -170,6 +178,8 @@ void net_conn_set_app(struct net_conn *c, const struct net_conn_handler *h, void
 int net_conn_fd(const struct net_conn *c);
 struct hd_shard *net_conn_shard(const struct net_conn *c);
 enum net_conn_state net_conn_state(const struct net_conn *c);
+/* Valid in on_close (and before: NONE while open). */
+enum net_conn_timer net_conn_closed_by(const struct net_conn *c);
 const struct net_addr *net_conn_peer(const struct net_conn *c);
 const struct net_conn_stats *net_conn_stats(const struct net_conn *c);
 void net_conn_set_timeouts(struct net_conn *c, uint32_t idle_timeout_ms, uint32_t write_timeout_ms);

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <hd/http_limits.h>
 
@@ -141,6 +142,27 @@ int net_http_req_parse(struct net_http_req *req, const char *buf, size_t len);
  * again after it for the final response. */
 void net_http_resp_init(struct net_http_resp *resp, bool head_request);
 int net_http_resp_parse(struct net_http_resp *resp, const char *buf, size_t len);
+
+/* A chunked response body (NET_HTTP_BODY_CHUNKED; RFC 9112 section 7.1), decoded as it arrives
+ * (http_chunked.c). Chunk data passes through in whatever pieces it comes; a chunk-size line
+ * (at most NET_HTTP_CHUNK_LINE_MAX bytes) and each trailer line (the trailer section at most
+ * NET_HTTP_HEAD_SIZE_MAX) are consumed only once whole, so the caller keeps the bytes not
+ * consumed and passes them again, with what follows, in the next call. Trailers are skipped. */
+struct net_http_chunked {
+    uint64_t left;          /* data bytes of the current chunk still to come */
+    uint32_t trailer_bytes; /* trailer section so far */
+    uint8_t state;          /* private to http_chunked.c */
+};
+void net_http_chunked_init(struct net_http_chunked *c);
+/* Decodes in[0..len): the body bytes are appended at out + *out_len (never beyond out_cap) and
+ * *out_len grows. Returns the bytes of in consumed (fewer than len when a line is incomplete or
+ * the body ended: bytes after it are not consumed), or -EPROTO (a bad chunk-size line, no CRLF
+ * after chunk data, a line or trailer section over its bound) or -EFBIG (a chunk that would
+ * take the body past out_cap). After an error the state is undefined. Pure, any thread. */
+ssize_t net_http_chunked_decode(struct net_http_chunked *c, const uint8_t *in, size_t len,
+                                uint8_t *out, size_t out_cap, size_t *out_len);
+/* True once the last chunk and the trailer section's empty line were consumed. */
+bool net_http_chunked_done(const struct net_http_chunked *c);
 
 /* Header access, after a successful parse. Names match case-insensitively. */
 /* i-th field line (i < fields_count) into *name and *value. Returns false when out of range. */

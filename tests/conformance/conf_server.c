@@ -1,8 +1,9 @@
-/* conf_server.c - a real hderp-server for the conformance tests: spawned on free loopback ports,
- * plain or TLS with a fresh certificate, waited for on its probe, stopped by PID (SIGTERM, or
- * SIGKILL for a crash), plain HTTP requests to it and varz; also the blocking socket primitives
- * the raw client (conf_raw.c) shares (conf_support_impl.h). Runs on the test thread only; owns
- * the child processes and their work dirs. */
+/* conf_server.c - a real hderp-server for the conformance tests: spawned on loopback port 0 (the
+ * ports it bound read back from its --port-file) or on ports held for it, plain or TLS with a
+ * fresh certificate, waited for on its probe, stopped by PID (SIGTERM, or SIGKILL for a crash),
+ * plain HTTP requests to it and varz; also the blocking socket primitives the raw client
+ * (conf_raw.c) shares (conf_support_impl.h). Runs on the test thread only; owns the child
+ * processes, their work dirs and the held ports. */
 #define _GNU_SOURCE
 #include "conf_support.h"
 #include "conf_support_impl.h"
@@ -29,8 +30,8 @@ extern char **environ;
 
 /* Polling step while waiting for the server to come up or go away. */
 #define CONF_POLL_MS 20
-/* Picks of a second free TCP port until it differs from the first (a repeat is rare). */
-#define CONF_PORT_TRIES 8
+/* Ports one test holds at a time (conf_port_hold): a region's nodes, in TLS mode two each. */
+#define CONF_HOLDS_MAX 16
 /* argv: the fixed flags (about 20 entries) plus the caller's extras. */
 #define CONF_ARGV_MAX 48
 /* opts.env entries. */
@@ -51,21 +52,34 @@ void conf_sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* A port nobody uses right now: bind port 0, read it back, close. */
-static int free_port(int type, uint16_t *out)
+static int hold_fds[CONF_HOLDS_MAX];
+static unsigned holds_count;
+
+int conf_port_hold(uint16_t *out)
 {
+    if (holds_count == CONF_HOLDS_MAX)
+        return -ENOSPC;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, type, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     if (fd < 0)
         return -errno;
-    int rc = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-        rc = -errno;
-    close(fd);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+        bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    hold_fds[holds_count++] = fd;
     *out = ntohs(a.sin_port);
-    return rc;
+    return 0;
+}
+
+void conf_ports_release(void)
+{
+    while (holds_count > 0)
+        close(hold_fds[--holds_count]);
 }
 
 int conf_tcp_connect(uint16_t port)
@@ -360,10 +374,10 @@ static char **child_env(const struct conf_server *srv, const struct conf_server_
 
 static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
 {
-    char addr[32], stun[16], shards[16], key[300], log[300], mesh[300], http[16], own_ca[340];
-    snprintf(addr, sizeof(addr), "127.0.0.1:%u", srv->port);
-    snprintf(stun, sizeof(stun), "%u", srv->stun_port);
+    char addr[32], shards[16], key[300], log[300], mesh[300], http[16], own_ca[340], ports[300];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%u", srv->port); /* 0: the kernel picks */
     snprintf(shards, sizeof(shards), "%u", o->shards ? o->shards : 2);
+    snprintf(ports, sizeof(ports), "%s/ports", srv->dir);
     snprintf(key, sizeof(key), "%s/derper.key", srv->dir);
     snprintf(log, sizeof(log), "%s/server.log", srv->dir);
     if (o->key_file && copy_file(o->key_file, key) < 0) {
@@ -373,8 +387,9 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
     const char *argv[CONF_ARGV_MAX];
     size_t n = 0;
     argv[n++] = CONF_BIN_DIR "/hderp-server";
-    const char *fixed[] = {"-a",   addr, "-stun-port", stun,         "--shards",
-                           shards, "-c", key,          "--hash-key", CONF_HASH_KEY_HEX};
+    const char *fixed[] = {"-a",          addr, "-stun-port", "0",          "--shards",
+                           shards,        "-c", key,          "--hash-key", CONF_HASH_KEY_HEX,
+                           "--port-file", ports};
     for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++)
         argv[n++] = fixed[i];
     if (o->mesh_key_hex) {
@@ -422,6 +437,44 @@ static int spawn(struct conf_server *srv, const struct conf_server_opts *o)
     return -rc;
 }
 
+/* The port file once the server listens: "NAME 127.0.0.1:PORT" lines (kit_port_file_write). */
+static int read_ports(struct conf_server *srv, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -errno;
+    char name[16];
+    unsigned a, b, c, d, port;
+    while (fscanf(f, "%15s %u.%u.%u.%u:%u", name, &a, &b, &c, &d, &port) == 6) {
+        if (strcmp(name, "derp") == 0)
+            srv->port = (uint16_t)port;
+        else if (strcmp(name, "http") == 0)
+            srv->http_port = (uint16_t)port;
+        else if (strcmp(name, "stun") == 0)
+            srv->stun_port = (uint16_t)port;
+    }
+    fclose(f);
+    if (!srv->tls)
+        srv->http_port = srv->port;
+    return srv->port && srv->http_port ? 0 : -EPROTO;
+}
+
+/* Every shard listens once the port file exists (written after the start, renamed in whole). */
+static int wait_ports(struct conf_server *srv)
+{
+    char path[300];
+    snprintf(path, sizeof(path), "%s/ports", srv->dir);
+    int64_t deadline = conf_now_ms() + CONF_START_TIMEOUT_MS;
+    while (conf_now_ms() < deadline) {
+        if (access(path, R_OK) == 0)
+            return read_ports(srv, path);
+        if (!conf_server_alive(srv))
+            return -ECHILD;
+        conf_sleep_ms(CONF_POLL_MS);
+    }
+    return -ETIMEDOUT;
+}
+
 /* The TLS port cannot be probed in plain text, and the HTTP port redirects /derp/probe to https;
  * a shard starts its TLS listener before its HTTP one, so the HTTP port answering is enough. */
 static int wait_probe(struct conf_server *srv)
@@ -458,20 +511,14 @@ int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o)
     srv->tls = o->tls;
     snprintf(srv->key_file, sizeof(srv->key_file), "%s/derper.key", srv->dir);
     int rc = 0;
-    srv->port = o->port;
-    if (srv->port == 0)
-        rc = free_port(SOCK_STREAM, &srv->port);
-    srv->http_port = o->tls && o->http_port ? o->http_port : srv->port;
-    if (rc == 0)
-        rc = free_port(SOCK_DGRAM, &srv->stun_port);
-    for (int i = 0; rc == 0 && o->tls && srv->http_port == srv->port && i < CONF_PORT_TRIES; i++)
-        rc = free_port(SOCK_STREAM, &srv->http_port); /* nothing holds port: it may come back */
-    if (rc == 0 && o->tls && srv->http_port == srv->port)
-        rc = -EADDRINUSE;
-    if (rc == 0 && o->tls)
+    srv->port = o->port;                        /* 0: the kernel picks, read back */
+    srv->http_port = o->tls ? o->http_port : 0; /* likewise */
+    if (o->tls)
         rc = make_cert(srv, o->tls_hostname ? o->tls_hostname : CONF_TLS_HOSTNAME);
     if (rc == 0)
         rc = spawn(srv, o);
+    if (rc == 0)
+        rc = wait_ports(srv);
     if (rc == 0)
         rc = wait_probe(srv);
     char err[128];
@@ -486,11 +533,6 @@ int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o)
             conf_server_kill(srv);
     }
     return rc;
-}
-
-int conf_free_port(uint16_t *out)
-{
-    return free_port(SOCK_STREAM, out);
 }
 
 int conf_server_kill(struct conf_server *srv)

@@ -1,10 +1,12 @@
-/* conf_support.h - conformance-test support (prefix conf_): a real hderp-server process on free
- * loopback ports (spawned from the build's bin/, stopped by PID with SIGTERM, exit 0 required),
+/* conf_support.h - conformance-test support (prefix conf_): a real hderp-server process on
+ * loopback port 0, the ports it bound read back (spawned from the build's bin/, stopped by PID
+ * with SIGTERM, exit 0 required), ports held for servers that must know them beforehand,
  * plain HTTP requests to it (probe, varz), and a blocking raw DERP client for the test thread
  * that speaks the protocol byte by byte, so negative cases (bad frames, bad ClientInfo, stalled
  * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared.
  * conf_server.c: the process, ports, HTTP and varz; conf_raw.c: the raw client, keys, payloads;
- * conf_load.c: the load driver and the criterion fixtures. */
+ * conf_check.c: checks on a running server (varz, log, a login on a shard); conf_load.c: the
+ * load driver and the criterion fixtures. */
 #ifndef CONF_SUPPORT_H
 #define CONF_SUPPORT_H
 
@@ -58,7 +60,8 @@ struct conf_server_opts {
      * over https, e.g. its own entry in a -mesh-with list). */
     bool trust_own_cert;
     /* Several servers whose ports must be known before any starts (a mesh list): the main port
-     * (0: a free one, see conf_free_port) and, in TLS mode, the plain HTTP port (0: free). */
+     * and, in TLS mode, the plain HTTP port, each held with conf_port_hold (0: the kernel picks
+     * one, read back into struct conf_server). */
     uint16_t port, http_port;
     /* More environment entries ("NAME=value", NULL-terminated, or NULL); they replace inherited
      * entries of the same name. */
@@ -82,12 +85,20 @@ struct conf_server {
     struct derp_mesh_key mesh_key; /* what opts gave, zero if none */
 };
 
-/* Spawns and waits for /derp/probe to answer 200 (TLS: /generate_204 on the HTTP port). Returns 0
- * or -errno (-ETIMEDOUT: never answered; -ECHILD: exited early). The log is dumped to stderr on
- * failure. */
+/* Spawns it (on port 0 unless opts names held ports; STUN always on port 0), reads the ports it
+ * bound from its --port-file into srv, and waits for /derp/probe to answer 200 (TLS:
+ * /generate_204 on the HTTP port). Returns 0 or -errno (-ETIMEDOUT: never listened or answered;
+ * -ECHILD: exited early). The log is dumped to stderr on failure. */
 int conf_server_start(struct conf_server *srv, const struct conf_server_opts *o);
-/* A TCP port on 127.0.0.1 that nobody uses right now (for opts.port). 0 or -errno. */
-int conf_free_port(uint16_t *out);
+/* A TCP port on 127.0.0.1 for a server that must be told it before it starts (opts.port: a
+ * -mesh-with list naming every node; a relay module in this process): bound with SO_REUSEADDR
+ * and never listening, so that no other process is given it (the kernel hands out no bound port
+ * for port 0, and a plain bind conflicts), while hderp-server's listeners (SO_REUSEADDR) bind
+ * beside it. Held until conf_ports_release (or the test process's exit), so a restarted server
+ * gets it back. 0, -ENOSPC (CONF_HOLDS_MAX held) or -errno. */
+int conf_port_hold(uint16_t *out);
+/* Closes every held port (a suite's fini). */
+void conf_ports_release(void);
 /* SIGKILL (a crash), reaped; the work dir stays (its key file can restart it: opts.key_file).
  * Returns 0 or -ECHILD (not running). */
 int conf_server_kill(struct conf_server *srv);
@@ -119,6 +130,22 @@ int conf_varz(const struct conf_server *srv, const char *name, bool sum_labels, 
  * value's mismatch as -ETIMEDOUT with *last set (last may be NULL). */
 int conf_varz_wait(const struct conf_server *srv, const char *name, int64_t want, int timeout_ms,
                    int64_t *last);
+
+/* ---- Checks on a running server (conf_check.c: criterion assertions) ----------------------- */
+
+/* conf_varz's value of name, which must exist (else the test fails). */
+int64_t conf_varz_must(const struct conf_server *srv, const char *name);
+/* One series (labels included in name); 0 when it does not exist yet. */
+int64_t conf_varz_or0(const struct conf_server *srv, const char *name);
+/* Waits until name is want (bounded by timeout_ms), else fails the test; what names srv. */
+void conf_varz_expect(const struct conf_server *srv, const char *what, const char *name,
+                      int64_t want, int timeout_ms);
+/* Lines of the server's log (dir/server.log) that contain text. */
+unsigned conf_log_count(const struct conf_server *srv, const char *text);
+bool conf_log_has(const struct conf_server *srv, const char *text);
+/* Polls until a line of the log contains text (logs are written by shards and the main
+ * thread): true, or false after timeout_ms. */
+bool conf_log_wait(const struct conf_server *srv, const char *text, int timeout_ms);
 
 /* ---- Raw blocking DERP client ---------------------------------------------------------------- */
 
@@ -188,6 +215,10 @@ int conf_raw_ping_pong(struct conf_raw *r, uint64_t value, int timeout_ms);
  * key under CONF_HASH_KEY_HEX, modulo shards) is shard. */
 int conf_keypair_on_shard(struct derp_keypair *kp, unsigned shard, unsigned shards);
 unsigned conf_key_shard(const struct derp_pubkey *k, unsigned shards);
+/* conf_raw_login to srv with a key pair (into kp, or a scratch one when kp is NULL) whose owner
+ * is shard of shards; fails the test on an error. Close r after. */
+void conf_login_on_shard(struct conf_raw *r, const struct conf_server *srv, struct derp_keypair *kp,
+                         unsigned shard, unsigned shards);
 /* A disco-looking payload (TS💬 prefix, >= 62 bytes). */
 #define CONF_DISCO_LEN 64
 void conf_disco_payload(uint8_t out[CONF_DISCO_LEN]);

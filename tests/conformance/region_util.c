@@ -18,21 +18,13 @@ void region_down(void)
 {
     for (unsigned i = 0; i < REGION_NODES; i++)
         conf_server_down(&region_node[i]);
+    conf_ports_release();
 }
 
-/* n distinct free ports (a repeat from two binds of port 0 is rare, but possible). */
-void region_pick_ports(uint16_t *out, unsigned n)
+void region_hold_ports(uint16_t *out, unsigned n)
 {
-    for (unsigned i = 0; i < n; i++) {
-        bool dup = true;
-        for (int tries = 0; dup && tries < 8; tries++) {
-            CONF_OK(conf_free_port(&out[i]));
-            dup = false;
-            for (unsigned j = 0; j < i; j++)
-                dup |= out[j] == out[i];
-        }
-        cr_assert(!dup, "no distinct free port");
-    }
+    for (unsigned i = 0; i < n; i++)
+        CONF_OK(conf_port_hold(&out[i]));
 }
 
 void region_node_start(unsigned i, const char *key_file)
@@ -47,37 +39,11 @@ void region_node_start(unsigned i, const char *key_file)
                  region_ports[i], region_mesh_list, strerror(-rc));
 }
 
-int64_t region_varz(const struct conf_server *srv, const char *name)
-{
-    int64_t v = -1;
-    int rc = conf_varz(srv, name, false, &v);
-    cr_assert_eq(rc, 0, "varz %s on port %u: %s", name, srv->port, strerror(-rc));
-    return v;
-}
-
-/* One series (labels included in name); 0 when it does not exist yet. */
-int64_t region_varz_or0(const struct conf_server *srv, const char *name)
-{
-    int64_t v = 0;
-    int rc = conf_varz(srv, name, false, &v);
-    cr_assert(rc == 0 || rc == -ENOENT, "varz %s: %s", name, strerror(-rc));
-    return rc == 0 ? v : 0;
-}
-
-void region_wait_varz(const struct conf_server *srv, const char *what, const char *name,
-                      int64_t want, int timeout_ms)
-{
-    int64_t last = -1;
-    int rc = conf_varz_wait(srv, name, want, timeout_ms, &last);
-    cr_assert_eq(rc, 0, "%s: %s stays at %lld, want %lld (rc %d)", what, name, (long long)last,
-                 (long long)want, rc);
-}
-
 void region_read_gauges(unsigned i, struct region_gauges *g)
 {
-    g->total = region_varz(&region_node[i], "derp_clients_total");
-    g->local = region_varz(&region_node[i], "derp_clients_local");
-    g->remote = region_varz(&region_node[i], "derp_clients_remote");
+    g->total = conf_varz_must(&region_node[i], "derp_clients_total");
+    g->local = conf_varz_must(&region_node[i], "derp_clients_local");
+    g->remote = conf_varz_must(&region_node[i], "derp_clients_remote");
 }
 
 /* Each node's mesh links: every other node. */
@@ -85,21 +51,7 @@ void region_wait_links(unsigned i, int64_t want, int timeout_ms)
 {
     char what[32];
     snprintf(what, sizeof(what), "node %u", i + 1);
-    region_wait_varz(&region_node[i], what, "derp_mesh_links_ready", want, timeout_ms);
-}
-
-/* Whether srv's log has text. */
-bool region_log_has(const struct conf_server *srv, const char *text)
-{
-    char path[300], line[1024];
-    snprintf(path, sizeof(path), "%s/server.log", srv->dir);
-    FILE *f = fopen(path, "r");
-    bool found = false;
-    while (f && !found && fgets(line, sizeof(line), f))
-        found = strstr(line, text) != NULL;
-    if (f)
-        fclose(f);
-    return found;
+    conf_varz_expect(&region_node[i], what, "derp_mesh_links_ready", want, timeout_ms);
 }
 
 /* Waits until node i's clients_* gauges are base + (local, remote) (total follows). */
@@ -107,11 +59,11 @@ void region_wait_clients(unsigned i, int64_t local, int64_t remote)
 {
     char what[48];
     snprintf(what, sizeof(what), "node %u", i + 1);
-    region_wait_varz(&region_node[i], what, "derp_clients_local", region_base[i].local + local,
+    conf_varz_expect(&region_node[i], what, "derp_clients_local", region_base[i].local + local,
                      REGION_LINK_MS);
-    region_wait_varz(&region_node[i], what, "derp_clients_remote", region_base[i].remote + remote,
+    conf_varz_expect(&region_node[i], what, "derp_clients_remote", region_base[i].remote + remote,
                      REGION_LINK_MS);
-    region_wait_varz(&region_node[i], what, "derp_clients_total",
+    conf_varz_expect(&region_node[i], what, "derp_clients_total",
                      region_base[i].total + local + remote, REGION_LINK_MS);
 }
 

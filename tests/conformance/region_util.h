@@ -37,26 +37,17 @@ extern struct region_gauges region_base[REGION_NODES];
 /* Suite fini: stops every node that is still running (conf_server_down). */
 void region_down(void);
 
-/* n distinct free ports (a repeat from two binds of port 0 is rare, but possible). */
-void region_pick_ports(uint16_t *out, unsigned n);
+/* n ports held for nodes that name each other (conf_port_hold), distinct by construction. */
+void region_hold_ports(uint16_t *out, unsigned n);
 /* Starts node i on region_ports[i] with -mesh-with region_mesh_list and REGION_MESH_HEX
  * (key_file: restart with that key, or NULL). */
 void region_node_start(unsigned i, const char *key_file);
 
-/* varz on srv: the series must exist. */
-int64_t region_varz(const struct conf_server *srv, const char *name);
-/* One series (labels included in name); 0 when it does not exist yet. */
-int64_t region_varz_or0(const struct conf_server *srv, const char *name);
-/* Waits until name is want (bounded by timeout_ms); what names srv in the failure. */
-void region_wait_varz(const struct conf_server *srv, const char *what, const char *name,
-                      int64_t want, int timeout_ms);
 void region_read_gauges(unsigned i, struct region_gauges *g);
 /* Waits until node i has want mesh links ready. */
 void region_wait_links(unsigned i, int64_t want, int timeout_ms);
 /* Waits until node i's clients_* gauges are base + (local, remote) (total follows). */
 void region_wait_clients(unsigned i, int64_t local, int64_t remote);
-/* Whether srv's log has text. */
-bool region_log_has(const struct conf_server *srv, const char *text);
 
 /* conf_raw_login to node i (kp NULL: fresh keys). */
 void region_login(unsigned i, struct conf_raw *r, const struct derp_keypair *kp);

@@ -33,13 +33,6 @@ static pid_t ctl_pid, tls_ctl_pid; /* the http and the https controller */
 static int64_t last;               /* conf_varz_wait's last value */
 static char dir[256], rules[300], url[64];
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Starts admit_controller.py (https with cert/key when given) with its port file dir/NAME.port;
  * returns its PID and writes its port. */
 static pid_t ctl_spawn(const char *name, const char *cert, const char *key, int *port_out)
@@ -56,7 +49,7 @@ static pid_t ctl_spawn(const char *name, const char *cert, const char *key, int 
     posix_spawn_file_actions_destroy(&fa);
     cr_assert_eq(rc, 0);
     int port = 0;
-    for (int64_t end = now_ms() + CTL_START_MS; port == 0 && now_ms() < end;) {
+    for (int64_t end = conf_now_ms() + CTL_START_MS; port == 0 && conf_now_ms() < end;) {
         FILE *f = fopen(port_file, "r");
         if (f == NULL || fscanf(f, "%d", &port) != 1)
             usleep(50 * 1000);
@@ -241,11 +234,11 @@ Test(test_conformance_admit, slow_answer_does_not_block_others)
         exchange(&b, &a, "still moving");
     }
     CONF_OK(conf_raw_ping_pong(&a, 9, CONF_IO_TIMEOUT_MS));
-    int64_t took = now_ms() - t0;
+    int64_t took = conf_now_ms() - t0;
     cr_assert_lt(took, 2500, "the exchange took %lld ms: blocked behind the slow answer?",
                  (long long)took);
     CONF_OK(conf_raw_read_server_info(&s, NULL));
-    cr_assert_geq(now_ms() - t0, 2900, "the slow answer came early");
+    cr_assert_geq(conf_now_ms() - t0, 2900, "the slow answer came early");
     exchange(&s, &a, "slow one in");
     conf_raw_close(&a);
     conf_raw_close(&b);

@@ -29,13 +29,6 @@
 static struct conf_server srv;
 static char dir[256], list[300];
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void suite_up(void)
 {
     signal(SIGPIPE, SIG_IGN); /* the server closes refused clients while they write */
@@ -82,13 +75,6 @@ static void server_up(const char *const *more)
                  0);
 }
 
-static int64_t varz(const char *name)
-{
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, name, false, &v));
-    return v;
-}
-
 static void admitted(const struct derp_keypair *kp, const char *json, const char *what)
 {
     struct conf_raw r;
@@ -120,36 +106,19 @@ static void refused(const struct derp_keypair *kp, const char *what)
               what, rc, rc == 0 && f.type == DERP_FRAME_SERVER_INFO ? "got ServerInfo" : "");
 }
 
-/* Times text occurs in the server's log. */
-static unsigned log_count(const char *text)
-{
-    char path[300];
-    snprintf(path, sizeof(path), "%s/server.log", srv.dir);
-    FILE *f = fopen(path, "r");
-    if (f == NULL)
-        return 0;
-    char line[2048];
-    unsigned n = 0;
-    while (fgets(line, sizeof(line), f))
-        if (strstr(line, text))
-            n++;
-    fclose(f);
-    return n;
-}
-
 /* SIGHUP to the server's PID, then wait (bounded) until the log says text once more. Once the
  * line is there every shard's swap is queued, and it runs before the shard reads our next
  * ClientInfo (the upgrade before it takes the shard at least one more tick). */
 static void reload_and_wait(const char *text)
 {
-    unsigned before = log_count(text);
+    unsigned before = conf_log_count(&srv, text);
     cr_assert_eq(kill(srv.pid, SIGHUP), 0);
-    int64_t end = now_ms() + LOG_WAIT_MS;
-    while (log_count(text) == before && now_ms() < end)
+    int64_t end = conf_now_ms() + LOG_WAIT_MS;
+    while (conf_log_count(&srv, text) == before && conf_now_ms() < end)
         usleep(20 * 1000);
-    if (log_count(text) == before)
+    if (conf_log_count(&srv, text) == before)
         conf_server_dump_log(&srv);
-    cr_assert_gt(log_count(text), before, "no \"%s\" in the log after SIGHUP", text);
+    cr_assert_gt(conf_log_count(&srv, text), before, "no \"%s\" in the log after SIGHUP", text);
 }
 
 Test(test_conformance_allow, listed_key_logs_in_other_is_closed_mesh_exempt)
@@ -164,13 +133,14 @@ Test(test_conformance_allow, listed_key_logs_in_other_is_closed_mesh_exempt)
     snprintf(text, sizeof(text), "# the allowed nodes\r\n\r\n  %s   # node a\r\n%s\n", a, a);
     write_list(text);
     server_up(NULL);
-    cr_assert_eq(log_count("loaded 1 keys"), 1, "the list is not one key");
+    cr_assert_eq(conf_log_count(&srv, "loaded 1 keys"), 1, "the list is not one key");
     admitted(&ka, NULL, "listed key");
     refused(&kb, "unlisted key");
     CONF_OK(conf_varz_wait(&srv, "hderp_allowlist_refused", 1, CONF_IO_TIMEOUT_MS, NULL));
     admitted(&km, MESH_JSON, "mesh peer with an unlisted key");
-    cr_assert_eq(varz("hderp_allowlist_refused"), 1);
-    cr_assert_eq(varz("hderp_admit_refused"), 0, "the allow-list has its own counter");
+    cr_assert_eq(conf_varz_must(&srv, "hderp_allowlist_refused"), 1);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_admit_refused"), 0,
+                 "the allow-list has its own counter");
     conf_server_stop_clean(&srv);
 }
 
@@ -202,7 +172,7 @@ Test(test_conformance_allow, sighup_swaps_the_list_and_a_bad_file_keeps_it)
     reload_and_wait("reload failed, keeping the previous list");
     char want[400];
     snprintf(want, sizeof(want), "%s:3: not a node key", list);
-    cr_assert_eq(log_count(want), 1, "the reload error does not name %s:3", list);
+    cr_assert_eq(conf_log_count(&srv, want), 1, "the reload error does not name %s:3", list);
     for (int i = 0; i < 4; i++) {
         admitted(&kb, NULL, "b after a bad reload");
         refused(&ka, "a after a bad reload");
@@ -234,11 +204,12 @@ Test(test_conformance_allow, checked_before_verify_client_url)
     server_up(more);
     refused(&kb, "unlisted key");
     CONF_OK(conf_varz_wait(&srv, "hderp_allowlist_refused", 1, CONF_IO_TIMEOUT_MS, NULL));
-    cr_assert_eq(varz("hderp_admit_errors"), 0, "an unlisted key reached the controller");
+    cr_assert_eq(conf_varz_must(&srv, "hderp_admit_errors"), 0,
+                 "an unlisted key reached the controller");
     refused(&ka, "listed key, controller unreachable (fail closed)");
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_refused", 1, CONF_IO_TIMEOUT_MS, NULL));
-    cr_assert_eq(varz("hderp_admit_errors"), 1);
-    cr_assert_eq(varz("hderp_allowlist_refused"), 1);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_admit_errors"), 1);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_allowlist_refused"), 1);
     conf_server_stop_clean(&srv);
 }
 

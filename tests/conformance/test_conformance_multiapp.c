@@ -122,7 +122,7 @@ static struct relay relays[RELAYS];
 
 static void relay_configure(struct relay *r)
 {
-    cr_assert_eq(conf_free_port(&r->srv.port), 0);
+    cr_assert_eq(conf_port_hold(&r->srv.port), 0); /* the shards' listeners bind beside it */
     r->srv.http_port = r->srv.port;
     char addr[32];
     snprintf(addr, sizeof(addr), "127.0.0.1:%u", r->srv.port);

@@ -28,13 +28,6 @@ static void down(void)
 
 TestSuite(test_conformance_peers, .init = up, .fini = down, .timeout = 120);
 
-static void login_on_shard(struct conf_raw *r, unsigned shard)
-{
-    struct derp_keypair kp;
-    CONF_OK(conf_keypair_on_shard(&kp, shard, SHARDS));
-    CONF_OK(conf_raw_login(r, &srv, &kp, NULL));
-}
-
 static void expect_packet(struct conf_raw *r, const struct derp_pubkey *src, const char *text)
 {
     struct derp_pubkey got;
@@ -59,7 +52,7 @@ Test(test_conformance_peers, send_recv_across_shards)
 {
     static struct conf_raw c[MESH_N];
     for (unsigned i = 0; i < MESH_N; i++)
-        login_on_shard(&c[i], i % SHARDS);
+        conf_login_on_shard(&c[i], &srv, NULL, i % SHARDS, SHARDS);
     char text[32];
     for (unsigned i = 0; i < MESH_N; i++)
         for (unsigned j = 0; j < MESH_N; j++) {
@@ -109,10 +102,10 @@ static void expect_gone(struct conf_raw *r, const struct derp_pubkey *peer, uint
 Test(test_conformance_peers, peer_gone_disconnected)
 {
     struct conf_raw a, b, c, d;
-    login_on_shard(&a, 0);
-    login_on_shard(&b, 1);
-    login_on_shard(&c, 0);
-    login_on_shard(&d, 1); /* a bystander */
+    conf_login_on_shard(&a, &srv, NULL, 0, SHARDS);
+    conf_login_on_shard(&b, &srv, NULL, 1, SHARDS);
+    conf_login_on_shard(&c, &srv, NULL, 0, SHARDS);
+    conf_login_on_shard(&d, &srv, NULL, 1, SHARDS); /* a bystander */
     CONF_OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
     expect_packet(&b, &a.kp.pub, "a2b");
     CONF_OK(conf_raw_send_packet(&b, &c.kp.pub, "b2c", 3));
@@ -136,8 +129,8 @@ Test(test_conformance_peers, peer_gone_disconnected)
 Test(test_conformance_peers, peer_gone_not_to_itself)
 {
     struct conf_raw a, b;
-    login_on_shard(&a, 0);
-    login_on_shard(&b, 1);
+    conf_login_on_shard(&a, &srv, NULL, 0, SHARDS);
+    conf_login_on_shard(&b, &srv, NULL, 1, SHARDS);
     CONF_OK(conf_raw_send_packet(&a, &a.kp.pub, "a2a", 3));
     expect_packet(&a, &a.kp.pub, "a2a");
     CONF_OK(conf_raw_send_packet(&a, &b.kp.pub, "a2b", 3));
@@ -162,9 +155,9 @@ Test(test_conformance_peers, peer_gone_many_subscribers)
 {
     static struct conf_raw src[CHURN_SRC], rcv[CHURN_RCV];
     for (unsigned i = 0; i < CHURN_SRC; i++)
-        login_on_shard(&src[i], i % SHARDS);
+        conf_login_on_shard(&src[i], &srv, NULL, i % SHARDS, SHARDS);
     for (unsigned j = 0; j < CHURN_RCV; j++)
-        login_on_shard(&rcv[j], j % SHARDS);
+        conf_login_on_shard(&rcv[j], &srv, NULL, j % SHARDS, SHARDS);
     for (unsigned i = 0; i < CHURN_SRC; i++)
         for (unsigned j = 0; j < CHURN_RCV; j++)
             CONF_OK(conf_raw_send_packet(&src[i], &rcv[j].kp.pub, "p", 1));
@@ -208,14 +201,14 @@ Test(test_conformance_peers, peer_gone_not_here_limited)
     conf_disco_payload(disco);
     memset(plain, 0x42, sizeof(plain));
 
-    login_on_shard(&a, 0);
+    conf_login_on_shard(&a, &srv, NULL, 0, SHARDS);
     CONF_OK(conf_raw_send_packet(&a, &nobody.pub, plain, sizeof(plain)));
     expect_silence(&a, "non-disco to nobody");
     CONF_OK(conf_raw_send_packet(&a, &nobody.pub, disco, sizeof(disco)));
     expect_gone(&a, &nobody.pub, DERP_PEER_GONE_NOT_HERE);
     conf_raw_close(&a);
 
-    login_on_shard(&b, 1);
+    conf_login_on_shard(&b, &srv, NULL, 1, SHARDS);
     for (int i = 0; i < 6; i++)
         CONF_OK(conf_raw_send_packet(&b, &nobody.pub, disco, sizeof(disco)));
     for (int i = 0; i < 3; i++)
@@ -236,7 +229,7 @@ Test(test_conformance_peers, dup_connections)
     struct derp_keypair k;
     CONF_OK(conf_keypair_on_shard(&k, 1, SHARDS));
     struct conf_raw s, old, nw;
-    login_on_shard(&s, 0);
+    conf_login_on_shard(&s, &srv, NULL, 0, SHARDS);
     CONF_OK(conf_raw_login(&old, &srv, &k, NULL));
     CONF_OK(conf_raw_login(&nw, &srv, &k, NULL));
     int64_t v = -1;
@@ -286,7 +279,7 @@ Test(test_conformance_peers, gauges_return_to_zero)
     CONF_OK(derp_keypair_generate(&k));
     struct conf_raw c[6];
     for (unsigned i = 0; i < 4; i++)
-        login_on_shard(&c[i], i % SHARDS);
+        conf_login_on_shard(&c[i], &srv, NULL, i % SHARDS, SHARDS);
     CONF_OK(conf_raw_login(&c[4], &srv, &k, NULL));
     CONF_OK(conf_raw_login(&c[5], &srv, &k, NULL));
     for (unsigned i = 0; i < 6; i++)

@@ -42,12 +42,6 @@ static void down(void)
 
 TestSuite(test_conformance_placement, .init = up, .fini = down, .timeout = 120);
 
-static void login_on_shard(struct conf_raw *r, struct derp_keypair *kp, unsigned shard)
-{
-    CONF_OK(conf_keypair_on_shard(kp, shard, SHARDS));
-    CONF_OK(conf_raw_login(r, &srv, kp, NULL));
-}
-
 /* One packet from -> to carrying tag and n; the next data frame `to` reads must be it. */
 static void hop(struct conf_raw *from, struct conf_raw *to, const char *tag, int n)
 {
@@ -95,9 +89,9 @@ Test(test_conformance_placement, pair_moves_third_sends_reconnect_dup)
     struct conf_raw a, b, c, a2;
     struct derp_keypair ka, kb, kc;
     int64_t last = -1;
-    login_on_shard(&a, &ka, 0);
-    login_on_shard(&b, &kb, 1);
-    login_on_shard(&c, &kc, 0);
+    conf_login_on_shard(&a, &srv, &ka, 0, SHARDS);
+    conf_login_on_shard(&b, &srv, &kb, 1, SHARDS);
+    conf_login_on_shard(&c, &srv, &kc, 0, SHARDS);
     if (memcmp(kb.pub.bytes, ka.pub.bytes, DERP_KEY_LEN) < 0) { /* A: the side that moves */
         struct conf_raw tr = a;
         a = b, b = tr;
@@ -155,8 +149,8 @@ Test(test_conformance_placement, off_never_moves)
         conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .extra = extra}), 0);
     struct conf_raw a, b;
     struct derp_keypair ka, kb;
-    login_on_shard(&a, &ka, 0);
-    login_on_shard(&b, &kb, 1);
+    conf_login_on_shard(&a, &srv, &ka, 0, SHARDS);
+    conf_login_on_shard(&b, &srv, &kb, 1, SHARDS);
     exchange(&a, &b, "off");
     cr_assert_eq(moves(), 0);
     conf_raw_close(&a);

@@ -54,26 +54,6 @@ static void write_cfg(const char *text)
     cr_assert_eq(rename(tmp, cfg_path), 0);
 }
 
-static int64_t varz(const char *name)
-{
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, name, false, &v));
-    return v;
-}
-
-static unsigned log_count(const char *text)
-{
-    char path[300], line[2048];
-    snprintf(path, sizeof(path), "%s/server.log", srv.dir);
-    FILE *f = fopen(path, "r");
-    unsigned n = 0;
-    while (f && fgets(line, sizeof(line), f))
-        n += strstr(line, text) != NULL;
-    if (f)
-        fclose(f);
-    return n;
-}
-
 /* n packets of len from r to sink; then a Ping round trip, so the server handled them all. */
 static void send_n(struct conf_raw *r, struct conf_raw *sink, int n, size_t len)
 {
@@ -131,32 +111,33 @@ Test(test_conformance_quota, over_budget_dropped_others_flow_reconnect_and_reloa
     receive_exactly(&sink, &kq.pub, DAILY / SMALL);
     send_n(&p, &sink, 100, SMALL); /* unlisted: everything */
     receive_exactly(&sink, &p.kp.pub, 100);
-    cr_assert_eq(varz("hderp_quota_dropped_packets{reason=\"daily\"}"), 5);
-    cr_assert_eq(varz("hderp_quota_dropped_bytes{reason=\"daily\"}"), 5 * SMALL);
-    cr_assert_eq(varz("derp_packets_dropped{reason=\"unknown_dest\",kind=\"other\"}"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_quota_dropped_packets{reason=\"daily\"}"), 5);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_quota_dropped_bytes{reason=\"daily\"}"), 5 * SMALL);
+    cr_assert_eq(
+        conf_varz_must(&srv, "derp_packets_dropped{reason=\"unknown_dest\",kind=\"other\"}"), 0);
 
     conf_raw_close(&q); /* the budget is the key's, not the connection's */
     CONF_OK(conf_raw_login(&q, &srv, &kq, NULL));
     send_n(&q, &sink, 1, SMALL);
     receive_exactly(&sink, &kq.pub, 0);
-    cr_assert_eq(varz("hderp_quota_dropped_packets{reason=\"daily\"}"), 6);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_quota_dropped_packets{reason=\"daily\"}"), 6);
 
     CONF_OK(conf_raw_login(&m, &srv, &km, NULL));
     send_n(&m, &sink, 5, SMALL);
     receive_exactly(&sink, &km.pub, MONTHLY / SMALL);
-    cr_assert_eq(varz("hderp_quota_dropped_packets{reason=\"monthly\"}"), 2);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_quota_dropped_packets{reason=\"monthly\"}"), 2);
 
     keys_cfg(text, sizeof(text), &kq, 100 * DAILY, &km); /* a larger budget: q goes on */
     write_cfg(text);
-    unsigned before = log_count("reloaded:");
+    unsigned before = conf_log_count(&srv, "reloaded:");
     cr_assert_eq(kill(srv.pid, SIGHUP), 0);
     int64_t end = conf_now_ms() + WAIT_MS;
-    while (log_count("reloaded:") == before && conf_now_ms() < end)
+    while (conf_log_count(&srv, "reloaded:") == before && conf_now_ms() < end)
         conf_sleep_ms(20);
-    cr_assert_gt(log_count("reloaded:"), before, "no reload in the log");
+    cr_assert_gt(conf_log_count(&srv, "reloaded:"), before, "no reload in the log");
     send_n(&q, &sink, 3, SMALL);
     receive_exactly(&sink, &kq.pub, 3);
-    cr_assert_eq(varz("hderp_quota_dropped_packets{reason=\"daily\"}"), 6);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_quota_dropped_packets{reason=\"daily\"}"), 6);
     conf_raw_close(&q);
     conf_raw_close(&m);
     conf_raw_close(&p);
@@ -174,7 +155,8 @@ Test(test_conformance_quota, key_rate_paces_that_key_only)
     write_cfg(text);
     const char *extra[] = {"-rate-config", cfg_path, NULL};
     CONF_OK(conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .extra = extra}));
-    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), 0, "no default limit");
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_bytes_per_second"), 0,
+                 "no default limit");
     struct conf_raw sink, r, p;
     CONF_OK(conf_raw_login(&sink, &srv, NULL, NULL));
     CONF_OK(conf_raw_login(&p, &srv, NULL, NULL));
@@ -183,14 +165,15 @@ Test(test_conformance_quota, key_rate_paces_that_key_only)
         send_n(&p, &sink, 1, BIG);
         receive_exactly(&sink, &p.kp.pub, 1);
     }
-    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), 0);
     for (int i = 0; i < 5; i++) { /* 300 KB at 200 KB/s past a 64 KiB burst: it waits */
         send_n(&r, &sink, 1, BIG);
         receive_exactly(&sink, &kr.pub, 1);
     }
-    int64_t waited = varz("derp_rate_limit_per_client_waited");
+    int64_t waited = conf_varz_must(&srv, "derp_rate_limit_per_client_waited");
     cr_assert_gt(waited, 0, "the key's own rate never made it wait");
-    cr_assert_eq(varz("hderp_rate_limit_key_waited"), waited, "waits not counted as the key's");
+    cr_assert_eq(conf_varz_must(&srv, "hderp_rate_limit_key_waited"), waited,
+                 "waits not counted as the key's");
     conf_raw_close(&r);
     conf_raw_close(&p);
     conf_raw_close(&sink);

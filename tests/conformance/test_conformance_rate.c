@@ -35,13 +35,6 @@
 static struct conf_server srv;
 static char cfg_path[300];
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void down(void)
 {
     conf_server_down(&srv);
@@ -73,13 +66,6 @@ static void server_up(void)
     const char *extra[] = {"-rate-config", cfg_path, NULL};
     CONF_OK(conf_server_start(
         &srv, &(struct conf_server_opts){.mesh_key_hex = MESH_HEX, .extra = extra}));
-}
-
-static int64_t varz(const char *name)
-{
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, name, false, &v));
-    return v;
 }
 
 /* ---------------------------------------------------------------- the paced flow */
@@ -124,7 +110,7 @@ static void *flow_recv(void *arg)
             fl->bad = true;
         atomic_store(&fl->got, i + 1);
     }
-    fl->done_ms = now_ms();
+    fl->done_ms = conf_now_ms();
     return NULL;
 }
 
@@ -151,8 +137,8 @@ static void flow_start(struct flow *fl, pthread_t th[2])
 {
     cr_assert_eq(pthread_create(&th[1], NULL, flow_recv, fl), 0);
     cr_assert_eq(pthread_create(&th[0], NULL, flow_send, fl), 0);
-    for (int64_t end = now_ms() + 2 * CONF_IO_TIMEOUT_MS;
-         atomic_load(&fl->got) < 2 && fl->recv_rc == 0 && now_ms() < end;)
+    for (int64_t end = conf_now_ms() + 2 * CONF_IO_TIMEOUT_MS;
+         atomic_load(&fl->got) < 2 && fl->recv_rc == 0 && conf_now_ms() < end;)
         usleep(10 * 1000);
 }
 
@@ -180,9 +166,9 @@ Test(test_conformance_rate, paced_not_dropped_others_unaffected_mesh_exempt)
              "{\"PerClientRateLimitBytesPerSec\": %d, \"PerClientRateBurstBytes\": 1000}\n", RATE);
     config(json); /* a burst under the floor is raised to 65568 */
     server_up();
-    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), RATE);
-    cr_assert_eq(varz("derp_rate_limit_per_client_burst_bytes"), BURST);
-    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_bytes_per_second"), RATE);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_burst_bytes"), BURST);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), 0);
 
     struct conf_raw a, b, c, d;
     CONF_OK(conf_raw_login(&a, &srv, NULL, NULL));
@@ -191,7 +177,7 @@ Test(test_conformance_rate, paced_not_dropped_others_unaffected_mesh_exempt)
     CONF_OK(conf_raw_login(&d, &srv, NULL, NULL));
     struct flow fl = {.a = &a, .b = &b, .pkts = BIG_PKTS};
     pthread_t th[2];
-    int64_t t0 = now_ms();
+    int64_t t0 = conf_now_ms();
     flow_start(&fl, th);
     /* Meanwhile C -> D, within C's own burst: all of it arrives while A is still paced. */
     small_exchange(&c, &d, SMALL_PKTS);
@@ -202,7 +188,7 @@ Test(test_conformance_rate, paced_not_dropped_others_unaffected_mesh_exempt)
     int64_t took = fl.done_ms - t0, min = floor_ms(BIG_PKTS, BIG_COST, RATE, BURST);
     cr_assert_geq(took, min, "2 MiB at %d B/s took %lld ms (at least %lld)", RATE, (long long)took,
                   (long long)min);
-    int64_t waited = varz("derp_rate_limit_per_client_waited");
+    int64_t waited = conf_varz_must(&srv, "derp_rate_limit_per_client_waited");
     cr_assert(waited > 0 && waited <= BIG_PKTS, "waited %lld", (long long)waited);
     int64_t dropped = -1;
     CONF_OK(conf_varz(&srv, "derp_packets_dropped", true, &dropped));
@@ -223,7 +209,8 @@ Test(test_conformance_rate, paced_not_dropped_others_unaffected_mesh_exempt)
         CONF_OK(conf_raw_read_packet(&e, CONF_IO_TIMEOUT_MS, &src, &data, &len));
         cr_assert(len == sizeof(pkt) && data[len - 1] == (uint8_t)i, "mesh packet %u", i);
     }
-    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), waited, "the mesh client waited");
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), waited,
+                 "the mesh client waited");
     CONF_OK(conf_raw_ping_pong(&a, 1, CONF_IO_TIMEOUT_MS)); /* the paced client is fine */
     conf_raw_close(&a);
     conf_raw_close(&b);
@@ -240,7 +227,7 @@ Test(test_conformance_rate, zero_is_off_and_metrics_only_with_a_file)
 {
     config("{\"PerClientRateLimitBytesPerSec\": 0, \"PerClientRateBurstBytes\": 0}");
     server_up();
-    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_bytes_per_second"), 0);
     struct conf_raw a, b;
     CONF_OK(conf_raw_login(&a, &srv, NULL, NULL));
     CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
@@ -252,7 +239,7 @@ Test(test_conformance_rate, zero_is_off_and_metrics_only_with_a_file)
         size_t len;
         CONF_OK(conf_raw_read_packet(&b, CONF_IO_TIMEOUT_MS, &src, &data, &len));
     }
-    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), 0);
     conf_raw_close(&a);
     conf_raw_close(&b);
     conf_server_stop_clean(&srv);
@@ -303,24 +290,6 @@ static void reload(const char *json, const char *gauge, int64_t want)
                  (long long)want);
 }
 
-/* Does the server's log have this text (polled: the log line comes from the main thread)? */
-static bool log_has(const char *text)
-{
-    char path[300];
-    snprintf(path, sizeof(path), "%s/server.log", srv.dir);
-    static char buf[1 << 16];
-    for (int64_t end = now_ms() + CONF_IO_TIMEOUT_MS; now_ms() < end; usleep(20 * 1000)) {
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
-        buf[n] = '\0';
-        if (f)
-            fclose(f);
-        if (strstr(buf, text))
-            return true;
-    }
-    return false;
-}
-
 /* The file is read again on SIGHUP and applies to connections already there: a lower rate
  * paces them at once, a bad file changes nothing, N = 0 releases a client that is waiting. */
 Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
@@ -338,7 +307,7 @@ Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
            "derp_rate_limit_per_client_bytes_per_second", 65536);
     struct flow fl = {.a = &a, .b = &b, .pkts = 8};
     pthread_t th[2];
-    int64_t t0 = now_ms();
+    int64_t t0 = conf_now_ms();
     flow_start(&fl, th);
     flow_join(&fl, th);
     int64_t took = fl.done_ms - t0, min = floor_ms(8, BIG_COST, 65536, BURST);
@@ -348,9 +317,10 @@ Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
     /* A bad file: logged, the limit stays. */
     write_file(cfg_path, "{\"PerClientRateLimitBytesPerSec\": \"fast\"}");
     cr_assert_eq(kill(srv.pid, SIGHUP), 0);
-    cr_assert(log_has("reload failed, keeping the previous limit"), "no log line");
+    cr_assert(conf_log_wait(&srv, "reload failed, keeping the previous limit", CONF_IO_TIMEOUT_MS),
+              "no log line");
     cr_assert(conf_server_alive(&srv));
-    cr_assert_eq(varz("derp_rate_limit_per_client_bytes_per_second"), 65536);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_bytes_per_second"), 65536);
 
     /* 32 KiB/s: every big packet after the first waits 2 s. Once B has two, N = 0: the frame
      * waiting then goes within a second and no later frame waits. */
@@ -360,9 +330,9 @@ Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
     flow_start(&f2, th);
     reload("{\"PerClientRateLimitBytesPerSec\": 0}", "derp_rate_limit_per_client_bytes_per_second",
            0);
-    int64_t waited = varz("derp_rate_limit_per_client_waited");
+    int64_t waited = conf_varz_must(&srv, "derp_rate_limit_per_client_waited");
     flow_join(&f2, th);
-    cr_assert_eq(varz("derp_rate_limit_per_client_waited"), waited,
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), waited,
                  "frames waited after the limit was turned off");
     conf_raw_close(&a);
     conf_raw_close(&b);
@@ -370,6 +340,18 @@ Test(test_conformance_rate, sighup_reload_applies_to_existing_connections)
 }
 
 /* ---------------------------------------------------------------- bad files */
+
+/* §9: a config whose rate is 0 is no limit, and derper then applies (and publishes) an empty
+ * one: rate and burst both 0, not the burst raised to its floor. */
+Test(test_conformance_rate, rate_zero_publishes_an_empty_config)
+{
+    config("{\"PerClientRateLimitBytesPerSec\": 0, \"PerClientRateBurstBytes\": 1000}\n");
+    server_up();
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_bytes_per_second"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_burst_bytes"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "derp_rate_limit_per_client_waited"), 0);
+    conf_server_stop_clean(&srv);
+}
 
 /* Runs hderp-server with -rate-config path; returns its exit status, its output in out. */
 static int run_refused(const char *path, char *out, size_t size)

@@ -133,7 +133,7 @@ static void settle(void)
 /* Three nodes, the same list to each (their own entry included), all links up, settled. */
 static void region_up(void)
 {
-    region_pick_ports(region_ports, REGION_NODES);
+    region_hold_ports(region_ports, REGION_NODES);
     int n = 0;
     for (unsigned i = 0; i < REGION_NODES; i++)
         n += snprintf(region_mesh_list + n, sizeof(region_mesh_list) - (size_t)n,
@@ -144,7 +144,7 @@ static void region_up(void)
         region_wait_links(i, REGION_NODES - 1, REGION_LINK_MS);
     settle();
     for (unsigned i = 0; i < REGION_NODES; i++)
-        cr_assert(region_log_has(&region_node[i], SELF_LOG),
+        cr_assert(conf_log_has(&region_node[i], SELF_LOG),
                   "node %u: no \"%s\" line for its own entry", i + 1, SELF_LOG);
     for (unsigned i = 0; i < REGION_NODES; i++)
         cr_assert_eq(region_base[i].local, REGION_NODES - 1,
@@ -249,8 +249,8 @@ struct fwd_counts {
 static void read_fwd(struct fwd_counts c[REGION_NODES])
 {
     for (unsigned i = 0; i < REGION_NODES; i++) {
-        c[i].out = region_varz(&region_node[i], "derp_packets_forwarded_out");
-        c[i].in = region_varz(&region_node[i], "derp_packets_forwarded_in");
+        c[i].out = conf_varz_must(&region_node[i], "derp_packets_forwarded_out");
+        c[i].in = conf_varz_must(&region_node[i], "derp_packets_forwarded_in");
     }
 }
 
@@ -260,9 +260,9 @@ static void wait_fwd(const struct fwd_counts b[REGION_NODES], const int64_t out[
     for (unsigned i = 0; i < REGION_NODES; i++) {
         char what[32];
         snprintf(what, sizeof(what), "node %u", i + 1);
-        region_wait_varz(&region_node[i], what, "derp_packets_forwarded_out", b[i].out + out[i],
+        conf_varz_expect(&region_node[i], what, "derp_packets_forwarded_out", b[i].out + out[i],
                          CONF_IO_TIMEOUT_MS);
-        region_wait_varz(&region_node[i], what, "derp_packets_forwarded_in", b[i].in + in[i],
+        conf_varz_expect(&region_node[i], what, "derp_packets_forwarded_in", b[i].in + in[i],
                          CONF_IO_TIMEOUT_MS);
     }
 }
@@ -406,8 +406,8 @@ Test(test_conformance_region, local_wins_and_multiforwarder)
     region_up();
     struct derp_keypair k;
     CONF_OK(derp_keypair_generate(&k));
-    int64_t created = region_varz(&region_node[2], "derp_multiforwarder_created");
-    int64_t deleted = region_varz(&region_node[2], "derp_multiforwarder_deleted");
+    int64_t created = conf_varz_must(&region_node[2], "derp_multiforwarder_created");
+    int64_t deleted = conf_varz_must(&region_node[2], "derp_multiforwarder_deleted");
     struct conf_raw k1, k2, s1, s3;
     region_login(0, &k1, &k);
     region_login(1, &k2, &k);
@@ -416,7 +416,7 @@ Test(test_conformance_region, local_wins_and_multiforwarder)
     region_wait_clients(0, 2, 1); /* K, S1 local; S3 */
     region_wait_clients(1, 1, 2); /* K local; S1, S3 */
     region_wait_clients(2, 1, 2); /* S3 local; K (twice), S1 */
-    region_wait_varz(&region_node[2], "node 3", "derp_multiforwarder_created", created + 1,
+    conf_varz_expect(&region_node[2], "node 3", "derp_multiforwarder_created", created + 1,
                      REGION_LINK_MS);
     struct fwd_counts f0[REGION_NODES];
     read_fwd(f0);
@@ -447,15 +447,15 @@ Test(test_conformance_region, local_wins_and_multiforwarder)
     wait_fwd(f0, (int64_t[]){0, 0, 1}, (int64_t[]){first == &k1, first == &k2, 0});
 
     conf_raw_close(&k1);
-    region_wait_varz(&region_node[2], "node 3", "derp_multiforwarder_deleted", deleted + 1,
+    conf_varz_expect(&region_node[2], "node 3", "derp_multiforwarder_deleted", deleted + 1,
                      REGION_LINK_MS);
     region_send_text(&s3, &k.pub, "to node 2");
     region_expect_packet(&k2, &s3.kp.pub, "to node 2");
     /* Node 1 no longer has K locally: it forwards to node 2. */
-    int64_t out0 = region_varz(&region_node[0], "derp_packets_forwarded_out");
+    int64_t out0 = conf_varz_must(&region_node[0], "derp_packets_forwarded_out");
     region_send_text(&s1, &k.pub, "from node 1");
     region_expect_packet(&k2, &s1.kp.pub, "from node 1");
-    region_wait_varz(&region_node[0], "node 1", "derp_packets_forwarded_out", out0 + 1,
+    conf_varz_expect(&region_node[0], "node 1", "derp_packets_forwarded_out", out0 + 1,
                      CONF_IO_TIMEOUT_MS);
     conf_raw_close(&k2);
     conf_raw_close(&s1);
@@ -520,8 +520,8 @@ Test(test_conformance_region, node_killed_and_restarted)
         region_wait_clients(i, 1, 2);
     region_send_text(&c, &a.kp.pub, "c->a");
     region_expect_packet(&a, &c.kp.pub, "c->a");
-    int64_t remote0 = region_varz(&region_node[0], "derp_clients_remote");
-    int64_t remote1 = region_varz(&region_node[1], "derp_clients_remote");
+    int64_t remote0 = conf_varz_must(&region_node[0], "derp_clients_remote");
+    int64_t remote1 = conf_varz_must(&region_node[1], "derp_clients_remote");
 
     CONF_OK(conf_server_kill(&region_node[2]));
     conf_raw_close(&c);
@@ -670,10 +670,11 @@ static void untrusted_node_never_links(uint16_t port_x)
             &tls_z, &(struct conf_server_opts){
                         .mesh_key_hex = REGION_MESH_HEX, .extra = z_extra, .env = z_env}));
         int64_t z_deadline = conf_now_ms() + REGION_LINK_MS;
-        while (!region_log_has(&tls_z, "cannot link to") && conf_now_ms() < z_deadline)
+        while (!conf_log_has(&tls_z, "cannot link to") && conf_now_ms() < z_deadline)
             conf_sleep_ms(REGION_SETTLE_STEP_MS);
-        cr_assert(region_log_has(&tls_z, "cannot link to"), "Z did not report its failing link");
-        cr_assert_eq(region_varz(&tls_z, "derp_mesh_links_ready"), 0, "Z linked to an untrusted X");
+        cr_assert(conf_log_has(&tls_z, "cannot link to"), "Z did not report its failing link");
+        cr_assert_eq(conf_varz_must(&tls_z, "derp_mesh_links_ready"), 0,
+                     "Z linked to an untrusted X");
         conf_server_stop_clean(&tls_z);
     }
 }
@@ -687,7 +688,7 @@ Test(test_conformance_region, tls_link_with_dialhost)
     if (!localhost_is_v4())
         cr_skip_test("\"localhost\" does not resolve to 127.0.0.1 first on this host");
     uint16_t p[2];
-    region_pick_ports(p, 2);
+    region_hold_ports(p, 2);
     char list[128];
     snprintf(list, sizeof(list), "%s:%u/127.0.0.1,http://127.0.0.1:%u", CONF_TLS_HOSTNAME, p[0],
              p[1]);
@@ -705,10 +706,10 @@ Test(test_conformance_region, tls_link_with_dialhost)
         &tls_y, &(struct conf_server_opts){
                     .mesh_key_hex = REGION_MESH_HEX, .port = p[1], .extra = extra, .env = env});
     cr_assert_eq(rc, 0, "Y (plain, -mesh-with %s): %s", list, strerror(-rc));
-    region_wait_varz(&tls_x, "X", "derp_mesh_links_ready", 1, REGION_LINK_MS);
-    region_wait_varz(&tls_y, "Y", "derp_mesh_links_ready", 1, REGION_LINK_MS);
-    cr_assert(region_log_has(&tls_x, SELF_LOG), "X found its own https entry by key");
-    cr_assert(region_log_has(&tls_y, SELF_LOG), "Y found its own http entry by key");
+    conf_varz_expect(&tls_x, "X", "derp_mesh_links_ready", 1, REGION_LINK_MS);
+    conf_varz_expect(&tls_y, "Y", "derp_mesh_links_ready", 1, REGION_LINK_MS);
+    cr_assert(conf_log_has(&tls_x, SELF_LOG), "X found its own https entry by key");
+    cr_assert(conf_log_has(&tls_y, SELF_LOG), "Y found its own http entry by key");
 
     char url[96], out[300], log[300];
     snprintf(url, sizeof(url), "https://%s:%u/derp", CONF_TLS_HOSTNAME, p[0]);
@@ -721,10 +722,10 @@ Test(test_conformance_region, tls_link_with_dialhost)
     CONF_OK(conf_raw_login(&r, &tls_y, NULL, NULL));
     probe_until_echo(&r, &echo_key);
     char text[32];
-    int64_t y_out = region_varz(&tls_y, "derp_packets_forwarded_out");
-    int64_t x_in = region_varz(&tls_x, "derp_packets_forwarded_in");
-    int64_t x_out = region_varz(&tls_x, "derp_packets_forwarded_out");
-    int64_t y_in = region_varz(&tls_y, "derp_packets_forwarded_in");
+    int64_t y_out = conf_varz_must(&tls_y, "derp_packets_forwarded_out");
+    int64_t x_in = conf_varz_must(&tls_x, "derp_packets_forwarded_in");
+    int64_t x_out = conf_varz_must(&tls_x, "derp_packets_forwarded_out");
+    int64_t y_in = conf_varz_must(&tls_y, "derp_packets_forwarded_in");
     for (unsigned round = 0; round < STREAM / REGION_BATCH; round++) {
         for (unsigned i = 0; i < REGION_BATCH; i++) {
             snprintf(text, sizeof(text), "echo %u", round * REGION_BATCH + i);
@@ -736,10 +737,10 @@ Test(test_conformance_region, tls_link_with_dialhost)
         }
     }
     expect_no_packet(&r, "R after the echoes");
-    region_wait_varz(&tls_y, "Y", "derp_packets_forwarded_out", y_out + STREAM, CONF_IO_TIMEOUT_MS);
-    region_wait_varz(&tls_x, "X", "derp_packets_forwarded_in", x_in + STREAM, CONF_IO_TIMEOUT_MS);
-    region_wait_varz(&tls_x, "X", "derp_packets_forwarded_out", x_out + STREAM, CONF_IO_TIMEOUT_MS);
-    region_wait_varz(&tls_y, "Y", "derp_packets_forwarded_in", y_in + STREAM, CONF_IO_TIMEOUT_MS);
+    conf_varz_expect(&tls_y, "Y", "derp_packets_forwarded_out", y_out + STREAM, CONF_IO_TIMEOUT_MS);
+    conf_varz_expect(&tls_x, "X", "derp_packets_forwarded_in", x_in + STREAM, CONF_IO_TIMEOUT_MS);
+    conf_varz_expect(&tls_x, "X", "derp_packets_forwarded_out", x_out + STREAM, CONF_IO_TIMEOUT_MS);
+    conf_varz_expect(&tls_y, "Y", "derp_packets_forwarded_in", y_in + STREAM, CONF_IO_TIMEOUT_MS);
     conf_raw_close(&r);
     echo_stop();
 

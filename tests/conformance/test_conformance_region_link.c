@@ -203,7 +203,7 @@ static void expect_not_here(const struct conf_frame *fr, const struct derp_pubke
 static void start_node_and_link(void)
 {
     fake_listen(&fake);
-    region_pick_ports(region_ports, 1);
+    region_hold_ports(region_ports, 1);
     snprintf(region_mesh_list, sizeof(region_mesh_list),
              "http://127.0.0.1:%u,http://127.0.0.1:%u,http://" UNRESOLVABLE ":3340",
              region_ports[0], fake.port);
@@ -212,10 +212,10 @@ static void start_node_and_link(void)
     fake_handshake(&fake, &region_node[0]);
     region_wait_links(0, 1, REGION_LINK_MS);
     int64_t lookup_deadline = conf_now_ms() + REGION_LINK_MS;
-    while (!region_log_has(&region_node[0], "cannot look up " UNRESOLVABLE) &&
+    while (!conf_log_has(&region_node[0], "cannot look up " UNRESOLVABLE) &&
            conf_now_ms() < lookup_deadline)
         conf_sleep_ms(REGION_SETTLE_STEP_MS);
-    cr_assert(region_log_has(&region_node[0], "cannot look up " UNRESOLVABLE),
+    cr_assert(conf_log_has(&region_node[0], "cannot look up " UNRESOLVABLE),
               "no log line for the bad name");
     region_read_gauges(0, &region_base[0]);
 }
@@ -230,7 +230,7 @@ static void forward_is_one_hop(struct conf_raw *m, const struct derp_pubkey *k,
     region_wait_clients(0, 2, 1);
     static const char drop_name[] =
         "derp_packets_dropped{reason=\"unknown_dest_on_fwd\",kind=\"disco\"}";
-    int64_t drops = region_varz_or0(&region_node[0], drop_name);
+    int64_t drops = conf_varz_or0(&region_node[0], drop_name);
     uint8_t fwd[2 * DERP_KEY_LEN + CONF_DISCO_LEN];
     memcpy(fwd, k2->bytes, DERP_KEY_LEN);
     memcpy(fwd + DERP_KEY_LEN, k->bytes, DERP_KEY_LEN);
@@ -241,9 +241,9 @@ static void forward_is_one_hop(struct conf_raw *m, const struct derp_pubkey *k,
     while (fr.type == DERP_FRAME_PEER_PRESENT) /* m is no watcher, but be lenient */
         CONF_OK(conf_raw_read_nka(m, CONF_IO_TIMEOUT_MS, &fr));
     expect_not_here(&fr, k, "the forwarder");
-    region_wait_varz(&region_node[0], "node", drop_name, drops + 1, CONF_IO_TIMEOUT_MS);
+    conf_varz_expect(&region_node[0], "node", drop_name, drops + 1, CONF_IO_TIMEOUT_MS);
     region_expect_quiet(&fake.link, "the link (a forwarded packet is not forwarded again)");
-    region_wait_varz(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
+    conf_varz_expect(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
                      CONF_IO_TIMEOUT_MS);
 }
 
@@ -260,7 +260,7 @@ Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
     CONF_OK(derp_keypair_generate(&k2));
     fake_present(&fake, &k.pub);
     region_wait_clients(0, 1, 1);
-    int64_t out = region_varz(&region_node[0], "derp_packets_forwarded_out");
+    int64_t out = conf_varz_must(&region_node[0], "derp_packets_forwarded_out");
     char text[32];
     for (unsigned i = 0; i < REGION_BATCH; i++) {
         snprintf(text, sizeof(text), "to K %u", i);
@@ -268,7 +268,7 @@ Test(test_conformance_region_link, scripted_node_link, .fini = fake_down)
     }
     fake_expect_forwards(&fake, &a.kp.pub, &k.pub, "to K", REGION_BATCH);
     region_expect_quiet(&fake.link, "the link after the forwards");
-    region_wait_varz(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
+    conf_varz_expect(&region_node[0], "node", "derp_packets_forwarded_out", out + REGION_BATCH,
                      CONF_IO_TIMEOUT_MS);
 
     forward_is_one_hop(&m, &k.pub, &k2.pub, out);
@@ -329,7 +329,7 @@ Test(test_conformance_region_link, scripted_multiforwarder_preference, .fini = f
 {
     fake_listen(&fake);
     fake_listen(&fake2);
-    region_pick_ports(region_ports, 1);
+    region_hold_ports(region_ports, 1);
     snprintf(region_mesh_list, sizeof(region_mesh_list),
              "http://127.0.0.1:%u,http://127.0.0.1:%u,http://127.0.0.1:%u", region_ports[0],
              fake.port, fake2.port);
@@ -340,8 +340,8 @@ Test(test_conformance_region_link, scripted_multiforwarder_preference, .fini = f
     fake_handshake(&fake2, &region_node[0]);
     region_wait_links(0, 2, REGION_LINK_MS);
     region_read_gauges(0, &region_base[0]);
-    int64_t created = region_varz(&region_node[0], "derp_multiforwarder_created");
-    int64_t deleted = region_varz(&region_node[0], "derp_multiforwarder_deleted");
+    int64_t created = conf_varz_must(&region_node[0], "derp_multiforwarder_created");
+    int64_t deleted = conf_varz_must(&region_node[0], "derp_multiforwarder_deleted");
 
     struct conf_raw a;
     region_login(0, &a, NULL);
@@ -350,7 +350,7 @@ Test(test_conformance_region_link, scripted_multiforwarder_preference, .fini = f
     fake_present(&fake, &k.pub);
     region_wait_clients(0, 1, 1);
     fake_present(&fake2, &k.pub);
-    region_wait_varz(&region_node[0], "node", "derp_multiforwarder_created", created + 1,
+    conf_varz_expect(&region_node[0], "node", "derp_multiforwarder_created", created + 1,
                      REGION_LINK_MS);
     region_wait_clients(0, 1, 1); /* one key, two routes */
     char text[32];
@@ -365,14 +365,14 @@ Test(test_conformance_region_link, scripted_multiforwarder_preference, .fini = f
     fake_write(
         &fake, buf,
         derp_frame_peer_gone_encode(buf, sizeof(buf), k.pub.bytes, DERP_PEER_GONE_DISCONNECTED));
-    region_wait_varz(&region_node[0], "node", "derp_multiforwarder_deleted", deleted + 1,
+    conf_varz_expect(&region_node[0], "node", "derp_multiforwarder_deleted", deleted + 1,
                      REGION_LINK_MS);
     region_send_text(&a, &k.pub, "second 0");
     fake_expect_forwards(&fake2, &a.kp.pub, &k.pub, "second", 1);
     region_expect_quiet(&fake.link, "the first node after its PeerGone(K)");
 
     fake_present(&fake, &k.pub); /* back, but registered after the second */
-    region_wait_varz(&region_node[0], "node", "derp_multiforwarder_created", created + 2,
+    conf_varz_expect(&region_node[0], "node", "derp_multiforwarder_created", created + 2,
                      REGION_LINK_MS);
     region_send_text(&a, &k.pub, "still 0");
     fake_expect_forwards(&fake2, &a.kp.pub, &k.pub, "still", 1);
@@ -380,7 +380,7 @@ Test(test_conformance_region_link, scripted_multiforwarder_preference, .fini = f
 
     conf_raw_close(&fake2.link); /* the preferred node's link drops */
     region_wait_links(0, 1, REGION_LINK_MS);
-    region_wait_varz(&region_node[0], "node", "derp_multiforwarder_deleted", deleted + 2,
+    conf_varz_expect(&region_node[0], "node", "derp_multiforwarder_deleted", deleted + 2,
                      REGION_LINK_MS);
     region_wait_clients(0, 1, 1);
     region_expect_quiet(&a, "A (never heard from K: no PeerGone)");

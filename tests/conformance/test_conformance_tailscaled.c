@@ -32,13 +32,6 @@ static pid_t tsd_pid, ctl_pid; /* the fake tailscaled, the URL controller (one t
 static int64_t last;           /* conf_varz_wait's last value */
 static char dir[64], sock[128], rules[128];
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static pid_t spawn_quiet(const char *const argv[])
 {
     posix_spawn_file_actions_t fa; /* not the test's stdout: ctest waits for its pipe */
@@ -63,7 +56,7 @@ static void tsd_up(void)
     const char *argv[] = {"python3", FAKE_TAILSCALED, sock, rules, NULL};
     tsd_pid = spawn_quiet(argv);
     struct stat st;
-    for (int64_t end = now_ms() + CTL_START_MS; stat(sock, &st) < 0 && now_ms() < end;)
+    for (int64_t end = conf_now_ms() + CTL_START_MS; stat(sock, &st) < 0 && conf_now_ms() < end;)
         usleep(50 * 1000);
     cr_assert_eq(stat(sock, &st), 0, "the fake tailscaled did not start");
 }
@@ -146,7 +139,7 @@ static void assert_logged(const char *needle, const char *needle2)
     char log[300];
     snprintf(log, sizeof(log), "%s/server.log", srv.dir);
     bool seen = false;
-    for (int64_t end = now_ms() + CONF_IO_TIMEOUT_MS; !seen && now_ms() < end;) {
+    for (int64_t end = conf_now_ms() + CONF_IO_TIMEOUT_MS; !seen && conf_now_ms() < end;) {
         seen = file_has(log, needle, needle2);
         if (!seen)
             usleep(20 * 1000);
@@ -240,7 +233,7 @@ Test(test_conformance_tailscaled, with_verify_client_url_both_must_pass)
     const char *argv[] = {"python3", ADMIT_CTL, port_file, ctl_rules, NULL};
     ctl_pid = spawn_quiet(argv);
     int port = 0;
-    for (int64_t end = now_ms() + CTL_START_MS; port == 0 && now_ms() < end;) {
+    for (int64_t end = conf_now_ms() + CTL_START_MS; port == 0 && conf_now_ms() < end;) {
         FILE *f = fopen(port_file, "r");
         if (f == NULL || fscanf(f, "%d", &port) != 1)
             usleep(50 * 1000);
@@ -304,11 +297,11 @@ Test(test_conformance_tailscaled, slow_tailscaled_does_not_block_others)
         exchange(&a, &b, "while tailscaled thinks");
         exchange(&b, &a, "still moving");
     }
-    int64_t took = now_ms() - t0;
+    int64_t took = conf_now_ms() - t0;
     cr_assert_lt(took, 2500, "the exchange took %lld ms: blocked behind tailscaled?",
                  (long long)took);
     CONF_OK(conf_raw_read_server_info(&s, NULL));
-    cr_assert_geq(now_ms() - t0, 2900, "the slow answer came early");
+    cr_assert_geq(conf_now_ms() - t0, 2900, "the slow answer came early");
     exchange(&s, &a, "slow one in");
     conf_raw_close(&a);
     conf_raw_close(&b);

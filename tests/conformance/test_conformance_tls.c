@@ -398,20 +398,6 @@ static void sni_body(struct hd_shard *s, void *arg)
     sm_start(s, sni_step);
 }
 
-/* Whether the server's log has line (the refusal's reason: SNI, not a TLS failure). */
-static bool log_has(const char *text)
-{
-    char path[300], line[512];
-    snprintf(path, sizeof(path), "%s/server.log", srv.dir);
-    FILE *f = fopen(path, "r");
-    bool found = false;
-    while (f && !found && fgets(line, sizeof(line), f))
-        found = strstr(line, text) != NULL;
-    if (f)
-        fclose(f);
-    return found;
-}
-
 Test(test_conformance_tls, wrong_sni_refused_others_continue)
 {
     sm_run(sni_body);
@@ -423,7 +409,8 @@ Test(test_conformance_tls, wrong_sni_refused_others_continue)
         cr_assert_eq(sm.http_status[i], 0, "client %u saw an HTTP response", i);
     }
     cr_assert(sm.ready_mask == (1u << C_A | 1u << C_B | 1u << C_LATE));
-    cr_assert(log_has("SNI \"wrong.example\" is not " CONF_TLS_HOSTNAME), "the refusal's reason");
+    cr_assert(conf_log_has(&srv, "SNI \"wrong.example\" is not " CONF_TLS_HOSTNAME),
+              "the refusal's reason");
     int64_t v = -1;
     cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
     cr_assert_eq(v, 4, "derp_packets_sent");

@@ -49,17 +49,10 @@ struct ws {
     size_t in_len, stream_len, stream_off;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* More raw bytes within the deadline: 0, -ETIMEDOUT, -ESHUTDOWN (EOF), -ECONNRESET. */
 static int ws_fill(struct ws *w, int64_t deadline)
 {
-    int64_t left = deadline - mono_ms();
+    int64_t left = deadline - conf_now_ms();
     if (left <= 0)
         return -ETIMEDOUT;
     struct pollfd p = {.fd = w->r.fd, .events = POLLIN};
@@ -97,7 +90,7 @@ static int ws_open(struct ws *w, const char *protocol_line)
     rc = conf_raw_write(&w->r, req, (size_t)n);
     if (rc < 0)
         return rc;
-    int64_t deadline = mono_ms() + CONF_IO_TIMEOUT_MS;
+    int64_t deadline = conf_now_ms() + CONF_IO_TIMEOUT_MS;
     uint8_t *end;
     while ((end = memmem(w->in, w->in_len, "\r\n\r\n", 4)) == NULL)
         if ((rc = ws_fill(w, deadline)) < 0)
@@ -197,7 +190,7 @@ static int ws_frame(struct ws *w, int64_t deadline, uint8_t *op, bool *fin, uint
  * ends it with -ESHUTDOWN, a text one fails the test. */
 static int ws_derp(struct ws *w, int timeout_ms, bool skip_ka, struct conf_frame *f)
 {
-    int64_t deadline = mono_ms() + timeout_ms;
+    int64_t deadline = conf_now_ms() + timeout_ms;
     for (;;) {
         size_t have = w->stream_len - w->stream_off;
         const uint8_t *s = w->stream + w->stream_off;
@@ -262,7 +255,7 @@ static void ws_login(struct ws *w)
 /* The server closes: a close frame with status, then EOF (or a reset). */
 static void ws_expect_close(struct ws *w, uint16_t status)
 {
-    int64_t deadline = mono_ms() + CONF_IO_TIMEOUT_MS;
+    int64_t deadline = conf_now_ms() + CONF_IO_TIMEOUT_MS;
     uint8_t op, *p;
     bool fin;
     size_t len;
@@ -372,7 +365,7 @@ Test(test_conformance_ws, exchange_with_plain_client)
     uint8_t op, *p;
     bool fin;
     size_t len;
-    CONF_OK(ws_frame(&w, mono_ms() + CONF_IO_TIMEOUT_MS, &op, &fin, &p, &len));
+    CONF_OK(ws_frame(&w, conf_now_ms() + CONF_IO_TIMEOUT_MS, &op, &fin, &p, &len));
     cr_assert_eq(op, 0xa, "a ping is answered with a pong");
     cr_assert(fin && len == 13 && memcmp(p, "are you there", 13) == 0);
     expect_packet(&b, &w.r.kp.pub, data + 1, 500);

@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
-"""accept_limit.py BIN: -accept-connection-limit 1 -accept-connection-burst 5 on a real
+"""accept_limit.py BIN WORK: -accept-connection-limit 1 -accept-connection-burst 5 on a real
 hderp-server: of a quick burst of 10 connects about 5 are answered, the rest closed unanswered;
 after ~2.5 s it answers again; derp_accepts_rate_limited counts the refusals. Stopped by PID."""
-import socket, subprocess, sys, time
+import os, socket, sys, time
 
-def free_port():
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close(); return p
+from testlib import Server
 
 def get(port, path="/"):
     s = socket.create_connection(("127.0.0.1", port), timeout=5)
@@ -23,16 +22,15 @@ def get(port, path="/"):
         s.close()
 
 def main():
-    port = free_port()
-    p = subprocess.Popen([sys.argv[1] + "/hderp-server", "-a", "127.0.0.1:%d" % port,
-                          "-stun=false", "--shards", "1", "-accept-connection-limit", "1",
-                          "-accept-connection-burst", "5"])
+    work = sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    srv = Server(sys.argv[1], work, "server", ["-a", "127.0.0.1:0", "-stun=false", "--shards", "1",
+                                               "-accept-connection-limit", "1",
+                                               "-accept-connection-burst", "5"])
+    srv.start()
+    port = srv.port
     try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close(); break
-            except OSError:
-                time.sleep(0.1)
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()  # takes a token
         time.sleep(6)  # the probe connect took a token: let the bucket refill to its burst
         answered = sum(1 for _ in range(10) if get(port).startswith(b"HTTP/1.1"))
         assert 4 <= answered <= 6, "answered %d of 10, expected about 5" % answered
@@ -44,6 +42,6 @@ def main():
         assert line and int(line[0].split()[1]) >= 10 - answered, "counter: %s" % line
         print("ok: answered %d of 10; %s" % (answered, line[0]))
     finally:
-        p.terminate(); p.wait(timeout=10)
+        srv.stop()
 
 main()

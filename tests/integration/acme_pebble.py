@@ -7,30 +7,24 @@ account and certificate keys are 0600; with a renewal window longer than the cer
 life it renews every --acme-check-interval and swaps each new certificate in without a restart
 while a connection made before stays usable; with pebble stopped, renewal fails, the log says
 so and the previous certificate keeps being served; SIGTERM stops it cleanly. Stopped by PID."""
-import json, os, re, signal, socket, ssl, stat, subprocess, sys, time
+import json, os, re, socket, ssl, stat, struct, subprocess, sys, time
 
-BIN, WORK = sys.argv[1] + "/hderp-server", sys.argv[2]
+import testlib
+from testlib import Server, hold_port
+
+BIN, WORK = sys.argv[1], sys.argv[2]
 HOST = "derp.test"
 os.makedirs(WORK + "/certs", exist_ok=True)
 for f in os.listdir(WORK + "/certs"):
     os.unlink(WORK + "/certs/" + f)
 
 
-def free_port(kind=socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+# pebble-challtestsrv starts tried on fresh ports when one lost its DNS port (see start_dns).
+DNS_TRIES = 5
 
 
 def wait_for(cond, what, seconds=60):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting for " + what)
+    return testlib.wait_for(cond, what, seconds, step_s=0.1)
 
 
 def sh(*args):
@@ -85,15 +79,55 @@ def probe_on(t):
     return d.startswith(b"HTTP/1.1 200")
 
 
-def start(procs):
+def dns_answers(port):
+    """Whether a DNS server answers an A query for HOST on UDP 127.0.0.1:port."""
+    q = struct.pack(">HHHHHH", 0x4864, 0x0100, 1, 0, 0, 0) + b"\x04derp\x04test\x00\x00\x01\x00\x01"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
+        u.settimeout(0.5)
+        u.sendto(q, ("127.0.0.1", port))
+        try:
+            return u.recv(512)[:2] == q[:2]
+        except socket.timeout:
+            return False
+
+
+def start_dns(procs, holds):
+    """pebble-challtestsrv, its DNS (UDP and TCP) and management (TCP) ports. Go binds a UDP
+    socket without SO_REUSEADDR, so the DNS port cannot stay held while it starts: it is held
+    until just before, and a start that lost the port in that moment (it exits: address in use)
+    is retried on fresh ports, at most DNS_TRIES times. The management port (a Go TCP listener:
+    SO_REUSEADDR) stays held. Returns the DNS port once it answers."""
+    for _ in range(DNS_TRIES):
+        (dh, dns), (mh, mgmt_c) = hold_port(socket.SOCK_DGRAM), hold_port()
+        holds.append(mh)
+        dh.close()
+        log = WORK + "/challtestsrv.log"
+        procs["challtestsrv"] = proc = subprocess.Popen(
+            ["pebble-challtestsrv", "-dns01", "127.0.0.1:%d" % dns, "-http01", "", "-https01",
+             "", "-tlsalpn01", "", "-management", "127.0.0.1:%d" % mgmt_c, "-defaultIPv4",
+             "127.0.0.1", "-defaultIPv6", ""], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        if wait_for(lambda: proc.poll() is not None or dns_answers(dns),
+                    "pebble-challtestsrv's DNS", 30) and proc.poll() is None:
+            return dns
+        with open(log, errors="replace") as f:
+            text = f.read()
+        if "address already in use" not in text:
+            raise AssertionError("pebble-challtestsrv exited %d: %s" % (proc.returncode, text))
+    raise AssertionError("pebble-challtestsrv lost its DNS port %d times" % DNS_TRIES)
+
+
+def start(procs, holds):
+    """pebble's API, management and tls-alpn ports and hderp's -http-port (which pebble's
+    configuration names first) are held for the whole run (Go's and hderp's listeners bind
+    beside them); hderp's -a is port 0, read back."""
     make_pebble_tls()
-    dns, mgmt_c, api, mgmt, p, hp, tp = (free_port(socket.SOCK_DGRAM), free_port(), free_port(),
-                                         free_port(), free_port(), free_port(), free_port())
-    procs["challtestsrv"] = subprocess.Popen(
-        ["pebble-challtestsrv", "-dns01", "127.0.0.1:%d" % dns, "-http01", "", "-https01", "",
-         "-tlsalpn01", "", "-management", "127.0.0.1:%d" % mgmt_c, "-defaultIPv4", "127.0.0.1",
-         "-defaultIPv6", ""], stdout=open(WORK + "/challtestsrv.log", "w"),
-        stderr=subprocess.STDOUT)
+    dns = start_dns(procs, holds)
+    ports = []
+    for _ in range(4):
+        h, port = hold_port()
+        holds.append(h)
+        ports.append(port)
+    api, mgmt, hp, tp = ports
     cfg = {"pebble": {"listenAddress": "127.0.0.1:%d" % api,
                       "managementListenAddress": "127.0.0.1:%d" % mgmt,
                       "certificate": WORK + "/pebble.crt", "privateKey": WORK + "/pebble.key",
@@ -107,14 +141,14 @@ def start(procs):
         env=env, stdout=open(WORK + "/pebble.log", "w"), stderr=subprocess.STDOUT)
     wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", api)) == 0, "pebble")
     senv = dict(os.environ, SSL_CERT_FILE=WORK + "/ca.crt")  # hderp trusts pebble's API
-    procs["hderp"] = subprocess.Popen(
-        [BIN, "-a", "127.0.0.1:%d" % p, "-certmode", "letsencrypt", "-acme-directory",
-         "https://127.0.0.1:%d/dir" % api, "-acme-email", "ops@derp.test", "-hostname", HOST,
-         "-certdir", WORK + "/certs", "-http-port", str(hp), "-c", WORK + "/derper.key",
-         "-stun=false", "--shards", "2", "--acme-renew-before", "1000000h",
-         "--acme-check-interval", "2s"], env=senv, stdout=open(WORK + "/server.log", "w"),
-        stderr=subprocess.STDOUT)
-    return p, mgmt
+    srv = Server(BIN, WORK, "server", [
+        "-a", "127.0.0.1:0", "-certmode", "letsencrypt", "-acme-directory",
+        "https://127.0.0.1:%d/dir" % api, "-acme-email", "ops@derp.test", "-hostname", HOST,
+        "-certdir", WORK + "/certs", "-http-port", str(hp), "-c", WORK + "/derper.key",
+        "-stun=false", "--shards", "2", "--acme-renew-before", "1000000h",
+        "--acme-check-interval", "2s"], env=senv)
+    procs["hderp"] = srv
+    return srv.start().port, mgmt
 
 
 def checks(procs, p, mgmt):
@@ -142,18 +176,18 @@ def checks(procs, p, mgmt):
     current = served_cert(p, root)
     time.sleep(0.5)  # not a pass/fail wait: a little more time for a wrong swap to show
     assert served_cert(p, root) == current, "the certificate changed with the CA down"
-    assert procs["hderp"].poll() is None, "hderp-server exited with the CA down"
-    procs["hderp"].send_signal(signal.SIGTERM)
-    assert procs["hderp"].wait(timeout=30) == 0, "exit %s" % procs["hderp"].returncode
+    assert procs["hderp"].alive(), "hderp-server exited with the CA down"
+    rc = procs["hderp"].stop(30)
+    assert rc == 0, "exit %s" % rc
 
 
 def main():
     for prog in ("pebble", "pebble-challtestsrv"):
         if subprocess.run(["sh", "-c", "command -v " + prog], capture_output=True).returncode:
             sys.exit(prog + " is not installed: it is in GNUmakefile's TEST_PKGS (make deps-test)")
-    procs = {}
+    procs, holds = {}, []
     try:
-        checks(procs, *start(procs))
+        checks(procs, *start(procs, holds))
         print("ok: ACME certificate from pebble issued, served, renewed live, kept with the CA "
               "down")
     except Exception:
@@ -164,13 +198,9 @@ def main():
         raise
     finally:
         for x in procs.values():
-            if x.poll() is None:
-                x.terminate()
-        for x in procs.values():
-            try:
-                x.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                x.kill()
+            x.stop(10) if isinstance(x, Server) else testlib.stop_pid(x, 10)
+        for h in holds:
+            h.close()
 
 
 main()

@@ -4,8 +4,10 @@ YAML (Headscale, read with a real YAML parser) entries carry HostName, IPv4/IPv6
 STUNPort and CanPort80 as the flags say, in TLS and plain modes, with and without STUN, and
 bad values are refused; then a server started with the very flags that printed a map answers
 /derp/probe and STUN at the node's IPv4:DERPPort and STUNPort. Stopped by PID."""
-import json, os, socket, struct, subprocess, sys, time, urllib.request, zlib
+import json, os, socket, struct, subprocess, sys, urllib.request, zlib
 import yaml
+
+from testlib import Server, hold_port
 
 BIN, WORK = sys.argv[1] + "/hderp-server", sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -32,14 +34,6 @@ def node_yaml(*args):
     (rid, region), = regions.items()
     assert region["regionid"] == rid and len(region["nodes"]) == 1, region
     return region, region["nodes"][0]
-
-
-def free_port(kind=socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def stun_request():
@@ -92,24 +86,19 @@ def static_checks():
 
 
 def live_check():
-    """The map printed for some flags points at the server those flags start."""
-    p, sp = free_port(), free_port(socket.SOCK_DGRAM)
+    """The map printed for some flags points at the server those flags start. The flags name
+    their ports before the server starts, so both are held (testlib.hold_port) until it
+    listens; the TCP one for good."""
+    (hold, p), (uhold, sp) = hold_port(), hold_port(socket.SOCK_DGRAM)
     flags = ["-a", "127.0.0.1:%d" % p, "-stun-port", str(sp), "-c", WORK + "/derper.key",
              "--shards", "1"]
     _, n = node_json(*flags)
     assert (n["IPv4"], n["DERPPort"], n["STUNPort"]) == ("127.0.0.1", p, sp), n
-    log = open(WORK + "/server.log", "w")
-    srv = subprocess.Popen([BIN, *flags], stdout=log, stderr=subprocess.STDOUT)
+    srv = Server(sys.argv[1], WORK, "server", flags).start()
+    uhold.close()  # the server's STUN sockets have the port; a held one would get datagrams
     try:
         url = "http://%s:%d/derp/probe" % (n["IPv4"], n["DERPPort"])
-        for _ in range(200):
-            try:
-                assert urllib.request.urlopen(url, timeout=2).status == 200
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise AssertionError("no answer at " + url)
+        assert urllib.request.urlopen(url, timeout=5).status == 200, url
         u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         u.settimeout(2)
         txid, req = stun_request()
@@ -124,8 +113,8 @@ def live_check():
             raise AssertionError("no STUN answer at STUNPort %d" % n["STUNPort"])
         assert resp[:2] == b"\x01\x01" and resp[8:20] == txid, resp.hex()
     finally:
-        srv.terminate()
-        srv.wait(timeout=10)
+        srv.stop()
+        hold.close()
 
 
 static_checks()

@@ -7,16 +7,10 @@ that the rate limit folds into a "suppressed" count, SIGHUP, SIGTERM); TLS with 
 -hostname, where handshakes carry hostile SNI bytes (quotes, backslashes, invalid UTF-8)."""
 import json, os, signal, socket, ssl, struct, subprocess, sys, time
 
-BIN, WORK = sys.argv[1] + "/hderp-server", sys.argv[2]
+from testlib import Server, wait_for
+
+BIN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def exchange(port, data, src="127.0.0.1"):
@@ -36,15 +30,6 @@ def exchange(port, data, src="127.0.0.1"):
         return b""
     finally:
         s.close()
-
-
-def wait_for(cond, what, timeout_s=10):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
 
 
 def lines_of(path):
@@ -71,26 +56,23 @@ def check_lines(path, want_events):
     return len(lines), sup
 
 
-def run(args, actions, path):
-    log = open(path, "w")
-    srv = subprocess.Popen([BIN, *args], stdout=log, stderr=subprocess.STDOUT)
+def run(name, args, actions):
+    """Starts the server (WORK/name.log), runs actions(port), SIGHUP, SIGTERM: exit 0."""
+    srv = Server(BIN, WORK, name, args).start()
     try:
-        actions()
-        srv.send_signal(signal.SIGHUP)
+        actions(srv.port)
+        srv.proc.send_signal(signal.SIGHUP)
         time.sleep(0.2)  # let the reload's lines out before the stop (not a pass/fail wait)
-        srv.terminate()
-        assert srv.wait(timeout=15) == 0, "exit %s" % srv.returncode
+        rc = srv.stop()
+        assert rc == 0, "exit %s" % rc
     finally:
-        if srv.poll() is None:
-            srv.kill()
-            srv.wait()
+        srv.kill()
 
 
 def plain():
-    p = free_port()
     path = WORK + "/plain.log"
 
-    def actions():
+    def actions(p):
         hdr = b"PROXY TCP4 192.0.2.10 127.0.0.1 5555 443\r\n"
         wait_for(lambda: exchange(p, hdr + b"GET /derp/probe HTTP/1.1\r\nHost: x\r\n"
                                   b"Connection: close\r\n\r\n", "127.0.0.77")
@@ -107,17 +89,17 @@ def plain():
         wait_for(folded, "a line with a suppressed count", 30)
         exchange(p, hdr + b"BREW / HTCPCP/1.0\r\n\r\n", "127.0.0.77")  # a bad request
 
-    run(["-a", "127.0.0.1:%d" % p, "-c", WORK + "/plain.key", "-stun=false", "--shards", "2",
-         "--verbose", "--log-format", "json", "--proxy-protocol-from", "127.0.0.77"],
-        actions, path)
+    run("plain", ["-a", "127.0.0.1:0", "-c", WORK + "/plain.key", "-stun=false", "--shards", "2",
+                  "--verbose", "--log-format", "json", "--proxy-protocol-from", "127.0.0.77"],
+        actions)
     n, sup = check_lines(path, ["proxy", "log", "http"])
     assert sup > 0, "no rate-limited line carried a suppressed count"
     return n
 
 
 def tls():
-    p = free_port()
     path = WORK + "/tls.log"
+    port = []  # the server's, for hello()
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
                     "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-keyout",
                     WORK + "/localhost.key", "-out", WORK + "/localhost.crt", "-subj",
@@ -125,7 +107,7 @@ def tls():
                    check=True, capture_output=True)
 
     def hello(sni):
-        s = socket.create_connection(("127.0.0.1", p), timeout=5)
+        s = socket.create_connection(("127.0.0.1", port[0]), timeout=5)
         ctx = ssl.create_default_context()
         ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
         try:
@@ -135,15 +117,16 @@ def tls():
         finally:
             s.close()
 
-    def actions():
+    def actions(p):
+        port.append(p)
         wait_for(lambda: "listening" in open(path).read(), "the server")
         for sni in ("evil\"name", "back\\slash", "x" * 200, "nolocal"):
             hello(sni)
         exchange(p, b"\x16\x03\x01\x00\x05garbage")
 
-    run(["-a", "127.0.0.1:%d" % p, "-c", WORK + "/tls.key", "-stun=false", "--shards", "1",
-         "-certmode", "manual", "-certdir", WORK, "-hostname", "localhost", "-http-port", "-1",
-         "--log-format", "json"], actions, path)
+    run("tls", ["-a", "127.0.0.1:0", "-c", WORK + "/tls.key", "-stun=false", "--shards", "1",
+                "-certmode", "manual", "-certdir", WORK, "-hostname", "localhost", "-http-port",
+                "-1", "--log-format", "json"], actions)
     n, _ = check_lines(path, ["tls", "log"])
     return n
 

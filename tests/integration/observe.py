@@ -17,8 +17,9 @@ import http.server
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
+
+import testlib
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 MESH_KEY = "6a1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
@@ -35,29 +36,11 @@ def fail(msg):
     sys.exit(1)
 
 
-held = []  # every probe socket stays bound until the servers start: no port is handed out twice
-
-
-def free_port(kind=socket.SOCK_STREAM):
-    s = socket.socket(socket.AF_INET, kind)
-    s.bind(("127.0.0.1", 0))
-    held.append(s)
-    return s.getsockname()[1]
-
-
-def release_ports():
-    while held:
-        held.pop().close()
-
-
 def wait_for(what, cond, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.1)
-    fail("timed out (%ds) waiting for %s" % (timeout_s, what))
+    try:
+        return testlib.wait_for(cond, what, timeout_s, step_s=0.1)
+    except testlib.Timeout as e:
+        fail(str(e))
 
 
 NO_VERIFY = ssl.create_default_context()
@@ -74,37 +57,49 @@ def get(url):
 
 
 class Node:
-    def __init__(self, name, mesh_with=None, tls=False):
-        self.name, self.mesh_with, self.tls = name, mesh_with, tls
-        self.port, self.stun = free_port(), free_port(socket.SOCK_DGRAM)
-        self.http = free_port() if tls else None
-        self.proc = None
+    """One hderp-server. A meshed node's port is held (testlib.hold_port) from before any node
+    starts, since the nodes name each other in -mesh-with, and for good (a restart gets it
+    back); the others bind port 0. Every port is read back once the node listens."""
+
+    def __init__(self, name, mesh=False, tls=False):
+        self.name, self.mesh_with, self.tls = name, None, tls
+        self.hold, self.port = testlib.hold_port() if mesh else (None, 0)
+        self.stun, self.stun_hold, self.http = 0, None, None
+        self.srv = testlib.Server(BIN, WORK, "server-" + name, [])
 
     def start(self):
-        args = [BIN + "/hderp-server", "-a", "127.0.0.1:%d" % self.port, "-stun-port",
-                str(self.stun), "--shards", "1", "-c", "%s/%s.key" % (WORK, self.name)]
+        """Starts it (a restart: on the ports it had, its STUN port held since the kill)."""
+        args = ["-a", "127.0.0.1:%d" % self.port, "-stun-port", str(self.stun), "--shards", "1",
+                "-c", "%s/%s.key" % (WORK, self.name)]
         if self.mesh_with:
             args += ["-mesh-psk-file", WORK + "/mesh.key", "-mesh-with", self.mesh_with]
         if self.tls:  # an IP -hostname: the server makes itself a certificate
             args += ["-certmode", "manual", "-certdir", WORK, "-hostname", "127.0.0.1",
-                     "-http-port", str(self.http)]
-        log = open("%s/server-%s.log" % (WORK, self.name), "a")
-        self.proc = subprocess.Popen(args, stdout=log, stderr=log)
-        procs.append(self.proc)
-        scheme = "https" if self.tls else "http"
-        wait_for("node %s to answer" % self.name,
-                 lambda: get("%s://127.0.0.1:%d/derp/probe" % (scheme, self.port)) is not None,
-                 10)
+                     "-http-port", str(self.http or 0)]
+        self.srv.args = args
+        try:
+            self.srv.start()
+        except AssertionError as e:
+            fail(str(e))
+        procs.append(self.srv.proc)
+        self.port, self.stun, self.http = self.srv.port, self.srv.stun, self.srv.http
+        if self.stun_hold:  # the node has its STUN port again
+            self.stun_hold.close()
+            self.stun_hold = None
 
     def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        """SIGKILL; its STUN port is held first (beside the node's sockets), so that nobody
+        else takes it before the restart (its TCP ports are held for good or kept by nothing:
+        only meshed nodes are restarted)."""
+        self.stun_hold = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.stun_hold.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.stun_hold.bind(("127.0.0.1", self.stun))
+        self.srv.kill()
 
 
 def mesh_ready(n):
-    text = get("http://127.0.0.1:%d/debug/varz" % n.port) or ""
-    m = re.search(r"^derp_mesh_links_ready (\d+)", text, re.M)
-    return m is not None and int(m.group(1)) >= 1
+    v = testlib.varz(n.port, "derp_mesh_links_ready")
+    return v is not None and v >= 1
 
 
 def derp_map(nodes):
@@ -223,11 +218,10 @@ def main():
     os.makedirs(WORK)
     with open(WORK + "/mesh.key", "w") as f:
         f.write(MESH_KEY + "\n")
-    a, b, c, d = Node("a"), Node("b"), Node("c"), Node("d", tls=True)
+    a, b, c, d = Node("a", mesh=True), Node("b", mesh=True), Node("c"), Node("d", tls=True)
     mesh = "http://127.0.0.1:%d,http://127.0.0.1:%d" % (a.port, b.port)
     a.mesh_with = b.mesh_with = mesh
     try:
-        release_ports()
         for n in (a, b, c, d):
             n.start()
         # Probes on the mesh paths need a's and b's links (a retries every 5 s).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # package_deb.sh BIN_DIR WORK_DIR - the hderp .deb for real: build it (packaging/build-deb.sh),
 # dpkg -i, systemd-analyze verify the installed unit, start the installed binary with the
-# packaged flags from /etc/default/hderp-server (ports moved to free loopback ones, a test
+# packaged flags from /etc/default/hderp-server (ports moved to loopback port 0, a test
 # certificate for the packaged -hostname where the defaults look for it) and check it serves,
 # reloads on SIGHUP and stops cleanly; then dpkg -r and dpkg -P leave nothing behind. Needs root
 # and changes the system (CI's throwaway machine): skipped (77) when not root or when an hderp
@@ -59,10 +59,9 @@ grep -qx 'ExecReload=/bin/kill -HUP $MAINPID' /lib/systemd/system/hderp-server.s
 # The packaged defaults, as the unit would run them, on loopback ports.
 HDERP_FLAGS=
 . /etc/default/hderp-server
-p=$(port) hp=$(port) sp=$(port)
 flags=" $HDERP_FLAGS "
-for pair in "-a :443|-a 127.0.0.1:$p" "-http-port 80|-http-port $hp" \
-    "-stun-port 3478|-stun-port $sp"; do
+for pair in "-a :443|-a 127.0.0.1:0" "-http-port 80|-http-port 0" \
+    "-stun-port 3478|-stun-port 0"; do
     from=${pair%%|*} to=${pair#*|}
     [[ $flags == *" $from "* ]] || fail "the packaged flags have no '$from': $HDERP_FLAGS"
     flags=${flags/ $from / $to }
@@ -76,21 +75,19 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
     -addext subjectAltName=DNS:derp.example.com 2>/dev/null
 cp /var/lib/hderp/certs/derp.example.com.crt "$work/ca.crt"
 # shellcheck disable=SC2086 # the flags are words, as systemd splits $HDERP_FLAGS
-/usr/bin/hderp-server $flags --shards 1 >"$work/server.log" 2>&1 &
-pid=$!
-pids+=("$pid")
+server_bin=/usr/bin/hderp-server server_start server $flags --shards 1
+pid=$srv_pid p=$srv_port hp=$srv_http
 tls=(--cacert "$work/ca.crt" --resolve "derp.example.com:$p:127.0.0.1")
 wait_probe "https://derp.example.com:$p" "${tls[@]}" || fail "the installed server does not answer"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$hp/generate_204") || true
 [ "$code" = 204 ] || fail "-http-port: /generate_204 answered $code"
 [ "$(stat -c %a /var/lib/hderp/derper.key)" = 600 ] || fail "derper.key is not 0600"
 kill -HUP "$pid" # what ExecReload sends
-for _ in $(seq 100); do grep -q 'reload' "$work/server.log" && break; sleep 0.05; done
+wait_for 5 grep -q 'reload' "$work/server.log" || true # a stop is checked on the next line
 kill -0 "$pid" 2>/dev/null || fail "SIGHUP stopped the server"
 wait_probe "https://derp.example.com:$p" "${tls[@]}" || fail "no answer after SIGHUP"
-kill -TERM "$pid"
 rc=0
-wait "$pid" || rc=$?
+stop_pid "$pid" || rc=$?
 [ "$rc" = 0 ] || fail "the installed server exited $rc on SIGTERM"
 
 dpkg -r hderp >"$work/dpkg-r.log" 2>&1 || fail "dpkg -r: $(cat "$work/dpkg-r.log")"

@@ -11,6 +11,8 @@ behind haproxy (-certmode manual). Everything on loopback, stopped by PID; bound
 import ctypes, json, os, socket, ssl, struct, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from testlib import Server, hold_port, stop_pid, wait_for
+
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
 PROXY_SRC, CLIENT_V2, CLIENT_V1 = "127.0.0.77", "127.0.0.55", "127.0.0.56"
@@ -31,14 +33,6 @@ class Controller(BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def keypair():
@@ -132,15 +126,6 @@ def relay_through(port, src):
     b.close()
 
 
-def wait_for(cond, what, seconds=10):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("timed out waiting for " + what)
-
-
 def log_text():
     with open(os.path.join(WORK, "server.log"), errors="replace") as f:
         return f.read()
@@ -154,12 +139,11 @@ SNI_ROUTE = """    tcp-request inspect-delay 5s
 """
 
 
-def start(procs):
+def start(procs, holds):
     os.makedirs(WORK, exist_ok=True)
     ctl = ThreadingHTTPServer(("127.0.0.1", 0), Controller)
     threading.Thread(target=ctl.serve_forever, daemon=True).start()
-    p, hp2, hp1 = free_port(), free_port(), free_port()
-    args = [BIN + "/hderp-server", "-a", "127.0.0.1:%d" % p, "-c", WORK + "/derper.key",
+    args = ["-a", "127.0.0.1:0", "-c", WORK + "/derper.key",
             "-stun=false", "--shards", "2", "--proxy-protocol-from", PROXY_SRC + "/32,::1",
             "-verify-client-url", "http://127.0.0.1:%d/" % ctl.server_address[1]]
     if TLS:
@@ -170,8 +154,13 @@ def start(procs):
                        check=True, capture_output=True)
         args += ["-certmode", "manual", "-certdir", WORK, "-hostname", "localhost",
                  "-http-port", "-1"]
-    log = open(WORK + "/server.log", "w")
-    procs.append(subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT))
+    srv = Server(BIN, WORK, "server", args)
+    procs.append(srv)
+    p = srv.start().port
+    # haproxy reads its ports from its configuration and cannot say which it bound: they are
+    # held (hold_port) for the whole run, and haproxy's listeners (SO_REUSEADDR) bind beside.
+    (h2, hp2), (h1, hp1) = hold_port(), hold_port()
+    holds += [h2, h1]
     cfg = """global
     maxconn 200
 defaults
@@ -194,7 +183,7 @@ backend nothing
         f.write(cfg)
     hlog = open(WORK + "/haproxy.log", "w")
     procs.append(subprocess.Popen(["haproxy", "-db", "-f", WORK + "/haproxy.cfg"], stdout=hlog,
-                                  stderr=subprocess.STDOUT))
+                                  stderr=subprocess.STDOUT))  # stopped by PID below
     return p, hp2, hp1
 
 
@@ -241,9 +230,9 @@ def checks(p, hp2, hp1):
 def main():
     if subprocess.run(["sh", "-c", "command -v haproxy"], capture_output=True).returncode:
         sys.exit("haproxy is not installed: it is in GNUmakefile's PKGS (make deps)")
-    procs = []
+    procs, holds = [], []
     try:
-        checks(*start(procs))
+        checks(*start(procs, holds))
         print("ok: hderp behind haproxy (%s): v2 and v1 clients relayed, admission and /debug "
               "saw the client, untrusted and bad headers refused" % MODE)
     except Exception:
@@ -253,15 +242,11 @@ def main():
                 print(f.read()[-4000:])
         raise
     finally:
-        for x in procs:
-            x.terminate()
-        for x in procs:
-            try:
-                x.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                x.kill()
-    if procs[0].returncode != 0:
-        sys.exit("hderp-server exited %d" % procs[0].returncode)
+        codes = [x.stop() if isinstance(x, Server) else stop_pid(x, 10) for x in procs]
+        for h in holds:
+            h.close()
+    if codes[0] != 0:
+        sys.exit("hderp-server exited %d" % codes[0])
 
 
 main()

@@ -12,12 +12,9 @@ bin=$1 work=$2
 bench=$bin/hderp-bench
 mkdir -p "$work"
 . "$(dirname "$0")/lib.sh"
-p=$(port)
+server_start server -a 127.0.0.1:0 -c "$work/derper.key" -stun=false --shards 2
+p=$srv_port
 url=http://127.0.0.1:$p/derp
-"$bin/hderp-server" -a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2 \
-    >"$work/server.log" 2>&1 &
-pids+=($!)
-wait_probe "${url%/derp}" || fail "server did not come up on port $p"
 pf=$work/pairs.txt
 rm -f "$pf"
 "$bench" gen-pairs --pairs 3 --instances 2 --layout sides --out "$pf" 2>"$work/gen.log" ||

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run_bench_relay.sh BIN_DIR WORK_DIR - the perf/ load generator through a real plain
-# hderp-server (-dev style, loopback, free port): at a low offered rate (2 Mbit/s, 2 pairs,
+# hderp-server (-dev style, loopback, port 0 read back): at a low offered rate (2 Mbit/s, 2 pairs,
 # 3 s window after 1 s warm-up) it delivers 0.8x..1.2x the offered rate with nothing lost or
 # misrouted, and its JSON carries the documented keys; --peers, two --server URLs and
 # --start-at and --latency (a ping/echo pair beside the load) do what --help says; --load client
@@ -11,12 +11,9 @@ bin=$1 work=$2
 bench=$bin/hderp-bench
 mkdir -p "$work"
 . "$(dirname "$0")/lib.sh"
-p=$(port)
+server_start server -a 127.0.0.1:0 -c "$work/derper.key" -stun=false --shards 2
+relay_pid=$srv_pid p=$srv_port
 url=http://127.0.0.1:$p/derp
-"$bin/hderp-server" -a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2 \
-    >"$work/server.log" 2>&1 &
-pids+=($!)
-wait_probe "${url%/derp}" || fail "server did not come up on port $p"
 out=$(timeout 60 "$bench" --server "$url" --pairs 2 --rate-mbps 2 --duration 3 --warmup 1 \
       --latency --json 2>"$work/bench.log") || fail "bench failed"
 echo "$out"
@@ -49,7 +46,6 @@ PY
 # --load client: one DERP frame per write(2) from a thread per sender (counted), the relay's
 # context switches per packet (--relay-pid) and its syscalls (--relay-syscalls, or why not);
 # plain here, TLS below
-srv_pid=${pids[0]}
 client_check() {
     python3 - "$1" <<'PY'
 import json, sys
@@ -68,21 +64,20 @@ assert sc is not None and ("error" in sc or sc["io_uring_enter"] > 0), sc
 PY
 }
 out=$(timeout 60 "$bench" --server "$url" --pairs 2 --rate-mbps 2 --duration 1 --warmup 0.5 \
-      --load client --relay-pid "$srv_pid" --relay-syscalls --json 2>"$work/client.log") ||
+      --load client --relay-pid "$relay_pid" --relay-syscalls --json 2>"$work/client.log") ||
     fail "bench --load client failed: $(cat "$work/client.log")"
 client_check "$out" || fail "bench --load client result"
 mkdir -p "$work/cert"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
     -keyout "$work/cert/127.0.0.1.key" -out "$work/cert/127.0.0.1.crt" -subj /CN=127.0.0.1 \
     -addext subjectAltName=IP:127.0.0.1 >/dev/null 2>&1 || fail "openssl req"
-tp=$(port)
-"$bin/hderp-server" -a "127.0.0.1:$tp" -c "$work/derper3.key" -stun=false -certmode manual \
-    -certdir "$work/cert" -hostname 127.0.0.1 -http-port -1 >"$work/server-tls.log" 2>&1 &
-pids+=($!)
+server_start server-tls -a 127.0.0.1:0 -c "$work/derper3.key" -stun=false -certmode manual \
+    -certdir "$work/cert" -hostname 127.0.0.1 -http-port -1
+tp=$srv_port
 wait_probe "https://127.0.0.1:$tp" --cacert "$work/cert/127.0.0.1.crt" ||
-    fail "TLS server did not come up on port $tp"
+    fail "TLS server did not answer on port $tp"
 out=$(timeout 60 "$bench" --server "https://127.0.0.1:$tp/derp" --ca "$work/cert/127.0.0.1.crt" \
-      --pairs 2 --rate-mbps 2 --duration 1 --warmup 0.5 --load client --relay-pid "${pids[-1]}" \
+      --pairs 2 --rate-mbps 2 --duration 1 --warmup 0.5 --load client --relay-pid "$srv_pid" \
       --relay-syscalls --json 2>"$work/client-tls.log") ||
     fail "bench --load client over TLS failed: $(cat "$work/client-tls.log")"
 client_check "$out" || fail "bench --load client over TLS result"
@@ -96,8 +91,7 @@ grep -q -- '--load bursty' "$work/usage.log" || fail "no clear error for --load 
 rm -f "$work/proxy.port"
 python3 "$(dirname "$0")/desync_proxy.py" "$work/proxy.port" "$p" 20 >"$work/proxy.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$work/proxy.port" ] && break; sleep 0.05; done
-[ -s "$work/proxy.port" ] || fail "the desync proxy did not start"
+wait_for 5 test -s "$work/proxy.port" || fail "the desync proxy did not start"
 if timeout 60 "$bench" --server "http://127.0.0.1:$(cat "$work/proxy.port")/derp" --pairs 1 \
     --rate-mbps 2 --duration 2 --warmup 0.5 --json >/dev/null 2>"$work/desync.log"; then
     fail "a run through a stream-breaking relay succeeded"
@@ -128,10 +122,8 @@ assert r["latency_under_load"] is None, r  # only with --latency
 PY
 # two --server URLs: receivers log in to the other server; these two are not meshed, so
 # nothing may arrive (every packet crossed to a relay that does not know its receiver)
-q=$(port)
-"$bin/hderp-server" -a "127.0.0.1:$q" -c "$work/derper2.key" -stun=false >"$work/server2.log" 2>&1 &
-pids+=($!)
-wait_probe "http://127.0.0.1:$q" || fail "second server did not come up on port $q"
+server_start server2 -a 127.0.0.1:0 -c "$work/derper2.key" -stun=false
+q=$srv_port
 out=$(timeout 60 "$bench" --server "$url" --server "http://127.0.0.1:$q/derp" --pairs 2 \
       --rate-mbps 2 --duration 1 --warmup 0.5 --json 2>"$work/two.log") || fail "two servers"
 python3 - "$out" <<'PY' || fail "two-server result"

@@ -28,32 +28,23 @@ cert two
 mkdir "$work/certs"
 cp "$work/one.crt" "$work/certs/localhost.crt"
 cp "$work/one.key" "$work/certs/localhost.key"
-p=$(port) hp=$(port)
-"$bin/hderp-server" -a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2 \
-    -certmode manual -certdir "$work/certs" -hostname localhost -http-port "$hp" \
-    >"$work/server.log" 2>&1 &
-pid=$!
-pids+=("$pid")
-wait_probe "http://127.0.0.1:$hp" || fail "the server did not start"
+server_start server -a 127.0.0.1:0 -c "$work/derper.key" -stun=false --shards 2 \
+    -certmode manual -certdir "$work/certs" -hostname localhost -http-port 0
+pid=$srv_pid p=$srv_port
 [ "$(served)" = "one 2" ] || fail "before the reload: served $(served), want one + meta"
 
 # A DERP connection from before the reload: an echo peer over TLS.
 "$bin/hderp-echo" echo --server "https://localhost:$p/derp" --ca "$work/one.crt" \
     >"$work/echo.log" 2>&1 &
 pids+=($!)
-for _ in $(seq 100); do grep -q '^nodekey:' "$work/echo.log" && break; sleep 0.05; done
+wait_for 5 grep -q '^nodekey:' "$work/echo.log" || true # the next line says what went wrong
 peer=$(grep -m1 '^nodekey:' "$work/echo.log") || fail "the echo peer did not log in"
 
 cp "$work/two.crt" "$work/certs/localhost.crt"
 cp "$work/two.key" "$work/certs/localhost.key"
 kill -HUP "$pid"
-got=""
-for _ in $(seq 100); do
-    got=$(served)
-    [ "$got" = "two 2" ] && break
-    sleep 0.1
-done
-[ "$got" = "two 2" ] || fail "after SIGHUP: served '$got', want two + meta"
+served_two() { [ "$(served)" = "two 2" ]; }
+wait_for 10 served_two || fail "after SIGHUP: served '$(served)', want two + meta"
 grep -q "TLS: reloaded" "$work/server.log" || fail "no reload line in the log"
 # The old connection still relays: a ping over a new connection (verified with the new cert).
 timeout 30 "$bin/hderp-echo" ping --server "https://localhost:$p/derp" --ca "$work/two.crt" \
@@ -65,12 +56,11 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["lost"] 
 # A broken certificate file on reload: logged, the previous one stays.
 echo "not a certificate" >"$work/certs/localhost.crt"
 kill -HUP "$pid"
-for _ in $(seq 100); do grep -q "TLS reload failed" "$work/server.log" && break; sleep 0.05; done
+wait_for 5 grep -q "TLS reload failed" "$work/server.log" || true # checked on the next line
 grep -q "TLS reload failed, keeping the previous certificate" "$work/server.log" ||
     fail "no error logged for a broken certificate"
 [ "$(served)" = "two 2" ] || fail "after a failed reload: served $(served), want two + meta"
-kill "$pid"
 rc=0
-wait "$pid" || rc=$?
+stop_pid "$pid" || rc=$?
 [ "$rc" = 0 ] || fail "server exit code $rc after SIGTERM"
 echo "PASS: certificate reload"

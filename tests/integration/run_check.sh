@@ -14,28 +14,33 @@ openssl rand -hex 32 >"$work/mesh.key"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 \
     -keyout "$work/localhost.key" -out "$work/localhost.crt" -subj /CN=localhost \
     -addext subjectAltName=DNS:localhost 2>/dev/null
-t=$(port) th=$(port) ts=$(port) a=$(port) as=$(port) b=$(port) bs=$(port) n=$(port) ns=$(port)
-"$srv" -a "127.0.0.1:$t" -certmode manual -certdir "$work" -hostname localhost -http-port "$th" \
-    -stun-port "$ts" -c "$work/t.key" --shards 2 >"$work/tls.log" 2>&1 &
-pids+=($!)
+server_start tls -a 127.0.0.1:0 -certmode manual -certdir "$work" -hostname localhost \
+    -http-port 0 -stun-port 0 -c "$work/t.key" --shards 2
+t=$srv_port ts=$srv_stun
+# A and B name each other in -mesh-with, so their ports are held before either starts (and
+# stay held: B's port must not go to anyone else once B is killed below).
+port_hold
+a=$held_port
+port_hold
+b=$held_port
 mesh=http://127.0.0.1:$a,http://127.0.0.1:$b
-"$srv" -a "127.0.0.1:$a" -stun-port "$as" -c "$work/a.key" -mesh-psk-file "$work/mesh.key" \
-    -mesh-with "$mesh" --shards 2 >"$work/a.log" 2>&1 &
+server_start a -a "127.0.0.1:$a" -stun-port 0 -c "$work/a.key" -mesh-psk-file "$work/mesh.key" \
+    -mesh-with "$mesh" --shards 2
+as=$srv_stun
+server_start b -a "127.0.0.1:$b" -stun-port 0 -c "$work/b.key" -mesh-psk-file "$work/mesh.key" \
+    -mesh-with "$mesh" --shards 1
+bpid=$srv_pid
+server_start nostun -a 127.0.0.1:0 -stun=false -c "$work/n.key"
+n=$srv_port
+python3 -u -m http.server --bind 127.0.0.1 0 --directory "$work" >"$work/web.log" 2>&1 &
 pids+=($!)
-"$srv" -a "127.0.0.1:$b" -stun-port "$bs" -c "$work/b.key" -mesh-psk-file "$work/mesh.key" \
-    -mesh-with "$mesh" --shards 1 >"$work/b.log" 2>&1 &
-bpid=$!
-pids+=("$bpid")
-"$srv" -a "127.0.0.1:$n" -stun=false -c "$work/n.key" >"$work/nostun.log" 2>&1 &
-pids+=($!)
-python3 -m http.server --bind 127.0.0.1 "$ns" --directory "$work" >"$work/web.log" 2>&1 &
-pids+=($!)
+wait_for "$START_S" grep -q 'port [0-9]' "$work/web.log" || fail "the web server did not start"
+ns=$(grep -o 'port [0-9]*' "$work/web.log" | head -1 | cut -d' ' -f2)
 wait_probe "https://localhost:$t" --cacert "$work/localhost.crt" \
     --resolve "localhost:$t:127.0.0.1" || fail "TLS node not up"
 for p in "$a" "$b" "$n"; do wait_probe "http://127.0.0.1:$p" || fail "node :$p not up"; done
-ready() { curl -s "http://127.0.0.1:$1/debug/varz" | awk '$1=="derp_mesh_links_ready"{print $2}'; }
-for _ in $(seq 200); do [ "$(ready "$a")" = 1 ] && break; sleep 0.05; done
-[ "$(ready "$a")" = 1 ] || fail "node A's mesh link never came up"
+ready() { [ "$(varz "http://127.0.0.1:$1" derp_mesh_links_ready)" = "$2" ]; }
+wait_for 10 ready "$a" 1 || fail "node A's mesh link never came up"
 
 # expect_check EXIT NAME... -- check args: run it, require the exit code, and each NAME's line
 # to say FAIL when EXIT is 1 (and the verdict to match).
@@ -69,10 +74,10 @@ grep -Eq '^  ok +packets: 20/20 A->B, 20/20 B->A' "$work/check.out" || fail "pac
 
 # Broken ones.
 SSL_CERT_FILE=/dev/null expect_check 1 tls -- --stun-port "$ts" "https://localhost:$t/derp"
-expect_check 1 stun -- --stun-port "$ns" "http://127.0.0.1:$n"
-kill "$bpid"
-wait "$bpid" || true
-for _ in $(seq 200); do [ "$(ready "$a")" = 0 ] && break; sleep 0.05; done
+port_hold udp # a UDP port where nothing answers, held so that no STUN server can be there
+expect_check 1 stun -- --stun-port "$held_port" "http://127.0.0.1:$n"
+stop_pid "$bpid" || true
+wait_for 10 ready "$a" 0 || true # the check below says what it sees
 expect_check 1 mesh -- --stun-port "$as" "http://127.0.0.1:$a"
 grep -Eq '^  FAIL +mesh: 0 of 1 links ready' "$work/check.out" || fail "mesh: not 0 of 1"
 expect_check 1 generate_204 upgrade packets ping -- --stun-port 0 "http://127.0.0.1:$ns"

@@ -7,25 +7,26 @@ set -euo pipefail
 bin=$1 work=$2 mode=$3
 rm -rf "$work" && mkdir -p "$work" # a stale echo.out would pass the wait before echo writes it
 . "$(dirname "$0")/lib.sh"
-p=$(port)
-args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun=false --shards 2)
-url=http://127.0.0.1:$p/derp
+args=(-a 127.0.0.1:0 -c "$work/derper.key" -stun=false --shards 2)
+scheme=http
 tlsargs=()
 if [ "$mode" = tls ] || [ "$mode" = wss ]; then
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
         -keyout "$work/127.0.0.1.key" -out "$work/127.0.0.1.crt" -subj /CN=127.0.0.1 \
         -addext subjectAltName=IP:127.0.0.1 2>/dev/null
     args+=(-certmode manual -certdir "$work" -hostname 127.0.0.1 -http-port -1)
-    url=https://127.0.0.1:$p/derp
+    scheme=https
     tlsargs=(--ca "$work/127.0.0.1.crt")
 fi
-"$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 & pids+=($!)
-wait_probe "${url%/derp}" -k || fail "server did not come up on port $p"
+server_start server "${args[@]}"
+p=$srv_port
+url=$scheme://127.0.0.1:$p/derp
+wait_probe "${url%/derp}" -k || fail "server did not answer on port $p"
 echo_url=$url
 [ "$mode" = wss ] && echo_url=wss://${url#https://}
 "$bin/hderp-echo" echo --server "$echo_url" "${tlsargs[@]}" >"$work/echo.out" 2>"$work/echo.log" &
 pids+=($!)
-for _ in $(seq 100); do [ -s "$work/echo.out" ] && break; sleep 0.05; done
+wait_for 5 test -s "$work/echo.out" || true # the check below says what it printed
 key=$(head -1 "$work/echo.out")
 [[ $key =~ ^nodekey:[0-9a-f]{64}$ ]] || fail "echo printed '$key', not a nodekey line"
 out=$(timeout 60 "$bin/hderp-echo" ping --server "$url" "${tlsargs[@]}" --peer "$key" \

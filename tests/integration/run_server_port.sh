@@ -3,16 +3,17 @@
 # fails at start-up with "address in use" (as derper does; SO_REUSEPORT alone would let it in
 # and split the connections), also for the dual-stack ":port" form, and the first one keeps
 # serving; once the first stopped, a new one starts there. Issue 16 item 4. Also: the deadline
-# flags refuse values under their lower bound. Servers started here are stopped by PID.
+# flags refuse values under their lower bound. Servers started here are stopped by PID. The port
+# is held (port_hold: an idle SO_REUSEADDR socket, which hderp-server binds beside) from before
+# the first server until the third listens, so nobody else takes it while the first is gone.
 set -u
 bin=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
 source "$(dirname "$0")/lib.sh"
 
-p=$(port)
-"$bin/hderp-server" -a "127.0.0.1:$p" -stun=false -c "$work/key1" --shards 2 >"$work/first.log" 2>&1 &
-pids+=($!)
-wait_probe "http://127.0.0.1:$p" || fail "the first server did not start"
+port_hold
+p=$held_port
+server_start first -a "127.0.0.1:$p" -stun=false -c "$work/key1" --shards 2
 for a in "127.0.0.1:$p" ":$p"; do
     timeout 20 "$bin/hderp-server" -a "$a" -stun=false -c "$work/key2" >"$work/second.log" 2>&1
     rc=$?
@@ -22,18 +23,15 @@ done
 for _ in $(seq 20); do # the first one still answers every time (both its shards)
     curl -sf -o /dev/null "http://127.0.0.1:$p/derp/probe" || fail "the first server stopped answering"
 done
-kill "${pids[0]}"
-wait "${pids[0]}"
+stop_pid "${pids[0]}"
 rc=$?
 [ "$rc" = 0 ] || fail "the first server: exit code $rc after SIGTERM"
-"$bin/hderp-server" -a "127.0.0.1:$p" -stun=false -c "$work/key2" >"$work/third.log" 2>&1 &
-pids+=($!)
-wait_probe "http://127.0.0.1:$p" || fail "no server could start on the port once the first left"
-kill "${pids[1]}"
-wait "${pids[1]}"
+server_start third -a "127.0.0.1:$p" -stun=false -c "$work/key2" # fails the test if it cannot
+port_release "$p"
+stop_pid "${pids[1]}"
 
 for flag in --http-deadline --login-deadline; do
-    timeout 20 "$bin/hderp-server" -a "127.0.0.1:$(port)" -stun=false -c "$work/key3" $flag 50ms \
+    timeout 20 "$bin/hderp-server" -a 127.0.0.1:0 -stun=false -c "$work/key3" $flag 50ms \
         >"$work/low.log" 2>&1
     rc=$?
     [ "$rc" = 2 ] || fail "$flag 50ms: exit code $rc, expected 2"

@@ -1,31 +1,30 @@
 #!/usr/bin/env bash
-# run_server_smoke.sh BIN_DIR WORK_DIR plain|tls - start a real hderp-server on free loopback
-# ports, drive it with curl and the independent Python DERP client, check /debug/varz, stop it
-# with SIGTERM by PID and require a clean exit 0. Every wait is bounded.
+# run_server_smoke.sh BIN_DIR WORK_DIR plain|tls - start a real hderp-server on loopback port 0
+# (the ports it bound read back), drive it with curl and the independent Python DERP client,
+# check /debug/varz, stop it with SIGTERM by PID and require a clean exit 0. Every wait is
+# bounded.
 set -euo pipefail
 bin=$1 work=$2 mode=$3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$work"
 . "$here/lib.sh"
-p=$(port) sp=$(port)
-args=(-a "127.0.0.1:$p" -c "$work/derper.key" -stun-port "$sp" --shards 2)
-url=http://127.0.0.1:$p
-curl_tls=()
+args=(-a 127.0.0.1:0 -c "$work/derper.key" -stun-port 0 --shards 2)
 ca=""
 if [ "$mode" = tls ]; then
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
         -keyout "$work/localhost.key" -out "$work/localhost.crt" -subj /CN=localhost \
         -addext subjectAltName=DNS:localhost 2>/dev/null
-    hp=$(port)
-    args+=(-certmode manual -certdir "$work" -hostname localhost -http-port "$hp")
-    url=https://localhost:$p
-    curl_tls=(--cacert "$work/localhost.crt" --resolve "localhost:$p:127.0.0.1")
+    args+=(-certmode manual -certdir "$work" -hostname localhost -http-port 0)
     ca=$work/localhost.crt
 fi
-"$bin/hderp-server" "${args[@]}" >"$work/server.log" 2>&1 &
-pid=$!
-pids+=("$pid")
-wait_probe "$url" "${curl_tls[@]}" || true # the probe checks below say what went wrong
+server_start server "${args[@]}"
+pid=$srv_pid p=$srv_port sp=$srv_stun
+url=http://127.0.0.1:$p
+curl_tls=()
+if [ "$mode" = tls ]; then
+    url=https://localhost:$p
+    curl_tls=(--cacert "$work/localhost.crt" --resolve "localhost:$p:127.0.0.1")
+fi
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp/probe") || true
 [ "$code" = 200 ] || fail "/derp/probe answered $code"
 if [ "$mode" = tls ]; then # -hostname is a DNS name: a handshake without that SNI is refused
@@ -84,9 +83,8 @@ varz=$(curl -s "${curl_tls[@]}" "$url/debug/varz")
 echo "$varz" | grep -q '^derp_packets_sent 100$' || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
 echo "$varz" | grep -q '^hderp_loop_stalls{shard="0"} [0-9]' || fail "varz has no stall counter"
 echo "$varz" | grep -q '^derp_peer_gone_not_here_frames 3$' || fail "varz NotHere count"
-kill -TERM "$pid"
-for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-wait "$pid" && rc=0 || rc=$?
+rc=0
+stop_pid "$pid" || rc=$?
 trap - EXIT
 [ "$rc" = 0 ] || fail "server exit code $rc after SIGTERM"
 grep -q 'stopped' "$work/server.log" || fail "no clean stop in the log"

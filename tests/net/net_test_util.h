@@ -1,13 +1,16 @@
 /* net_test_util.h - helpers shared by the tests/net connection tests (test_conn.c,
- * test_ws_conn.c): a free loopback port, and the byte stream the bulk tests send and check.
- * nt_free_port on the test thread; nt_stream_byte anywhere (pure). */
+ * test_ws_conn.c): a held loopback port, and the byte stream the bulk tests send and check.
+ * nt_port_hold on the test thread; nt_stream_byte anywhere (pure). */
 #ifndef NET_TEST_UTIL_H
 #define NET_TEST_UTIL_H
 
 #include <stdint.h>
 
-/* A loopback TCP port nobody listens on right now (the test fails if none can be had). */
-uint16_t nt_free_port(void);
+/* A loopback TCP port held for the test's listeners: bound with SO_REUSEADDR and never
+ * listening, and kept open until the test process exits, so no other process is given the port
+ * (the kernel hands out no bound port for port 0) while net's listeners (SO_REUSEADDR) bind
+ * beside it. Test thread; the test fails if none can be had. */
+uint16_t nt_port_hold(void);
 
 /* The byte at position i of stream `seed`: cheap to recompute on the receiving side. */
 static inline uint8_t nt_stream_byte(uint64_t seed, uint64_t i)

@@ -242,7 +242,7 @@ static void run_bulk_msgs(bool no_buf_ring, uint64_t bytes_per_client, bool migr
     g.migrate = migrate;
     g.msg_size = msg_size;
     memset(clients, 0, sizeof(clients));
-    g.port = nt_free_port();
+    g.port = nt_port_hold();
     g.no_buf_ring = no_buf_ring;
     bulk_bytes = bytes_per_client;
     atomic_store(&clients_left, 2 * CLIENTS_PER_SHARD);
@@ -365,7 +365,7 @@ static void run_raw_cfg(void (*fn)(void), uint32_t idle_ms, bool half_close, uns
 {
     memset(&g, 0, sizeof(g));
     g.conns_max = conns_max;
-    g.port = nt_free_port();
+    g.port = nt_port_hold();
     g.idle_ms = idle_ms;
     g.half_close = half_close;
     g.msg_size = raw_msg_size;
@@ -538,7 +538,7 @@ static void refused_body(struct hd_shard *s, void *arg)
 Test(test_net_conn, connect_refused, .timeout = 30)
 {
     memset(&g, 0, sizeof(g));
-    g.port = nt_free_port();
+    g.port = nt_port_hold();
     struct hdt_options o = {.shards = 1, NET_LAYERS};
     cr_assert_eq(hdt_run(&o, refused_body, NULL, NULL), 0);
     cr_assert_eq(atomic_load(&refused_res), -ECONNREFUSED);
@@ -643,7 +643,7 @@ Test(test_net_conn, emfile_backs_off_and_recovers, .timeout = 60)
     cr_assert_eq(setrlimit(RLIMIT_NOFILE, &low), 0);
     cr_assert_eq(pipe(emfile_to_child), 0);
     cr_assert_eq(pipe(emfile_from_child), 0);
-    uint16_t port = nt_free_port();
+    uint16_t port = nt_port_hold();
     pid_t child = fork();
     cr_assert_geq(child, 0);
     if (child == 0)

@@ -1,6 +1,6 @@
 /* test_http_client.c - net_http_client against a blocking server thread on a unix socket:
- * Content-Length body, chunked body (with and without trailers), oversized response refused,
- * timeout. */
+ * Content-Length body, chunked body (with and without trailers, and one chunk larger than the
+ * connection's reassembly tail), oversized response refused, timeout. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -20,8 +20,10 @@ static struct {
     int lfd;
     int err;
     uint16_t status;
-    char body[256];
+    char body[256]; /* the body's first bytes */
     size_t body_len;
+    size_t resp_max; /* 0: 64 */
+    bool body_all_z; /* every body byte is 'z' */
     char req[1024];
 } g;
 
@@ -52,8 +54,11 @@ static void done(void *arg, int err, const struct net_http_result *r)
     g.err = err;
     if (r) {
         g.status = r->status;
-        g.body_len = r->body_len < sizeof(g.body) ? r->body_len : sizeof(g.body);
-        memcpy(g.body, r->body, g.body_len);
+        g.body_len = r->body_len;
+        memcpy(g.body, r->body, r->body_len < sizeof(g.body) ? r->body_len : sizeof(g.body));
+        g.body_all_z = true;
+        for (size_t i = 0; i < r->body_len; i++)
+            g.body_all_z &= r->body[i] == 'z';
     }
     hd_runtime_stop(hd_shard_runtime(s));
 }
@@ -82,14 +87,15 @@ static void body(struct hd_shard *s, void *arg)
                                   .body = "hello",
                                   .body_len = 5,
                                   .timeout_ms = 700,
-                                  .resp_max = 64};
+                                  .resp_max = g.resp_max ? g.resp_max : 64};
     cr_assert_eq(net_http_client_start(s, &a, &rq, done, s, NULL), 0);
 }
 
-static void run(const char *answer)
+static void run_max(const char *answer, size_t resp_max)
 {
     memset(&g, 0, sizeof(g));
     g.answer = answer;
+    g.resp_max = resp_max;
     snprintf(g.path, sizeof(g.path), "/tmp/hd_http_client_%d.sock", (int)getpid());
     unlink(g.path);
     g.lfd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -106,6 +112,11 @@ static void run(const char *answer)
     unlink(g.path);
     cr_assert(strstr(g.req, "POST /x HTTP/1.1\r\n") == g.req, "request: %s", g.req);
     cr_assert(strstr(g.req, "Content-Length: 5\r\n") != NULL);
+}
+
+static void run(const char *answer)
+{
+    run_max(answer, 0);
 }
 
 Test(test_http_client, content_length)
@@ -147,4 +158,22 @@ Test(test_http_client, timeout)
 {
     run(NULL);
     cr_assert_eq(g.err, -ETIMEDOUT);
+}
+
+/* A chunk longer than the connection keeps of unconsumed bytes (its 64 KiB reassembly tail):
+ * the data passes through as it arrives (it used to wait for the whole chunk and overflow). */
+#define BIG_CHUNK (100 << 10)
+
+Test(test_http_client, chunk_bigger_than_the_tail)
+{
+    static char answer[BIG_CHUNK + 256];
+    int n = snprintf(answer, sizeof(answer),
+                     "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n", BIG_CHUNK);
+    memset(answer + n, 'z', BIG_CHUNK);
+    strcpy(answer + n + BIG_CHUNK, "\r\n3\r\nzzz\r\n0\r\n\r\n");
+    run_max(answer, 2 * BIG_CHUNK);
+    cr_assert_eq(g.err, 0, "err %d", g.err);
+    cr_assert_eq(g.status, 200);
+    cr_assert_eq(g.body_len, BIG_CHUNK + 3);
+    cr_assert(g.body_all_z);
 }

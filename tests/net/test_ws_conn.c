@@ -231,7 +231,7 @@ static void run(bool no_buf_ring)
 {
     memset(&g, 0, sizeof(g));
     memset(clients, 0, sizeof(clients));
-    g.port = nt_free_port();
+    g.port = nt_port_hold();
     g.no_buf_ring = no_buf_ring;
     g.left = CLIENTS;
     struct hdt_options o = {.shards = SHARDS, NET_LAYERS, .shard_stop = net_stop};

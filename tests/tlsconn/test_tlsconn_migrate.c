@@ -370,7 +370,7 @@ struct run_options {
 static void run(const struct run_options *ro)
 {
     memset(&g, 0, sizeof(g));
-    g.port = tu_free_port();
+    g.port = tu_port_hold();
     g.moves_wanted = ro->moves;
     g.move_every = ro->move_every;
     g.squeeze = ro->squeeze;

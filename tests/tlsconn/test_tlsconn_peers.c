@@ -204,7 +204,7 @@ static void run_client(const char *server_name, bool insecure)
 {
     tu_make_cert();
     memset(&tc, 0, sizeof(tc));
-    tc.port = tu_free_port();
+    tc.port = tu_port_hold();
     tc.server_name = server_name;
     char accept_addr[32], buf[4096];
     size_t len = 0;

@@ -108,7 +108,7 @@ static void run_client(const char *cert_file, const char *cert_dir, const char *
 {
     ts_reset(); /* TS_LAYERS reads ts.handshakes_max */
     memset(&tc, 0, sizeof(tc));
-    tc.port = tu_free_port();
+    tc.port = tu_port_hold();
     tc.server_name = server_name;
     if (cert_file)
         setenv("SSL_CERT_FILE", cert_file, 1);

@@ -15,7 +15,7 @@ struct ts_state ts;
 void ts_reset(void)
 {
     memset(&ts, 0, sizeof(ts));
-    ts.port = tu_free_port();
+    ts.port = tu_port_hold();
 }
 
 static const char http_reply[] = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"

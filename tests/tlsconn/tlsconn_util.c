@@ -36,15 +36,16 @@ void tu_check_boringssl(void)
     cr_assert(tls_crypto_is_boringssl());
 }
 
-uint16_t tu_free_port(void)
+uint16_t tu_port_hold(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(a);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)), 0);
     cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
     cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
+    return ntohs(a.sin_port); /* fd stays open: the hold */
 }
 
 /* openssl req: its 16 fixed arguments and a few extras. */

@@ -14,8 +14,11 @@
  * libcrypto too; a wrong binding would make every result meaningless). Suite .init. */
 void tu_check_boringssl(void);
 
-/* A loopback TCP port nobody listens on right now. */
-uint16_t tu_free_port(void);
+/* A loopback TCP port held for the test's listeners: bound with SO_REUSEADDR and never
+ * listening, and kept open until the test process exits, so no other process is given the port
+ * (the kernel hands out no bound port for port 0) while net's listeners (SO_REUSEADDR) bind
+ * beside it. Test thread; the test fails if none can be had. */
+uint16_t tu_port_hold(void);
 
 /* `openssl req -x509` for a fresh P-256 key (key_out) and its certificate (cert_out, 2 days)
  * with subject subj and more arguments (extra, NULL-terminated, or NULL: "-addext" lines, or

@@ -179,28 +179,33 @@ static void s_client_run(unsigned id)
 #define LT_CERT "/tmp/ktls_layer_cert.pem"
 #define LT_KEY  "/tmp/ktls_layer_key.pem"
 
-/* A loopback port nobody uses now, or 0. */
-static uint16_t free_port(void)
+/* A loopback port for s_server, or 0: bound with SO_REUSEADDR and never listening, and kept open
+ * (the hold) until the process exits, so no other process is given it while s_server, whose
+ * listener sets SO_REUSEADDR too, binds beside it. */
+static uint16_t port_hold(void)
 {
-    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof(a);
     uint16_t port = 0;
-    if (l >= 0 && bind(l, (struct sockaddr *)&a, alen) == 0 &&
+    if (l >= 0 && setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) == 0 &&
+        bind(l, (struct sockaddr *)&a, alen) == 0 &&
         getsockname(l, (struct sockaddr *)&a, &alen) == 0)
-        port = ntohs(a.sin_port);
+        return ntohs(a.sin_port);
     if (l >= 0)
         close(l);
     return port;
 }
 
-/* Something listens on the port when we cannot bind it (no connection is made: s_server
- * -naccept 1 serves exactly one). */
+/* Something listens on the port when a SO_REUSEADDR socket cannot bind it (the idle hold does
+ * not stop it; no connection is made: s_server -naccept 1 serves exactly one). */
 static bool port_taken(uint16_t port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in a = {
         .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd >= 0)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     bool taken = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EADDRINUSE;
     if (fd >= 0)
         close(fd);
@@ -224,7 +229,7 @@ static void s_server_start(unsigned id)
         "-days",   "2",       NULL};
     pid_t pid = spawn_piped(req, NULL, NULL);
     ss.pid = -ENOENT;
-    g.s_server_port = free_port();
+    g.s_server_port = port_hold();
     if (pid < 0 || child_wait(pid) != 0 || g.s_server_port == 0)
         return;
     char port[32];

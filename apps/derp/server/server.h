@@ -91,6 +91,7 @@ struct srv_client {
     struct srv_keyset sources;
     struct hd_flush writer;
     struct hd_timer keepalive;
+    uint32_t keepalive_ms;      /* its KeepAlive period: the interval + its own jitter (derper) */
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
     /* -rate-config (server_rate.c): this connection's bucket; reading paused until the timer
      * while a frame waits for its tokens; paid: the current frame has its tokens. */
@@ -378,7 +379,9 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl);
 extern const struct net_conn_handler srv_client_handler;
 
 /* server_mesh.c: -mesh-with (spec §7) */
-/* Main thread: parse and resolve the list (needs the mesh key). 0 or -1 with err set. */
+/* Main thread, at start-up (needs the mesh key): parse the list, 0 or -1 with err set. parse is
+ * the syntax alone (cfg->mesh, mesh_count; no lookups); configure adds https links' TLS context. */
+int srv_mesh_parse(struct srv_config *cfg, const char *list, char *err, size_t err_size);
 int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size_t err_size);
 void srv_mesh_config_free(struct srv_config *cfg);
 /* On each shard: dial this shard's links / close them. */

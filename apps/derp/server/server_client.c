@@ -143,7 +143,21 @@ static void keepalive_fired(struct hd_timer *t)
     srv_client_send_ctl(cl, ka, sizeof(ka));
     srv_acct_feed(cl); /* a quiet connection's counts reach the tables at least this often */
     if (cl->phase == SRV_CLIENT_ACTIVE)
-        hd_timer_start(cl->ds->s, t, cl->ds->cfg->keepalive_ms);
+        hd_timer_start(cl->ds->s, t, cl->keepalive_ms);
+}
+
+/* derper's period (§6.4): the interval plus a jitter drawn once per connection. The first
+ * KeepAlive comes anywhere in the first period, not at its end: peers that logged in together
+ * (a restart, a network coming back) would otherwise send theirs in one burst every minute
+ * (4,000 peers: ~800 a second for 5 s). On a placement move the first one is drawn again. */
+static void keepalive_start(struct srv_shard *ds, struct srv_client *cl)
+{
+    uint32_t jitter = ds->cfg->keepalive_jitter_ms;
+    if (cl->keepalive_ms == 0)
+        cl->keepalive_ms = ds->cfg->keepalive_ms + (jitter ? (uint32_t)rand() % jitter : 0);
+    HD_ASSERT(cl->keepalive_ms > 0);
+    hd_timer_init(&cl->keepalive, keepalive_fired);
+    hd_timer_start(ds->s, &cl->keepalive, 1 + (uint32_t)rand() % cl->keepalive_ms);
 }
 
 /* ---------------------------------------------------------------- login */
@@ -190,10 +204,7 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
     srv_acct_attach(cl); /* per-key accounting: this shard's tables */
     cl->rate_waiting = false;
     hd_flush_init(&cl->writer, writer_run);
-    hd_timer_init(&cl->keepalive, keepalive_fired);
-    uint32_t jitter =
-        ds->cfg->keepalive_jitter_ms ? (uint32_t)rand() % ds->cfg->keepalive_jitter_ms : 0;
-    hd_timer_start(ds->s, &cl->keepalive, ds->cfg->keepalive_ms + jitter);
+    keepalive_start(ds, cl);
     net_conn_set_timeouts(cl->conn, 0,
                           cl->mesh ? DERP_MESH_WRITE_TIMEOUT_MS : ds->cfg->write_timeout_ms);
     ds->ctr.current_connections++;
@@ -520,9 +531,12 @@ static void client_closed(struct net_conn *c, int reason)
 {
     struct srv_client *cl = net_conn_app(c);
     struct srv_shard *ds = cl->ds;
-    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_ACTIVE)
+    /* derper counts its write deadline, not the kernel's ETIMEDOUT (TCP_USER_TIMEOUT, keepalive:
+     * a peer that vanished while idle); the login deadline is ours. */
+    enum net_conn_timer by = reason == -ETIMEDOUT ? net_conn_closed_by(c) : NET_CONN_TIMER_NONE;
+    if (by == NET_CONN_TIMER_WRITE && cl->phase == SRV_CLIENT_ACTIVE)
         ds->ctr.sclient_write_timeouts++;
-    if (reason == -ETIMEDOUT && cl->phase == SRV_CLIENT_HANDSHAKE)
+    if (by == NET_CONN_TIMER_DEADLINE && cl->phase == SRV_CLIENT_HANDSHAKE)
         ds->ctr.deadline_closes++;
     prelogin_done(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {

@@ -58,6 +58,7 @@ struct srv_counters {
     uint64_t placement_packs;      /* moves to shard 0 packing decided (low load) */
     uint64_t placement_spreads;    /* moves off shard 0 spreading decided (shard 0 busy) */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
+    uint64_t stun_read_error; /* the STUN socket's receive errors (net_udp_stats), when read */
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */
     uint64_t multiforwarder_created, multiforwarder_deleted;

@@ -34,7 +34,8 @@ static void usage_derper(FILE *out)
         "usage: hderp-server [flags]\n"
         "A DERP relay for Tailscale clients (a drop-in for derper), on io_uring shards.\n\n"
         "  -a ADDR                 listen address (default \":443\"); TLS 1.3 when the port\n"
-        "                          is 443 or -certmode manual, plain HTTP otherwise\n"
+        "                          is 443 or -certmode manual, plain HTTP otherwise; port 0:\n"
+        "                          the kernel picks one (see --port-file)\n"
         "  -dev                    development mode: plain HTTP on 127.0.0.1:3340, ephemeral\n"
         "                          key, mesh key from $TAILSCALE_DERPER_MESH_KEY\n"
         "  -c FILE                 server key file, derper's JSON\n"
@@ -49,9 +50,10 @@ static void usage_derper(FILE *out)
         "                          $XDG_CACHE_HOME/tailscale/derper-certs)\n"
         "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
         "                          must be the clients' SNI\n"
-        "  -http-port N            plain HTTP port in TLS mode (default 80; -1 off)\n"
+        "  -http-port N            plain HTTP port in TLS mode (default 80; -1 off; 0: the\n"
+        "                          kernel picks one)\n"
         "  -stun                   run STUN (default true)\n"
-        "  -stun-port N            STUN UDP port (default 3478)\n"
+        "  -stun-port N            STUN UDP port (default 3478; 0: the kernel picks one)\n"
         "  -home VALUE             home page: \"\" default, \"blank\", or a URL to redirect to\n"
         "  -mesh-psk-file FILE     mesh pre-shared key (64 hex digits): clients presenting it\n"
         "                          may watch, forward and close peers\n"
@@ -113,6 +115,10 @@ static void usage_own(FILE *out)
         "                          long, so reconnects continue them (default 10m)\n"
         "%s"
         "  --shards N              shards (threads; default: one per CPU)\n"
+        "  --port-file FILE        once every shard listens, write the bound addresses to\n"
+        "                          FILE, one \"NAME ADDRESS\" line each (derp; http in TLS\n"
+        "                          mode; stun), replaced whole: for whoever started it on\n"
+        "                          port 0\n"
         "  --placement=false       keep every client on its key's owner shard (default: a\n"
         "                          client that keeps sending to one peer on another shard\n"
         "                          moves to that shard)\n"
@@ -292,6 +298,7 @@ static const struct flag_field string_flags[] = {
     FIELD("allow-keys", allow_keys),
     FIELD("account-keys", account_keys),
     FIELD("hash-key", hash_key), /* 32 hex digits, checked by configure */
+    FIELD("port-file", port_file),
 };
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),

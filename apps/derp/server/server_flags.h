@@ -47,6 +47,7 @@ struct srv_flags {
     long prelogin_addr_max;           /* --prelogin-per-addr-max, per shard */
     long frame_pool_mib;              /* --frame-pool-mib, per shard */
     const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */
+    const char *port_file;            /* --port-file FILE: the bound addresses (NULL: none) */
     /* hderp's own deployment flags (server_flags_deploy.c) */
     const char *proxy_from; /* --proxy-protocol-from CIDR,... */
     int print_derpmap;      /* --print-derpmap[=json|yaml]: 0 no, 1 JSON, 2 YAML */

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <hd/kit.h>
+
 #include "server.h"
 #include "server_check.h"
 #include "server_flags.h"
@@ -50,13 +52,14 @@ static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
 
 /* derper fails with "address in use" when another process listens on its address; our shards
  * share it through SO_REUSEPORT, which would let a second server in silently
- * (net_listener_claim). Returns the claim's socket, -1 for port 0 (nothing claimed), or -2
+ * (net_listener_claim, TCP only). Port 0: the kernel picks a port, held (kit_port_hold) so
+ * that every shard binds that one, and written back into *addr. Returns the socket, or -2
  * (message printed). */
-static int claim(const struct net_addr *addr, const char *what)
+static int claim(struct net_addr *addr, int type, const char *what)
 {
-    int fd = net_listener_claim(addr);
-    if (fd >= 0 || fd == -EINVAL)
-        return fd >= 0 ? fd : -1;
+    int fd = net_addr_port(addr) == 0 ? kit_port_hold(addr, type) : net_listener_claim(addr);
+    if (fd >= 0)
+        return fd;
     char text[64];
     net_addr_format(addr, text, sizeof(text));
     if (fd == -EADDRINUSE)
@@ -69,23 +72,70 @@ static int claim(const struct net_addr *addr, const char *what)
     return -2;
 }
 
-static int claim_fds[2] = {-1, -1}; /* -a, -http-port: held until exit */
+/* -a, -http-port: held until exit; -stun-port 0's hold: closed once the shards bound it (a UDP
+ * socket in the group would get its share of the datagrams). */
+static int claim_fds[3] = {-1, -1, -1};
 
-static int claim_all(const struct srv_config *cfg)
+static void set_port(struct net_addr *a, uint16_t port)
 {
-    if ((claim_fds[0] = claim(&cfg->addr, "-a")) == -2)
+    if (a->sa.sa_family == AF_INET)
+        a->in4.sin_port = htons(port);
+    else
+        a->in6.sin6_port = htons(port);
+}
+
+/* The STUN address: -a's IP, -stun-port. */
+static struct net_addr stun_addr(const struct srv_config *cfg)
+{
+    struct net_addr a = cfg->addr;
+    set_port(&a, (uint16_t)cfg->stun_port);
+    return a;
+}
+
+static int claim_all(struct srv_config *cfg)
+{
+    bool any_port = net_addr_port(&cfg->addr) == 0;
+    if ((claim_fds[0] = claim(&cfg->addr, SOCK_STREAM, "-a")) == -2)
         return -1;
-    if (cfg->tls && cfg->http_port > 0 &&
-        (claim_fds[1] = claim(&cfg->http_addr, "-http-port")) == -2)
-        return -1;
+    if (any_port) /* the start-up line names the port the kernel picked */
+        net_addr_format(&cfg->addr, cfg->addr_text, sizeof(cfg->addr_text));
+    if (cfg->tls && cfg->http_port >= 0) {
+        if ((claim_fds[1] = claim(&cfg->http_addr, SOCK_STREAM, "-http-port")) == -2)
+            return -1;
+        cfg->http_port = net_addr_port(&cfg->http_addr);
+    }
+    if (cfg->stun && cfg->stun_port == 0) {
+        struct net_addr a = stun_addr(cfg);
+        if ((claim_fds[2] = claim(&a, SOCK_DGRAM, "-stun-port")) == -2)
+            return -1;
+        cfg->stun_port = net_addr_port(&a);
+    }
     return 0;
 }
 
-static void claim_release(void)
+static void claim_release(unsigned from)
 {
-    for (unsigned i = 0; i < 2; i++)
+    for (unsigned i = from; i < 3; i++)
         if (claim_fds[i] >= 0)
             close(claim_fds[i]);
+    for (unsigned i = from; i < 3; i++)
+        claim_fds[i] = -1;
+}
+
+/* --port-file: what every shard now listens on. 0 or -errno (printed). */
+static int write_port_file(const struct srv_config *cfg, const char *path)
+{
+    struct net_addr stun = stun_addr(cfg);
+    struct kit_port_entry e[3] = {{"derp", &cfg->addr}};
+    unsigned n = 1;
+    if (cfg->tls && cfg->http_port > 0)
+        e[n++] = (struct kit_port_entry){"http", &cfg->http_addr};
+    if (cfg->stun)
+        e[n++] = (struct kit_port_entry){"stun", &stun};
+    int rc = kit_port_file_write(path, e, n);
+    if (rc < 0)
+        hd_log(HD_LOG_ERROR, "--port-file %s: %s", path, strerror(-rc));
+    return rc;
 }
 
 /* The runtime with the relay (and tls_module before it when it speaks TLS) until a signal. */
@@ -129,8 +179,13 @@ static int run(struct srv_config *cfg, const struct srv_flags *f)
     if (rc < 0) {
         fprintf(stderr, "hderp-server: start failed: %s\n", strerror(-rc));
     } else {
+        claim_release(2); /* every shard bound the STUN port */
         log_start(cfg, rt);
+        int prc = f->port_file ? write_port_file(cfg, f->port_file) : 0;
+        if (prc < 0)
+            hd_runtime_stop(rt); /* whoever waits for the file would wait in vain */
         rc = hd_runtime_wait(rt);
+        rc = prc < 0 ? prc : rc;
         hd_log(HD_LOG_INFO, "stopped");
     }
     srv_detach(cfg);
@@ -174,7 +229,7 @@ int main(int argc, char **argv)
         return 1;
     }
     rc = run(cfg, &f);
-    claim_release();
+    claim_release(0);
     srv_config_fini(cfg);
     free(cfg);
     return rc < 0 ? 1 : 0;

@@ -98,7 +98,7 @@ static int mesh_tls_create(struct srv_config *cfg, char *err, size_t err_size)
     return 0;
 }
 
-int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size_t err_size)
+int srv_mesh_parse(struct srv_config *cfg, const char *list, char *err, size_t err_size)
 {
     if (list == NULL || list[0] == '\0')
         return 0;
@@ -111,7 +111,6 @@ int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size
         snprintf(err, err_size, "out of memory");
         return -1;
     }
-    bool any_tls = false;
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
         const char *next = p[len] ? p + len + 1 : p + len;
@@ -137,10 +136,19 @@ int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size
         struct srv_mesh_node *n = &cfg->mesh[cfg->mesh_count];
         if (parse_entry(entry, n, err, err_size) < 0)
             return -1;
-        any_tls |= n->tls;
         cfg->mesh_count++;
         p = next;
     }
+    return 0;
+}
+
+int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size_t err_size)
+{
+    if (srv_mesh_parse(cfg, list, err, err_size) < 0)
+        return -1;
+    bool any_tls = false;
+    for (unsigned i = 0; i < cfg->mesh_count; i++)
+        any_tls |= cfg->mesh[i].tls;
     if (any_tls && mesh_tls_create(cfg, err, err_size) < 0)
         return -1;
     return 0;

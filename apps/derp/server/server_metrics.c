@@ -51,6 +51,7 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         for (unsigned i = hd_shard_id(s); ds->links && i < ds->cfg->mesh_count;
              i += hd_shard_count(s))
             v->ctr.mesh_links_configured += !ds->links[i].self;
+        v->ctr.stun_read_error = ds->stun ? net_udp_stats(ds->stun)->recv_errors : 0;
         v->rate = *srv_rate_current(ds);
         v->guests = ds->guests.count;
         srv_acct_fill(ds, &v->acct);
@@ -88,6 +89,23 @@ void srv_text_put(struct srv_text *o, const char *fmt, ...)
 static void put_metric(struct srv_text *o, const char *name, const char *type, int64_t value)
 {
     srv_text_put(o, "# TYPE derp_%s %s\nderp_%s %lld\n", name, type, name, (long long)value);
+}
+
+/* derper's STUN server (net/stunserver): requests by disposition, answered ones by family. */
+static void format_stun(struct srv_text *o, const struct varz_slot *v, unsigned count)
+{
+    srv_text_put(o, "# TYPE stun_requests counter\n");
+    srv_text_put(o, "stun_requests{disposition=\"success\"} %lld\n", (long long)SUM(stun_success));
+    srv_text_put(o, "stun_requests{disposition=\"not_stun\"} %lld\n",
+                 (long long)SUM(stun_not_stun));
+    srv_text_put(o, "stun_requests{disposition=\"write_error\"} %lld\n",
+                 (long long)SUM(stun_write_error));
+    /* derper's four dispositions are always there, read_error too (a failed receive) */
+    srv_text_put(o, "stun_requests{disposition=\"read_error\"} %lld\n",
+                 (long long)SUM(stun_read_error));
+    srv_text_put(o, "# TYPE stun_addrfamily counter\n");
+    srv_text_put(o, "stun_addrfamily{family=\"ipv4\"} %lld\n", (long long)SUM(stun_ipv4));
+    srv_text_put(o, "stun_addrfamily{family=\"ipv6\"} %lld\n", (long long)SUM(stun_ipv6));
 }
 
 static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned count)
@@ -137,15 +155,6 @@ static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned 
         for (unsigned k = 0; k < SRV_KINDS; k++)
             srv_text_put(o, "derp_packets_dropped{reason=\"%s\",kind=\"%s\"} %lld\n",
                          srv_drop_names[r], kind_names[k], (long long)SUM(packets_dropped[r][k]));
-    srv_text_put(o, "# TYPE stun_requests counter\n");
-    srv_text_put(o, "stun_requests{disposition=\"success\"} %lld\n", (long long)SUM(stun_success));
-    srv_text_put(o, "stun_requests{disposition=\"not_stun\"} %lld\n",
-                 (long long)SUM(stun_not_stun));
-    srv_text_put(o, "stun_requests{disposition=\"write_error\"} %lld\n",
-                 (long long)SUM(stun_write_error));
-    srv_text_put(o, "# TYPE stun_addrfamily counter\n");
-    srv_text_put(o, "stun_addrfamily{family=\"ipv4\"} %lld\n", (long long)SUM(stun_ipv4));
-    srv_text_put(o, "stun_addrfamily{family=\"ipv6\"} %lld\n", (long long)SUM(stun_ipv6));
     srv_text_put(o, "# TYPE derp_bytes_dropped counter\n");
     for (unsigned r = 0; r < SRV_DROPS; r++)
         for (unsigned k = 0; k < SRV_KINDS; k++)
@@ -165,7 +174,9 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
 {
     put_metric(o, "rate_limit_per_client_bytes_per_second", "gauge",
                (int64_t)v[0].rate.bytes_per_sec);
-    put_metric(o, "rate_limit_per_client_burst_bytes", "gauge", (int64_t)v[0].rate.burst);
+    /* derper applies an empty config when the rate is 0 (no limit): its burst reads 0 then */
+    put_metric(o, "rate_limit_per_client_burst_bytes", "gauge",
+               v[0].rate.bytes_per_sec ? (int64_t)v[0].rate.burst : 0);
     put_metric(o, "rate_limit_per_client_waited", "counter", SUM(rate_limit_waited));
     put_own(o, "rate_limit_key_waited", "counter", SUM(rate_limit_waited_key));
     srv_text_put(o, "# TYPE hderp_quota_dropped_packets counter\n"
@@ -277,6 +288,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
             srv_acct_format_json(&o, &v->acct, sizeof(*v), count);
         } else {
             format_derp(&o, slots, count);
+            format_stun(&o, slots, count);
             if (r->cfg->rate_config_path)
                 format_rate(&o, slots, count);
             format_hderp(&o, slots, count);
