@@ -104,8 +104,7 @@ struct srv_client {
     bool guest, placing, going_home;
     uint32_t place_run;
     uint64_t place_dst;
-    /* Its last move or ask to go home (packing's hysteresis), and its last ask (one a while). */
-    uint64_t moved_ms, asked_ms;
+    uint64_t moved_ms, asked_ms; /* its last move or ask to go home; its last ask */
     /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
@@ -202,8 +201,7 @@ struct srv_shard {
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;
     uint64_t activity_seq;
-    /* Packing (server_pack.c): moves it decided in the window that began at pack_window_ms. */
-    uint64_t pack_window_ms;
+    uint64_t pack_window_ms; /* server_pack.c: its moves in the window that began then */
     uint32_t pack_moves;
     uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
     /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
@@ -351,16 +349,15 @@ void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
 /* server_place.c: placement (docs/ARCHITECTURE.md "Placement policy") */
 /* cl (on its owner shard, or a guest) sent a packet to dst over the bus, to dst's owner. */
 void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
-/* Counts cl's run of packets to dst: true (and a new run) at each SRV_PLACE_PACKETS in a row. */
+/* cl's run of packets to dst: true (a new run) at each SRV_PLACE_PACKETS in a row; where dst
+ * lives, as far as this shard knows. */
 bool srv_place_run(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
-/* The shard where dst's connection lives, as far as this shard knows. */
 unsigned srv_place_lives_at(struct srv_shard *ds, const uint8_t dst[DERP_KEY_LEN]);
 /* Move cl to shard `to`: at home, as a guest (the key's only connection, nothing queued); a
  * guest (packing on) only home, by asking its owner. 0 (on its way, or asked), -EALREADY (it
  * is there), -EBUSY (not movable now), -EXDEV (a guest to a third shard), -ENOMEM. */
 int srv_place_move_to(struct srv_client *cl, unsigned to);
-/* server_pack.c: cl sent a packet to dst, a connection on this shard (packing on). */
-void srv_pack_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
+void srv_pack_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]); /* server_pack.c */
 /* Owner shard: deliver f to p's connection elsewhere (held while it moves). */
 void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
                        uint32_t flags);
