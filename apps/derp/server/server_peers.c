@@ -389,8 +389,10 @@ bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_
     (void)len;
     unsigned owner = srv_owner(ds, f->data);
     uint32_t flags = kind | (forwarded ? 2u : 0u);
-    if (owner == hd_shard_id(ds->s)) /* crossed only if the key's connection is a guest */
-        return deliver(ds, f, flags);
+    /* crossed only if the key's connection is a guest; placement follows it there only with
+     * packing (without, a sender on the owner that follows broke the duplicate test) */
+    if (owner == hd_shard_id(ds->s))
+        return deliver(ds, f, flags) && ds->cfg->pack;
     struct srv_client *guest = srv_place_guest(ds, f->data); /* placed here beside its peer */
     if (guest) {
         srv_client_enqueue(guest, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
