@@ -6,8 +6,7 @@
  * correspondent of a moved client, and --placement=false moves nobody. Raw blocking clients on the
  * test thread, strict turns, so a lost, repeated or misrouted packet is a named failure. Over TLS,
  * hderp-echo's ping and echo (the DERP client library) on keys of different shards: the record
- * codec moves with the connection and every echo comes back, also when packing moves both
- * sides of a pair to shard 0. */
+ * codec moves with the connection and every echo comes back. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -261,20 +260,5 @@ Test(test_conformance_placement, tls_pair_moves_every_echo_back)
 {
     tls_ping_echo(no_pack, 0, 1);
     cr_assert_eq(moves(), 1, "one side moved");
-    conf_server_stop_clean(&srv);
-}
-
-/* Packing over TLS (water marks any load is under: it always packs): a pair on shard 1 goes
- * to shard 0 (both move; the record codec moves with each connection) and every echo comes
- * back. */
-Test(test_conformance_placement, tls_pair_packs_every_echo_back)
-{
-    const char *const pack[] = {"--pack", "--pack-low", "1000", "--pack-high", "1000", NULL};
-    tls_ping_echo(pack, 1, 1);
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_placement_packs", false, &v));
-    cr_assert_eq(v, 1, "one packing decision (packs %lld)", (long long)v);
-    CONF_OK(conf_varz(&srv, "hderp_placement_moves", false, &v));
-    cr_assert_eq(v, 2, "both moved (moves %lld)", (long long)v);
     conf_server_stop_clean(&srv);
 }
