@@ -105,6 +105,11 @@ struct hd_shard {
     _Alignas(HD_CACHELINE) _Atomic uint64_t beat;
     _Atomic(const void *) running_fn;
     _Atomic uint32_t running_kind;
+    /* busy.c: the busy fraction of the last interval and when it was published (relaxed, any
+     * thread reads them: hd_shard_busy_ppm); busy_ms, busy_cpu_ns: this thread's, at that time. */
+    _Atomic uint32_t busy_ppm;
+    _Atomic uint64_t busy_stamp_ms;
+    uint64_t busy_ms, busy_cpu_ns;
     _Alignas(HD_CACHELINE) uint32_t tasks_head, tasks_tail;
     struct hd_task tasks[HD_DEFER_RING_SIZE];
     struct hd_flush *flush_head, *flush_running;
@@ -197,6 +202,13 @@ int hd_frames_init(struct hd_shard *s);
 void hd_frames_fini(struct hd_shard *s);
 void hd_frames_flush_back(struct hd_shard *s);
 void hd_slabs_destroy_all(struct hd_shard *s);
+/* busy.c: publish the busy fraction of the interval that ended (the tick, once an interval). */
+void hd_busy_roll(struct hd_shard *s);
+static inline void hd_busy_tick(struct hd_shard *s)
+{
+    if (hd_unlikely(s->now_ms - s->busy_ms >= HD_BUSY_INTERVAL_MS))
+        hd_busy_roll(s);
+}
 /* Every HD_SLAB_TRIM_MS (the tick): free the empty chunks pools did not need (slab.c). */
 void hd_slabs_trim(struct hd_shard *s);
 bool hd_slabs_trim_wanted(const struct hd_shard *s);

@@ -334,6 +334,7 @@ static void tick(struct hd_shard *s)
     hd_posts_drain(s);
     hd_collects_poll(s);
     hd_wheel_expire(s, s->now_ms);
+    hd_busy_tick(s);
     if (s->now_ms - s->trim_ms >= HD_SLAB_TRIM_MS) { /* pools shrink after a burst */
         s->trim_ms = s->now_ms;
         hd_slabs_trim(s);

@@ -344,7 +344,7 @@ const struct hd_shard_stats *hd_shard_stats(const struct hd_shard *s);
 /* Stalls the watchdog saw on this shard, and the longest that ended (ms). Any thread. */
 uint64_t hd_shard_stalls(const struct hd_shard *s);
 uint64_t hd_shard_stall_max_ms(const struct hd_shard *s);
-
+uint32_t hd_shard_busy_ppm(struct hd_runtime *rt, unsigned shard); /* hd_limits.h, HD_BUSY_ */
 /* Gather per-shard data from every shard: fill(shard, slot) runs on each shard (over the bus),
  * writing slot_size bytes; then done(s, slots, count, arg) runs on the requesting shard with the
  * slots in shard order. Returns 0, -ENOMEM, -EAGAIN (bus full: try again later). */

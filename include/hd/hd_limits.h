@@ -57,6 +57,17 @@ _Static_assert(HD_WHEEL_SLOTS == 64, "a level's occupancy is one uint64_t bitmap
 #define HD_TICK_SAMPLE 16
 _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
 
+/* hd_shard_busy_ppm(rt, shard) (hd.h; any thread, a few loads and one clock read): how busy
+ * the shard was lately, in parts per million of one core (0 .. HD_BUSY_PPM_FULL): its thread's
+ * CPU time (user and kernel, so the work io_uring_enter does inline counts) over the wall time
+ * of the last HD_BUSY_INTERVAL_MS, as the shard published it at the end of that interval; 0 for
+ * a shard that has slept for two intervals or more, and for a shard number out of range. For
+ * policies that gather or spread work (a relay packing its clients on one shard). The interval
+ * is long enough that one slow tick does not swing the figure, short enough that a policy
+ * reacts within a second or two. */
+#define HD_BUSY_INTERVAL_MS 1000
+#define HD_BUSY_PPM_FULL    1000000u
+
 /* Busy-poll before sleeping (microseconds). 0 = off; capped so a misconfiguration cannot burn a
  * core for long without checking timers. */
 #define HD_BUSY_POLL_US_MAX 1000

@@ -104,7 +104,9 @@ struct srv_client {
     bool guest, placing, going_home;
     uint32_t place_run;
     uint64_t place_dst;
-    /* -verify-recheck-interval (server_admit_recheck.c); the request in flight: cl->admit */
+    uint64_t moved_ms, asked_ms; /* its last move or ask to go home; its last ask */
+    /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
+     * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
     bool rechecking;
     struct srv_acct_conn tally;    /* per-key accounting (server_account.c) */
@@ -212,6 +214,8 @@ struct srv_shard {
      * watcher's end): presence events are broadcast only while this is non-zero. */
     uint32_t watchers_total;
     uint64_t activity_seq;
+    uint64_t pack_window_ms; /* server_pack.c: its moves in the window that began then */
+    uint32_t pack_moves;
     uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
     /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
     struct hd_tbucket accept;
@@ -321,7 +325,8 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
 void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
 /* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
  * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
-/* Returns true when the frame went to another shard over the bus. */
+/* Returns true when the frame went to another shard over the bus (to the key's owner, or from
+ * the owner on to the shard where its connection lives as a guest). */
 bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
                bool forwarded);
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
@@ -358,21 +363,8 @@ void srv_sources_attach(struct srv_client *cl); /* into this shard's index (cl->
 void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p);
 void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
 
-/* server_place.c: placement (docs/ARCHITECTURE.md "Placement policy") */
-/* cl (on its owner shard, or a guest) sent a packet to dst over the bus, to dst's owner. */
-void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]);
-/* Owner shard: deliver f to p's connection elsewhere (held while it moves). */
-void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
-                       uint32_t flags);
-/* The guest of this shard for key, or NULL. */
-struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
-/* A second connection registered for p while its first lives elsewhere: call that one home. */
-void srv_place_recall(struct srv_shard *ds, struct srv_peer *p);
-/* client_closed of a guest or placing connection (instead of the owner's unregister). */
-void srv_place_closed(struct srv_client *cl);
-/* Owner: forward an event for p's connection to its guest shard (arg 1 there). */
-void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn,
-                     struct hd_frame *f);
+#include "server_place.h" /* placement and packing */
+
 /* client_activate's per-shard half: timers, writer, rate bucket, gauges (server_client.c). */
 void srv_client_settle(struct srv_shard *ds, struct srv_client *cl);
 void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl);

@@ -367,8 +367,12 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     srv_hash_memo = cl->dst_hash;
     bool crossed = srv_route(ds, f, out_len, kind, forward);
     cl->dst_hash = srv_hash_memo;
-    if (crossed && !forward && ds->cfg->placement)
+    if (forward || !ds->cfg->placement)
+        return;
+    if (crossed)
         srv_place_note(cl, dst); /* it crossed the bus */
+    else if (ds->cfg->pack)
+        srv_pack_note(cl, dst); /* it stayed on this shard */
 }
 
 static void on_note_preferred(struct srv_client *cl, const uint8_t *payload)

@@ -53,6 +53,10 @@ struct srv_config {
     bool verbose;
     unsigned shards;
     bool placement; /* --placement: clients may move to the shard of their peer */
+    /* --pack: pairs gather on shard 0 while the relay is below pack_low_ppm in all (and shard 0
+     * too); they spread out while shard 0 is at pack_high_ppm or more (server_pack.c). */
+    bool pack;
+    uint32_t pack_low_ppm, pack_high_ppm;
     struct derp_keypair key;
     char key_hex[DERP_KEY_HEX_SIZE];
     bool have_mesh_key;

@@ -57,6 +57,9 @@ struct srv_counters {
     uint64_t allowlist_refused;    /* closed at login: key not in --allow-keys */
     uint64_t bus_dropped;          /* packets dropped because the bus to the owner was full */
     uint64_t placement_moves;      /* clients moved to the shard of the peer they send to */
+    uint64_t placement_returns;    /* guests that asked to go home (packing) */
+    uint64_t placement_packs;      /* moves to shard 0 packing decided (low load) */
+    uint64_t placement_spreads;    /* moves off shard 0 spreading decided (shard 0 busy) */
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     uint64_t stun_read_error; /* the STUN socket's receive errors (net_udp_stats), when read */
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a

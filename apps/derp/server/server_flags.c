@@ -122,6 +122,14 @@ static void usage_own(FILE *out)
         "  --placement=false       keep every client on its key's owner shard (default: a\n"
         "                          client that keeps sending to one peer on another shard\n"
         "                          moves to that shard)\n"
+        "  --pack                  while the relay is lightly loaded, gather talking pairs\n"
+        "                          on shard 0 so the other shards sleep; spread them out\n"
+        "                          again when shard 0 gets busy (default: off; needs\n"
+        "                          --placement; a burst during a move may drop packets)\n"
+        "  --pack-low N            pack while all shards together are below N %% of one core\n"
+        "                          (default 60; up to 1000)\n"
+        "  --pack-high N           spread while shard 0 is at N %% or more and another shard\n"
+        "                          below --pack-low (default 80)\n"
         "  --min-wait-us N         under load, let a shard's sleep gather a few completions\n"
         "                          for up to N us (io_uring min-wait, Linux >= 6.12; default\n"
         "                          100, 0 = wake for every completion, max 1000): fewer\n"
@@ -217,10 +225,19 @@ static int parse_int(const char *v, long lo, long hi, long *out)
 
 static bool is_bool_flag(const char *name)
 {
-    static const char *const bools[] = {"dev",     "stun",           "placement",
-                                        "version", "verbose",        "h",
-                                        "help",    "verify-clients", "acme-ip-certs",
-                                        "ace",     "derp",           "verify-client-url-fail-open"};
+    static const char *const bools[] = {"dev",
+                                        "stun",
+                                        "placement",
+                                        "pack",
+                                        "version",
+                                        "verbose",
+                                        "h",
+                                        "help",
+                                        "verify-clients",
+                                        "acme-ip-certs",
+                                        "ace",
+                                        "derp",
+                                        "verify-client-url-fail-open"};
     for (size_t i = 0; i < sizeof(bools) / sizeof(bools[0]); i++)
         if (strcmp(name, bools[i]) == 0)
             return true;
@@ -287,6 +304,7 @@ static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),
     FIELD("stun", stun),
     FIELD("placement", placement),
+    FIELD("pack", pack),
     FIELD("verbose", verbose),
     FIELD("verify-clients", verify_clients),
     FIELD("verify-client-url-fail-open", verify_client_url_fail_open),
@@ -406,6 +424,13 @@ static int apply_limit(struct srv_flags *f, const char *name, const char *v)
             return -1;
         }
         f->frame_pool_mib = n;
+    } else if (strcmp(name, "pack-low") == 0 || strcmp(name, "pack-high") == 0) {
+        if (parse_int(v, 0, SRV_PACK_PCT_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: a percentage of one core, 0 to %d\n", name, v,
+                    SRV_PACK_PCT_MAX);
+            return -1;
+        }
+        *(name[5] == 'l' ? &f->pack_low_pct : &f->pack_high_pct) = n;
     } else {
         return 0;
     }
@@ -457,6 +482,8 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .http_port = 80,
                             .stun = true,
                             .placement = true,
+                            .pack_low_pct = SRV_PACK_LOW_PCT_DEFAULT,
+                            .pack_high_pct = SRV_PACK_HIGH_PCT_DEFAULT,
                             .min_wait_us = SRV_MIN_WAIT_US_DEFAULT,
                             .stun_port = 3478,
                             .home = "",

@@ -20,11 +20,13 @@ struct srv_flags {
     const char *mesh_psk_file;
     const char *mesh_with; /* -mesh-with */
     uint64_t tcp_keepalive_ms, tcp_user_timeout_ms, tcp_write_timeout_ms;
-    uint64_t keepalive_ms; /* --keepalive-interval (tests only; derper: fixed 60 s) */
-    unsigned shards;       /* --shards (0: one per CPU) */
-    bool placement;        /* --placement (default true) */
-    unsigned min_wait_us;  /* --min-wait-us (0: off) */
-    uint64_t stall_ms;     /* --stall-threshold (with stall_set; 0: no watchdog) */
+    uint64_t keepalive_ms;            /* --keepalive-interval (tests only; derper: fixed 60 s) */
+    unsigned shards;                  /* --shards (0: one per CPU) */
+    bool placement;                   /* --placement (default true) */
+    bool pack;                        /* --pack (default false) */
+    long pack_low_pct, pack_high_pct; /* --pack-low, --pack-high (percent of one core) */
+    unsigned min_wait_us;             /* --min-wait-us (0: off) */
+    uint64_t stall_ms;                /* --stall-threshold (with stall_set; 0: no watchdog) */
     bool stall_set;
     bool verbose;
     const char *verify_client_url;    /* -verify-client-url */

@@ -110,6 +110,25 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < DERP_CONN_TAIL_MAX,
 /* Packets for a client held by its owner shard while its connection is on the way to another
  * shard (one queue's worth, as a backed-up client gets); more are dropped as a full queue. */
 #define SRV_PLACE_HELD_MAX SRV_QUEUE_DEPTH
+/* A guest that asked its owner to call it home asks again no sooner than this (the owner says
+ * no without a word when the key got a duplicate or is on its way). */
+#define SRV_PLACE_ASK_MS 1000u
+/* Packing (server_pack.c): a client that moved may not be moved by packing or spreading again
+ * for this long (following its peer is not held back), so that nothing oscillates between a
+ * packed and a spread state faster than the busy figures (HD_BUSY_INTERVAL_MS) can tell. */
+#define SRV_PACK_HOLD_MS 3000u
+/* ... and each shard decides at most this many moves per window, so a change of load moves a
+ * few pairs per second, not every pair at once (each move holds a pair's packets briefly). */
+#define SRV_PACK_MOVES_MAX 16u
+#define SRV_PACK_WINDOW_MS 1000u
+/* Default water marks, percent of one core: pack while the whole relay is below LOW; spread
+ * while shard 0 is at HIGH or more and another shard below LOW (perf/RESULTS.md, "packing":
+ * the client-like load of issue 11 costs ~40 % of a core on one shard). */
+#define SRV_PACK_LOW_PCT_DEFAULT  60
+#define SRV_PACK_HIGH_PCT_DEFAULT 80
+/* The flags' range: the low mark is a sum over shards, so it may exceed one core (tests set
+ * marks no load reaches, to pack or spread at any load). */
+#define SRV_PACK_PCT_MAX 1000
 
 /* derper initMetacert: NotBefore now - 30 days, NotAfter now + 30 days. */
 #define SRV_META_CERT_VALIDITY_S (30L * 24 * 3600)

@@ -21,6 +21,7 @@ struct varz_slot {
     struct hd_shard_stats loop;
     uint64_t frames_in_use, frames_exhausted;
     uint64_t stalls, stall_max_ms; /* the stall watchdog's (hd_shard_stalls) */
+    uint64_t guests, busy_ppm;     /* guests here; hd_shard_busy_ppm */
     struct srv_rate rate;          /* -rate-config as the shard applies it */
     struct srv_acct_slot acct;     /* per-key accounting (the large part: last) */
 };
@@ -53,8 +54,10 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
             v->ctr.mesh_links_configured += !ds->links[i].self;
         v->ctr.stun_read_error = ds->stun ? net_udp_stats(ds->stun)->recv_errors : 0;
         v->rate = *srv_rate_current(ds);
+        v->guests = ds->guests.count;
         srv_acct_fill(ds, &v->acct);
     }
+    v->busy_ppm = hd_shard_busy_ppm(hd_shard_runtime(s), hd_shard_id(s));
     v->loop = *hd_shard_stats(s);
     v->stalls = hd_shard_stalls(s);
     v->stall_max_ms = hd_shard_stall_max_ms(s);
@@ -215,6 +218,9 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
     put_own(o, "allowlist_refused", "counter", SUM(allowlist_refused));
     put_own(o, "bus_dropped", "counter", SUM(bus_dropped));
     put_own(o, "placement_moves", "counter", SUM(placement_moves));
+    put_own(o, "placement_returns", "counter", SUM(placement_returns));
+    put_own(o, "placement_packs", "counter", SUM(placement_packs));
+    put_own(o, "placement_spreads", "counter", SUM(placement_spreads));
     put_own(o, "conns_accepted", "counter", SUM(conns_accepted));
     put_own(o, "prelogin_conns", "gauge", SUM(prelogin_now));
     srv_text_put(o, "# TYPE hderp_prelogin_refused counter\n");
@@ -265,6 +271,9 @@ static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned 
     PER_SHARD("bus_full", "counter", v[i].loop.bus_full);
     PER_SHARD("frames_in_use", "gauge", v[i].frames_in_use);
     PER_SHARD("frames_exhausted", "counter", v[i].frames_exhausted);
+    /* Placement and packing: where the clients are, and how busy each shard was lately. */
+    PER_SHARD("placement_guests", "gauge", v[i].guests);
+    PER_SHARD("loop_busy_ppm", "gauge", v[i].busy_ppm);
 }
 
 static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)

@@ -313,8 +313,9 @@ void srv_note_activity(struct srv_shard *ds, struct srv_client *cl)
 
 /* ---------------------------------------------------------------- routing */
 
-/* On the key's owner shard. flags: the route message's (kind, forwarded, SRV_ROUTE_*). */
-static void deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
+/* On the key's owner shard. flags: the route message's (kind, forwarded, SRV_ROUTE_*). True
+ * when the frame went on to the key's guest shard (or waits for it to arrive there). */
+static bool deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
 {
     enum srv_kind kind = (enum srv_kind)(flags & 1);
     bool forwarded = (flags & 2) != 0;
@@ -322,15 +323,15 @@ static void deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
     uint32_t len = f->len - SRV_ROUTE_OFF;
     if (p && p->active) { /* local always wins (§7) */
         srv_client_enqueue(p->active, f, SRV_ROUTE_OFF, len, kind);
-        return;
+        return false;
     }
     if (p && p->guest_at && !(flags & SRV_ROUTE_BOUNCED)) { /* it lives on another shard */
         srv_place_deliver(ds, p, f, flags & 3u);
-        return;
+        return true;
     }
     if (p && p->clients_count == 0 && !forwarded) { /* only the mesh has it: one hop */
         srv_mesh_forward(ds, f, p->fwd[0]);
-        return;
+        return false;
     }
     enum srv_drop why = p && p->clients_count >= 2 ? SRV_DROP_DUP_CLIENT
                         : forwarded                ? SRV_DROP_UNKNOWN_DEST_ON_FWD
@@ -342,6 +343,7 @@ static void deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
     if (kind == SRV_KIND_DISCO && why != SRV_DROP_DUP_CLIENT)
         srv_not_here(ds, f->data + SRV_ROUTE_REPLY_OFF, f->data);
     hd_frame_unref(ds->s, f);
+    return false;
 }
 
 static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind);
@@ -356,7 +358,7 @@ void srv_route_msg(struct hd_shard *s, const struct hd_msg *m)
         return;
     }
     if (!(flags & SRV_ROUTE_TO_GUEST)) {
-        deliver(ds, f, flags);
+        (void)deliver(ds, f, flags);
         return;
     }
     enum srv_kind kind = (enum srv_kind)(flags & 1);
@@ -387,10 +389,10 @@ bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_
     (void)len;
     unsigned owner = srv_owner(ds, f->data);
     uint32_t flags = kind | (forwarded ? 2u : 0u);
-    if (owner == hd_shard_id(ds->s)) {
-        deliver(ds, f, flags);
-        return false;
-    }
+    /* crossed only if the key's connection is a guest; placement follows it there only with
+     * packing (without, a sender on the owner that follows broke the duplicate test) */
+    if (owner == hd_shard_id(ds->s))
+        return deliver(ds, f, flags) && ds->cfg->pack;
     struct srv_client *guest = srv_place_guest(ds, f->data); /* placed here beside its peer */
     if (guest) {
         srv_client_enqueue(guest, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);

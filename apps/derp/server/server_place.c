@@ -5,7 +5,9 @@
  * table. Routing on any shard: its own guests first, else the owner, which hands packets for
  * a guest on with one more bus hop. While the connection travels the owner holds its packets
  * and sends them on once the guest shard says it arrived. A second connection for the key
- * calls the guest home (dups live on the owner). Runs on the shards involved; they talk only
+ * calls the guest home (dups live on the owner). With packing (server_pack.c) a guest may also
+ * go home on its own, to follow its peer there: it asks the owner, who holds its packets from
+ * then on and calls it home as a duplicate would. Runs on the shards involved; they talk only
  * over bus events. docs/ARCHITECTURE.md, "Placement policy". */
 #include <errno.h>
 #include <stdlib.h>
@@ -16,6 +18,7 @@
 static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
+static void home_ask_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 
 static unsigned here(const struct srv_shard *ds)
 {
@@ -41,25 +44,32 @@ struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_
 
 /* ---------------------------------------------------------------- deciding to move */
 
+/* Whether cl may leave this shard at all: active, nothing queued or paused, no request of its
+ * own in flight. */
+static bool can_leave(const struct srv_client *cl)
+{
+    return cl->phase == SRV_CLIENT_ACTIVE && !cl->mesh && !cl->watcher && !cl->rate_waiting &&
+           !cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0 && cl->admit == NULL &&
+           cl->peer && net_conn_state(cl->conn) == NET_CONN_OPEN && !hd_shard_stopping(cl->ds->s);
+}
+
+/* At home, and the key's only connection. */
 static bool can_move(const struct srv_client *cl)
 {
     const struct srv_peer *p = cl->peer;
-    return cl->phase == SRV_CLIENT_ACTIVE && !cl->guest && !cl->mesh && !cl->watcher &&
-           !cl->rate_waiting && !cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0 &&
-           p && p->clients_count == 1 && p->guest_at == 0 && cl->admit == NULL &&
-           net_conn_state(cl->conn) == NET_CONN_OPEN && !hd_shard_stopping(cl->ds->s);
+    return can_leave(cl) && !cl->guest && p->clients_count == 1 && p->guest_at == 0;
 }
 
 static void guest_adopt(struct net_conn *c, void *arg);
 
 /* On the owner: take cl out of this shard (its packets are held from now on) and move it. */
-static void place_move(struct srv_client *cl, unsigned to)
+static int place_move(struct srv_client *cl, unsigned to)
 {
     struct srv_shard *ds = cl->ds;
     struct srv_peer *p = cl->peer;
     p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
     if (p->held == NULL)
-        return;
+        return -ENOMEM;
     srv_client_unsettle(ds, cl);
     srv_sources_detach(cl);
     p->clients = NULL; /* cl was its only connection; it stays counted */
@@ -69,13 +79,44 @@ static void place_move(struct srv_client *cl, unsigned to)
     p->held_count = 0;
     cl->phase = SRV_CLIENT_MOVING;
     cl->placing = true;
+    cl->moved_ms = hd_now_ms(ds->s);
     ds->ctr.placement_moves++;
     int rc = net_conn_migrate(cl->conn, to, guest_adopt, cl);
     if (rc < 0) /* not movable after all (closing): it ends here, as a placing one */
         net_conn_close(cl->conn, rc, false);
+    return 0;
 }
 
-void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+/* On the guest shard: ask the owner to call cl home (home_ask_event; at most one ask in
+ * SRV_PLACE_ASK_MS, as the answer may be no). */
+static int ask_home(struct srv_client *cl)
+{
+    struct srv_shard *ds = cl->ds;
+    uint64_t now = hd_now_ms(ds->s);
+    if (cl->asked_ms != 0 && now - cl->asked_ms < SRV_PLACE_ASK_MS)
+        return -EINPROGRESS;
+    cl->asked_ms = now;
+    cl->moved_ms = now;
+    ds->ctr.placement_returns++;
+    tell_owner(ds, &cl->key, home_ask_event);
+    return 0;
+}
+
+int srv_place_move_to(struct srv_client *cl, unsigned to)
+{
+    struct srv_shard *ds = cl->ds;
+    if (to == here(ds) || to >= hd_shard_count(ds->s))
+        return -EALREADY;
+    if (!cl->guest)
+        return can_move(cl) ? place_move(cl, to) : -EBUSY;
+    /* A guest goes home only (a move to a third shard is not implemented: see "Placement
+     * policy"); only with packing, so that without it a connection moves at most once. */
+    if (!ds->cfg->pack || srv_owner(ds, cl->key.bytes) != to)
+        return -EXDEV;
+    return can_leave(cl) ? ask_home(cl) : -EBUSY;
+}
+
+bool srv_place_run(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
     uint64_t d;
     memcpy(&d, dst + 8, sizeof(d));
@@ -83,14 +124,32 @@ void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
         cl->place_dst = d;
         cl->place_run = 0;
     }
-    if (++cl->place_run < SRV_PLACE_PACKETS || !can_move(cl))
-        return;
+    if (++cl->place_run < SRV_PLACE_PACKETS)
+        return false;
     cl->place_run = 0;
+    return true;
+}
+
+/* Where the connection of key dst lives, as far as this shard knows: for a key it owns, its
+ * guest shard if it has one; else the owner (which hands packets on to its guest). */
+unsigned srv_place_lives_at(struct srv_shard *ds, const uint8_t dst[DERP_KEY_LEN])
+{
+    unsigned owner = srv_owner(ds, dst);
+    if (owner != here(ds))
+        return owner;
+    const struct srv_peer *p = srv_peers_find(&ds->peers, dst);
+    return p && p->guest_at ? (unsigned)p->guest_at - 1 : owner;
+}
+
+void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+{
+    if (!srv_place_run(cl, dst))
+        return;
     /* A pair moves one side only: the one whose peer never sent to it, else the smaller key
      * (each side decides alone, and the same way). */
     if (srv_source_has(cl, dst) && memcmp(cl->key.bytes, dst, DERP_KEY_LEN) > 0)
         return;
-    place_move(cl, srv_owner(cl->ds, dst));
+    (void)srv_place_move_to(cl, srv_place_lives_at(cl->ds, dst));
 }
 
 /* ---------------------------------------------------------------- on the guest shard */
@@ -160,8 +219,14 @@ static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
 {
     (void)arg;
     struct srv_client *cl = srv_place_guest(ds, f->data);
-    if (cl == NULL || cl->watcher || cl->admit || net_conn_state(cl->conn) != NET_CONN_OPEN)
-        return; /* a re-check in flight (-verify-recheck-interval) is this shard's request */
+    if (cl == NULL) /* gone: its guest_gone is on the way to the owner */
+        return;
+    if (cl->watcher || cl->admit || net_conn_state(cl->conn) != NET_CONN_OPEN) {
+        /* A re-check in flight (-verify-recheck-interval) is this shard's request. It stays:
+         * an owner holding its packets (it asked to come home) sends them on now. */
+        tell_owner(ds, &cl->key, guest_here_event);
+        return;
+    }
     srv_client_unsettle(ds, cl);
     srv_sources_detach(cl);
     guest_leave(ds, cl); /* packets for it here go to the owner from now on */
@@ -173,6 +238,31 @@ static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
 }
 
 /* ---------------------------------------------------------------- on the owner shard */
+
+static void held_drop(struct srv_shard *ds, struct srv_peer *p);
+
+/* The guest on shard arg asks to come home (to follow its peer here). Yes if it is still its
+ * only connection and not on the way somewhere: hold its packets from now on, and call it home
+ * (what this shard sent it before is ahead of the call on the bus, so it gets those there). */
+static void home_ask_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    if (p == NULL || p->guest_at != arg + 1 || p->placing || p->clients != NULL ||
+        hd_shard_stopping(ds->s))
+        return;
+    struct hd_frame *call = srv_key_frame(ds, p->key.bytes, NULL);
+    if (call == NULL)
+        return;
+    p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
+    if (p->held == NULL) {
+        hd_frame_unref(ds->s, call);
+        return;
+    }
+    p->placing = true;
+    p->held_count = 0;
+    if (srv_event_send(ds, (unsigned)arg, go_home_event, call, 0) < 0)
+        held_drop(ds, p); /* nothing held yet; the guest stays where it is */
+}
 
 static void held_drop(struct srv_shard *ds, struct srv_peer *p)
 {
@@ -222,13 +312,9 @@ void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame
     hd_frame_unref(ds->s, f);
 }
 
-/* The moved connection arrived on shard arg: send it what was held (or to a duplicate that
- * registered meanwhile, which is the active one now, and call the guest home). */
-static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+/* What waited for p's connection goes to its active connection here, else to its guest shard. */
+static void held_release(struct srv_shard *ds, struct srv_peer *p)
 {
-    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
-    if (p == NULL || p->guest_at != arg + 1 || !p->placing)
-        return;
     p->placing = false;
     for (unsigned i = 0; i < p->held_count; i++) {
         struct hd_frame *h = p->held[i];
@@ -241,6 +327,16 @@ static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t 
     free(p->held);
     p->held = NULL;
     p->held_count = 0;
+}
+
+/* The moved connection arrived on shard arg: send it what was held (or to a duplicate that
+ * registered meanwhile, which is the active one now, and call the guest home). */
+static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
+    if (p == NULL || p->guest_at != arg + 1 || !p->placing)
+        return;
+    held_release(ds, p);
     if (p->clients)
         srv_place_recall(ds, p);
 }
@@ -274,6 +370,8 @@ static void home_adopt(struct net_conn *c, void *arg)
     bool counted = p && p->guest_at != 0; /* its entry still counts it */
     if (c == NULL) {
         if (counted) {
+            if (p->placing)
+                held_drop(ds, p);
             p->guest_at = 0;
             srv_peer_count_down(ds, p);
         }
@@ -300,6 +398,9 @@ static void home_adopt(struct net_conn *c, void *arg)
     cl->activity = 0; /* the duplicate that called it home stays the active one */
     if (p->active == NULL)
         p->active = cl;
+    cl->moved_ms = hd_now_ms(ds->s);
+    if (p->placing) /* it asked to come home: what waited for it, in order, after its queue */
+        held_release(ds, p);
 }
 
 void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn, struct hd_frame *f)
