@@ -377,7 +377,7 @@ Test(test_conformance_account, counts_follow_a_placed_client)
     }
     int64_t moves = -1;
     CONF_OK(conf_varz(&srv, "hderp_placement_moves", false, &moves));
-    /* 1, or more if packing (--pack) moved the pair on to shard 0 */
+    /* 1, or more when packing (on by default) moved the pair on to shard 0 */
     cr_assert_geq(moves, 1, "no placement happened (moves %lld)", (long long)moves);
     conf_raw_close(&a);
     conf_raw_close(&b);

@@ -202,7 +202,7 @@ Test(test_conformance_pack, duplicate_of_packed_key)
     conf_server_stop_clean(&srv);
 }
 
-/* --pack=false (the default): a pair on shard 1 stays there, whatever the water marks. */
+/* --pack=false (packing is on by default): a pair on shard 1 stays there. */
 Test(test_conformance_pack, off_never_packs)
 {
     const char *extra[] = {"--pack=false", "--pack-low", "1000", "--pack-high", "1000", NULL};

@@ -25,7 +25,7 @@
 #define ROUNDS 200
 
 static struct conf_server srv;
-/* Placement alone (packing, test_conformance_pack, would move the pairs on). */
+/* Placement alone: packing (on by default; test_conformance_pack) would move the pairs on. */
 static const char *const no_pack[] = {"--pack=false", NULL};
 
 static void up(void)
@@ -260,5 +260,20 @@ Test(test_conformance_placement, tls_pair_moves_every_echo_back)
 {
     tls_ping_echo(no_pack, 0, 1);
     cr_assert_eq(moves(), 1, "one side moved");
+    conf_server_stop_clean(&srv);
+}
+
+/* Packing over TLS (water marks any load is under: it always packs): a pair on shard 1 goes
+ * to shard 0 (both move; the record codec moves with each connection) and every echo comes
+ * back. */
+Test(test_conformance_placement, tls_pair_packs_every_echo_back)
+{
+    const char *const pack[] = {"--pack-low", "1000", "--pack-high", "1000", NULL};
+    tls_ping_echo(pack, 1, 1);
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_placement_packs", false, &v));
+    cr_assert_eq(v, 1, "one packing decision (packs %lld)", (long long)v);
+    CONF_OK(conf_varz(&srv, "hderp_placement_moves", false, &v));
+    cr_assert_eq(v, 2, "both moved (moves %lld)", (long long)v);
     conf_server_stop_clean(&srv);
 }

@@ -129,7 +129,7 @@ struct srv_peer {
      * wait in held (SRV_PLACE_HELD_MAX, allocated for the move). */
     uint8_t guest_at;
     bool placing;
-    uint8_t held_count;
+    uint16_t held_count; /* <= SRV_PLACE_HELD_MAX */
     struct hd_frame **held;
 };
 

@@ -122,10 +122,10 @@ static void usage_own(FILE *out)
         "  --placement=false       keep every client on its key's owner shard (default: a\n"
         "                          client that keeps sending to one peer on another shard\n"
         "                          moves to that shard)\n"
-        "  --pack                  while the relay is lightly loaded, gather talking pairs\n"
-        "                          on shard 0 so the other shards sleep; spread them out\n"
-        "                          again when shard 0 gets busy (default: off; needs\n"
-        "                          --placement; a burst during a move may drop packets)\n"
+        "  --pack=false            do not gather pairs on one shard (default: while the\n"
+        "                          relay is lightly loaded, talking pairs gather on shard 0\n"
+        "                          so the other shards sleep, and spread out again when shard\n"
+        "                          0 gets busy; needs --placement)\n"
         "  --pack-low N            pack while all shards together are below N %% of one core\n"
         "                          (default 60; up to 1000)\n"
         "  --pack-high N           spread while shard 0 is at N %% or more and another shard\n"
@@ -482,6 +482,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .http_port = 80,
                             .stun = true,
                             .placement = true,
+                            .pack = true,
                             .pack_low_pct = SRV_PACK_LOW_PCT_DEFAULT,
                             .pack_high_pct = SRV_PACK_HIGH_PCT_DEFAULT,
                             .min_wait_us = SRV_MIN_WAIT_US_DEFAULT,

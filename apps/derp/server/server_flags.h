@@ -23,7 +23,7 @@ struct srv_flags {
     uint64_t keepalive_ms;            /* --keepalive-interval (tests only; derper: fixed 60 s) */
     unsigned shards;                  /* --shards (0: one per CPU) */
     bool placement;                   /* --placement (default true) */
-    bool pack;                        /* --pack (default false) */
+    bool pack;                        /* --pack (default true) */
     long pack_low_pct, pack_high_pct; /* --pack-low, --pack-high (percent of one core) */
     unsigned min_wait_us;             /* --min-wait-us (0: off) */
     uint64_t stall_ms;                /* --stall-threshold (with stall_set; 0: no watchdog) */

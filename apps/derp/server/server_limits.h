@@ -108,8 +108,12 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < DERP_CONN_TAIL_MAX,
  * handshake or a burst to many peers never moves anyone). */
 #define SRV_PLACE_PACKETS 64u
 /* Packets for a client held by its owner shard while its connection is on the way to another
- * shard (one queue's worth, as a backed-up client gets); more are dropped as a full queue. */
-#define SRV_PLACE_HELD_MAX SRV_QUEUE_DEPTH
+ * shard; more are dropped as a full queue. The client is not backed up, only travelling (one
+ * bus round trip once its sends are done), so this is eight queues' worth: a sender's burst
+ * of a few milliseconds (a 100-packet burst into a one-way pair's moving receiver lost its end
+ * with 32). Held only during a move (an array of pointers, malloc'd at the move). */
+#define SRV_PLACE_HELD_MAX (8u * SRV_QUEUE_DEPTH)
+_Static_assert(SRV_PLACE_HELD_MAX <= 65535, "srv_peer.held_count is 16 bits");
 /* A guest that asked its owner to call it home asks again no sooner than this (the owner says
  * no without a word when the key got a duplicate or is on its way). */
 #define SRV_PLACE_ASK_MS 1000u
