@@ -61,6 +61,14 @@ void net_conn_tail_drop(struct net_conn *c, struct hd_frame **tailp)
     }
 }
 
+/* An empty app tail holds no frame: a connection that once had a partial message kept its tail's
+ * frame (64 KiB after a straddle) for good, so busy-once connections drained the large class. */
+static void tail_release_empty(struct net_conn *c)
+{
+    if (c->rx_tail && c->rx_tail->len == 0)
+        net_conn_tail_drop(c, &c->rx_tail);
+}
+
 /* Append data[0..len) to a tail (creating it). */
 static int tail_add(struct net_conn *c, struct hd_frame **tailp, const uint8_t *data, size_t len)
 {
@@ -178,17 +186,37 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
     while (len > 0 && c->rx_tail && c->rx_tail->len > 0) {
         if (c->state != NET_CONN_OPEN || (c->flags & NET_F_RECV_PAUSED))
             return tail_append(c, &c->rx_tail, data, len); /* offered again on resume */
-        size_t room = c->rx_tail_max - c->rx_tail->len;
+        struct hd_frame *t = c->rx_tail;
+        size_t had = t->len, room = c->rx_tail_max - had;
         if (room == 0)
             return -EMSGSIZE; /* the app's message is larger than any tail may be */
-        size_t take = len < room ? len : room;
+        /* First only what the tail's frame holds: a small message that straddles two reads
+         * completes there, and the tail grows into a bigger class only for a message that does
+         * not fit (copying a whole new buffer in took a 64 KiB frame for every straddle). */
+        size_t take = len < room ? len : room, fit = t->size - had;
+        if (fit > 0 && take > fit)
+            take = fit;
         rc = tail_append(c, &c->rx_tail, data, take);
         if (rc == 0)
             rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
-        data += take;
-        len -= take;
-        if (rc < 0 || (c->flags & NET_F_CODEC_REST))
+        if (rc < 0 || (c->flags & NET_F_CODEC_REST)) {
+            data += take;
+            len -= take;
             break;
+        }
+        size_t left = c->rx_tail ? c->rx_tail->len : 0, used = had + take - left;
+        if (left > 0 && used >= had && c->state == NET_CONN_OPEN &&
+            !(c->flags & NET_F_RECV_PAUSED)) {
+            /* The app took the old tail and more: what it left came from data, so it is
+             * offered from there with the rest (no copy through the tail). */
+            c->rx_tail->len = 0;
+            data += used - had;
+            len -= used - had;
+        } else {
+            data += take;
+            len -= take;
+        }
+        tail_release_empty(c);
     }
     if (rc == 0 && len > 0 && !(c->flags & NET_F_CODEC_REST)) {
         rc = app_offer(c, data, len, false);
@@ -231,6 +259,7 @@ int net_conn_tails_replay(struct net_conn *c)
     int rc = 0;
     if (c->rx_tail && c->rx_tail->len > 0)
         rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
+    tail_release_empty(c);
     c->flags &= ~NET_F_CODEC_REST; /* a switch: its bytes are the codec's tail, decoded next */
     if (rc == 0 && c->upper && c->upper_tail && c->upper_tail->len > 0 &&
         !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))

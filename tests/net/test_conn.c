@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "net_impl.h"
 #include <hd/net.h>
 #include "net_test_util.h"
 
@@ -33,6 +34,8 @@ static struct {
     _Atomic unsigned moved_wrong; /* arrived on the shard they left */
     uint32_t rx_tail_max;         /* server connections' net_conn_options.rx_tail_max */
     _Atomic uint64_t offered;     /* bytes on_data saw at most at once (the tail test) */
+    _Atomic unsigned big_tails;   /* on_data calls that saw a tail in a class above the first */
+    _Atomic unsigned eof_tails;   /* server connections holding a tail frame at EOF */
 } g;
 
 /* The socket layer under the test module: net_module with this run's options. */
@@ -66,6 +69,8 @@ static void echo_adopt(struct net_conn *c, void *arg)
     atomic_fetch_add(&g.migrated, 1);
 }
 
+#define PAUSED_MARK ((void *)2) /* app pointer: paused since its tail was last small */
+
 static ssize_t echo_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     if (g.migrate && net_conn_app(c) == NULL && net_conn_stats(c)->bytes_in >= (1u << 20)) {
@@ -79,6 +84,13 @@ static ssize_t echo_data(struct net_conn *c, const uint8_t *data, size_t len)
     if (g.msg_size) {        /* like a frame parser: nothing until a whole message is there */
         if (len > atomic_load(&g.offered))
             atomic_store(&g.offered, len);
+        /* A connection paused mid-buffer keeps the rest of it in its tail (a large frame) until
+         * it resumes; otherwise a tail holds only a partial message. */
+        bool big = c->rx_tail && c->rx_tail->cls != 0;
+        if (big && net_conn_app(c) != PAUSED_MARK)
+            atomic_fetch_add(&g.big_tails, 1);
+        if (!big && net_conn_app(c) == PAUSED_MARK)
+            net_conn_set_app(c, net_conn_app_handler(c), NULL);
         if (len < g.msg_size)
             return 0;
         len = g.msg_size;
@@ -89,11 +101,15 @@ static ssize_t echo_data(struct net_conn *c, const uint8_t *data, size_t len)
 
 static void echo_pressure(struct net_conn *c, bool paused)
 {
+    if (paused && g.msg_size && !g.migrate)
+        net_conn_set_app(c, net_conn_app_handler(c), PAUSED_MARK);
     net_conn_pause_recv(c, paused); /* the source is our own reader: stop it */
 }
 
 static void echo_eof(struct net_conn *c)
 {
+    if (c->rx_tail)
+        atomic_fetch_add(&g.eof_tails, 1);
     if (g.half_close) {
         HDT_CHECK(net_conn_send_copy(c, "bye", 3) == 0);
         net_conn_shutdown_write(c);
@@ -273,6 +289,20 @@ static void run_bulk(bool no_buf_ring, uint64_t bytes_per_client, bool migrate)
 Test(test_net_conn, reassembly_near_tail_limit, .timeout = 120)
 {
     run_bulk_msgs(false, 65000u * 64u, false, 65000u);
+}
+
+/* Small messages (1,000 bytes, about a DERP packet) straddling the receive buffers keep their
+ * partial tails in the smallest frame class, and a connection whose tail emptied holds no frame
+ * (regression: a straddle copied the whole next buffer into a 64 KiB frame, which the connection
+ * then kept for good: 2,048 busy-once connections drained a shard's large class). */
+Test(test_net_conn, small_messages_keep_small_tails, .timeout = 120)
+{
+    run_bulk_msgs(false, 1000u * 4000u, false, 1000u);
+    cr_assert_gt(atomic_load(&g.offered), 1000u, "the messages never straddled two reads");
+    cr_assert_eq(atomic_load(&g.big_tails), 0, "%u deliveries from a large tail",
+                 atomic_load(&g.big_tails));
+    cr_assert_eq(atomic_load(&g.eof_tails), 0, "%u connections kept a tail frame",
+                 atomic_load(&g.eof_tails));
 }
 
 /* 4 connections x 16 MiB = 64 MiB each way, two shards, checksummed byte by byte. */
