@@ -31,7 +31,7 @@ def readn(s, n):
     while len(b) < n:
         d = s.recv(n - len(b))
         if not d:
-            raise EOFError
+            raise EOFError("closed after %d of %d bytes" % (len(b), n))
         b += d
     return b
 

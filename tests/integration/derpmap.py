@@ -4,10 +4,10 @@ YAML (Headscale, read with a real YAML parser) entries carry HostName, IPv4/IPv6
 STUNPort and CanPort80 as the flags say, in TLS and plain modes, with and without STUN, and
 bad values are refused; then a server started with the very flags that printed a map answers
 /derp/probe and STUN at the node's IPv4:DERPPort and STUNPort. Stopped by PID."""
-import json, os, socket, struct, subprocess, sys, urllib.request, zlib
+import json, os, socket, subprocess, sys, urllib.request
 import yaml
 
-from testlib import Server, hold_port
+from testlib import Server, hold_port, stun_request
 
 BIN, WORK = sys.argv[1] + "/hderp-server", sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -34,14 +34,6 @@ def node_yaml(*args):
     (rid, region), = regions.items()
     assert region["regionid"] == rid and len(region["nodes"]) == 1, region
     return region, region["nodes"][0]
-
-
-def stun_request():
-    txid = os.urandom(12)
-    attrs = struct.pack(">HH", 0x8022, 8) + b"tailnode"
-    head = struct.pack(">HHI", 0x0001, len(attrs) + 8, 0x2112A442) + txid
-    crc = zlib.crc32(head + attrs) ^ 0x5354554E
-    return txid, head + attrs + struct.pack(">HHI", 0x8028, 4, crc)
 
 
 def static_checks():

@@ -8,16 +8,15 @@ haproxy is allowed (the client is loopback) and counts the headers; a direct con
 untrusted address is refused and logged; from the trusted address, a header sent byte by byte
 works and garbage is closed with a named reason in the log. In tls mode hderp terminates TLS
 behind haproxy (-certmode manual). Everything on loopback, stopped by PID; bounded waits."""
-import ctypes, json, os, socket, ssl, struct, subprocess, sys, threading, time
+import json, os, socket, ssl, struct, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from derp_pyclient import frame, keypair, readn, seal  # the tests' own DERP client pieces
 from testlib import Server, hold_port, stop_pid, wait_for
 
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
 PROXY_SRC, CLIENT_V2, CLIENT_V1 = "127.0.0.77", "127.0.0.55", "127.0.0.56"
-sod = ctypes.CDLL("libsodium.so.23")
-sod.sodium_init()
 sources = []  # admission requests' Source fields
 
 
@@ -33,33 +32,6 @@ class Controller(BaseHTTPRequestHandler):
 
     def log_message(self, *a):
         pass
-
-
-def keypair():
-    pk, sk = ctypes.create_string_buffer(32), ctypes.create_string_buffer(32)
-    sod.crypto_box_keypair(pk, sk)
-    return pk.raw, sk.raw
-
-
-def seal(msg, nonce, pk, sk):
-    out = ctypes.create_string_buffer(len(msg) + 16)
-    assert sod.crypto_box_easy(out, msg, ctypes.c_ulonglong(len(msg)), nonce, pk, sk) == 0
-    return out.raw
-
-
-def readn(s, n):
-    b = b""
-    while len(b) < n:
-        d = s.recv(n - len(b))
-        if not d:
-            raise EOFError("closed after %d of %d bytes" % (len(b), n))
-        b += d
-    return b
-
-
-def frame(s):
-    h = readn(s, 5)
-    return h[0], readn(s, struct.unpack(">I", h[1:])[0])
 
 
 def dial(port, src, prefix=b"", split=False):

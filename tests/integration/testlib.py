@@ -5,9 +5,11 @@ PID, /debug/varz. Imported by the scripts beside it (their own directory is on s
 import os
 import signal
 import socket
+import struct
 import subprocess
 import time
 import urllib.request
+import zlib
 
 # Start-up of a sanitizer build on a loaded 2-core machine: generous, only a failure waits.
 START_S = 15
@@ -158,3 +160,13 @@ def varz(port, name=None, host="127.0.0.1"):
                 except ValueError:
                     pass  # not a number: not a series
     return series.get(name) if name else series
+
+
+def stun_request():
+    """A STUN binding request as Tailscale's client sends it (RFC 5389: SOFTWARE "tailnode",
+    FINGERPRINT): (transaction id, datagram)."""
+    txid = os.urandom(12)
+    attrs = struct.pack(">HH", 0x8022, 8) + b"tailnode"
+    head = struct.pack(">HHI", 0x0001, len(attrs) + 8, 0x2112A442) + txid
+    crc = zlib.crc32(head + attrs) ^ 0x5354554E
+    return txid, head + attrs + struct.pack(">HHI", 0x8028, 4, crc)

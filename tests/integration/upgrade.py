@@ -10,11 +10,11 @@ itself, and across all of it no connection was refused or went unanswered; syste
 socket hears READY=1 once and MAINPID= of each successor. A client logged in
 to the old process (connections do not move yet) is closed only after the new one accepts, and
 logs in again to the new one, which relays its packets. Servers are stopped by PID."""
-import os, shutil, signal, socket, ssl, struct, subprocess, sys, threading, time, zlib
+import os, shutil, signal, socket, ssl, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import derp_pyclient as dc  # the independent DERP client of these tests
-from testlib import hold_port
+from testlib import hold_port, stun_request
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
 shutil.rmtree(WORK, ignore_errors=True)
@@ -71,14 +71,6 @@ def probe(port=None, tls=TLS, path=b"/derp/probe", want=b"HTTP/1.1 200"):
         return d.startswith(want)
     finally:
         s.close()
-
-
-def stun_request():
-    txid = os.urandom(12)
-    attrs = struct.pack(">HH", 0x8022, 8) + b"tailnode"
-    head = struct.pack(">HHI", 0x0001, len(attrs) + 8, 0x2112A442) + txid
-    crc = zlib.crc32(head + attrs) ^ 0x5354554E
-    return txid, head + attrs + struct.pack(">HHI", 0x8028, 4, crc)
 
 
 def stun_ok():
