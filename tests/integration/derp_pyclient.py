@@ -82,11 +82,14 @@ def recv_packet(s):
 
 
 def closed(s, wait=5.0):
-    """True once the server closed s (within wait seconds; other frames are skipped)."""
+    """True once the server closed s, False when it is still open after wait seconds (other
+    frames are skipped)."""
     s.settimeout(wait)
     try:
         while True:
             frame(s)
+    except socket.timeout:  # an OSError too: still open
+        return False
     except (EOFError, ConnectionError, OSError):
         return True
     finally:

@@ -224,7 +224,7 @@ void srv_upgrade_started(struct srv_config *cfg, struct hd_runtime *rt)
     if (unused > 0) /* the old process ran more shards: those sockets' queues are reset */
         hd_log(HD_LOG_WARN, "upgrade: %u sockets of the old process unused (it had more shards)",
                unused);
-    struct up_msg m = msg_make(MSG_READY, 0, 0, (uint32_t)getpid());
+    struct up_msg m = msg_make(MSG_READY, UP_READY_TAKES_CLIENTS, 0, (uint32_t)getpid());
     int rc = net_handover_send(u->sock, &m, sizeof(m), NULL, 0);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "upgrade: cannot tell PID %d we accept: %s", (int)getppid(),
@@ -277,6 +277,7 @@ static int wait_ready(struct srv_upgrade *u, int sock, pid_t pid)
     ssize_t n = net_handover_recv(sock, &m, sizeof(m), NULL, NULL, (int)u->timeout_ms);
     if (n < 0)
         return (int)n;
+    u->takes_clients = (size_t)n == sizeof(m) && (m.kind & UP_READY_TAKES_CLIENTS);
     if ((size_t)n != sizeof(m) || m.magic != SRV_UPGRADE_MAGIC || m.type != MSG_READY ||
         m.value != (uint32_t)pid)
         return -EPROTO;
@@ -393,14 +394,22 @@ static void hand_over_and_stop(struct srv_upgrade *u, int sock, pid_t pid, int s
            "upgrade: PID %d accepts on the %d sockets handed over: this process stopped "
            "accepting; %llu connections of it are not logged in yet",
            (int)pid, sent, (unsigned long long)left);
-    srv_upgrade_live_send(u, sock); /* every logged-in client, then BATCH */
+    if (u->takes_clients)
+        srv_upgrade_live_send(u, sock); /* every logged-in client, then BATCH */
+    else                                /* an older version: they reconnect, as after a restart */
+        hd_log(HD_LOG_WARN,
+               "upgrade: PID %d does not take logged-in clients: they are closed "
+               "when this process stops and reconnect",
+               (int)pid);
     for (unsigned waited = 0; left > 0 && waited < SRV_UPGRADE_DRAIN_MS;
          waited += SRV_UPGRADE_DRAIN_POLL_MS) {
         usleep(SRV_UPGRADE_DRAIN_POLL_MS * 1000);
-        srv_upgrade_live_more(u, sock); /* those that logged in since */
+        if (u->takes_clients)
+            srv_upgrade_live_more(u, sock); /* those that logged in since */
         left = ask_shards(u, count_here);
     }
-    srv_upgrade_live_finish(u, sock, pid);
+    if (u->takes_clients)
+        srv_upgrade_live_finish(u, sock, pid);
     hd_log(HD_LOG_INFO, "upgrade: stopping (%llu connections still not logged in are closed)",
            (unsigned long long)left);
     char text[32];

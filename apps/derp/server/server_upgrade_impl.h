@@ -24,7 +24,10 @@
 #define SRV_UPGRADE_RECV_MS 10000
 #define SRV_UPGRADE_MAGIC   0x70756468u /* "hdup" */
 /* Bumped when the messages change: a successor refuses another version (and the old serves). */
-#define SRV_UPGRADE_VERSION 2u /* 2: logged-in clients move too */
+#define SRV_UPGRADE_VERSION 1u
+/* READY's kind bits: the successor takes logged-in clients (UP_CLIENT ...). A predecessor sends
+ * them only then, so either side may be a version that knows only the sockets. */
+#define UP_READY_TAKES_CLIENTS 1u
 
 enum {
     MSG_FD = 1,
@@ -76,6 +79,7 @@ struct srv_upgrade {
     pthread_cond_t live_cv;
     struct srv_live_tally tally;
     uint32_t live_sent; /* clients sent (both roles: received) */
+    bool takes_clients; /* the successor's READY said so */
     /* Successor: the record being put together from UP_DATA, and the gone keys. */
     int rx_fd;
     uint8_t rx_type, *rx_buf;
