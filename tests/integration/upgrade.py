@@ -53,6 +53,17 @@ def wait_for(cond, what, timeout=30.0):
     fail("timed out waiting for " + what)
 
 
+def peer_gone(s):
+    """The next PeerGone frame's (key, reason) on s, other frames skipped; None on a close."""
+    try:
+        while True:
+            t, p = dc.frame(s)
+            if t == 8:
+                return p[:32], p[32] if len(p) > 32 else 0
+    except (EOFError, OSError):
+        return None
+
+
 def connect(port=None, tls=TLS):
     s = socket.create_connection(("127.0.0.1", port or PORT), timeout=10)
     return CTX.wrap_socket(s, server_hostname="127.0.0.1") if tls else s
@@ -190,6 +201,11 @@ def main():
     if notify.recv(256) != b"READY=1":
         fail("no READY=1 for systemd at start-up")
     a, apk = dc.connect(PORT, CTX if TLS else None)
+    if not TLS:  # a WebSocket client cannot move: a, which heard from it, must hear it went
+        w, wpk = dc.ws_connect(PORT)
+        dc.send(w, apk, b"from the websocket")
+        if dc.recv_packet(a) != (wpk, b"from the websocket"):
+            fail("the WebSocket client's packet did not arrive")
     prober = Prober()
     prober.start()
     failed_attempt(server, "#!/bin/sh\nexit 3\n", "exited before accepting")
@@ -207,7 +223,13 @@ def main():
     if rc != 0:
         fail("the old process exited with %d" % rc)
     # The old process's client moved with its connection (upgrade_live.py tests 1,000): it
-    # relays to a client of the new process on the same socket.
+    # relays to a client of the new process on the same socket; the WebSocket client was
+    # closed, and the new process told a so (PeerGone, reason 0: disconnected).
+    if not TLS:
+        if not dc.closed(w):
+            fail("the WebSocket client (it cannot move) was not closed")
+        if peer_gone(a) != (wpk, 0):
+            fail("no PeerGone for the WebSocket client that could not move")
     b, bpk = dc.connect(PORT, CTX if TLS else None)
     for i in range(50):
         dc.send(a, bpk, b"after %d" % i)
