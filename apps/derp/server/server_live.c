@@ -256,16 +256,7 @@ void srv_live_tally(struct srv_shard *ds, struct srv_live_tally *t)
 
 /* ---------------------------------------------------------------- the successor */
 
-/* A record's session, read (views into the record). */
-struct live_session {
-    const uint8_t *key, *ip, *prefixes;
-    uint32_t flags, port, keepalive_ms, sp[4], count;
-    uint64_t age_ms, tokens;
-    const uint8_t *blob; /* net's part */
-    size_t blob_len;
-};
-
-static int session_read(const uint8_t *rec, size_t len, struct live_session *ss)
+int srv_live_session_parse(const uint8_t *rec, size_t len, struct srv_live_session *ss)
 {
     struct hd_rbuf r = {.p = rec, .len = len};
     uint32_t magic = hd_take32(&r), version = hd_take32(&r), session_len = hd_take32(&r);
@@ -293,7 +284,8 @@ static int session_read(const uint8_t *rec, size_t len, struct live_session *ss)
 }
 
 /* The DERP half of the client, as it was in the old process. */
-static void client_fill(struct srv_shard *ds, struct srv_client *cl, const struct live_session *ss)
+static void client_fill(struct srv_shard *ds, struct srv_client *cl,
+                        const struct srv_live_session *ss)
 {
     cl->ds = ds;
     cl->instance = ds->instance;
@@ -320,8 +312,8 @@ static void client_fill(struct srv_shard *ds, struct srv_client *cl, const struc
 int srv_live_import(struct srv_shard *ds, int fd, const uint8_t *rec, size_t len)
 {
     struct srv_live *l = live_of(ds);
-    struct live_session ss;
-    int rc = l ? session_read(rec, len, &ss) : -ENOMEM;
+    struct srv_live_session ss;
+    int rc = l ? srv_live_session_parse(rec, len, &ss) : -ENOMEM;
     struct srv_client *cl = rc == 0 ? calloc(1, sizeof(*cl)) : NULL;
     if (rc == 0 && cl == NULL)
         rc = -ENOMEM;

@@ -62,6 +62,17 @@ void srv_live_tally(struct srv_shard *ds, struct srv_live_tally *t);
 int srv_live_import(struct srv_shard *ds, int fd, const uint8_t *rec, size_t len);
 /* The first batch is in: every imported client reads again, and later ones at once. */
 void srv_live_resume(struct srv_shard *ds);
+/* A client's record, read: views into it (every length checked), net's part last. */
+struct srv_live_session {
+    const uint8_t *key, *ip, *prefixes; /* prefixes: count unaligned uint64 */
+    uint32_t flags, port, keepalive_ms, sp[4], count;
+    uint64_t age_ms, tokens;
+    const uint8_t *blob; /* net_conn_export's */
+    size_t blob_len;
+};
+/* 0, or -EPROTO (magic, version, lengths, flags, a splitter state a logged-in client cannot
+ * have, more sources than SRV_SOURCES_MAX). Pure. */
+int srv_live_session_parse(const uint8_t *rec, size_t len, struct srv_live_session *ss);
 /* The key a record names (for the owner shard), or NULL when it is too short. */
 const uint8_t *srv_live_record_key(const uint8_t *rec, size_t len);
 void srv_live_fini(struct srv_shard *ds);
