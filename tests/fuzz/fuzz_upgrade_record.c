@@ -28,7 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     struct net_export_view v;
     if (net_export_parse(ss.blob, ss.blob_len, &v) != 0)
         return 0;
-    CHECK(v.codec_len <= NET_EXPORT_CODEC_MAX && inside(ss.blob, ss.blob_len, v.codec, v.codec_len));
+    CHECK(v.codec_len <= NET_EXPORT_CODEC_MAX &&
+          inside(ss.blob, ss.blob_len, v.codec, v.codec_len));
     CHECK(v.rx_tail_len <= v.opt.rx_tail_max && v.raw_tail_len <= v.opt.rx_tail_max);
     CHECK(inside(ss.blob, ss.blob_len, v.rx_tail, v.rx_tail_len));
     CHECK(inside(ss.blob, ss.blob_len, v.raw_tail, v.raw_tail_len));

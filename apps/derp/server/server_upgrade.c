@@ -84,6 +84,32 @@ static int receive_one(struct srv_upgrade *u, unsigned *got)
     return rc;
 }
 
+/* Port 0 in the flags (the kernel picked): the ports are the inherited sockets' (shard 0's), so
+ * the start-up line and --port-file name them, as the predecessor's did. */
+static void port_of(int fd, struct net_addr *a)
+{
+    struct net_addr b = {.len = sizeof(b.ss)};
+    if (fd >= 0 && getsockname(fd, &b.sa, &b.len) == 0 && b.sa.sa_family == a->sa.sa_family)
+        *a = b;
+}
+
+static void ports_from_sockets(struct srv_config *cfg, struct srv_upgrade *u)
+{
+    if (net_addr_port(&cfg->addr) == 0) {
+        port_of(u->got[SRV_UP_LISTEN][0], &cfg->addr);
+        net_addr_format(&cfg->addr, cfg->addr_text, sizeof(cfg->addr_text));
+    }
+    if (cfg->tls && cfg->http_port == 0) {
+        port_of(u->got[SRV_UP_HTTP][0], &cfg->http_addr);
+        cfg->http_port = net_addr_port(&cfg->http_addr);
+    }
+    if (cfg->stun && cfg->stun_port == 0) {
+        struct net_addr a = {.len = sizeof(a.ss)};
+        if (u->got[SRV_UP_STUN][0] >= 0 && getsockname(u->got[SRV_UP_STUN][0], &a.sa, &a.len) == 0)
+            cfg->stun_port = net_addr_port(&a);
+    }
+}
+
 int srv_upgrade_receive(struct srv_config *cfg)
 {
     struct srv_upgrade *u = cfg->upgrade;
@@ -106,6 +132,7 @@ int srv_upgrade_receive(struct srv_config *cfg)
         return -1;
     }
     hd_log(HD_LOG_INFO, "upgrade: received %u sockets from PID %d", got, (int)getppid());
+    ports_from_sockets(cfg, u);
     for (unsigned i = 0; i < 2; i++) { /* the claims are ours now, for our own successor */
         u->slots[SRV_UP_CLAIM][i] = u->got[SRV_UP_CLAIM][i];
         u->got[SRV_UP_CLAIM][i] = -1;
