@@ -56,7 +56,8 @@ const uint8_t *srv_live_record_key(const uint8_t *rec, size_t len)
     return len >= LIVE_HEADER + DERP_KEY_LEN ? rec + LIVE_HEADER : NULL;
 }
 
-/* Every active client of this shard (its own keys and its guests), not already leaving. */
+/* Every active client of this shard (its own keys and its guests), not already leaving, into
+ * *out (malloc'd; NULL: only counted). */
 static uint32_t clients_here(struct srv_shard *ds, struct srv_client ***out)
 {
     struct srv_peer_table *tables[] = {&ds->peers, &ds->guests};
@@ -68,6 +69,10 @@ static uint32_t clients_here(struct srv_shard *ds, struct srv_client ***out)
                  cl; cl = cl->peer_next) {
                 if (cl->phase != SRV_CLIENT_ACTIVE || cl->exporting)
                     continue;
+                if (out == NULL) {
+                    n++;
+                    continue;
+                }
                 if (n == cap) {
                     cap = cap ? cap * 2 : 64;
                     struct srv_client **nv = realloc(v, cap * sizeof(*v));
@@ -78,7 +83,8 @@ static uint32_t clients_here(struct srv_shard *ds, struct srv_client ***out)
                 v[n++] = cl;
             }
 out:
-    *out = v;
+    if (out)
+        *out = v;
     return n;
 }
 
@@ -241,9 +247,7 @@ void srv_live_export(struct srv_shard *ds)
 
 void srv_live_tally(struct srv_shard *ds, struct srv_live_tally *t)
 {
-    struct srv_client **v;
-    t->active += clients_here(ds, &v);
-    free(v);
+    t->active += clients_here(ds, NULL);
     if (ds->live == NULL)
         return;
     t->pending += ds->live->pending;
