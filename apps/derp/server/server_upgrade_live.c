@@ -275,6 +275,15 @@ static bool post_to_owner(struct srv_upgrade *u, const uint8_t *key, hd_post_fn 
     return false;
 }
 
+/* Every shard resumes its imported clients, once every shard has imported what was posted to
+ * it (ask_shards waits for each: a shard's posts run in order). Else a resumed client on one
+ * shard could send to a client whose import is still queued on another: unknown, dropped. */
+static void resume_all(struct srv_upgrade *u)
+{
+    ask_shards(u, count_here);
+    ask_shards_async(u, resume_here);
+}
+
 /* A whole record: a client to its owner shard, or a gone key kept for DONE. */
 static void record_done(struct srv_upgrade *u)
 {
@@ -304,7 +313,7 @@ static void record_done(struct srv_upgrade *u)
  * imports are counted. */
 static uint64_t live_end(struct srv_upgrade *u)
 {
-    ask_shards_async(u, resume_here);
+    resume_all(u);
     for (uint32_t i = 0; i < u->gone_count; i++) {
         struct up_import *job = malloc(sizeof(*job));
         uint8_t *key = job ? malloc(DERP_KEY_LEN) : NULL;
@@ -380,7 +389,7 @@ bool srv_upgrade_live_recv(struct srv_upgrade *u, const uint8_t *buf, size_t len
             record_done(u);
         return true;
     case UP_BATCH:
-        ask_shards_async(u, resume_here);
+        resume_all(u);
         return true;
     case UP_DONE: {
         uint64_t took = live_end(u);
