@@ -109,11 +109,11 @@ struct srv_client {
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
     bool rechecking;
-    struct srv_acct_conn tally;     /* per-key accounting (server_account.c) */
-    uint32_t quota;                 /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
-    struct srv_hash_memo dst_hash;  /* the hash of the key it last sent to (on_send_packet) */
-    struct srv_live_out *exporting; /* an upgrade's hand-over (server_live.c), and: */
-    bool imported, live_paused;
+    struct srv_acct_conn tally;          /* per-key accounting (server_account.c) */
+    uint32_t quota;                      /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
+    struct srv_hash_memo dst_hash;       /* the hash of the key it last sent to (on_send_packet) */
+    struct srv_live_out *exporting;      /* an upgrade's hand-over (server_live.c), and: */
+    bool imported, live_paused, in_move; /* in_move: counted in moves_sent */
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */

@@ -267,6 +267,7 @@ static void client_adopt(struct net_conn *c, void *arg)
 {
     struct srv_client *cl = arg;
     if (c == NULL) { /* the owner shard could not take the connection */
+        srv_live_move_done(srv_shard_at(hd_shard_current(), cl->instance), cl, NULL);
         free(cl);
         return;
     }
@@ -274,6 +275,7 @@ static void client_adopt(struct net_conn *c, void *arg)
     net_conn_set_app(c, &srv_client_handler, cl);
     struct srv_shard *ds = srv_shard_at(net_conn_shard(c), cl->instance);
     HD_ASSERT(ds != NULL); /* moves arrive while the shard loops: between init and fini */
+    srv_live_move_done(ds, cl, c);
     client_activate(ds, cl);
 }
 
@@ -332,7 +334,10 @@ int srv_client_admitted(struct srv_client *cl)
     cl->phase = SRV_CLIENT_MOVING;
     if (waited)
         net_conn_pause_recv(cl->conn, false); /* kept bytes travel with the move */
-    return net_conn_migrate(cl->conn, owner, client_adopt, cl);
+    int rc = net_conn_migrate(cl->conn, owner, client_adopt, cl);
+    if (rc == 0)
+        srv_live_move_sent(cl);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- steady state (§6.1) */
@@ -555,6 +560,7 @@ static void client_closed(struct net_conn *c, int reason)
     if (by == NET_CONN_TIMER_DEADLINE && cl->phase == SRV_CLIENT_HANDSHAKE)
         ds->ctr.deadline_closes++;
     prelogin_done(cl);
+    srv_live_move_done(ds, cl, NULL); /* closed on its way to another shard */
     if (cl->exporting)
         srv_live_export_closed(cl); /* closed before its export finished: gone */
     else if (cl->phase == SRV_CLIENT_ACTIVE && srv_live_frozen(ds))

@@ -60,6 +60,9 @@ struct srv_counters {
     uint64_t placement_returns;    /* guests that asked to go home (packing) */
     uint64_t placement_packs;      /* moves to shard 0 packing decided (low load) */
     uint64_t placement_spreads;    /* moves off shard 0 spreading decided (shard 0 busy) */
+    /* client moves between shards begun here / ended here (arrived, failed or closed on the
+     * way): an upgrade waits until every move ended (server_live.c) */
+    uint64_t moves_sent, moves_done;
     uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
     uint64_t stun_read_error; /* the STUN socket's receive errors (net_udp_stats), when read */
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a

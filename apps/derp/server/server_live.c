@@ -245,9 +245,33 @@ void srv_live_export(struct srv_shard *ds)
     free(v);
 }
 
+void srv_live_move_sent(struct srv_client *cl)
+{
+    cl->in_move = true;
+    cl->ds->ctr.moves_sent++;
+}
+
+void srv_live_move_done(struct srv_shard *ds, struct srv_client *cl, struct net_conn *c)
+{
+    if (!cl->in_move)
+        return;
+    cl->in_move = false;
+    ds->ctr.moves_done++;
+    if (c && srv_live_frozen(ds) && net_conn_state(c) == NET_CONN_OPEN)
+        net_conn_pause_recv(c, true); /* arrived after the freeze: it reads no more here */
+}
+
 void srv_live_tally(struct srv_shard *ds, struct srv_live_tally *t)
 {
     t->active += clients_here(ds, NULL);
+    t->moves_sent += ds->ctr.moves_sent;
+    t->moves_done += ds->ctr.moves_done;
+    for (unsigned why = 0; why < SRV_DROPS; why++)
+        for (unsigned k = 0; k < SRV_KINDS; k++)
+            t->dropped_all += ds->ctr.packets_dropped[why][k];
+    for (unsigned k = 0; k < SRV_KINDS; k++)
+        t->dropped_unknown += ds->ctr.packets_dropped[SRV_DROP_UNKNOWN_DEST][k] +
+                              ds->ctr.packets_dropped[SRV_DROP_UNKNOWN_DEST_ON_FWD][k];
     if (ds->live == NULL)
         return;
     t->pending += ds->live->pending;

@@ -40,6 +40,9 @@ struct srv_live {
 /* What the old process's thread sums over its shards (srv_live_tally). */
 struct srv_live_tally {
     uint64_t active, pending, exported, closed, dropped, imported, import_failed;
+    uint64_t moves_sent, moves_done; /* their difference: clients between shards */
+    uint64_t dropped_all;            /* every packet the process dropped (derp_packets_dropped) */
+    uint64_t dropped_unknown;        /* of those, for keys it did not know (unknown_dest*) */
 };
 
 /* Whether this shard is handing its clients over (presence events are not sent: the clients
@@ -76,6 +79,12 @@ int srv_live_session_parse(const uint8_t *rec, size_t len, struct srv_live_sessi
 /* The key a record names (for the owner shard), or NULL when it is too short. */
 const uint8_t *srv_live_record_key(const uint8_t *rec, size_t len);
 void srv_live_fini(struct srv_shard *ds);
+
+/* A client move between shards (login, placement, going home) began (on the source; after
+ * net_conn_migrate returned 0) / ended (the adopt callback on the destination, c NULL or not;
+ * or its close on the source). On a frozen shard an arrival reads no more: it is exported. */
+void srv_live_move_sent(struct srv_client *cl);
+void srv_live_move_done(struct srv_shard *ds, struct srv_client *cl, struct net_conn *c);
 
 /* server_client.c: a frozen client's Pong and queued packets into its connection's send queue
  * (past the high watermark: the bytes go with the export); and the close of a client on its

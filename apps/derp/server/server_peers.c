@@ -365,6 +365,11 @@ void srv_route_msg(struct hd_shard *s, const struct hd_msg *m)
     struct hd_frame *f = m->ptr;
     uint32_t flags = (uint32_t)m->u64[0];
     if (ds == NULL || hd_shard_stopping(s)) {
+        if (ds) { /* the process stops: counted, as every packet a relay loses */
+            ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED][flags & 1]++;
+            ds->ctr.bytes_dropped[SRV_DROP_GONE_DISCONNECTED][flags & 1] +=
+                f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+        }
         hd_frame_unref(s, f);
         return;
     }

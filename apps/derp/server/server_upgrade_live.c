@@ -101,6 +101,10 @@ static void tally_here(struct hd_shard *s, void *arg)
     u->tally.dropped += t.dropped;
     u->tally.imported += t.imported;
     u->tally.import_failed += t.import_failed;
+    u->tally.moves_sent += t.moves_sent;
+    u->tally.moves_done += t.moves_done;
+    u->tally.dropped_all += t.dropped_all;
+    u->tally.dropped_unknown += t.dropped_unknown;
     pthread_mutex_unlock(&u->lock);
     count_here(s, arg);
 }
@@ -157,17 +161,20 @@ static bool outbox_send(struct srv_upgrade *u, int sock)
     return any;
 }
 
-/* Export whatever is active on the shards and send it, until no export is pending (bounded). */
+/* Export whatever is active on the shards and send it, again and again, until no client is
+ * active, on its way out, or between shards (a placement or login move: it is exported where it
+ * arrives), bounded. */
 static void export_round(struct srv_upgrade *u, int sock)
 {
-    ask_shards(u, export_here);
     for (uint64_t end = mono_ms() + SRV_LIVE_EXPORT_MS;;) {
+        ask_shards(u, export_here);
         outbox_send(u, sock);
         struct srv_live_tally t = tally(u);
         pthread_mutex_lock(&u->lock);
         bool empty = u->live_head == NULL;
         pthread_mutex_unlock(&u->lock);
-        if ((t.pending == 0 && empty) || mono_ms() >= end)
+        bool settled = t.pending == 0 && t.active == 0 && t.moves_sent == t.moves_done;
+        if ((settled && empty) || mono_ms() >= end)
             break;
         pthread_mutex_lock(&u->lock);
         if (u->live_head == NULL) {
@@ -215,9 +222,10 @@ void srv_upgrade_live_finish(struct srv_upgrade *u, int sock, pid_t pid)
     }
     hd_log(HD_LOG_INFO,
            "upgrade: handed over %u clients to PID %d (%llu closed: could not move; %llu "
-           "packets dropped on the way); it took %ld",
+           "packets dropped on the way); it took %ld; this process dropped %llu packets in all "
+           "(derp_packets_dropped), %llu for unknown keys",
            u->live_sent, (int)pid, (unsigned long long)t.closed, (unsigned long long)t.dropped,
-           took);
+           took, (unsigned long long)t.dropped_all, (unsigned long long)t.dropped_unknown);
 }
 
 /* ---------------------------------------------------------------- the successor */
