@@ -204,6 +204,7 @@ class Traffic:
         self.next_seq = [0] * PAIRS  # per sender: the next sequence number to send
         self.expect = [0] * PAIRS  # per receiver: the next one it expects
         self.gaps = [[] for _ in range(PAIRS)]  # per receiver: missing [a, b) ranges
+        self.sent_at = [[] for _ in range(PAIRS)]  # per sender: when each number was written
         self.n, self.t0, self.flowing, self.backlog = 0, 0.0, False, 0
         self.lat = []  # send-to-receive seconds of the packets of this round
         self.pad = bytes(PAYLOAD - 20)
@@ -223,7 +224,9 @@ class Traffic:
             seq = self.next_seq[i]
             self.next_seq[i] = seq + 1
             self.n += 1
-            data = struct.pack(">IQd", i, seq, time.monotonic()) + self.pad
+            now = time.monotonic()
+            self.sent_at[i].append(now)
+            data = struct.pack(">IQd", i, seq, now) + self.pad
             self.loop.write(self.senders[i], dc.frame_bytes(F_SEND, self.receivers[i].key + data))
 
     def on_packet(self, conn, p):
@@ -243,18 +246,20 @@ class Traffic:
     def drained(self):
         return all(self.expect[i] == self.next_seq[i] for i in range(PAIRS))
 
-    def lost(self, lo, hi):
+    def lost(self, lo, hi, t_sig):
         """Packets never received among the sequence numbers [lo[i], hi[i]) of each pair (the
-        tail still missing included): (count, [(pair, a, b) ...] of the first ranges)."""
+        tail still missing included): (count, the first ranges as text: pair, numbers, when the
+        first was sent relative to t_sig)."""
         total, where = 0, []
         for i in range(PAIRS):
             ranges = self.gaps[i] + [(self.expect[i], self.next_seq[i])]
             for a, b in ranges:
-                k = min(b, hi[i]) - max(a, lo[i])
-                if k > 0:
-                    total += k
-                    where.append((i, max(a, lo[i]), min(b, hi[i])))
-        return total, where[:8]
+                a, b = max(a, lo[i]), min(b, hi[i])
+                if b > a:
+                    total += b - a
+                    where.append("pair %d #%d-%d (sent %+.3f s)" % (
+                        i, a, b - 1, self.sent_at[i][a] - t_sig))
+        return total, ", ".join(where[:8]) or "none"
 
 
 def on_client_frame(loop, traffic):
@@ -375,7 +380,8 @@ def upgrade_round(r, old, first, loop, traffic, log):
     loop.pump(None, AFTER_S)
     traffic.flowing = False
     drained = loop.pump(traffic.drained, DRAIN_S, "every packet sent to arrive", soft=True)
-    check_round(r, old, new, first, log.text[start_off:], took, handed, traffic, lo, mark)
+    check_round(r, (old, new, first), log.text[start_off:], took, handed, traffic, lo, mark,
+                (t_sig, t_took))
     lat = sorted(traffic.lat) or [0.0]
     print("upgrade %d: PID %d -> %d: 'took over' seen %.2f s after SIGUSR2, old PID gone %.2f s "
           "later; latency p50 %.1f ms, max %.0f ms; the sending loop's worst backlog %.0f ms%s"
@@ -386,7 +392,10 @@ def upgrade_round(r, old, first, loop, traffic, log):
     return new
 
 
-def check_round(r, old, new, first, text, took, handed, traffic, lo, mark):
+def check_round(r, procs, text, took, handed, traffic, lo, mark, times):
+    """The log lines' figures and the packets of this round (lo: its first numbers, mark: the
+    first ones sent after 'took over' was seen; times: SIGUSR2's and that moment)."""
+    (old, new, first), (t_sig, t_took) = procs, times
     what = "upgrade %d (PID %d -> %d)" % (r, old, new)
     errors = []
     n_took, q, failed = int(took[1]), int(took[2]), int(took[3])
@@ -401,12 +410,12 @@ def check_round(r, old, new, first, text, took, handed, traffic, lo, mark):
                                                             regex.pattern[:30]))
     if first is not None and first.wait(STOP_S) != 0:
         errors.append("the old process exited with %s" % first.returncode)
-    before, where_b = traffic.lost(lo, mark)
-    after, where_a = traffic.lost(mark, traffic.next_seq)
+    before, where_b = traffic.lost(lo, mark, t_sig)
+    after, where_a = traffic.lost(mark, traffic.next_seq, t_sig)
     sent = sum(traffic.next_seq) - sum(lo)
-    print("%s: %d packets sent; lost before 'took over' %d (pair, from, to: %s), the old "
-          "process's D %d; lost after it %d (%s)" % (what, sent, before, where_b, dropped,
-                                                     after, where_a), flush=True)
+    print("%s: %d packets sent; lost before 'took over' (seen %.3f s after SIGUSR2): %d (%s); "
+          "the old process's D: %d; lost after it: %d (%s)" % (
+              what, sent, t_took - t_sig, before, where_b, dropped, after, where_a), flush=True)
     if before > dropped:
         errors.append("%d packets lost before 'took over', more than D = %d" % (before, dropped))
     if after:
