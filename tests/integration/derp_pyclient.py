@@ -65,6 +65,11 @@ def connect(port, ctx=None, fast=False, info=None):
         while b"\r\n\r\n" not in resp:
             resp += s.recv(1)
         assert resp.startswith(b"HTTP/1.1 101"), resp
+    return login(s, pk, sk, info), pk
+
+
+def login(s, pk, sk, info=None):
+    """ServerKey, then our ClientInfo (info: more fields), then ServerInfo; returns s."""
     t, p = frame(s)
     assert t == 1 and p[:8] == b"DERP\xf0\x9f\x94\x91", (t, p)
     spk = p[8:40]
@@ -75,7 +80,7 @@ def connect(port, ctx=None, fast=False, info=None):
     assert t == 3, t
     info = open_(p[24:], p[:24], spk, sk)
     assert json.loads(info)["version"] == 2
-    return s, pk
+    return s
 
 
 def send(s, dst, data):
