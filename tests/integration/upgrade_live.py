@@ -29,8 +29,9 @@ MESH_KEY = "5b1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0"
 PAIRS = 500  # 1,000 clients: the figure
 # Packets per second per sender: 5,000/s in all. One Python loop sends, receives (and in TLS mode
 # encrypts and decrypts) all of them beside a sanitizer-built server on a shared 2-vCPU machine:
-# at 10/s its backlog (printed) stayed tens of ms; at 20/s it fell up to 0.6 s behind. Lag does
-# not change what is checked (a packet counts as sent when it is written), only the load.
+# at 10/s its worst backlog (printed) was 10-400 ms as the machine's load varied, at 20/s up to
+# 0.6 s on the first try. Lag does not change what is checked (a packet counts as sent when it
+# is written), only the load.
 RATE_HZ = 10
 PAYLOAD = 48  # bytes of a packet: pair index, sequence number, send time, padding
 WARM_S = 1.0  # traffic before each upgrade
