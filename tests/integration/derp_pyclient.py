@@ -1,6 +1,6 @@
 """derp_pyclient.py - an independent DERP client for the integration tests (Python + libsodium
 through ctypes, TLS through Python's OpenSSL): login (normal or fast start), frames, packets.
-Every socket read has a timeout. Used by derp_smoke.py and upgrade.py."""
+Every socket read has a timeout. Used by derp_smoke.py, upgrade.py and upgrade_live.py."""
 import ctypes, json, os, socket, struct
 
 sod = ctypes.CDLL("libsodium.so.23")
@@ -42,10 +42,19 @@ def frame(s):
     return t, readn(s, n)
 
 
-def connect(port, ctx=None, fast=False):
-    """A logged-in client on 127.0.0.1:port (ctx: an ssl.SSLContext for TLS). (socket, key)."""
+def frame_bytes(t, payload=b""):
+    """One frame: type, 4-byte big-endian length, payload."""
+    return bytes([t]) + struct.pack(">I", len(payload)) + payload
+
+
+def connect(port, ctx=None, fast=False, info=None):
+    """A logged-in client on 127.0.0.1:port (ctx: an ssl.SSLContext for TLS; info: more
+    ClientInfo fields, e.g. {"meshKey": hex}). (socket, key)."""
     pk, sk = keypair()
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    # As Go's (tailscaled's) sockets: without it, TLS 1.3's Finished then the request wait for
+    # the server's delayed ACK (Nagle), some 40 ms a login.
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if ctx:
         s = ctx.wrap_socket(s, server_hostname="localhost")
     req = (b"GET /derp HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: DERP\r\n" +
@@ -56,17 +65,17 @@ def connect(port, ctx=None, fast=False):
         while b"\r\n\r\n" not in resp:
             resp += s.recv(1)
         assert resp.startswith(b"HTTP/1.1 101"), resp
-    return login(s, pk, sk), pk
+    return login(s, pk, sk, info), pk
 
 
-def login(s, pk, sk):
-    """ServerKey, then our ClientInfo, then ServerInfo; returns s."""
+def login(s, pk, sk, info=None):
+    """ServerKey, then our ClientInfo (info: more fields), then ServerInfo; returns s."""
     t, p = frame(s)
     assert t == 1 and p[:8] == b"DERP\xf0\x9f\x94\x91", (t, p)
     spk = p[8:40]
     nonce = os.urandom(24)
-    ci = pk + nonce + seal(b'{"version":2,"CanAckPings":true}', nonce, spk, sk)
-    s.sendall(bytes([2]) + struct.pack(">I", len(ci)) + ci)
+    ci = json.dumps(dict({"version": 2, "CanAckPings": True}, **(info or {}))).encode()
+    s.sendall(frame_bytes(2, pk + nonce + seal(ci, nonce, spk, sk)))
     t, p = frame(s)
     assert t == 3, t
     info = open_(p[24:], p[:24], spk, sk)
@@ -126,7 +135,7 @@ def ws_connect(port):
 
 
 def send(s, dst, data):
-    s.sendall(bytes([4]) + struct.pack(">I", 32 + len(data)) + dst + data)
+    s.sendall(frame_bytes(4, dst + data))
 
 
 def recv_packet(s):

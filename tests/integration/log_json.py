@@ -5,9 +5,9 @@ stopped by PID: plain with --verbose and --proxy-protocol-from (start-up, a PROX
 DERP login through it, an untrusted source, a bad header, a bad HTTP request, a burst of them
 that the rate limit folds into a "suppressed" count, SIGHUP, SIGTERM); TLS with a DNS
 -hostname, where handshakes carry hostile SNI bytes (quotes, backslashes, invalid UTF-8)."""
-import json, os, signal, socket, ssl, struct, subprocess, sys, time
+import json, os, signal, socket, ssl, struct, sys, time
 
-from testlib import Server, wait_for
+from testlib import Server, localhost_cert, wait_for
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 os.makedirs(WORK, exist_ok=True)
@@ -100,11 +100,7 @@ def plain():
 def tls():
     path = WORK + "/tls.log"
     port = []  # the server's, for hello()
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                    "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-keyout",
-                    WORK + "/localhost.key", "-out", WORK + "/localhost.crt", "-subj",
-                    "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
-                   check=True, capture_output=True)
+    localhost_cert(WORK)
 
     def hello(sni):
         s = socket.create_connection(("127.0.0.1", port[0]), timeout=5)

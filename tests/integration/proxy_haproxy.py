@@ -12,7 +12,7 @@ import json, os, socket, ssl, struct, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from derp_pyclient import frame, keypair, readn, seal  # the tests' own DERP client pieces
-from testlib import Server, hold_port, stop_pid, wait_for
+from testlib import Server, hold_port, localhost_cert, stop_pid, wait_for
 
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
@@ -119,11 +119,7 @@ def start(procs, holds):
             "-stun=false", "--shards", "2", "--proxy-protocol-from", PROXY_SRC + "/32,::1",
             "-verify-client-url", "http://127.0.0.1:%d/" % ctl.server_address[1]]
     if TLS:
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                        "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-keyout",
-                        WORK + "/localhost.key", "-out", WORK + "/localhost.crt", "-subj",
-                        "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"],
-                       check=True, capture_output=True)
+        localhost_cert(WORK)
         args += ["-certmode", "manual", "-certdir", WORK, "-hostname", "localhost",
                  "-http-port", "-1"]
     srv = Server(BIN, WORK, "server", args)

@@ -1,7 +1,8 @@
 """testlib.py - shared pieces of the Python integration tests (as lib.sh is for the scripts): a
 bounded wait for a condition, hderp-server started on port 0 with the ports it bound read back
 (--port-file), a port held for a program whose port must be known before it starts, stop by
-PID, /debug/varz. Imported by the scripts beside it (their own directory is on sys.path)."""
+PID, a pid file and whether a PID is gone, /debug/varz, the localhost test certificate.
+Imported by the scripts beside it (their own directory is on sys.path)."""
 import os
 import signal
 import socket
@@ -140,6 +141,24 @@ def stop_pid(proc, timeout_s=STOP_S):
     return proc.returncode
 
 
+def read_pid_file(path):
+    """The PID a --pid-file names, or None while it is missing or being written."""
+    try:
+        with open(path) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_gone(pid):
+    """True once pid has exited (a zombie not reaped by its parent counts as gone)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def varz(port, name=None, host="127.0.0.1"):
     """GET http://host:port/debug/varz: {series: value} (labels are part of a series' name), or
     the value of the series named exactly name (None when there is no such series or no answer)."""
@@ -160,6 +179,18 @@ def varz(port, name=None, host="127.0.0.1"):
                 except ValueError:
                     pass  # not a number: not a series
     return series.get(name) if name else series
+
+
+def localhost_cert(work):
+    """The TLS tests' certificate: a self-signed P-256 one for localhost (CN and DNS SAN),
+    work/localhost.crt and work/localhost.key (-certmode manual -certdir work -hostname
+    localhost). Returns the .crt's path (a client's CA file)."""
+    crt = os.path.join(work, "localhost.crt")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-keyout",
+                    os.path.join(work, "localhost.key"), "-out", crt, "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost"], check=True, capture_output=True)
+    return crt
 
 
 def stun_request():

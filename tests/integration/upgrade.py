@@ -14,7 +14,7 @@ import os, shutil, signal, socket, ssl, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import derp_pyclient as dc  # the independent DERP client of these tests
-from testlib import hold_port, stun_request
+from testlib import hold_port, pid_gone as gone, read_pid_file, stun_request
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
 shutil.rmtree(WORK, ignore_errors=True)
@@ -140,19 +140,7 @@ def replace_exe(content=None):
 
 
 def pid_file():
-    try:
-        with open(PIDF) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def gone(pid):
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            return f.read().split(")")[-1].split()[0] == "Z"
-    except OSError:
-        return True
+    return read_pid_file(PIDF)
 
 
 def failed_attempt(server, content, line):

@@ -9,7 +9,7 @@ import os, shutil, signal, sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import derp_pyclient as dc
-from testlib import Server, stop_pid, wait_for
+from testlib import Server, pid_gone, read_pid_file, stop_pid, wait_for
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 PAIRS = 20
@@ -22,11 +22,7 @@ if len(os.sched_getaffinity(0)) < 2:
 
 
 def pid_file():
-    try:
-        with open(PIDF) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return None
+    return read_pid_file(PIDF)
 
 
 def exchange(clients, tag):
@@ -73,7 +69,7 @@ def main():
         exchange(clients, b"two")
         newer = upgrade(new, {0}, 1, srv.log_text, 2)
         pids.append(newer)
-        wait_for(lambda: not os.path.exists("/proc/%d" % new), "PID %d to exit" % new, 30)
+        wait_for(lambda: pid_gone(new), "PID %d to exit" % new, 30)
         exchange(clients, b"three")
         for s, _ in clients:
             if dc.closed(s, 0.05):
