@@ -257,8 +257,15 @@ static int start(pthread_t *clients)
     mkdir(CONF_WORK_DIR, 0755);
     snprintf(pid_path, sizeof(pid_path), "%s/upgrade_live-%d.pid", CONF_WORK_DIR, (int)getpid());
     const char *extra[] = {"--pid-file", pid_path, NULL};
-    int rc = conf_server_start(
-        &srv, &(struct conf_server_opts){.shards = 2, .tls = true, .extra = extra});
+    /* Ports named in the flags (a successor gets the same argv: port 0 would be a new port for
+     * it), held so that no one else is given them meanwhile. */
+    struct conf_server_opts o = {.shards = 2, .tls = true, .extra = extra};
+    int rc = conf_port_hold(&o.port);
+    if (rc == 0)
+        rc = conf_port_hold(&o.http_port);
+    check(rc == 0, "ports_held", "%s", strerror(-rc));
+    if (rc == 0)
+        rc = conf_server_start(&srv, &o);
     check(rc == 0, "server_start", "%s", strerror(-rc));
     if (rc != 0)
         return rc;
@@ -463,6 +470,7 @@ static void finish(pthread_t clients, bool have_clients)
         conf_server_dump_log(&srv);
     }
     conf_dir_remove(srv.dir);
+    conf_ports_release();
     unlink(pid_path);
     if (st.tls_ctx)
         tls_ctx_destroy(st.tls_ctx);
