@@ -76,6 +76,10 @@ static inline unsigned ul_partner(unsigned i)
     return i ^ 1u;
 }
 
+/* Once ul_clients_thread returned: up to max sequence numbers in [from, to) that receiver never
+ * got from its partner, into out; returns how many there are in all. */
+unsigned ul_missing(unsigned receiver, uint32_t from, uint32_t to, uint32_t *out, unsigned max);
+
 /* pthread body (arg: struct ul_state *): key pairs, a one-shard runtime (net + tls, userspace
  * records: the kernel's kTLS counters then count the server's sockets only), UL_CLIENTS DERP
  * clients over TLS, the phases until UL_CLOSE. Returns hdt_run's result as (intptr_t). */

@@ -181,6 +181,15 @@ static void shard_stop(struct hd_shard *s)
             derp_client_abort(g.k[i], -ECANCELED);
 }
 
+unsigned ul_missing(unsigned receiver, uint32_t from, uint32_t to, uint32_t *out, unsigned max)
+{
+    unsigned n = 0;
+    for (uint32_t seq = from; seq < to && seq < UL_SEQ_MAX; seq++)
+        if (!g.seen[receiver][seq] && n++ < max)
+            out[n - 1] = seq;
+    return n;
+}
+
 void *ul_clients_thread(void *arg)
 {
     memset(&g, 0, sizeof(g));

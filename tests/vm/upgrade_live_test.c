@@ -58,6 +58,9 @@ static char pid_path[300];
 static long pids[UPGRADES + 1];
 static int status[UPGRADES + 1];
 static unsigned upgrades_done;
+/* Where each sender was at upgrade r's SIGUSR2 and at its UL_AFTER mark: a missing packet's
+ * window (before the signal, during the hand-over, after the take-over). */
+static uint32_t at_signal[UPGRADES][UL_CLIENTS], at_after[UPGRADES][UL_CLIENTS];
 
 static void check(bool ok, const char *name, const char *fmt, ...)
 {
@@ -327,6 +330,12 @@ static bool upgrade(void)
     snprintf(name, sizeof(name), "pid_file_%u", r);
     check(pid_file_read() == pids[r], name, "names %ld, not %ld", pid_file_read(), pids[r]);
     unsigned got_before = sum(st.got);
+    int64_t dropped = -1;
+    conf_varz(&srv, "derp_packets_dropped", true, &dropped);
+    printf("upgrade %u: PID %ld has dropped %lld packets so far (derp_packets_dropped)\n", r,
+           pids[r], (long long)dropped);
+    for (unsigned i = 0; i < UL_CLIENTS; i++)
+        at_signal[r][i] = atomic_load(&st.sent[i]);
     int64_t t0 = conf_now_ms();
     check(kill((pid_t)pids[r], SIGUSR2) == 0, "sigusr2", "%s", strerror(errno));
     /* the process change is waited for even when clients closed (the servers are stopped) */
@@ -349,7 +358,10 @@ static bool after_upgrade(void)
 {
     unsigned r = upgrades_done;
     char name[32];
-    bool ok = set_phase(UL_AFTER) && wait_for(after_enough, TRAFFIC_MS);
+    bool ok = set_phase(UL_AFTER);
+    for (unsigned i = 0; i < UL_CLIENTS; i++)
+        at_after[r][i] = atomic_load(&st.after_from[i]);
+    ok = ok && wait_for(after_enough, TRAFFIC_MS);
     snprintf(name, sizeof(name), "traffic_after_%u", r);
     check(ok, name, "the least a client received after the take-over is %u of %u",
           least(st.got_after), AFTER_PACKETS);
@@ -441,10 +453,47 @@ static void check_clients(void)
     check(atomic_load(&st.send_errors) == 0, "sends", "%u refused", atomic_load(&st.send_errors));
 }
 
+/* The window of sender i's packet seq: "before upgrade r", "in hand-over r", "after". */
+static void window(unsigned i, uint32_t seq, char *out, size_t size)
+{
+    for (unsigned r = 0; r < upgrades_done && r < UPGRADES; r++) {
+        if (seq < at_signal[r][i]) {
+            snprintf(out, size, "before upgrade %u", r);
+            return;
+        }
+        if (at_after[r][i] == 0 || seq < at_after[r][i]) {
+            snprintf(out, size, "in hand-over %u", r);
+            return;
+        }
+    }
+    snprintf(out, size, "after the last take-over");
+}
+
+/* Which packets never arrived, and when they were sent (the clients' runtime has ended). */
+static void report_missing(void)
+{
+    unsigned shown = 0;
+    for (unsigned me = 0; me < UL_CLIENTS; me++) {
+        unsigned from = ul_partner(me);
+        uint32_t seqs[4];
+        unsigned n = ul_missing(me, 0, atomic_load(&st.sent[from]), seqs, 4);
+        for (unsigned j = 0; j < n && j < 4 && shown < 20; j++, shown++) {
+            char w[32];
+            window(from, seqs[j], w, sizeof(w));
+            printf("missing: client %u -> %u seq %u (%s)\n", from, me, seqs[j], w);
+        }
+    }
+    int64_t dropped = -1;
+    conf_varz(&srv, "derp_packets_dropped", true, &dropped);
+    printf("the last PID %ld dropped %lld packets (derp_packets_dropped)\n",
+           pids[upgrades_done < UPGRADES ? upgrades_done : UPGRADES], (long long)dropped);
+}
+
 /* The clients close (their runtime stops), then every server process still running, by PID:
  * the ones not reaped here (ours: started here, or orphaned to this subreaper). */
 static void finish(pthread_t clients, bool have_clients)
 {
+    int rc_join = -1;
     atomic_store(&st.phase, UL_CLOSE);
     atomic_fetch_add(&st.epoch, 1);
     if (have_clients) {
@@ -452,12 +501,14 @@ static void finish(pthread_t clients, bool have_clients)
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_sec += TRAFFIC_MS / 1000;
         void *res = NULL;
-        int rc = pthread_timedjoin_np(clients, &res, &until);
+        int rc = rc_join = pthread_timedjoin_np(clients, &res, &until);
         check(rc == 0 && res == NULL, "clients_done", "join %s, runtime %ld", strerror(rc),
               (long)(intptr_t)res);
         if (rc != 0)
             st.tls_ctx = NULL; /* the runtime is stuck: exit takes it and its context */
     }
+    if (have_clients && rc_join == 0)
+        report_missing();
     for (unsigned i = 0; i <= UPGRADES; i++) {
         struct conf_server one = srv;
         one.pid = (pid_t)pids[i];
