@@ -305,6 +305,19 @@ static bool before_upgrade(void)
     return traffic("traffic");
 }
 
+/* The running server's drops by reason: every derp_packets_dropped series that is not 0. */
+static void print_drops(const char *who)
+{
+    static char resp[CONF_HTTP_RESP_MAX];
+    ssize_t n = conf_http(&srv, "GET /debug/varz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                          resp, sizeof(resp));
+    for (char *line = n > 0 ? strtok(resp, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        const char *v = strrchr(line, ' ');
+        if (strncmp(line, "derp_packets_dropped{", 21) == 0 && v && strcmp(v, " 0") != 0)
+            printf("%s: %s\n", who, line);
+    }
+}
+
 /* Upgrade upgrades_done's successor named in the pid file, the old process gone (reaped). */
 static bool upgraded(void)
 {
@@ -334,6 +347,7 @@ static bool upgrade(void)
     conf_varz(&srv, "derp_packets_dropped", true, &dropped);
     printf("upgrade %u: PID %ld has dropped %lld packets so far (derp_packets_dropped)\n", r,
            pids[r], (long long)dropped);
+    print_drops("before the signal");
     for (unsigned i = 0; i < UL_CLIENTS; i++)
         at_signal[r][i] = atomic_load(&st.sent[i]);
     int64_t t0 = conf_now_ms();
@@ -487,6 +501,7 @@ static void report_missing(void)
     conf_varz(&srv, "derp_packets_dropped", true, &dropped);
     printf("the last PID %ld dropped %lld packets (derp_packets_dropped)\n",
            pids[upgrades_done < UPGRADES ? upgrades_done : UPGRADES], (long long)dropped);
+    print_drops("the last process");
 }
 
 /* The clients close (their runtime stops), then every server process still running, by PID:
