@@ -26,7 +26,8 @@ static struct {
     struct hd_timer tick;
     struct hd_shard *s;
     bool closing;
-    unsigned marked; /* the epoch of the UL_AFTER last marked */
+    unsigned started; /* clients whose connect was started (in index order) */
+    unsigned marked;  /* the epoch of the UL_AFTER last marked */
 } g;
 
 static void on_ready(struct derp_client *k, const struct derp_server_info *info)
@@ -72,6 +73,14 @@ static void on_peer_gone(struct derp_client *k, const struct derp_pubkey *peer, 
     atomic_fetch_add(&g.st->peer_gone, 1);
 }
 
+/* A client counted as closed (its on_close ran, or it was never started); the last one stops
+ * the runtime. */
+static void count_closed(void)
+{
+    if (atomic_fetch_add(&g.st->closed, 1) + 1 == UL_CLIENTS)
+        hd_runtime_stop(hd_shard_runtime(g.s));
+}
+
 static void on_close(struct derp_client *k, int reason)
 {
     struct ul_state *st = g.st;
@@ -88,8 +97,7 @@ static void on_close(struct derp_client *k, int reason)
             atomic_store(&st->first_close_phase, atomic_load(&st->phase));
         }
     }
-    if (atomic_fetch_add(&st->closed, 1) + 1 == UL_CLIENTS)
-        hd_runtime_stop(hd_shard_runtime(derp_client_shard(k)));
+    count_closed();
 }
 
 static const struct derp_client_callbacks cb = {
@@ -114,9 +122,32 @@ static void send_all(void)
     }
 }
 
+/* Starts logins until UL_LOGIN_WAVE are under way (or every client has started). */
+static void connect_more(void)
+{
+    struct ul_state *st = g.st;
+    struct derp_client_config cfg = {.read_timeout_ms = DERP_CLIENT_TIMEOUT_OFF,
+                                     .tls = true,
+                                     .tls_ctx = st->tls_ctx,
+                                     .host = st->host};
+    HDT_CHECK(net_addr_parse("127.0.0.1:0", &cfg.addr) == 0);
+    cfg.addr.in4.sin_port = htons(st->port);
+    while (g.started < UL_CLIENTS &&
+           g.started - atomic_load(&st->ready) - atomic_load(&st->closed) < UL_LOGIN_WAVE) {
+        unsigned i = g.started++;
+        cfg.keypair = &g.kp[i];
+        if (derp_client_connect(g.s, &cfg, &cb, (void *)(uintptr_t)i, &g.k[i]) != 0) {
+            atomic_fetch_add(&st->connect_errors, 1);
+            count_closed();
+        }
+    }
+}
+
 static void close_all(void)
 {
     g.closing = true;
+    for (; g.started < UL_CLIENTS; g.started++)
+        count_closed(); /* a test that ends before every login started */
     for (unsigned i = 0; i < UL_CLIENTS; i++)
         if (g.k[i])
             derp_client_close(g.k[i]);
@@ -138,6 +169,8 @@ static void tick(struct hd_timer *t)
     struct ul_state *st = g.st;
     unsigned epoch = atomic_load(&st->epoch); /* first: the phase read next is at least its */
     int phase = atomic_load(&st->phase);
+    if (phase == UL_CONNECT)
+        connect_more();
     if (phase == UL_CLOSE) {
         close_all();
         atomic_store(&st->acked, epoch);
@@ -155,20 +188,7 @@ static void body(struct hd_shard *s, void *arg)
 {
     (void)arg;
     g.s = s;
-    struct derp_client_config cfg = {.read_timeout_ms = DERP_CLIENT_TIMEOUT_OFF,
-                                     .tls = true,
-                                     .tls_ctx = g.st->tls_ctx,
-                                     .host = g.st->host};
-    HDT_CHECK(net_addr_parse("127.0.0.1:0", &cfg.addr) == 0);
-    cfg.addr.in4.sin_port = htons(g.st->port);
-    for (unsigned i = 0; i < UL_CLIENTS; i++) {
-        cfg.keypair = &g.kp[i];
-        if (derp_client_connect(s, &cfg, &cb, (void *)(uintptr_t)i, &g.k[i]) != 0) {
-            atomic_fetch_add(&g.st->connect_errors, 1);
-            if (atomic_fetch_add(&g.st->closed, 1) + 1 == UL_CLIENTS)
-                hd_runtime_stop(hd_shard_runtime(s));
-        }
-    }
+    connect_more();
     hd_timer_init(&g.tick, tick);
     hd_timer_start(s, &g.tick, UL_TICK_MS);
 }
