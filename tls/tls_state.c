@@ -323,5 +323,6 @@ int tls_conn_state_load(struct net_conn *c, const uint8_t *buf, size_t len)
         return rc;
     }
     ts->stats.states_loaded++;
+    ts->stats.states_loaded_ktls += ktls;
     return 0;
 }

@@ -246,6 +246,7 @@ struct tls_shard_stats {
     uint64_t ktls_failed;        /* kTLS wanted but the keys did not go in (stayed userspace) */
     uint64_t states_saved;       /* tls_conn_state_save successes (hand-over out) */
     uint64_t states_loaded;      /* tls_conn_state_load successes (hand-over in) */
+    uint64_t states_loaded_ktls; /* ... of them in kTLS mode (the kernel's state checked) */
     uint32_t handshakes_now;     /* in progress */
 };
 const struct tls_shard_stats *tls_shard_stats(struct hd_shard *s);

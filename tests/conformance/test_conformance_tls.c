@@ -327,6 +327,14 @@ Test(test_conformance_tls, fast_start_round_trip)
     int64_t v = -1;
     cr_assert_eq(conf_varz(&srv, "derp_packets_sent", false, &v), 0);
     cr_assert_eq(v, 2, "derp_packets_sent");
+    /* The server's TLS layer in /debug/varz: both handshakes, on kTLS where the kernel has it */
+    int64_t ktls = tls_ktls_available() ? 2 : 0;
+    cr_assert_eq(conf_varz_must(&srv, "hderp_tls_handshakes_done"), 2);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_tls_handshakes_failed"), 0);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_tls_conns{mode=\"ktls\"}"), ktls);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_tls_conns{mode=\"userspace\"}"), 2 - ktls);
+    cr_assert_eq(conf_varz_must(&srv, "hderp_tls_states_saved"), 0, "no upgrade, no state");
+    cr_assert_eq(conf_varz_must(&srv, "hderp_tls_states_loaded{mode=\"ktls\"}"), 0);
     stop_clean();
 }
 

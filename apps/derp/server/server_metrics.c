@@ -1,7 +1,7 @@
 /* server_metrics.c - /debug/varz: derper's metric names (spec §9) in Prometheus text, summed
- * over shards with hd_collect, plus hderp's own per-shard loop figures and the per-key
- * accounting (server_account_out.c), which /debug/keys shows as JSON. Runs on the shard that
- * got the request; the answer is written once every shard has filled its slot. */
+ * over shards with hd_collect, plus hderp's own per-shard loop figures, the TLS layer's, and the
+ * per-key accounting (server_account_out.c), which /debug/keys shows as JSON. Runs on the shard
+ * that got the request; the answer is written once every shard has filled its slot. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@ struct varz_slot {
     uint64_t stalls, stall_max_ms; /* the stall watchdog's (hd_shard_stalls) */
     uint64_t guests, busy_ppm;     /* guests here; hd_shard_busy_ppm */
     struct srv_rate rate;          /* -rate-config as the shard applies it */
+    struct tls_shard_stats tls;    /* the TLS layer's (zero when the runtime has none) */
     struct srv_acct_slot acct;     /* per-key accounting (the large part: last) */
 };
 
@@ -57,6 +58,8 @@ static void fill(struct hd_shard *s, void *slot, void *arg)
         v->guests = ds->guests.count;
         srv_acct_fill(ds, &v->acct);
     }
+    if (srv_needs_tls(r->cfg))
+        v->tls = *tls_shard_stats(s);
     v->busy_ppm = hd_shard_busy_ppm(hd_shard_runtime(s), hd_shard_id(s));
     v->loop = *hd_shard_stats(s);
     v->stalls = hd_shard_stalls(s);
@@ -79,13 +82,15 @@ void srv_text_put(struct srv_text *o, const char *fmt, ...)
         o->len += (size_t)n < o->cap - o->len ? (size_t)n : o->cap - o->len - 1;
 }
 
-#define SUM(field)                                                                                 \
+/* The sum over the shards' slots of one member (a path in struct varz_slot). */
+#define SUM_OF(member)                                                                             \
     ({                                                                                             \
         int64_t s_ = 0;                                                                            \
         for (unsigned i_ = 0; i_ < count; i_++)                                                    \
-            s_ += (int64_t)v[i_].ctr.field;                                                        \
+            s_ += (int64_t)v[i_].member;                                                           \
         s_;                                                                                        \
     })
+#define SUM(field) SUM_OF(ctr.field)
 
 static void put_metric(struct srv_text *o, const char *name, const char *type, int64_t value)
 {
@@ -241,6 +246,28 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
     put_own(o, "ctl_dropped", "counter", SUM(ctl_dropped));
 }
 
+/* The TLS layer (with tls_module only): how handshakes ended, which record path each connection
+ * took (kTLS or userspace), and the connection states an upgrade moved (saved here, loaded in
+ * the successor, by mode). */
+#define SUM_TLS(field) SUM_OF(tls.field)
+
+static void format_tls(struct srv_text *o, const struct varz_slot *v, unsigned count)
+{
+    put_own(o, "tls_handshakes_done", "counter", SUM_TLS(handshakes_done));
+    put_own(o, "tls_handshakes_failed", "counter", SUM_TLS(handshakes_failed));
+    srv_text_put(o, "# TYPE hderp_tls_conns counter\n");
+    srv_text_put(o, "hderp_tls_conns{mode=\"ktls\"} %lld\n", (long long)SUM_TLS(conns_ktls));
+    srv_text_put(o, "hderp_tls_conns{mode=\"userspace\"} %lld\n",
+                 (long long)SUM_TLS(conns_userspace));
+    put_own(o, "tls_ktls_failed", "counter", SUM_TLS(ktls_failed));
+    put_own(o, "tls_states_saved", "counter", SUM_TLS(states_saved));
+    int64_t loaded = SUM_TLS(states_loaded), loaded_ktls = SUM_TLS(states_loaded_ktls);
+    srv_text_put(o, "# TYPE hderp_tls_states_loaded counter\n");
+    srv_text_put(o, "hderp_tls_states_loaded{mode=\"ktls\"} %lld\n", (long long)loaded_ktls);
+    srv_text_put(o, "hderp_tls_states_loaded{mode=\"userspace\"} %lld\n",
+                 (long long)(loaded - loaded_ktls));
+}
+
 /* The loop's own figures, per shard, so an uneven load shows. */
 static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
@@ -297,6 +324,8 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
             if (r->cfg->rate_config_path)
                 format_rate(&o, slots, count);
             format_hderp(&o, slots, count);
+            if (srv_needs_tls(r->cfg))
+                format_tls(&o, slots, count);
             format_loop(&o, slots, count);
             srv_acct_format_varz(&o, &v->acct, sizeof(*v), count);
         }
