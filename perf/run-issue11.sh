@@ -65,7 +65,7 @@ run() { # DIR ARGS...: one run-bench invocation; exit 3 (some points failed) is 
     echo "# run-issue11: $dir"
     "${rb[@]}" --out "$out/$dir" "$@" "${more[@]}" >"$out/$dir.log" 2>&1 || rc=$?
     [ "$rc" = 0 ] || { echo "# run-issue11: $dir: run-bench exited $rc (see $dir.log)"; fails=1; }
-    sed -n '/^relay /,$p' "$out/$dir.log" | grep -v '^peers:' || true
+    sed -n '/^relay /,$p' "$out/$dir.log" | grep -v -e '^peers:' -e '^Warning:' -e '^# plot' || true
 }
 extra_relays() { # MODE: --relay arguments of the extras for plain or tls
     local e
