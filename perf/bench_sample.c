@@ -171,7 +171,7 @@ void bench_syscalls_open(struct bench_run *r)
                  "no syscall tracepoints in tracefs (%s; as root: mount -t tracefs nodev "
                  "/sys/kernel/tracing)",
                  access("/sys/kernel/tracing/events", F_OK) == 0 ? "no such events there"
-                                                                : "tracefs is not mounted");
+                                                                 : "tracefs is not mounted");
         return;
     }
     char path[64];
