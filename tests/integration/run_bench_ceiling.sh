@@ -10,6 +10,7 @@
 #    prints them, and the points' syscall runs were counted by the forced method (perf stat
 #    on the relay) or say why not.
 # 3. --syscall-method strace on one point: counted by strace, or the reason in the row.
+# 4. issue11-report and plot-cpu-per-gb over those two directories (below).
 set -euo pipefail
 root=$1 bin=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
@@ -108,4 +109,34 @@ if r["syscall_method"]:
 else:
     assert r["syscall_run_error"].startswith("strace: "), r
 print("ok: strace", r["syscall_method"], r["relay_syscalls_per_packet"], r["syscall_run_error"])
+PY
+# 4. issue11-report and plot-cpu-per-gb over these two run-bench directories as the sections of
+# a run-issue11.sh directory (ceiling-plain, client-plain): the ceiling's ping ratios are its
+# targets' figures, the sections that did not run read "not measured", and the plot has one
+# curve per section and relay and an svg
+mkdir -p "$work/i11"
+cp -r "$work/ceiling" "$work/i11/ceiling-plain"
+cp -r "$work/strace" "$work/i11/client-plain"
+python3 "$root/perf/issue11-report" --dir "$work/i11" --started t --load-before 0 \
+    --load-after 0 >"$work/i11/report.out"
+python3 "$root/perf/plot-cpu-per-gb" --out "$work/i11/plot" "client=$work/strace/summary.json" \
+    "ceiling=$work/ceiling/summary.json" >"$work/i11/plot.out"
+python3 - "$work/i11" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+rep = json.load(open(os.path.join(d, "summary.json")))
+t = {x["target"]: x for x in rep["targets"]}
+c = json.load(open(os.path.join(d, "ceiling-plain", "summary.json")))["ceilings"][0]
+if c.get("latency"):
+    r = t["ping p50 at 80 % of the ceiling / idle, plain, hderp"]
+    assert r["value"] == c["latency"]["p50_ratio"] and r["met"] == (r["value"] <= 1.5), r
+assert t["client-like plain, 1 shard, CPU-s/GB"]["met"] is None, t  # no 224 Mbit/s point here
+assert t["batched tls 2,000 Mbit/s, 1 shard, loss %"]["met"] is None, t
+txt = open(os.path.join(d, "summary.txt")).read()
+assert "not measured" in txt and "== ceiling-plain (run-bench summary) ==" in txt, txt
+plot = open(os.path.join(d, "plot", "cpu_per_gb.txt")).read()
+assert "client hderp 1 shard(s)" in plot, plot
+svg = open(os.path.join(d, "plot", "cpu_per_gb.svg")).read()
+assert svg.lstrip().startswith("<?xml") and "<svg" in svg, svg[:200]
+print("ok: issue11-report and plot-cpu-per-gb")
 PY
