@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "net_impl.h"
+#include <hd/hd_bytes.h>
 
 #define EXPORT_MAGIC         0x636e6468u /* "hdnc" */
 #define EXPORT_VERSION       1u
@@ -20,48 +21,26 @@
 
 /* ---------------------------------------------------------------- writing */
 
-struct wbuf {
-    uint8_t *p;
-    size_t len, cap;
-};
-
-static void put(struct wbuf *w, const void *data, size_t len)
-{
-    HD_ASSERT(w->len + len <= w->cap); /* sized by export_size */
-    memcpy(w->p + w->len, data, len);
-    w->len += len;
-}
-
-static void put32(struct wbuf *w, uint32_t v)
-{
-    put(w, &v, sizeof(v));
-}
-
-static void put64(struct wbuf *w, uint64_t v)
-{
-    put(w, &v, sizeof(v));
-}
-
 static size_t queue_size(struct net_sendq *q)
 {
     return 4 + (size_t)q->count * 4 + q->bytes;
 }
 
-static void put_queue(struct wbuf *w, struct net_sendq *q)
+static void put_queue(struct hd_wbuf *w, struct net_sendq *q)
 {
-    put32(w, q->count);
+    hd_put32(w, q->count);
     for (uint32_t i = 0; i < q->count; i++) {
         struct net_sendq_entry *e = net_sendq_at(q, i);
-        put32(w, e->len);
-        put(w, e->frame->data + e->off, e->len);
+        hd_put32(w, e->len);
+        hd_put(w, e->frame->data + e->off, e->len);
     }
 }
 
-static void put_frame(struct wbuf *w, const struct hd_frame *f)
+static void put_frame(struct hd_wbuf *w, const struct hd_frame *f)
 {
-    put32(w, f ? f->len : 0);
+    hd_put32(w, f ? f->len : 0);
     if (f)
-        put(w, f->data, f->len);
+        hd_put(w, f->data, f->len);
 }
 
 struct export_parts {
@@ -79,29 +58,29 @@ static size_t export_size(struct net_conn *c, const struct export_parts *p)
            queue_size(&c->wire);
 }
 
-static void export_write(struct net_conn *c, const struct export_parts *p, struct wbuf *w)
+static void export_write(struct net_conn *c, const struct export_parts *p, struct hd_wbuf *w)
 {
-    put32(w, EXPORT_MAGIC);
-    put32(w, EXPORT_VERSION | ((c->flags & NET_F_SEND_PAUSED) ? EXPORT_F_SEND_PAUSED << 16 : 0));
+    hd_put32(w, EXPORT_MAGIC);
+    hd_put32(w, EXPORT_VERSION | ((c->flags & NET_F_SEND_PAUSED) ? EXPORT_F_SEND_PAUSED << 16 : 0));
     uint32_t opt[] = {c->idle_timeout_ms, c->write_timeout_ms, c->send_high,       c->send_low,
                       c->send_max,        c->send_high_frames, c->send_low_frames, c->rx_tail_max};
-    put(w, opt, sizeof(opt));
+    hd_put(w, opt, sizeof(opt));
     uint64_t now = hd_now_ms(c->shard);
-    put64(w, c->deadline_at_ms == 0 ? 0 : c->deadline_at_ms > now ? c->deadline_at_ms - now : 1);
-    put64(w, c->stats.bytes_in);
-    put64(w, c->stats.bytes_out);
-    put64(w, c->stats.sends);
-    put32(w, (uint32_t)c->peer.len);
+    hd_put64(w, c->deadline_at_ms == 0 ? 0 : c->deadline_at_ms > now ? c->deadline_at_ms - now : 1);
+    hd_put64(w, c->stats.bytes_in);
+    hd_put64(w, c->stats.bytes_out);
+    hd_put64(w, c->stats.sends);
+    hd_put32(w, (uint32_t)c->peer.len);
     uint8_t peer[sizeof(c->peer.ss)] = {0};
     memcpy(peer, &c->peer.ss, c->peer.len <= sizeof(peer) ? c->peer.len : 0);
-    put(w, peer, sizeof(peer));
-    put32(w, (uint32_t)p->codec_len);
-    put(w, p->codec, p->codec_len);
+    hd_put(w, peer, sizeof(peer));
+    hd_put32(w, (uint32_t)p->codec_len);
+    hd_put(w, p->codec, p->codec_len);
     put_frame(w, c->rx_tail);
     put_frame(w, c->raw_tail);
-    put32(w, (uint32_t)p->chunks_bytes);
+    hd_put32(w, (uint32_t)p->chunks_bytes);
     for (uint32_t i = 0; i < p->chunks_count; i++)
-        put(w, p->chunks[i]->data, p->chunks[i]->len);
+        hd_put(w, p->chunks[i]->data, p->chunks[i]->len);
     put_queue(w, &c->plain);
     put_queue(w, &c->wire);
 }
@@ -116,7 +95,7 @@ void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn 
     p.codec_len = n > 0 ? (size_t)n : 0;
     for (uint32_t i = 0; rc == 0 && i < p.chunks_count; i++)
         p.chunks_bytes += p.chunks[i]->len;
-    struct wbuf w = {0};
+    struct hd_wbuf w = {0};
     if (rc == 0) {
         w.cap = export_size(c, &p);
         w.p = malloc(w.cap);
@@ -149,74 +128,30 @@ int net_conn_export(struct net_conn *c, net_codec_save_fn *save, net_export_fn *
 
 /* ---------------------------------------------------------------- reading */
 
-struct rbuf {
-    const uint8_t *p;
-    size_t len, off;
-    bool bad;
-};
-
-static const uint8_t *take(struct rbuf *r, size_t len)
+static void take_queue(struct hd_rbuf *r, struct net_export_queue *q, uint32_t entry_max)
 {
-    if (r->bad || len > r->len - r->off) {
-        r->bad = true;
-        return NULL;
-    }
-    const uint8_t *at = r->p + r->off;
-    r->off += len;
-    return at;
-}
-
-static uint32_t take32(struct rbuf *r)
-{
-    uint32_t v = 0;
-    const uint8_t *at = take(r, sizeof(v));
-    if (at)
-        memcpy(&v, at, sizeof(v));
-    return v;
-}
-
-static uint64_t take64(struct rbuf *r)
-{
-    uint64_t v = 0;
-    const uint8_t *at = take(r, sizeof(v));
-    if (at)
-        memcpy(&v, at, sizeof(v));
-    return v;
-}
-
-/* A section: its length (at most max) and bytes. */
-static void take_bytes(struct rbuf *r, size_t max, const uint8_t **data, size_t *len)
-{
-    *len = take32(r);
-    if (*len > max)
-        r->bad = true;
-    *data = take(r, *len);
-}
-
-static void take_queue(struct rbuf *r, struct net_export_queue *q, uint32_t entry_max)
-{
-    q->count = take32(r);
+    q->count = hd_take32(r);
     q->at = r->off;
     for (uint32_t i = 0; i < q->count && !r->bad; i++) {
-        uint32_t n = take32(r);
+        uint32_t n = hd_take32(r);
         if (n == 0 || n > entry_max)
             r->bad = true;
-        take(r, n);
+        hd_take(r, n);
     }
 }
 
 int net_export_parse(const uint8_t *blob, size_t len, struct net_export_view *v)
 {
-    struct rbuf r = {.p = blob, .len = len};
+    struct hd_rbuf r = {.p = blob, .len = len};
     memset(v, 0, sizeof(*v));
-    uint32_t magic = take32(&r), version = take32(&r);
+    uint32_t magic = hd_take32(&r), version = hd_take32(&r);
     if (magic != EXPORT_MAGIC || (version & 0xffff) != EXPORT_VERSION ||
         (version >> 16) & ~EXPORT_F_SEND_PAUSED)
         return -EPROTO;
     v->send_paused = (version >> 16) & EXPORT_F_SEND_PAUSED;
     uint32_t opt[8];
     for (unsigned i = 0; i < 8; i++)
-        opt[i] = take32(&r);
+        opt[i] = hd_take32(&r);
     v->opt = (struct net_conn_options){.idle_timeout_ms = opt[0],
                                        .write_timeout_ms = opt[1],
                                        .send_high_bytes = opt[2],
@@ -225,22 +160,22 @@ int net_export_parse(const uint8_t *blob, size_t len, struct net_export_view *v)
                                        .send_high_frames = opt[5],
                                        .send_low_frames = opt[6],
                                        .rx_tail_max = opt[7]};
-    v->deadline_left_ms = take64(&r);
-    v->stats.bytes_in = take64(&r);
-    v->stats.bytes_out = take64(&r);
-    v->stats.sends = take64(&r);
-    v->peer.len = take32(&r);
-    const uint8_t *peer = take(&r, sizeof(v->peer.ss));
+    v->deadline_left_ms = hd_take64(&r);
+    v->stats.bytes_in = hd_take64(&r);
+    v->stats.bytes_out = hd_take64(&r);
+    v->stats.sends = hd_take64(&r);
+    v->peer.len = hd_take32(&r);
+    const uint8_t *peer = hd_take(&r, sizeof(v->peer.ss));
     if (peer && v->peer.len <= sizeof(v->peer.ss))
         memcpy(&v->peer.ss, peer, v->peer.len);
     else
         r.bad = true;
     if (opt[7] == 0 || opt[7] > NET_EXPORT_ENTRY_MAX || opt[3] > opt[2])
         r.bad = true;
-    take_bytes(&r, NET_EXPORT_CODEC_MAX, &v->codec, &v->codec_len);
-    take_bytes(&r, opt[7], &v->rx_tail, &v->rx_tail_len);
-    take_bytes(&r, opt[7], &v->raw_tail, &v->raw_tail_len);
-    take_bytes(&r, NET_EXPORT_RECEIVED_MAX, &v->received, &v->received_len);
+    hd_take_bytes(&r, NET_EXPORT_CODEC_MAX, &v->codec, &v->codec_len);
+    hd_take_bytes(&r, opt[7], &v->rx_tail, &v->rx_tail_len);
+    hd_take_bytes(&r, opt[7], &v->raw_tail, &v->raw_tail_len);
+    hd_take_bytes(&r, NET_EXPORT_RECEIVED_MAX, &v->received, &v->received_len);
     v->blob = blob;
     take_queue(&r, &v->plain, NET_EXPORT_ENTRY_MAX);
     take_queue(&r, &v->wire, NET_EXPORT_ENTRY_MAX);

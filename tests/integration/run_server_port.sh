@@ -6,6 +6,7 @@
 # flags refuse values under their lower bound. Servers started here are stopped by PID. The port
 # is held (port_hold: an idle SO_REUSEADDR socket, which hderp-server binds beside) from before
 # the first server until the third listens, so nobody else takes it while the first is gone.
+# A server on port 0 upgraded (SIGUSR2) names the same ports afterwards.
 set -u
 bin=$1 work=$2
 rm -rf "$work" && mkdir -p "$work"
@@ -37,4 +38,20 @@ for flag in --http-deadline --login-deadline; do
     [ "$rc" = 2 ] || fail "$flag 50ms: exit code $rc, expected 2"
     grep -q "at least 100ms" "$work/low.log" || fail "$flag 50ms: no lower-bound message"
 done
-echo "PASS: one server per address; deadline flags bounded"
+# An upgrade of a server started on port 0: the successor names in --port-file (and its start-up
+# line) the ports it inherited, not port 0.
+server_start zero -a 127.0.0.1:0 -stun-port 0 -c "$work/key4" --pid-file "$work/zero.pid"
+old=$srv_pid zero_derp=$srv_port zero_stun=$srv_stun
+wait_for 10 test -s "$work/zero.pid" || fail "no pid file"
+rm -f "$work/zero.ports"
+kill -USR2 "$old"
+wait_for 30 pid_gone "$old" || fail "the old process did not exit after SIGUSR2"
+new=$(cat "$work/zero.pid")
+[ "$new" != "$old" ] || fail "the pid file still names the old process"
+pids+=("$new")
+wait_for 10 test -s "$work/zero.ports" || fail "the successor wrote no --port-file"
+[ "$(port_of "$work/zero.ports" derp)" = "$zero_derp" ] && [ "$(port_of "$work/zero.ports" stun)" = "$zero_stun" ] ||
+    fail "after the upgrade --port-file says $(tr '\n' ' ' <"$work/zero.ports"), expected derp $zero_derp stun $zero_stun"
+curl -sf -o /dev/null "http://127.0.0.1:$zero_derp/derp/probe" || fail "the successor does not answer"
+stop_pid "$new"
+echo "PASS: one server per address; deadline flags bounded; port 0 kept across an upgrade"

@@ -8,8 +8,8 @@ old process serving with its pid file unchanged; then `hderp-server upgrade --pi
 real binary moves the sockets to a new PID, the old PID exits, the new one upgrades once more
 itself, and across all of it no connection was refused or went unanswered; systemd's notify
 socket hears READY=1 once and MAINPID= of each successor. A client logged in
-to the old process (connections do not move yet) is closed only after the new one accepts, and
-logs in again to the new one, which relays its packets. Servers are stopped by PID."""
+to the old process keeps its connection and relays to a client of the new one. Servers are
+stopped by PID."""
 import os, shutil, signal, socket, ssl, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -51,6 +51,17 @@ def wait_for(cond, what, timeout=30.0):
             return
         time.sleep(0.05)
     fail("timed out waiting for " + what)
+
+
+def peer_gone(s):
+    """The next PeerGone frame's (key, reason) on s, other frames skipped; None on a close."""
+    try:
+        while True:
+            t, p = dc.frame(s)
+            if t == 8:
+                return p[:32], p[32] if len(p) > 32 else 0
+    except (EOFError, OSError):
+        return None
 
 
 def connect(port=None, tls=TLS):
@@ -190,6 +201,11 @@ def main():
     if notify.recv(256) != b"READY=1":
         fail("no READY=1 for systemd at start-up")
     a, apk = dc.connect(PORT, CTX if TLS else None)
+    if not TLS:  # a WebSocket client cannot move: a, which heard from it, must hear it went
+        w, wpk = dc.ws_connect(PORT)
+        dc.send(w, apk, b"from the websocket")
+        if dc.recv_packet(a) != (wpk, b"from the websocket"):
+            fail("the WebSocket client's packet did not arrive")
     prober = Prober()
     prober.start()
     failed_attempt(server, "#!/bin/sh\nexit 3\n", "exited before accepting")
@@ -206,9 +222,14 @@ def main():
         fail("the old process did not exit after the upgrade")
     if rc != 0:
         fail("the old process exited with %d" % rc)
-    if not dc.closed(a):  # stage 1: the old one's clients reconnect to the new one
-        fail("a client of the old process was not closed when it exited")
-    a, apk = dc.connect(PORT, CTX if TLS else None)
+    # The old process's client moved with its connection (upgrade_live.py tests 1,000): it
+    # relays to a client of the new process on the same socket; the WebSocket client was
+    # closed, and the new process told a so (PeerGone, reason 0: disconnected).
+    if not TLS:
+        if not dc.closed(w):
+            fail("the WebSocket client (it cannot move) was not closed")
+        if peer_gone(a) != (wpk, 0):
+            fail("no PeerGone for the WebSocket client that could not move")
     b, bpk = dc.connect(PORT, CTX if TLS else None)
     for i in range(50):
         dc.send(a, bpk, b"after %d" % i)

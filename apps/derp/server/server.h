@@ -109,9 +109,11 @@ struct srv_client {
      * flight is cl->admit, rechecking while it is. */
     struct hd_timer recheck;
     bool rechecking;
-    struct srv_acct_conn tally;    /* per-key accounting (server_account.c) */
-    uint32_t quota;                /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
-    struct srv_hash_memo dst_hash; /* the hash of the key it last sent to (on_send_packet) */
+    struct srv_acct_conn tally;     /* per-key accounting (server_account.c) */
+    uint32_t quota;                 /* -rate-config Keys: 1 + its usage slot on ds; 0: none */
+    struct srv_hash_memo dst_hash;  /* the hash of the key it last sent to (on_send_packet) */
+    struct srv_live_out *exporting; /* an upgrade's hand-over (server_live.c), and: */
+    bool imported, live_paused;
 };
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
@@ -227,6 +229,7 @@ struct srv_shard {
     uint32_t rechecks_inflight;
     struct srv_acct *acct;         /* per-key accounting (server_account.c) */
     struct srv_quota_state *quota; /* -rate-config Keys' usage (server_quota.c); NULL: none */
+    struct srv_live *live;         /* an upgrade's hand-over of clients (server_live.c) */
     struct srv_counters ctr;
 };
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server_account.h"
+#include "server_live.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -64,6 +65,8 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, 
     (void)off, (void)len;
     struct srv_pktq *q = &cl->q[kind];
     if (cl->phase != SRV_CLIENT_ACTIVE) {
+        if (cl->exporting) /* on its way to the successor: lost in the hand-over */
+            cl->ds->live->dropped++;
         drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
         return -EPIPE;
     }
@@ -133,6 +136,14 @@ static void writer_run(struct hd_flush *fl)
         if (f)
             write_packet(cl, f);
     }
+}
+
+void srv_client_drain(struct srv_client *cl)
+{
+    bool paused = cl->send_paused;
+    cl->send_paused = false; /* past the watermark: the queues travel in the export */
+    writer_run(&cl->writer);
+    cl->send_paused = paused;
 }
 
 static void keepalive_fired(struct hd_timer *t)
@@ -544,6 +555,10 @@ static void client_closed(struct net_conn *c, int reason)
     if (by == NET_CONN_TIMER_DEADLINE && cl->phase == SRV_CLIENT_HANDSHAKE)
         ds->ctr.deadline_closes++;
     prelogin_done(cl);
+    if (cl->exporting)
+        srv_live_export_closed(cl); /* closed before its export finished: gone */
+    else if (cl->phase == SRV_CLIENT_ACTIVE && srv_live_frozen(ds))
+        srv_live_gone(ds, &cl->key); /* the successor says so: the watchers moved */
     if (cl->phase == SRV_CLIENT_ACTIVE) {
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
         srv_client_unsettle(ds, cl);

@@ -11,6 +11,7 @@
 #include "server.h"
 #include "server_account.h"
 #include "server_acme.h"
+#include "server_live.h"
 #include "server_upgrade.h"
 
 bool srv_needs_tls(const struct srv_config *cfg)
@@ -22,6 +23,7 @@ bool srv_needs_tls(const struct srv_config *cfg)
 static void ds_free(struct srv_shard *ds)
 {
     srv_acct_shard_fini(ds);
+    srv_live_fini(ds);
     srv_frames_fini(ds);
     srv_prelogin_fini(ds);
     srv_peers_fini(&ds->peers);
@@ -134,6 +136,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     srv_admit_shard_fini(ds);
     srv_acct_shard_fini(ds);
     srv_quota_shard_fini(ds);
+    srv_live_fini(ds);
     free(ds->scratch);
     free(ds);
 }

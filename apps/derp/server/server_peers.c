@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server.h"
+#include "server_live.h"
 
 /* ---------------------------------------------------------------- the table */
 
@@ -192,28 +193,33 @@ static void gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 
 static void broadcast_gone(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned who)
 {
+    if (srv_live_frozen(ds)) /* handing over: the key did not go, it moves */
+        return;
     struct hd_frame *f = srv_key_frame(ds, key, NULL);
     if (f)
         srv_event_broadcast(ds, gone_event, f, who);
 }
 
-/* A PeerPresent frame (f->data) for this shard's watchers. */
+/* A PeerPresent frame (f->data) for this shard's watchers; arg 1: the key came over from the
+ * predecessor at an upgrade, so only the watchers that did not come with it hear it. */
 static void present_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 {
-    (void)arg;
     for (uint32_t i = 0; i < ds->watch_count; i++)
-        srv_client_send_ctl(ds->watch_list[i], f->data, f->len);
+        if (arg == 0 || !ds->watch_list[i]->imported)
+            srv_client_send_ctl(ds->watch_list[i], f->data, f->len);
 }
 
 static void broadcast_present(struct srv_shard *ds, struct srv_client *cl)
 {
+    if (srv_live_frozen(ds))
+        return;
     struct hd_frame *f = hd_frame_get(ds->s, DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN);
     if (f == NULL)
         return;
     uint8_t flags = derp_peer_present_flags(cl->mesh, cl->prober, cl->not_ideal);
     f->len = (uint32_t)derp_frame_peer_present_encode(f->data, f->size, cl->key.bytes, &cl->remote,
                                                       flags);
-    srv_event_broadcast(ds, present_event, f, 0);
+    srv_event_broadcast(ds, present_event, f, cl->imported ? 1 : 0);
 }
 
 /* ---------------------------------------------------------------- registration */
@@ -338,6 +344,11 @@ static bool deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
                                                    : SRV_DROP_UNKNOWN_DEST;
     ds->ctr.packets_dropped[why][kind]++;
     ds->ctr.bytes_dropped[why][kind] += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
+    if (srv_live_frozen(ds)) { /* its receiver left for the successor: no NotHere */
+        ds->live->dropped++;
+        hd_frame_unref(ds->s, f);
+        return false;
+    }
     /* §6.2/§7: NotHere to the connection the packet came on: the sender, or the mesh peer that
      * forwarded it (so that it forgets the route). */
     if (kind == SRV_KIND_DISCO && why != SRV_DROP_DUP_CLIENT)
@@ -579,8 +590,9 @@ static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
 
 /* Every shard: count the watcher and send it this shard's active keys. */
 /* watch_add_event's arg: a new watcher (count it), or a repeat; below it the shard id. */
-#define WATCH_NEW (1ull << 31)
-_Static_assert(HD_SHARDS_MAX < WATCH_NEW, "the shard id stays below the flag");
+#define WATCH_NEW   (1ull << 31)
+#define WATCH_QUIET (1ull << 30) /* counted only: a watcher the predecessor handed over */
+_Static_assert(HD_SHARDS_MAX < WATCH_QUIET, "the shard id stays below the flags");
 
 /* PeerPresent frames for the active keys of table t, in frames of 64 KiB sent to the
  * watcher's shard; false when the pool is empty. */
@@ -615,9 +627,11 @@ static bool snapshot_table(struct srv_shard *ds, struct srv_peer_table *t, struc
 /* Every shard: the keys whose connections live here, its own and its guests. */
 static void watch_add_event(struct srv_shard *ds, struct hd_frame *kf, uint64_t arg)
 {
-    unsigned watcher_shard = (unsigned)(arg & (WATCH_NEW - 1));
+    unsigned watcher_shard = (unsigned)(arg & (WATCH_QUIET - 1));
     if (arg & WATCH_NEW)
         ds->watchers_total++;
+    if (arg & WATCH_QUIET)
+        return; /* it knows every key already: the keys move with it */
     struct hd_frame *f = NULL;
     if (!snapshot_table(ds, &ds->peers, kf, watcher_shard, &f) ||
         !snapshot_table(ds, &ds->guests, kf, watcher_shard, &f))
@@ -639,7 +653,7 @@ void srv_watch_start(struct srv_shard *ds, struct srv_client *cl)
     struct hd_frame *f = srv_key_frame(ds, cl->key.bytes, NULL);
     if (f == NULL)
         return;
-    uint64_t arg = hd_shard_id(ds->s);
+    uint64_t arg = hd_shard_id(ds->s) | (cl->imported && !cl->watcher ? WATCH_QUIET : 0);
     if (!cl->watcher) {
         if (ds->watch_list == NULL)
             ds->watch_list = calloc(SRV_WATCHERS_MAX, sizeof(*ds->watch_list));
@@ -667,4 +681,11 @@ void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl)
     struct hd_frame *f = srv_key_frame(ds, cl->key.bytes, NULL);
     if (f)
         srv_event_broadcast(ds, watch_remove_event, f, 0);
+}
+
+void srv_peer_gone_if_absent(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    struct srv_peer *p = srv_peers_find(&ds->peers, key);
+    if (p == NULL || p->clients_count == 0)
+        broadcast_gone(ds, key, p && p->fwd_count ? GONE_WATCHERS : GONE_WATCHERS | GONE_SOURCES);
 }

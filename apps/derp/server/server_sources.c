@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "server_live.h"
 
 static uint64_t key_prefix(const uint8_t key[DERP_KEY_LEN])
 {
@@ -312,4 +312,24 @@ void srv_sources_attach(struct srv_client *cl)
         }
         pos[i] = (uint32_t)at;
     }
+}
+
+/* ---------------------------------------------------------------- an upgrade's hand-over */
+
+uint32_t srv_sources_list(const struct srv_client *cl, uint64_t *out, uint32_t max)
+{
+    const struct srv_keyset *ks = &cl->sources;
+    uint32_t n = 0;
+    for (uint32_t i = 0; ks->slots && i < ks->cap && n < max; i++)
+        if (ks->slots[i])
+            out[n++] = ks->slots[i];
+    return n;
+}
+
+void srv_sources_restore(struct srv_client *cl, const uint64_t *prefixes, uint32_t count)
+{
+    for (uint32_t i = 0; i < count; i++)
+        if (prefixes[i] != 0)
+            (void)ks_add(&cl->sources, prefixes[i]); /* out of memory: that one is lost */
+    srv_sources_attach(cl);
 }

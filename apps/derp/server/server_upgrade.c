@@ -22,57 +22,7 @@
 #include <unistd.h>
 
 #include "server.h"
-#include "server_upgrade.h"
-
-/* Slots per kind: a shard's index (--shards is at most 64) or the claim's. */
-#define SRV_UPGRADE_SLOTS 64u
-/* After READY, how long the old process waits for the connections it accepted but has not
- * logged in yet (an HTTP request, a TLS handshake, a DERP login) before it stops, and how often
- * it asks its shards; derper's --http-deadline default bounds an honest request. */
-#define SRV_UPGRADE_DRAIN_MS      SRV_HTTP_DEADLINE_MS_DEFAULT
-#define SRV_UPGRADE_DRAIN_POLL_MS 20
-/* A shard's post inbox is full: try again this often, this many times. */
-#define SRV_UPGRADE_POST_RETRY_MS 1
-#define SRV_UPGRADE_POST_TRIES    1000
-/* How long a successor waits for its predecessor's sockets (they are sent at once). */
-#define SRV_UPGRADE_RECV_MS 10000
-#define SRV_UPGRADE_MAGIC   0x70756468u /* "hdup" */
-/* Bumped when the messages change: a successor refuses another version (and the old serves). */
-#define SRV_UPGRADE_VERSION 1u
-
-enum { MSG_FD = 1, MSG_END = 2, MSG_READY = 3, MSG_STOPPED = 4 };
-
-/* One message; MSG_FD carries one descriptor (kind, index), MSG_END the count sent, MSG_READY
- * the successor's pid; MSG_STOPPED (old to new) says the old process accepts no more. */
-struct up_msg {
-    uint32_t magic;
-    uint16_t version;
-    uint8_t type;
-    uint8_t kind;
-    uint32_t index;
-    uint32_t value;
-};
-
-struct srv_upgrade {
-    char **argv;
-    const char *pid_file;
-    uint32_t timeout_ms;
-    int slots[SRV_UP_KINDS][SRV_UPGRADE_SLOTS]; /* ours: the claims, the shards' (noted) */
-    int got[SRV_UP_KINDS][SRV_UPGRADE_SLOTS];   /* inherited, until a shard takes one */
-    int sock;                                   /* successor: to the predecessor */
-    bool inherited;
-    pthread_mutex_t lock; /* thread_sock, running, joinable */
-    pthread_t thread;     /* the old process's upgrade thread, or the successor's watch */
-    bool joinable;
-    bool running;    /* the thread has not finished its attempt */
-    int thread_sock; /* the thread's end while it waits (fini shuts it down) */
-    struct hd_runtime *rt;
-    unsigned instance; /* the relay's place in the runtime's modules (srv_shard_at) */
-    pthread_cond_t answered;
-    unsigned answers;                          /* shards that answered the last post (under lock) */
-    uint64_t prelogin;                         /* their connections not logged in yet, summed */
-    int dups[SRV_UP_KINDS][SRV_UPGRADE_SLOTS]; /* what the thread sends */
-};
+#include "server_upgrade_impl.h"
 
 int srv_upgrade_init(struct srv_config *cfg, char **argv, const char *pid_file, uint32_t timeout_ms)
 {
@@ -89,11 +39,14 @@ int srv_upgrade_init(struct srv_config *cfg, char **argv, const char *pid_file, 
             u->slots[k][i] = u->got[k][i] = u->dups[k][i] = -1;
     pthread_mutex_init(&u->lock, NULL);
     pthread_cond_init(&u->answered, NULL);
+    pthread_cond_init(&u->live_cv, NULL);
+    u->live_tail = &u->live_head;
+    u->rx_fd = -1;
     cfg->upgrade = u;
     return 0;
 }
 
-static struct up_msg msg_make(uint8_t type, uint8_t kind, uint32_t index, uint32_t value)
+struct up_msg msg_make(uint8_t type, uint8_t kind, uint32_t index, uint32_t value)
 {
     return (struct up_msg){.magic = SRV_UPGRADE_MAGIC,
                            .version = SRV_UPGRADE_VERSION,
@@ -131,6 +84,32 @@ static int receive_one(struct srv_upgrade *u, unsigned *got)
     return rc;
 }
 
+/* Port 0 in the flags (the kernel picked): the ports are the inherited sockets' (shard 0's), so
+ * the start-up line and --port-file name them, as the predecessor's did. */
+static void port_of(int fd, struct net_addr *a)
+{
+    struct net_addr b = {.len = sizeof(b.ss)};
+    if (fd >= 0 && getsockname(fd, &b.sa, &b.len) == 0 && b.sa.sa_family == a->sa.sa_family)
+        *a = b;
+}
+
+static void ports_from_sockets(struct srv_config *cfg, struct srv_upgrade *u)
+{
+    if (net_addr_port(&cfg->addr) == 0) {
+        port_of(u->got[SRV_UP_LISTEN][0], &cfg->addr);
+        net_addr_format(&cfg->addr, cfg->addr_text, sizeof(cfg->addr_text));
+    }
+    if (cfg->tls && cfg->http_port == 0) {
+        port_of(u->got[SRV_UP_HTTP][0], &cfg->http_addr);
+        cfg->http_port = net_addr_port(&cfg->http_addr);
+    }
+    if (cfg->stun && cfg->stun_port == 0) {
+        struct net_addr a = {.len = sizeof(a.ss)};
+        if (u->got[SRV_UP_STUN][0] >= 0 && getsockname(u->got[SRV_UP_STUN][0], &a.sa, &a.len) == 0)
+            cfg->stun_port = net_addr_port(&a);
+    }
+}
+
 int srv_upgrade_receive(struct srv_config *cfg)
 {
     struct srv_upgrade *u = cfg->upgrade;
@@ -153,6 +132,7 @@ int srv_upgrade_receive(struct srv_config *cfg)
         return -1;
     }
     hd_log(HD_LOG_INFO, "upgrade: received %u sockets from PID %d", got, (int)getppid());
+    ports_from_sockets(cfg, u);
     for (unsigned i = 0; i < 2; i++) { /* the claims are ours now, for our own successor */
         u->slots[SRV_UP_CLAIM][i] = u->got[SRV_UP_CLAIM][i];
         u->got[SRV_UP_CLAIM][i] = -1;
@@ -224,20 +204,30 @@ static unsigned srv_instance(const struct srv_config *cfg, struct hd_runtime *rt
 }
 
 static void kick_here(struct hd_shard *s, void *arg);
-static void ask_shards_async(struct srv_upgrade *u, hd_post_fn *fn);
 
 /* The successor: once the old process stopped accepting (STOPPED) and again once it is gone
  * (the socket's end), every listener's accept is armed anew (net_listener_kick). */
 static void *watch_thread(void *arg)
 {
     struct srv_upgrade *u = arg;
+    static uint8_t buf[NET_HANDOVER_MSG_MAX]; /* one watch thread per process */
     for (;;) {
+        int fds[NET_HANDOVER_FDS_MAX];
+        unsigned fds_count = 0;
+        ssize_t n = net_handover_recv(u->sock, buf, sizeof(buf), fds, &fds_count, -1);
         struct up_msg m;
-        ssize_t n = net_handover_recv(u->sock, &m, sizeof(m), NULL, NULL, -1);
+        if (n >= (ssize_t)sizeof(m) &&
+            srv_upgrade_live_recv(u, buf, (size_t)n, fds, fds_count)) /* a client's part */
+            continue;
+        for (unsigned i = 0; i < fds_count; i++)
+            close(fds[i]);
         ask_shards_async(u, kick_here);
+        if (n >= 0 && (size_t)n == sizeof(m))
+            memcpy(&m, buf, sizeof(m));
         if (n < 0 || (size_t)n != sizeof(m) || m.type != MSG_STOPPED)
             break;
     }
+    srv_upgrade_live_recv(u, NULL, 0, NULL, 0); /* the predecessor is gone: what it sent */
     return NULL;
 }
 
@@ -261,7 +251,7 @@ void srv_upgrade_started(struct srv_config *cfg, struct hd_runtime *rt)
     if (unused > 0) /* the old process ran more shards: those sockets' queues are reset */
         hd_log(HD_LOG_WARN, "upgrade: %u sockets of the old process unused (it had more shards)",
                unused);
-    struct up_msg m = msg_make(MSG_READY, 0, 0, (uint32_t)getpid());
+    struct up_msg m = msg_make(MSG_READY, UP_READY_TAKES_CLIENTS, 0, (uint32_t)getpid());
     int rc = net_handover_send(u->sock, &m, sizeof(m), NULL, 0);
     if (rc < 0) {
         hd_log(HD_LOG_ERROR, "upgrade: cannot tell PID %d we accept: %s", (int)getppid(),
@@ -314,6 +304,7 @@ static int wait_ready(struct srv_upgrade *u, int sock, pid_t pid)
     ssize_t n = net_handover_recv(sock, &m, sizeof(m), NULL, NULL, (int)u->timeout_ms);
     if (n < 0)
         return (int)n;
+    u->takes_clients = (size_t)n == sizeof(m) && (m.kind & UP_READY_TAKES_CLIENTS);
     if ((size_t)n != sizeof(m) || m.magic != SRV_UPGRADE_MAGIC || m.type != MSG_READY ||
         m.value != (uint32_t)pid)
         return -EPROTO;
@@ -343,7 +334,7 @@ static void reap_failed(pid_t pid, int rc)
 }
 
 /* On each shard: its connections not logged in yet, into the sum the thread waits for. */
-static void count_here(struct hd_shard *s, void *arg)
+void count_here(struct hd_shard *s, void *arg)
 {
     struct srv_upgrade *u = arg;
     struct srv_shard *ds = srv_shard_at(s, u->instance);
@@ -372,7 +363,7 @@ static void quiesce_here(struct hd_shard *s, void *arg)
 }
 
 /* Run fn on every shard and wait for each to answer: the shards' pre-login connections. */
-static uint64_t ask_shards(struct srv_upgrade *u, hd_post_fn *fn)
+uint64_t ask_shards(struct srv_upgrade *u, hd_post_fn *fn)
 {
     unsigned n = hd_runtime_shards_count(u->rt), posted = 0;
     pthread_mutex_lock(&u->lock);
@@ -407,7 +398,7 @@ static void kick_here(struct hd_shard *s, void *arg)
 }
 
 /* fn on every shard, not waiting for it (a full inbox is retried, a stopped shard skipped). */
-static void ask_shards_async(struct srv_upgrade *u, hd_post_fn *fn)
+void ask_shards_async(struct srv_upgrade *u, hd_post_fn *fn)
 {
     for (unsigned i = 0; i < hd_runtime_shards_count(u->rt); i++)
         for (unsigned t = 0; t < SRV_UPGRADE_POST_TRIES; t++) {
@@ -430,15 +421,24 @@ static void hand_over_and_stop(struct srv_upgrade *u, int sock, pid_t pid, int s
            "upgrade: PID %d accepts on the %d sockets handed over: this process stopped "
            "accepting; %llu connections of it are not logged in yet",
            (int)pid, sent, (unsigned long long)left);
+    if (u->takes_clients)
+        srv_upgrade_live_send(u, sock); /* every logged-in client, then BATCH */
+    else                                /* an older version: they reconnect, as after a restart */
+        hd_log(HD_LOG_WARN,
+               "upgrade: PID %d does not take logged-in clients: they are closed "
+               "when this process stops and reconnect",
+               (int)pid);
     for (unsigned waited = 0; left > 0 && waited < SRV_UPGRADE_DRAIN_MS;
          waited += SRV_UPGRADE_DRAIN_POLL_MS) {
         usleep(SRV_UPGRADE_DRAIN_POLL_MS * 1000);
+        if (u->takes_clients)
+            srv_upgrade_live_more(u, sock); /* those that logged in since */
         left = ask_shards(u, count_here);
     }
-    hd_log(HD_LOG_INFO,
-           "upgrade: stopping (%llu connections still not logged in are closed; logged-in "
-           "clients are closed and reconnect to PID %d)",
-           (unsigned long long)left, (int)pid);
+    if (u->takes_clients)
+        srv_upgrade_live_finish(u, sock, pid);
+    hd_log(HD_LOG_INFO, "upgrade: stopping (%llu connections still not logged in are closed)",
+           (unsigned long long)left);
     char text[32];
     snprintf(text, sizeof(text), "MAINPID=%d", (int)pid);
     notify_systemd(text);
@@ -542,6 +542,8 @@ void srv_upgrade_fini(struct srv_config *cfg)
     if (u->pid_file && srv_upgrade_pid_read(u->pid_file) == (long)getpid())
         unlink(u->pid_file);
     pthread_cond_destroy(&u->answered);
+    pthread_cond_destroy(&u->live_cv);
+    srv_upgrade_live_fini(u);
     pthread_mutex_destroy(&u->lock);
     free(u);
     cfg->upgrade = NULL;
