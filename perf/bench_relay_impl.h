@@ -228,7 +228,7 @@ struct bench_syscalls {
     unsigned threads;
     uint64_t syscalls, uring_enters;
     bool ok;
-    char error[96]; /* why not, when !ok */
+    char error[160]; /* why not, when !ok */
 };
 
 /* --latency: a pinger and an echo client on generator shard 0 (bench_latency.c). */

@@ -160,8 +160,18 @@ void bench_syscalls_open(struct bench_run *r)
                                           "syscalls/sys_enter_io_uring_enter"};
     long ids[2] = {tracepoint_id(events[0]), tracepoint_id(events[1])};
     memset(sc, 0, sizeof(*sc));
-    if (ids[0] < 0 || ids[1] < 0 || r->cfg.relay_pid <= 0) {
-        snprintf(sc->error, sizeof(sc->error), "no tracefs syscall tracepoints (or no relay pid)");
+    if (r->cfg.relay_pid <= 0) {
+        snprintf(sc->error, sizeof(sc->error), "no relay pid (--relay-pid)");
+        return;
+    }
+    if (ids[0] < 0 || ids[1] < 0) {
+        /* An empty /sys/kernel/tracing is the mount point with nothing mounted on it (until
+         * something mounts tracefs: perf does it by itself, run-bench's perf method). */
+        snprintf(sc->error, sizeof(sc->error),
+                 "no syscall tracepoints in tracefs (%s; as root: mount -t tracefs nodev "
+                 "/sys/kernel/tracing)",
+                 access("/sys/kernel/tracing/events", F_OK) == 0 ? "no such events there"
+                                                                 : "tracefs is not mounted");
         return;
     }
     char path[64];
