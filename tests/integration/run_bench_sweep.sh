@@ -7,7 +7,8 @@
 # `peers` column in summary.txt and one plot curve per peer count. Checked (both): every point
 # delivered > 0 Mbit/s, the paced point delivered about its offered rate with zero loss, the
 # latency under load (run-bench's default --latency) is there and sane (> 0, p50 <= p99 <=
-# p999) in every run file and the summary, every PNG is a real PNG of some size. run-bench bounds every child with a timeout and stops the
+# p999) in every run file and the summary and came from a probe process of its own (--probe own,
+# the default: the runs' last generator argv), every PNG is a real PNG of some size. run-bench bounds every child with a timeout and stops the
 # relay by PID.
 # client: --load client with two generator processes (--generators 2, a pair file) at 20 Mbit/s
 # and 1 and 2 shards, where the relay command fails for shards 2 (it exits at once) and the
@@ -59,8 +60,13 @@ for f in runs:
     else:  # no --peers: today's names, the generator's default
         assert m is None and json.load(open(f))["peers"] == 8, f
 for f in runs:
-    l = json.load(open(f))["latency_under_load"]
+    r = json.load(open(f))
+    l = r["latency_under_load"]
     assert l and l["count"] > 0 and l["received"] > 0, (f, l)
+    # --probe own (the default): the ping/echo pair ran in a process of its own, the last one
+    assert r.get("latency_probe") == "own process", (f, r.get("latency_probe"))
+    assert "--latency" in r["harness_argv"][-1] and "--pairs" in r["harness_argv"][-1], f
+    assert not any("--latency" in a for a in r["harness_argv"][:-1]), f
     assert 0 < l["p50_us"] <= l["p99_us"] <= l["p999_us"] <= l["max_us"], (f, l)
 for p in pts:
     a, b, c = (p[f"load_rtt_{q}_us_mean"] for q in ("p50", "p99", "p999"))
