@@ -99,20 +99,22 @@ Test(test_reactor_rand, xoshiro256starstar_reference_sequence)
     static struct one o = {.fn = known_answer};
     run_one(&o);
     for (unsigned i = 0; i < 10; i++)
-        cr_assert_eq(o.got[i], want[i], "draw %u: %llu, want %llu", i,
-                     (unsigned long long)o.got[i], (unsigned long long)want[i]);
+        cr_assert_eq(o.got[i], want[i], "draw %u: %llu, want %llu", i, (unsigned long long)o.got[i],
+                     (unsigned long long)want[i]);
 }
 
-static const uint64_t bounds[] = {1,
-                                  2,
-                                  3,
-                                  7,
-                                  1000,
-                                  (1ull << 32) + 1,
-                                  1ull << 63,
-                                  (1ull << 63) + 1,
-                                  0xaaaaaaaaaaaaaaabull,
-                                  UINT64_MAX};
+static const uint64_t bounds[] = {
+    1,
+    2,
+    3,
+    7,
+    1000,
+    (1ull << 32) + 1,
+    1ull << 63,
+    (1ull << 63) + 1,
+    0xaaaaaaaaaaaaaaabull,
+    UINT64_MAX,
+};
 
 static void in_range(struct hd_shard *s, struct one *o)
 {
