@@ -10,6 +10,9 @@ holds=()
 perf_cleanup() {
     local x
     for x in "${pids[@]}" "${holds[@]}"; do kill "$x" 2>/dev/null || true; done
+    # A server under valgrind never sees the SIGTERM (server_start_probed): SIGKILL, by PID.
+    all_gone() { for x in "${pids[@]}"; do pid_gone "$x" || return 1; done; }
+    wait_for 5 all_gone || for x in "${pids[@]}"; do kill -KILL "$x" 2>/dev/null || true; done
 }
 trap perf_cleanup EXIT
 perf_die() {
