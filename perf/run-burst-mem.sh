@@ -4,7 +4,7 @@
 # unpaced pairs of SIZE-byte packets for DURATION s (the burst fills the frame pools), then reads
 # VmRSS again AFTER s after the generator left (issue 16 item 7: the pools used to keep every
 # chunk, jemalloc every page). Prints one line per figure (KiB) and a summary. The generator has
-# a hard timeout; the server is stopped by PID.
+# a hard timeout; the server listens on port 0 (read back) and is stopped by PID.
 #
 # Environment: SHARDS (2), PAIRS (50), SIZE (16384), DURATION (4), AFTER (5), OUT (a new
 # directory under /tmp: logs).
@@ -17,13 +17,12 @@ shards=${SHARDS:-2} pairs=${PAIRS:-50} size=${SIZE:-16384} duration=${DURATION:-
 after=${AFTER:-5}
 out=${OUT:-$(mktemp -d /tmp/burst-mem.XXXXXX)}
 mkdir -p "$out"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$bin/hderp-server" -a "127.0.0.1:$port" -dev -stun=false --shards "$shards" >"$out/server.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null || true' EXIT
-for _ in $(seq 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/derp/probe" && break; sleep 0.05; done
+work=$out
+. "$here/lib.sh"
+server_start server "$bin/hderp-server" -a 127.0.0.1:0 -dev -stun=false --shards "$shards"
+pid=$srv_pid port=$srv_port
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
-sleep 1
+sleep 1 # not a wait for a condition: the idle figure is read a second into an idle life
 idle=$(rss)
 timeout $((duration + 30)) "$bench" --server "http://127.0.0.1:$port/derp" --pairs "$pairs" \
     --peers $((2 * pairs)) --size "$size" --duration "$duration" --warmup 1 \
@@ -38,5 +37,4 @@ echo "burst_mem_at_end_kib $left"
 echo "burst_mem_after_${after}s_kib $later"
 echo "summary: $shards shards, $pairs pairs x $size B unpaced for ${duration}s: RSS idle $idle KiB," \
     "peak $peak KiB, at the end $left KiB, ${after}s later $later KiB (logs in $out)"
-kill "$pid"
-wait "$pid" || true
+stop_pid "$pid" || true

@@ -15,7 +15,8 @@
 #
 # Environment: NS ("0 1000 4000"), MODES ("plain tls"), SETTLE (2 s after the last login),
 # SHARDS (1), OUT (a new directory under /tmp: server logs, bench outputs, the samples).
-# The generators have a hard timeout; servers are stopped by PID (also on exit). With the
+# The generators have a hard timeout; servers listen on port 0 (read back from --port-file)
+# and are stopped by PID (also on exit). With the
 # defaults it takes about a minute. The generators and the server each need N+ fds: the script
 # checks ulimit -n.
 set -euo pipefail
@@ -41,19 +42,19 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
     -keyout "$out/127.0.0.1.key" -out "$out/127.0.0.1.crt" -subj /CN=127.0.0.1 \
     -addext subjectAltName=IP:127.0.0.1 2>/dev/null
 
+work=$out
+. "$here/lib.sh"
 pid=""
 stop_server() {
     [ -n "$pid" ] || return 0
-    kill -TERM "$pid" 2>/dev/null || { pid=""; return 0; }
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    stop_pid "$pid" 5 || true
     pid=""
 }
 bpids=()
 cleanup() {
     for b in "${bpids[@]}"; do kill "$b" 2>/dev/null || true; done
     stop_server
+    perf_cleanup
 }
 trap cleanup EXIT
 
@@ -89,18 +90,10 @@ for mode in $modes; do
     fi
     base_rss="" base_anon="" prev_rss="" prev_n=""
     for n in $ns; do
-        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])')
-        url=$scheme://127.0.0.1:$port
-        "$bin/hderp-server" -a "127.0.0.1:$port" -dev -stun=false --shards "$shards" \
-            "${args[@]}" >"$out/server-$mode-$n.log" 2>&1 &
-        pid=$!
-        for _ in $(seq 100); do
-            curl -sk --max-time 1 -o /dev/null "$url/derp/probe" && break
-            sleep 0.1
-        done
-        curl -sk --max-time 1 -o /dev/null "$url/derp/probe" ||
-            die "the $mode server did not come up (log: $out/server-$mode-$n.log)"
+        server_start "server-$mode-$n" "$bin/hderp-server" -a 127.0.0.1:0 -dev -stun=false \
+            --shards "$shards" "${args[@]}"
+        pid=$srv_pid
+        url=$scheme://127.0.0.1:$srv_port
         want=$((n + 2))
         # The logins come in batches of at most 1000 connections, one generator process each:
         # the server refuses TLS handshakes past 1024 in progress per shard (tls/), and one
@@ -126,7 +119,7 @@ print(s.getsockname()[1])')
             [ "$got" -ge $((want - left)) ] ||
                 die "$mode N=$n: only $got of $((want - left)) connections (see $out/bench-$mode-$n-*.txt)"
         done
-        sleep "$settle"
+        sleep "$settle" # not a wait for a condition (the logins are in): SETTLE of quiet life
         slab=$(kslab)
         [ "$(conns)" -ge "$want" ] || die "$mode N=$n: connections dropped while settling"
         read -r rss anon < <(sample)

@@ -10,7 +10,8 @@
 # DESIGN.md's derper reference load, 4 pairs x 5,000 packets/s x 1400 B), PAIRS (4),
 # SIZE (1400), DURATION (5), WARMUP (1), PROFILE_RATE (1000; "" = no profile), OUT (a new
 # directory under /tmp: logs, raw outputs, perf.data). Every child has a hard timeout; the whole
-# script stays under ~3 minutes with the defaults; the server is stopped by PID.
+# script stays under ~3 minutes with the defaults; the server listens on port 0 (read back from
+# --port-file) and is stopped by PID.
 #
 # TLS=1 measures the relay in TLS mode. Tailscale's derper is not on this machine, so
 # there is no side-by-side baseline: compare with the derper figures in docs/DESIGN.md
@@ -37,8 +38,6 @@ if ! command -v derper >/dev/null; then
     echo "# from docs/DESIGN.md (derper ~19.5 CPU-s/GB over TLS, 1400 B, 4 pairs)."
 fi
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])')
 # TLS=1: the relay in TLS mode (-certmode manual, a throwaway certificate for 127.0.0.1), the
 # generator verifying it; userspace records on a kernel without the tls ULP.
 tls_server=() tls_bench=() scheme=http
@@ -50,9 +49,11 @@ if [ "${TLS:-0}" = 1 ]; then
     tls_bench=(--ca "$out/127.0.0.1.crt")
     scheme=https
 fi
-taskset -c 0 "$bin/hderp-server" -a "127.0.0.1:$port" -dev -stun=false --shards 1 \
-    "${tls_server[@]}" >"$out/server.log" 2>&1 &
-pid=$!
+work=$out
+. "$here/lib.sh"
+server_start server taskset -c 0 "$bin/hderp-server" -a 127.0.0.1:0 -dev -stun=false \
+    --shards 1 "${tls_server[@]}"
+pid=$srv_pid port=$srv_port
 (
     sleep "$budget_s" &
     sleeper=$!
@@ -63,27 +64,21 @@ pid=$!
     kill -KILL "$pid" 2>/dev/null
 ) &
 watchdog=$!
-stop_server() {
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
+stopped=""
+stop_server() { # the exit status of the first stop
+    [ -n "$stopped" ] && return "$stopped"
+    stopped=0
+    stop_pid "$pid" 5 || stopped=$?
+    return "$stopped"
 }
 cleanup() {
-    stop_server
+    stop_server || true
     kill "$watchdog" 2>/dev/null || true
+    perf_cleanup
 }
 trap cleanup EXIT
 
 url=$scheme://127.0.0.1:$port
-for _ in $(seq 50); do
-    curl -sk --max-time 1 -o /dev/null "$url/derp/probe" && break
-    sleep 0.1
-done
-curl -sk --max-time 1 -o /dev/null "$url/derp/probe" || {
-    echo "run-relay-bench: the server did not come up" >&2
-    cat "$out/server.log" >&2
-    exit 1
-}
 
 drops() {
     curl -sk --max-time 2 "$url/debug/varz" |
@@ -148,6 +143,5 @@ else
     echo "# profile: skipped (PROFILE_RATE empty or perf record does not work here)"
 fi
 
-stop_server
-wait "$pid" && rc=0 || rc=$?
+stop_server && rc=0 || rc=$?
 echo "# server exit status $rc after SIGTERM"

@@ -96,6 +96,7 @@ struct hd_shard {
      */
     uint64_t rate_ms;
     uint32_t rate_cur, rate_prev;
+    uint64_t rand_state[4]; /* rand.c: xoshiro256**, never all zero */
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
      * the exchange and wakes it. Pairs with the producer's fence after publishing a tail. */
@@ -220,6 +221,11 @@ void hd_posts_drain(struct hd_shard *s);
 bool hd_posts_pending(struct hd_shard *s);
 void hd_posts_close(struct hd_shard *s);
 void hd_collects_free(struct hd_shard *s);
+/* rand.c: seed s's generator from getrandom() (the clock, the PID and the shard id if that
+ * fails); main thread, when the runtime allocates the shard. seed_from: from one 64-bit seed,
+ * expanded by splitmix64 (tests, for a known sequence); distinct seeds give distinct states. */
+void hd_rand_seed(struct hd_shard *s);
+void hd_rand_seed_from(struct hd_shard *s, uint64_t seed);
 void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
 uint64_t hd_clock_ms(void);
 /* The wait policy (shard.c): the min-wait of a sleep after cqes_2ms completions in this and the

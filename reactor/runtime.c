@@ -122,6 +122,7 @@ static struct hd_shard *shard_alloc(struct hd_runtime *rt, unsigned id)
     s->count = rt->count;
     s->ring_fd = -1;
     atomic_init(&s->sleeping, 0);
+    hd_rand_seed(s);
     s->wake_fd = eventfd(0, EFD_CLOEXEC); /* blocking: io_uring polls it for us */
     if (s->wake_fd < 0) {
         free(s);

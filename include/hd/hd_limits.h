@@ -138,6 +138,11 @@ _Static_assert(HD_IS_POW2(HD_SLAB_CHUNK_SIZE), "chunk alignment masks a pointer"
  * an escape boundary. */
 #define HD_LOG_JSON_LINE_MAX (4 * HD_LOG_LINE_MAX)
 
+/* hd_rand_below: draws before it settles for a slightly biased answer. A draw is rejected with
+ * probability (2^64 mod n) / 2^64 < 1/2, so all of them are with probability < 2^-64: the
+ * bound is never reached in practice, it only keeps the loop bounded (CONVENTIONS.md). */
+#define HD_RAND_DRAWS_MAX 64
+
 /* Histograms: log-linear, 2^HD_HIST_SUB_BITS linear sub-buckets per power of two (~6% error). */
 #define HD_HIST_SUB_BITS 4
 #define HD_HIST_BUCKETS  ((64 - HD_HIST_SUB_BITS + 1) << HD_HIST_SUB_BITS)

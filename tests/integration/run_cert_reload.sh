@@ -37,7 +37,7 @@ pid=$srv_pid p=$srv_port
 "$bin/hderp-echo" echo --server "https://localhost:$p/derp" --ca "$work/one.crt" \
     >"$work/echo.log" 2>&1 &
 pids+=($!)
-wait_for 5 grep -q '^nodekey:' "$work/echo.log" || true # the next line says what went wrong
+wait_for 30 grep -q '^nodekey:' "$work/echo.log" || true # the next line says what went wrong
 peer=$(grep -m1 '^nodekey:' "$work/echo.log") || fail "the echo peer did not log in"
 
 cp "$work/two.crt" "$work/certs/localhost.crt"
@@ -56,7 +56,7 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(d["lost"] 
 # A broken certificate file on reload: logged, the previous one stays.
 echo "not a certificate" >"$work/certs/localhost.crt"
 kill -HUP "$pid"
-wait_for 5 grep -q "TLS reload failed" "$work/server.log" || true # checked on the next line
+wait_for 30 grep -q "TLS reload failed" "$work/server.log" || true # checked on the next line
 grep -q "TLS reload failed, keeping the previous certificate" "$work/server.log" ||
     fail "no error logged for a broken certificate"
 [ "$(served)" = "two 2" ] || fail "after a failed reload: served $(served), want two + meta"

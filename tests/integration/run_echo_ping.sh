@@ -26,7 +26,7 @@ echo_url=$url
 [ "$mode" = wss ] && echo_url=wss://${url#https://}
 "$bin/hderp-echo" echo --server "$echo_url" "${tlsargs[@]}" >"$work/echo.out" 2>"$work/echo.log" &
 pids+=($!)
-wait_for 5 test -s "$work/echo.out" || true # the check below says what it printed
+wait_for 30 test -s "$work/echo.out" || true # the check below says what it printed
 key=$(head -1 "$work/echo.out")
 [[ $key =~ ^nodekey:[0-9a-f]{64}$ ]] || fail "echo printed '$key', not a nodekey line"
 out=$(timeout 60 "$bin/hderp-echo" ping --server "$url" "${tlsargs[@]}" --peer "$key" \

@@ -82,7 +82,11 @@ PY
 varz=$(curl -s "${curl_tls[@]}" "$url/debug/varz")
 echo "$varz" | grep -q '^derp_packets_sent 100$' || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
 echo "$varz" | grep -q '^hderp_loop_stalls{shard="0"} [0-9]' || fail "varz has no stall counter"
-echo "$varz" | grep -q '^derp_peer_gone_not_here_frames 3$' || fail "varz NotHere count"
+# derp_smoke.py checked the NotHere count against the client's (3, more only if the server took
+# over a second for the 6 discos: the rate limit refills): here it is still there, at most 6.
+nh=$(echo "$varz" | awk '$1 == "derp_peer_gone_not_here_frames" {print $2}')
+[ -n "$nh" ] && [ "$nh" -ge 3 ] && [ "$nh" -le 6 ] ||
+    fail "varz NotHere count: $(echo "$varz" | grep -E 'not_here|placement|stalls' | tr '\n' ' ')"
 rc=0
 stop_pid "$pid" || rc=$?
 trap - EXIT

@@ -14,6 +14,7 @@ import os, shutil, signal, socket, ssl, subprocess, sys, threading, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import derp_pyclient as dc  # the independent DERP client of these tests
+import testlib
 from testlib import hold_port, pid_gone as gone, read_pid_file, stun_request
 BIN, WORK, MODE = sys.argv[1], sys.argv[2], sys.argv[3]
 TLS = MODE == "tls"
@@ -45,12 +46,11 @@ def fail(msg):
 
 
 def wait_for(cond, what, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    fail("timed out waiting for " + what)
+    """testlib.wait_for, failing the test the way this script does (with the server's log)."""
+    try:
+        return testlib.wait_for(cond, what, timeout)
+    except testlib.Timeout as e:
+        fail(str(e))
 
 
 def peer_gone(s):
@@ -256,6 +256,8 @@ finally:
         if pid and not gone(pid):
             os.kill(pid, signal.SIGTERM)
     for pid in pids:
-        deadline = time.monotonic() + 20
-        while pid and not gone(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        try:
+            testlib.wait_for(lambda: not pid or gone(pid), "PID %s to exit" % pid, 20)
+        except testlib.Timeout:
+            if not gone(pid):
+                os.kill(pid, signal.SIGKILL)

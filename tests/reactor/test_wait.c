@@ -31,6 +31,7 @@ struct wait_ctx {
     unsigned nops_done, ops_done, pending; /* pending: callbacks until the test stops */
     uint64_t op_sleep[BATCH_OPS], guard_sleep, timer_sleep; /* the sleep that delivered each */
     bool use_timer; /* after the burst: a 20 ms wheel timer and the guard instead of the batch */
+    bool late_op;   /* after the burst: one op due after the min-wait ended empty, and the guard */
     uint32_t features;
     uint64_t min_waits;
 };
@@ -106,6 +107,12 @@ static void op_done(struct hd_op *op, int32_t res, uint32_t flags)
  * wheel timer due in 20 ms beside a 200 ms guard. */
 static void after_burst(struct wait_ctx *c)
 {
+    if (c->late_op) {
+        c->pending = 2;
+        timerfd_read(c->s, &c->ops[0], op_done, &c->op_fd[0], &c->op_buf[0], 150ull * MS);
+        timerfd_read(c->s, &c->guard, guard_done, &c->guard_fd, &c->guard_buf, 600ull * MS);
+        return;
+    }
     if (c->use_timer) {
         c->pending = 2;
         hd_timer_init(&c->timer, timer_fired);
@@ -190,6 +197,26 @@ Test(test_reactor_wait, timer_not_held_back)
     close_fds(&c);
     cr_assert_lt(c.timer_sleep, c.guard_sleep, "timer after sleep %llu, guard after %llu",
                  (unsigned long long)c.timer_sleep, (unsigned long long)c.guard_sleep);
+}
+
+/* Under load, a min-wait that ended with nothing to report: the first completion after it
+ * wakes the shard at once, in a sleep of its own before the guard's (were it held until the
+ * sleep's timeout or until HD_MIN_WAIT_BATCH completions, both would come back from the same
+ * sleep). The min-wait (50 ms) ends empty well before the op (150 ms). */
+Test(test_reactor_wait, completion_after_empty_min_wait_not_held)
+{
+    static const struct hdt_options short_wait = {.shards = 1, .min_wait_us = 50u * 1000u};
+    struct wait_ctx c = {.late_op = true};
+    cr_assert_eq(hdt_run(&short_wait, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, 1);
+    if (!(c.features & HD_FEAT_MIN_WAIT)) {
+        cr_log_info("kernel without IORING_FEAT_MIN_TIMEOUT: the plain wait (fallback) ran");
+        return;
+    }
+    cr_assert_geq(c.min_waits, 1);
+    cr_assert_lt(c.op_sleep[0], c.guard_sleep, "op after sleep %llu, guard after %llu",
+                 (unsigned long long)c.op_sleep[0], (unsigned long long)c.guard_sleep);
 }
 
 /* A quiet shard: one op alone comes back from a sleep of its own, before a guard due later (were

@@ -13,6 +13,8 @@ Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
   doc-refs         every FOO.md a file names exists; nothing points outside the repository;
                    every "spec §N" names a section of docs/DERP-PROTOCOL.md
   ctest-labels     every ctest entry of the build has a LABELS value
+  no-libc-rand     no C file outside tests/ calls libc's rand()/random()/drand48() family:
+                   one process-wide generator behind a lock, unseeded; shards use hd_rand.h
 
 Each finding is printed as path:line: rule: what, and the run exits 1 if there was any.
 No allowlist: a rule that does not hold is fixed in the code, or the rule is changed here
@@ -207,6 +209,27 @@ def rule_doc_refs(src, files):
                     yield f, i + 1, f"names {ref}, which is not in the repository"
 
 
+# libc's generators (C, POSIX, SVID) and their seeding; a call is the name, then "(".
+LIBC_RAND = re.compile(r"(?<![\w.>])(s?rand|s?random|rand_r|[dejlmn]rand48|srand48|seed48|lcong48"
+                       r"|initstate|setstate)\s*\(")
+C_COMMENT_OR_STRING = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"'
+                                 r"|'(?:\\.|[^'\\\n])*'", re.S)
+
+
+def rule_no_libc_rand(src, files):
+    for f in c_files(files):
+        if f.startswith("tests/"):
+            continue  # a test may use whatever it likes
+        with open(os.path.join(src, f), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        # Comments and strings blanked (newlines kept, so line numbers stay right).
+        code = C_COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+        for m in LIBC_RAND.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            yield f, line, (f"calls {m.group(1)}(): one locked, unseeded generator for the "
+                            "whole process; use hd_rand_u64/hd_rand_below (hd/hd_rand.h)")
+
+
 def rule_ctest_labels(build, ctest):
     out = subprocess.run([ctest, "--show-only=json-v1"], cwd=build, check=True,
                          capture_output=True).stdout
@@ -226,6 +249,7 @@ RULES = {
     "layers-no-derp": rule_layers_no_derp,
     "private-headers": rule_private_headers,
     "doc-refs": rule_doc_refs,
+    "no-libc-rand": rule_no_libc_rand,
 }
 
 
@@ -256,9 +280,13 @@ def selftest():
         "apps/a/README.md": "See ../" "shared/DESIGN.md and docs/NOWHERE.md.\n",
         "docs/DERP-PROTOCOL.md": "## 1. A\n### 1.2 B\n## Appendix A. C\n",
         "apps/a/cite.c": "/* spec §1.2, spec §1, spec Appendix A; spec §1.3 and spec §2 */\n",
+        "apps/a/dice.c": ('/* rand() here is a comment */\nconst char *w = "random(";\n'
+                          "int d(void) { return rand() % 6 + hd_rand(0) + x.random(1); }\n"
+                          "void s(void) { srandom(1); }\n"),
+        "tests/a/dice.c": "int d(void) { return rand(); }\n",
     }
     expect = {"file-lines": 2, "function-lines": 1, "columns": 1, "layers-no-derp": 1,
-              "private-headers": 1, "doc-refs": 5}
+              "private-headers": 1, "doc-refs": 5, "no-libc-rand": 2}
     good = {"apps/a/fn.c": ok_fn, "apps/a/ok.h": "/* ok */\n" * HEADER_LINES_MAX, "docs/DESIGN.md": "# d\n", "README.md": "docs/DESIGN.md\n",
             "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n'}
     failed = False

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/hd_rand.h>
 #include <hd/net_http_client.h>
 #include "server.h"
 
@@ -82,9 +83,10 @@ void srv_admit_shard_fini(struct srv_shard *ds)
 
 /* ---------------------------------------------------------------- re-checks */
 
-static uint64_t jitter(uint64_t span)
+/* [0, span): the shard's own generator, so logins spread without sharing libc's locked one. */
+static uint64_t jitter(struct srv_shard *ds, uint64_t span)
 {
-    return span ? (uint64_t)rand() % span : 0;
+    return span ? hd_rand_below(ds->s, span) : 0;
 }
 
 static void recheck_fired(struct hd_timer *t);
@@ -101,7 +103,7 @@ void srv_admit_recheck_start(struct srv_client *cl)
     if (cl->mesh || cfg->verify_url == NULL || cfg->verify_recheck_ms == 0)
         return;
     /* Anywhere in the first interval: logins that came together spread out. */
-    recheck_again(cl, 1 + jitter(cfg->verify_recheck_ms));
+    recheck_again(cl, 1 + jitter(cl->ds, cfg->verify_recheck_ms));
 }
 
 void srv_admit_recheck_stop(struct srv_client *cl)
@@ -126,7 +128,7 @@ static void rechecked(void *arg, int err, const struct net_http_result *r)
     const char *why = srv_admit_judge(0, r, false, &allow);
     srv_admit_cache_put(ds, &cl->key, allow);
     if (allow) {
-        recheck_again(cl, interval - interval / 8 + jitter(interval / 4));
+        recheck_again(cl, interval - interval / 8 + jitter(ds, interval / 4));
         return;
     }
     char key[DERP_PUBKEY_TEXT_SIZE];
@@ -144,7 +146,7 @@ static void recheck_fired(struct hd_timer *t)
     if (cl->phase != SRV_CLIENT_ACTIVE || cl->admit)
         return;
     if (ds->rechecks_inflight >= SRV_RECHECK_INFLIGHT_MAX) {
-        recheck_again(cl, SRV_RECHECK_BUSY_MS + jitter(SRV_RECHECK_BUSY_MS));
+        recheck_again(cl, SRV_RECHECK_BUSY_MS + jitter(ds, SRV_RECHECK_BUSY_MS));
         return;
     }
     int rc = srv_admit_url_request(cl, rechecked);

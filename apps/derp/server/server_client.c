@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/hd_rand.h>
+
 #include "server_account.h"
 #include "server_live.h"
 
@@ -165,10 +167,11 @@ static void keepalive_start(struct srv_shard *ds, struct srv_client *cl)
 {
     uint32_t jitter = ds->cfg->keepalive_jitter_ms;
     if (cl->keepalive_ms == 0)
-        cl->keepalive_ms = ds->cfg->keepalive_ms + (jitter ? (uint32_t)rand() % jitter : 0);
+        cl->keepalive_ms =
+            ds->cfg->keepalive_ms + (jitter ? (uint32_t)hd_rand_below(ds->s, jitter) : 0);
     HD_ASSERT(cl->keepalive_ms > 0);
     hd_timer_init(&cl->keepalive, keepalive_fired);
-    hd_timer_start(ds->s, &cl->keepalive, 1 + (uint32_t)rand() % cl->keepalive_ms);
+    hd_timer_start(ds->s, &cl->keepalive, 1 + hd_rand_below(ds->s, cl->keepalive_ms));
 }
 
 /* ---------------------------------------------------------------- login */
