@@ -1,5 +1,5 @@
-# lib.sh - shared pieces of the perf/ shell drivers (sourced), the same ideas as
-# tests/integration/lib.sh without its test-failure report: a bounded wait for a condition,
+# lib.sh - shared pieces of the perf/ shell drivers (sourced), on top of
+# tests/integration/procs_ports.sh (as tests/integration/lib.sh is): a bounded wait for a condition,
 # hderp-server started on port 0 with the ports it bound read back (--port-file), a port held
 # for a server whose port must be known before it starts (a -mesh-with list naming every node),
 # and stop by PID. A driver sets $work (a directory for the port files and the servers' logs)
@@ -19,18 +19,10 @@ perf_die() {
     echo "${0##*/}: $*" >&2
     exit 2
 }
-
-# wait_for SECONDS CMD [ARGS...]: runs CMD every 0.1 s until it succeeds; 1 if it never did
-# within SECONDS (a bound for a hang, not a figure).
-wait_for() {
-    local tries=$(($1 * 10))
-    shift
-    for _ in $(seq "$tries"); do
-        "$@" && return 0
-        sleep 0.1
-    done
-    return 1
-}
+lib_die() { perf_die "$@"; }
+# wait_for, server_listening, port_of, port_hold, port_release, stop_pid, pid_gone: shared with
+# the integration tests
+. "$(dirname "${BASH_SOURCE[0]}")/../tests/integration/procs_ports.sh"
 
 # A start-up under valgrind, or with thousands of pools to carve, is slow: generous, only a
 # failure waits that long.
@@ -76,62 +68,6 @@ server_answers() {
     kill -0 "$1" 2>/dev/null && return 1
     perf_die "hderp-server (PID $1) exited before it answered (log: $3)"
 }
-# server_listening PID PORT_FILE: 0 once the file is there, 1 while PID runs without it.
-server_listening() {
-    [ -s "$2" ] && return 0
-    kill -0 "$1" 2>/dev/null && return 1
-    perf_die "hderp-server (PID $1) exited before it listened (log: ${2%.ports}.log)"
-}
-# port_of PORT_FILE NAME: the port of the line "NAME ADDRESS" (empty if there is none).
-port_of() { awk -v n="$2" '$1 == n { sub(/.*:/, "", $2); print $2 }' "$1"; }
-
-# port_hold [tcp|udp]: binds 127.0.0.1:0 (SO_REUSEADDR) in a helper process that keeps the
-# socket until the driver exits or port_release, and sets held_port: nothing else is given the
-# port meanwhile, while hderp-server's own SO_REUSEADDR listener binds beside the idle socket.
-# Release a UDP hold once the server listens: it would get a share of the datagrams.
-port_hold() {
-    local kind=${1:-tcp} f=$work/.hold.$$.${#holds[@]}
-    rm -f "$f"
-    python3 -c '
-import os, signal, socket, sys
-udp = sys.argv[1] == "udp"
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
-if not udp:
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 0))
-if udp:  # after the bind: UDP port 0 search would share a port with SO_REUSEADDR sockets
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-with open(sys.argv[2] + ".tmp", "w") as f:
-    f.write("%d\n" % s.getsockname()[1])
-os.rename(sys.argv[2] + ".tmp", sys.argv[2])
-signal.pause()  # holds the socket until it is killed
-' "$kind" "$f" &
-    holds+=($!)
-    wait_for 10 test -s "$f" || perf_die "port_hold $kind: no port"
-    held_port=$(cat "$f")
-    rm -f "$f"
-    eval "hold_pid_${kind}_$held_port=${holds[-1]}"
-}
-# port_release PORT [tcp|udp]: closes the socket port_hold holds on PORT (its helper, by PID).
-port_release() {
-    local v=hold_pid_${2:-tcp}_$1
-    kill "${!v}" 2>/dev/null || true
-    wait "${!v}" 2>/dev/null || true
-}
-
-# stop_pid PID [SECONDS]: SIGTERM, up to SECONDS (15) for it to exit, then SIGKILL; returns its
-# exit status (PID must be a child of this shell).
-stop_pid() {
-    kill -TERM "$1" 2>/dev/null || true
-    wait_for "${2:-15}" pid_gone "$1" || kill -KILL "$1" 2>/dev/null || true
-    local rc=0 x left=()
-    wait "$1" 2>/dev/null || rc=$?
-    for x in "${pids[@]}"; do [ "$x" = "$1" ] || left+=("$x"); done
-    pids=("${left[@]}") # gone: perf_cleanup must not signal whoever gets the PID next
-    return "$rc"
-}
-pid_gone() { ! kill -0 "$1" 2>/dev/null; }
-
 # varz_of BASE_URL NAME [curl args...]: the /debug/varz series named exactly NAME; empty if none.
 varz_of() {
     local base=$1 name=$2

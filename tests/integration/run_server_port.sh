@@ -29,7 +29,7 @@ rc=$?
 [ "$rc" = 0 ] || fail "the first server: exit code $rc after SIGTERM"
 server_start third -a "127.0.0.1:$p" -stun=false -c "$work/key2" # fails the test if it cannot
 port_release "$p"
-stop_pid "${pids[1]}"
+stop_pid "$srv_pid" # the third (stop_pid took the first out of pids)
 
 for flag in --http-deadline --login-deadline; do
     timeout 20 "$bin/hderp-server" -a 127.0.0.1:0 -stun=false -c "$work/key3" $flag 50ms \
