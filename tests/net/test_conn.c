@@ -654,8 +654,13 @@ static void raw_emfile(void)
     int status = -1;
     uint64_t errors = 0;
     if (write(emfile_to_child[1], "c", 1) == 1 && read(emfile_from_child[0], &c, 1) == 1) {
-        usleep(300 * 1000); /* accepts fail with EMFILE; the listener waits and retries */
-        errors = net_listener_stats(g.listeners[0])->accept_errors;
+        /* accepts fail with EMFILE; the listener waits and retries: up to 10 s for the first */
+        for (int i = 0; i < 10000; i++) {
+            errors = net_listener_stats(g.listeners[0])->accept_errors;
+            if (errors > 0)
+                break;
+            usleep(1000);
+        }
     }
     while (emfile_fillers_count > 0)
         close(emfile_fillers[--emfile_fillers_count]);
