@@ -1,10 +1,10 @@
 #!/bin/bash
 # run-peergone-mesh-callgrind.sh BIN OUT - the cost of a dropped mesh link (spec §7): node 1
 # (one shard, under callgrind, instrumentation off until everyone is in, collecting only inside
-# derp_forwarder_remove_node) holds IDLE (default 10,000) idle clients and is meshed with node 2,
+# srv_forwarder_remove_node) holds IDLE (default 10,000) idle clients and is meshed with node 2,
 # which holds K (default 2,000) clients; node 1 learns those K keys from node 2's watch stream.
 # Then node 2 is killed: node 1's link drops and all K keys leave the region at once (with one
-# shard every departure event runs inside derp_forwarder_remove_node). The dump's total is the
+# shard every departure event runs inside srv_forwarder_remove_node). The dump's total is the
 # instructions of that one link drop. CLIENTS=DIR takes hderp-bench from DIR. Both nodes' ports
 # are held for them (the -mesh-with list names both before either starts); every process is
 # stopped by PID.
@@ -19,7 +19,7 @@ port_hold; P1=$held_port
 port_hold; P2=$held_port
 L=http://127.0.0.1:$P1,http://127.0.0.1:$P2
 server_start_probed s1 $P1 valgrind --tool=callgrind --instr-atstart=no \
-    --toggle-collect=derp_forwarder_remove_node --callgrind-out-file=$OUT $B/hderp-server \
+    --toggle-collect=srv_forwarder_remove_node --callgrind-out-file=$OUT $B/hderp-server \
     -a 127.0.0.1:$P1 -stun=false -c k1 -mesh-psk-file mesh.key -mesh-with $L --shards 1
 S1=$srv_pid
 server_start s2 $B/hderp-server -a 127.0.0.1:$P2 -stun=false -c k2 -mesh-psk-file mesh.key \
@@ -57,5 +57,5 @@ kill -KILL $S1; wait $S1 2>/dev/null
 for p in $GP; do kill $p 2>/dev/null; done; wait $GP 2>/dev/null
 perf_cleanup
 D=$(ls $OUT.* 2>/dev/null | head -1); [ -n "$D" ] || D=$OUT
-echo "derp_forwarder_remove_node instructions (1 link drop): $(callgrind_annotate $D 2>/dev/null | awk '/PROGRAM TOTALS/ {print $1}')"
+echo "srv_forwarder_remove_node instructions (1 link drop): $(callgrind_annotate $D 2>/dev/null | awk '/PROGRAM TOTALS/ {print $1}')"
 rm -rf "$T"
