@@ -256,7 +256,9 @@ for m in "${required_modules[@]}"; do mod_visit "$m" required; done
 for m in "${optional_modules[@]}"; do mod_visit "$m" optional; done
 printf '%s\n' "${mod_order[@]}" >"$root/etc/modules.list"
 
-# /init: prints HDVM-* marker lines the host side parses. poweroff -f ends the VM; should it
+# /init: prints HDVM-* marker lines the host side parses. /tmp is the initramfs's own (writable)
+# directory, not a tmpfs over it: a --file copied to its absolute path under /tmp (a build tree
+# there, as a CI clone in /tmp has) must stay visible. poweroff -f ends the VM; should it
 # fail, init exits, the kernel panics, panic=-1 reboots and -no-reboot stops qemu.
 ld_path=$(printf '%s\n' "${!lib_dirs[@]}" | sort | paste -sd: -)
 {
@@ -266,7 +268,6 @@ ld_path=$(printf '%s\n' "${!lib_dirs[@]}" | sort | paste -sd: -)
     echo 'exec </dev/console >/dev/console 2>&1'
     echo 'mount -t proc proc /proc'
     echo 'mount -t sysfs sysfs /sys'
-    echo 'mount -t tmpfs tmpfs /tmp'
     echo 'ip link set lo up || echo "HDVM-FAIL lo did not come up"'
     echo 'while read -r name need; do'
     echo '    if insmod "/lib/modules/$name.ko"; then echo "HDVM-MODULE loaded $name"'
