@@ -20,32 +20,18 @@ perf_die() {
     exit 2
 }
 lib_die() { perf_die "$@"; }
-# wait_for, server_listening, port_of, port_hold, port_release, stop_pid, pid_gone: shared with
-# the integration tests
+# wait_for, server_start_cmd, server_listening, port_of, port_hold, port_release, stop_pid,
+# pid_gone: shared with the integration tests
 . "$(dirname "${BASH_SOURCE[0]}")/../tests/integration/procs_ports.sh"
 
 # A start-up under valgrind, or with thousands of pools to carve, is slow: generous, only a
 # failure waits that long.
 START_S=${START_S:-120}
 
-# server_start NAME CMD...: CMD (hderp-server and its flags, possibly behind taskset or
-# valgrind: --port-file is appended, so the server's flags must come last) in the background,
-# output in $work/NAME.log, its PID added to pids. Give it port 0 (-a 127.0.0.1:0, -stun-port 0)
-# or a held port (port_hold). Waits (START_S) until every shard listens, then sets srv_pid and
-# the ports it bound: srv_port (-a), srv_http (-http-port, TLS mode), srv_stun (-stun-port;
-# empty when STUN is off). Exits the driver (2) if the server never listened.
-server_start() {
-    local name=$1
-    shift
-    local pf=$work/$name.ports
-    rm -f "$pf"
-    "$@" --port-file "$pf" >"$work/$name.log" 2>&1 &
-    srv_pid=$!
-    pids+=("$srv_pid")
-    wait_for "$START_S" server_listening "$srv_pid" "$pf" ||
-        perf_die "hderp-server $name did not listen within ${START_S}s (log: $work/$name.log)"
-    srv_port=$(port_of "$pf" derp) srv_http=$(port_of "$pf" http) srv_stun=$(port_of "$pf" stun)
-}
+# server_start NAME CMD...: server_start_cmd (procs_ports.sh: CMD is hderp-server and its
+# flags, possibly behind taskset or valgrind; --port-file is appended, so the server's flags come
+# last); exits the driver (2) if the server never listened.
+server_start() { server_start_cmd "$@"; }
 # server_start_probed NAME PORT CMD...: as server_start, for a server under valgrind, whose
 # flags give it the held PORT (port_hold): in the background, output in $work/NAME.log, its PID
 # in pids and srv_pid, srv_port=PORT; waits (START_S) until /derp/probe answers there. No

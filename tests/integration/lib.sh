@@ -9,7 +9,7 @@ cleanup() { for x in "${pids[@]}" "${holds[@]}"; do kill "$x" 2>/dev/null || tru
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; for f in "$work"/*.log; do echo "--- $f"; cat "$f"; done; exit 1; }
 lib_die() { fail "$@"; }
-# wait_for, server_listening, port_of, port_hold, port_release, stop_pid, pid_gone
+# wait_for, server_start_cmd, server_listening, port_of, port_hold, port_release, stop_pid
 . "$(dirname "${BASH_SOURCE[0]}")/procs_ports.sh"
 
 # wait_probe BASE_URL [curl args...]: up to 5 s for BASE_URL/derp/probe to answer; 1 if never.
@@ -22,23 +22,13 @@ wait_probe() {
 # Start-up of a sanitizer build on a loaded 2-core machine: generous, only a failure waits.
 START_S=15
 
-# server_start NAME ARGS...: "$bin/hderp-server" (or $server_bin) ARGS --port-file
-# $work/NAME.ports in the background, output in $work/NAME.log, its PID added to pids. Give it
-# port 0 (-a 127.0.0.1:0, -stun-port 0, -http-port 0) or a held port (port_hold). Waits
-# (START_S) until every shard listens, then sets srv_pid and the ports it bound: srv_port (-a),
-# srv_http (-http-port, TLS mode only), srv_stun (-stun-port; empty when STUN is off). Fails the
-# test if it never listened.
+# server_start NAME ARGS...: "$bin/hderp-server" (or $server_bin) ARGS, as server_start_cmd
+# (procs_ports.sh) starts it: port file, log, srv_pid and srv_port / srv_http / srv_stun; fails
+# the test if it never listened.
 server_start() {
     local name=$1
     shift
-    local pf=$work/$name.ports
-    rm -f "$pf"
-    "${server_bin:-$bin/hderp-server}" "$@" --port-file "$pf" >"$work/$name.log" 2>&1 &
-    srv_pid=$!
-    pids+=("$srv_pid")
-    wait_for "$START_S" server_listening "$srv_pid" "$pf" ||
-        fail "hderp-server $name did not start listening (hderp-server $*)"
-    srv_port=$(port_of "$pf" derp) srv_http=$(port_of "$pf" http) srv_stun=$(port_of "$pf" stun)
+    server_start_cmd "$name" "${server_bin:-$bin/hderp-server}" "$@"
 }
 # varz BASE_URL NAME [curl args...]: the value of the /debug/varz series named exactly NAME
 # (labels included, e.g. 'hderp_loop_stalls{shard="0"}'); empty if there is none.

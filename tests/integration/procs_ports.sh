@@ -16,6 +16,25 @@ wait_for() {
     return 1
 }
 
+# server_start_cmd NAME CMD...: CMD (hderp-server and its flags, possibly behind taskset or
+# valgrind: --port-file $work/NAME.ports is appended, so the server's flags come last) in the
+# background, output in $work/NAME.log, its PID added to pids. Give it port 0 (-a 127.0.0.1:0,
+# -stun-port 0, -http-port 0) or a held port (port_hold). Waits (START_S, set by the sourcing
+# lib) until every shard listens, then sets srv_pid and the ports it bound: srv_port (-a),
+# srv_http (-http-port, TLS mode only), srv_stun (-stun-port; empty when STUN is off); lib_die
+# if it never listened.
+server_start_cmd() {
+    local name=$1
+    shift
+    local pf=$work/$name.ports
+    rm -f "$pf"
+    "$@" --port-file "$pf" >"$work/$name.log" 2>&1 &
+    srv_pid=$!
+    pids+=("$srv_pid")
+    wait_for "$START_S" server_listening "$srv_pid" "$pf" ||
+        lib_die "hderp-server $name did not listen within ${START_S}s ($*; log: $work/$name.log)"
+    srv_port=$(port_of "$pf" derp) srv_http=$(port_of "$pf" http) srv_stun=$(port_of "$pf" stun)
+}
 # server_listening PID PORT_FILE: 0 once the file is there, 1 while PID runs without it.
 server_listening() {
     [ -s "$2" ] && return 0
