@@ -39,19 +39,11 @@ static _Thread_local struct {
     struct io_uring_sqe scratch; /* what a failed submission's caller preps; never submitted */
 } tls;
 
-static uint64_t splitmix64(uint64_t x)
-{
-    x += UINT64_C(0x9e3779b97f4a7c15);
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 static uint32_t next32(void)
 {
     if (!tls.seeded) {
         struct hd_shard *s = hd_shard_current();
-        tls.rng = splitmix64(seed ^ splitmix64(s ? s->id + 1u : 0u)) | 1u;
+        tls.rng = hd_splitmix64(seed ^ hd_splitmix64(s ? s->id + 1u : 0u)) | 1u;
         tls.seeded = true;
     }
     /* xorshift64*: plenty for picking faults */

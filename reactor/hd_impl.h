@@ -225,6 +225,16 @@ void hd_collects_free(struct hd_shard *s);
  * fails); main thread, when the runtime allocates the shard. seed_from: from one 64-bit seed,
  * expanded by splitmix64 (tests, for a known sequence); distinct seeds give distinct states. */
 void hd_rand_seed(struct hd_shard *s);
+/* splitmix64 (Vigna) of x + the golden gamma: a bijection, to expand or mix seeds (rand.c,
+ * fault.c). A sequence is hd_splitmix64(x), hd_splitmix64(x + gamma), ... */
+#define HD_SPLITMIX64_GAMMA UINT64_C(0x9e3779b97f4a7c15)
+static inline uint64_t hd_splitmix64(uint64_t x)
+{
+    x += HD_SPLITMIX64_GAMMA;
+    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return x ^ (x >> 31);
+}
 void hd_rand_seed_from(struct hd_shard *s, uint64_t seed);
 void hd_shard_wake(struct hd_shard *s); /* any thread: eventfd write */
 uint64_t hd_clock_ms(void);

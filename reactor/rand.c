@@ -18,21 +18,20 @@ static inline uint64_t rotl(uint64_t x, unsigned k)
     return (x << k) | (x >> (64 - k));
 }
 
-/* splitmix64 (Vigna): what the xoshiro authors advise to expand a 64-bit seed into a state.
- * Its output is a bijection of its counter, so four draws are never all zero, and two seeds
- * give two different states (the first word alone tells them apart). */
-static uint64_t splitmix64(uint64_t *x)
+/* splitmix64 as a generator (what the xoshiro authors advise to expand a 64-bit seed into a
+ * state): its output is a bijection of its counter, so four draws are never all zero, and two
+ * seeds give two different states (the first word alone tells them apart). */
+static uint64_t splitmix64_next(uint64_t *x)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    uint64_t z = hd_splitmix64(*x);
+    *x += HD_SPLITMIX64_GAMMA;
+    return z;
 }
 
 void hd_rand_seed_from(struct hd_shard *s, uint64_t seed)
 {
     for (unsigned i = 0; i < 4; i++)
-        s->rand_state[i] = splitmix64(&seed);
+        s->rand_state[i] = splitmix64_next(&seed);
 }
 
 void hd_rand_seed(struct hd_shard *s)
@@ -40,17 +39,15 @@ void hd_rand_seed(struct hd_shard *s)
     /* GRND_NONBLOCK: before the kernel's pool is initialised (early boot) this fails with
      * EAGAIN rather than block the start-up; jitter does not need that much. */
     ssize_t n = getrandom(s->rand_state, sizeof(s->rand_state), GRND_NONBLOCK);
-    bool zero = true;
-    for (unsigned i = 0; i < 4 && n == (ssize_t)sizeof(s->rand_state); i++)
-        zero = zero && s->rand_state[i] == 0;
-    if (n == (ssize_t)sizeof(s->rand_state) && !zero)
-        return;
+    const uint64_t *st = s->rand_state;
+    if (n == (ssize_t)sizeof(s->rand_state) && (st[0] | st[1] | st[2] | st[3]) != 0)
+        return; /* xoshiro's one forbidden state is all zero */
     if (n < 0)
         hd_log(HD_LOG_WARN, "getrandom: %s: shard %u's generator is seeded from the clock",
                strerror(errno), s->id);
     /* Different per shard whatever the clock reads: the id is added, not mixed in. */
     uint64_t seed = hd_clock_ns() ^ ((uint64_t)getpid() << 32);
-    hd_rand_seed_from(s, splitmix64(&seed) + s->id);
+    hd_rand_seed_from(s, hd_splitmix64(seed) + s->id);
 }
 
 uint64_t hd_rand_u64(struct hd_shard *s)
