@@ -8,6 +8,7 @@ timeout."""
 import os, socket, struct, sys, time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import derp_pyclient as dc
+import testlib
 from derp_pyclient import frame, send
 def connect(port, fast=False):
     ctx = None
@@ -15,23 +16,6 @@ def connect(port, fast=False):
         import ssl
         ctx = ssl.create_default_context(cafile=TLS)
     return dc.connect(port, ctx, fast)
-def varz_value(name):
-    """The server's /debug/varz series name (on the DERP port, as the client connects)."""
-    s = socket.create_connection(("127.0.0.1", port), timeout=10)
-    if TLS:
-        import ssl
-        s = ssl.create_default_context(cafile=TLS).wrap_socket(s, server_hostname="localhost")
-    s.sendall(b"GET /debug/varz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-    d = b""
-    while True:
-        x = s.recv(65536)
-        if not x: break
-        d += x
-    s.close()
-    for line in d.decode(errors="replace").splitlines():
-        f = line.split()
-        if len(f) == 2 and f[0] == name: return int(f[1])
-    return None
 port = int(sys.argv[1])
 TLS = sys.argv[2] if len(sys.argv) > 2 else None
 a, apk = connect(port); b, bpk = connect(port, fast=True)
@@ -64,7 +48,7 @@ try:
         t, p = frame(a)
         if t == 8 and p[32] == 1: nh += 1
 except socket.timeout: pass
-srv = varz_value('derp_peer_gone_not_here_frames')
+srv = testlib.varz(port, 'derp_peer_gone_not_here_frames', ca=TLS)
 took = time.monotonic() - t0
 most = min(6, 3 + int(took + 0.01))  # + the server's millisecond clock
 assert 3 <= nh <= most, 'NotHere frames: %d in %.2f s (want 3 of 6, at most %d)' % (nh, took, most)

@@ -159,11 +159,16 @@ def pid_gone(pid):
         return True
 
 
-def varz(port, name=None, host="127.0.0.1"):
-    """GET http://host:port/debug/varz: {series: value} (labels are part of a series' name), or
-    the value of the series named exactly name (None when there is no such series or no answer)."""
+def varz(port, name=None, host="127.0.0.1", ca=None):
+    """GET http://host:port/debug/varz (with ca, a CA file: https://localhost:port, verified
+    against it): {series: value} (labels are part of a series' name), or the value of the series
+    named exactly name (None when there is no such series or no answer)."""
+    url, ctx = "http://%s:%d/debug/varz" % (host, port), None
+    if ca:
+        import ssl
+        url, ctx = "https://localhost:%d/debug/varz" % port, ssl.create_default_context(cafile=ca)
     try:
-        with urllib.request.urlopen("http://%s:%d/debug/varz" % (host, port), timeout=5) as r:
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
             text = r.read().decode()
     except OSError:
         return None if name else {}
