@@ -411,7 +411,7 @@ bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_
         return deliver(ds, f, flags) && ds->cfg->pack;
     struct srv_client *guest = srv_place_guest(ds, f->data); /* placed here beside its peer */
     if (guest) {
-        srv_client_enqueue(guest, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
+        srv_place_guest_enqueue(guest, f, kind, forwarded);
         return false;
     }
     struct hd_msg m = {.fn = srv_route_msg, .ptr = f, .u64 = {flags, ds->instance}};

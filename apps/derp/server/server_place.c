@@ -19,6 +19,7 @@ static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t 
 static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 static void home_ask_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
+static void guest_settled_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 
 static unsigned here(const struct srv_shard *ds)
 {
@@ -195,9 +196,53 @@ static void guest_adopt(struct net_conn *c, void *arg)
         return;
     }
     cl->peer = g;
+    /* Settling: until the owner's settled event, what this shard's senders send it waits here
+     * (guest_enqueue). No memory for that: it receives at once (a sender here may then
+     * overtake its own packets still held by the owner). */
+    g->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*g->held));
+    g->placing = g->held != NULL;
     srv_client_settle(ds, cl);
     srv_sources_attach(cl);
     tell_owner(ds, &cl->key, guest_here_event);
+}
+
+/* The guest entry g's settling ends: what this shard's senders sent meanwhile goes to its
+ * connection, in order. */
+static void guest_settle(struct srv_peer *g)
+{
+    g->placing = false;
+    for (unsigned i = 0; i < g->held_count; i++) {
+        struct hd_frame *h = g->held[i];
+        enum srv_kind kind = (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+        srv_client_enqueue(g->active, h, SRV_ROUTE_OFF, h->len - SRV_ROUTE_OFF, kind);
+    }
+    free(g->held);
+    g->held = NULL;
+    g->held_count = 0;
+}
+
+/* The owner released what it held for the guest (those packets are ahead of this event on the
+ * bus): the guest's own shard's senders may reach it directly from now on. */
+static void guest_settled_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)arg;
+    struct srv_peer *g = ds->guests.count ? srv_peers_find(&ds->guests, f->data) : NULL;
+    if (g && g->placing)
+        guest_settle(g);
+}
+
+void srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
+                             bool forwarded)
+{
+    struct srv_peer *g = cl->peer;
+    if (g && g->placing && g->held_count == SRV_PLACE_HELD_MAX)
+        guest_settle(g); /* the owner's event is late (a full bus): bounded, in order here */
+    if (g == NULL || !g->placing) {
+        srv_client_enqueue(cl, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
+        return;
+    }
+    f->app_flags = (uint8_t)(kind | (forwarded ? 2 : 0));
+    g->held[g->held_count++] = f;
 }
 
 /* The guest leaves this shard's table (it closes, or goes home). */
@@ -206,8 +251,15 @@ static void guest_leave(struct srv_shard *ds, struct srv_client *cl)
     struct srv_peer *g = cl->peer;
     if (g) {
         srv_peers_remove(&ds->guests, g);
-        free(g);
         cl->peer = NULL;
+        /* Packets still settling go where packets for the key go now: to its owner. */
+        for (unsigned i = 0; i < g->held_count; i++) {
+            struct hd_frame *h = g->held[i];
+            enum srv_kind kind = (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+            (void)srv_route(ds, h, h->len - SRV_ROUTE_OFF, kind, (h->app_flags & 2) != 0);
+        }
+        free(g->held);
+        free(g);
     }
     if (cl->watcher)
         srv_watch_stop(ds, cl);
@@ -339,11 +391,14 @@ static void held_release(struct srv_shard *ds, struct srv_peer *p)
 static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 {
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
-    if (p == NULL || p->guest_at != arg + 1 || !p->placing)
-        return;
-    held_release(ds, p);
-    if (p->clients)
-        srv_place_recall(ds, p);
+    if (p && p->guest_at == arg + 1 && p->placing) {
+        held_release(ds, p);
+        if (p->clients)
+            srv_place_recall(ds, p);
+    }
+    /* Behind the released packets on the same bus ring: the guest's shard ends its settling. */
+    hd_frame_ref(f); /* the caller unrefs its own */
+    srv_event_send(ds, (unsigned)arg, guest_settled_event, f, 0);
 }
 
 /* The connection on shard arg is gone (closed there, or could not be taken). */
