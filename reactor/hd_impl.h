@@ -96,6 +96,9 @@ struct hd_shard {
      */
     uint64_t rate_ms;
     uint32_t rate_cur, rate_prev;
+    /* The last min-wait gathered input within its window (shard.c, min_wait_enter): the next
+     * one may carry the tick's submissions. */
+    bool min_wait_gathers;
     uint64_t rand_state[4]; /* rand.c: xoshiro256**, never all zero */
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
@@ -184,6 +187,9 @@ void hd_symbolize(const void *addr, char *out, size_t size);
 /* Internal steps of the tick, one file each. */
 unsigned hd_ops_dispatch(struct hd_shard *s, unsigned budget);
 int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable);
+/* Publish the prepared SQEs (the SQ tail) without entering; returns how many await submission,
+ * the to_submit of a hand-made io_uring_enter. */
+unsigned hd_ring_sq_publish(struct io_uring *ring);
 void hd_wheel_init(struct hd_wheel *w, uint64_t now_ms);
 void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms);
 /* ms until the next timer is due (0 = now), or UINT64_MAX when none is armed. */

@@ -54,3 +54,17 @@ int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable)
     }
     return 0;
 }
+
+unsigned hd_ring_sq_publish(struct io_uring *ring)
+{
+    /* What liburing's submit does before its io_uring_enter (2.3 does not export it): make the
+     * SQEs prepared since the last publish visible to the kernel (a release store of the tail),
+     * and return how many the kernel has not consumed yet. Not for SQPOLL rings (never set up). */
+    struct io_uring_sq *sq = &ring->sq;
+    unsigned tail = sq->sqe_tail;
+    if (sq->sqe_head != tail) {
+        sq->sqe_head = tail;
+        io_uring_smp_store_release(sq->ktail, tail);
+    }
+    return tail - io_uring_smp_load_acquire(sq->khead);
+}

@@ -263,16 +263,28 @@ static uint32_t min_wait_wanted(struct hd_shard *s, uint64_t wait_ms)
 
 /* Sleep until HD_MIN_WAIT_BATCH completions, or us passed with at least one, or the
  * timeout; once the min-wait passed empty, the first completion wakes (kernel >= 6.12,
- * DEFER_TASKRUN ring). Queued SQEs are submitted first without waiting: completions the submit
- * posts inline (a sendmsg on loopback) would otherwise sit out the whole min-wait. */
+ * DEFER_TASKRUN ring).
+ *
+ * Queued SQEs go in by one of two ways. While min-waits gather input (the last one returned with
+ * more completions than it submitted, within twice its length), the same io_uring_enter submits
+ * them and sleeps: the completions the submit posts inline (a sendmsg on loopback) are in the CQ
+ * when the wait starts, the kernel ends the wait when the min-wait passes (any completion ready
+ * ends it then), and the peers the sends woke on this CPU run while we sleep instead of preempting
+ * us on the way out of a submit-only enter. Otherwise (bursts with quiet gaps between them) the
+ * submit goes first without waiting: a min-wait that would gather nothing but our own sends'
+ * completions is a second sleep per burst (perf/RESULTS.md, 2026-12-06). */
 static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued, uint32_t us)
 {
-    if (queued > 0) {
+    unsigned submit = 0;
+    if (queued > 0 && !s->min_wait_gathers) {
         io_uring_submit_and_get_events(&s->ring);
         s->stats.sqes += queued;
         s->stats.enters++;
         if (io_uring_cq_ready(&s->ring))
             return;
+    } else if (queued > 0) {
+        submit = hd_ring_sq_publish(&s->ring);
+        s->stats.sqes += queued;
     }
     if (wait_ms == UINT64_MAX)
         wait_ms = HD_MIN_WAIT_IDLE_TS_MS;
@@ -281,10 +293,14 @@ static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued
     struct hd_getevents_arg arg = {.min_wait_usec = us, .ts = (uint64_t)(uintptr_t)&ts};
     s->stats.sleeps++;
     s->stats.min_waits++;
-    /* -ETIME (the timeout) and -EINTR are ordinary ends of a wait: the tick goes on either way. */
-    (void)io_uring_enter2((unsigned)s->ring_fd, 0, HD_MIN_WAIT_BATCH,
+    uint64_t t0 = hd_clock_ns();
+    /* -ETIME (the timeout) and -EINTR are ordinary ends of a wait: the tick goes on either way;
+     * SQEs the kernel did not take stay in the SQ for the next enter. */
+    (void)io_uring_enter2((unsigned)s->ring_fd, submit, HD_MIN_WAIT_BATCH,
                           IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, (sigset_t *)(void *)&arg,
                           sizeof(arg));
+    s->min_wait_gathers =
+        io_uring_cq_ready(&s->ring) > submit && hd_clock_ns() - t0 < (uint64_t)us * 2000u;
 }
 
 static void enter(struct hd_shard *s, uint64_t wait_ms)

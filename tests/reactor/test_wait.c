@@ -3,9 +3,14 @@
  * sooner than the min-wait, and is not used when the feature is disabled. A very long min-wait
  * (400 ms) makes "held" visible as completions that come back from the same sleep (the shard's
  * sleep counter), not as a duration. The late completions are reads on timerfds (io_uring's own
- * timeouts always end a wait, min-wait or not). */
+ * timeouts always end a wait, min-wait or not). How a tick's submissions meet the min-wait (one
+ * io_uring_enter while min-waits gather input, the submit first between bursts) shows in the
+ * shard's enter and sleep counters. */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -254,4 +259,133 @@ Test(test_reactor_wait, adaptive_length)
     cr_assert_eq(hd_min_wait_us(160, 100, 4), 50, "faster: shorter");
     cr_assert_eq(hd_min_wait_us(800, 100, 4), HD_MIN_WAIT_US_FLOOR, "at the floor");
     cr_assert_eq(hd_min_wait_us(801, 100, 4), 0, "busy: under the floor, plain wait");
+}
+
+/* ---------------------------------------------------------------- submissions and the min-wait */
+
+#define STREAM_PERIOD_NS (200u * 1000u) /* input every 200 us: a min-wait of 1 ms gathers it */
+#define STREAM_NOPS      16 /* "sends" per input: the rate arms the min-wait, < HD_MIN_WAIT_BATCH */
+#define STREAM_WARM      10 /* inputs before counting */
+#define STREAM_COUNTED   60
+#define BURST_PERIOD_NS                                                                            \
+    (1500u * 1000u)       /* bursts 1.5 ms apart: the min-wait (200 us) gathers nothing */
+#define BURST_SENDS    24 /* >= HD_MIN_WAIT_ARM_CQES in 2 ms (arms it), < the batch */
+#define BURSTS_WARM    2
+#define BURSTS_COUNTED 40
+
+struct stream_ctx {
+    struct hd_shard *s;
+    struct hd_op poll, nops[BURST_SENDS];
+    int fd;
+    unsigned per_input, warm, counted;
+    unsigned inputs, nops_done, nops_queued;
+    uint64_t enters0, sleeps0, enters, sleeps; /* sleeps: the thread's voluntary switches */
+    uint32_t features;
+    bool stopping;
+};
+
+static struct stream_ctx *the_stream;
+
+static void stream_nop(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)op;
+    (void)flags;
+    HDT_CHECK(res == 0 || res == -ECANCELED);
+    the_stream->nops_done++;
+}
+
+/* Each input (the timerfd became readable: a multishot poll, woken lazily like a socket's recv)
+ * queues per_input NOPs, the stand-ins for the sends a relay makes of what it read. */
+static void stream_input(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    struct stream_ctx *c = hd_container_of(op, struct stream_ctx, poll);
+    (void)flags;
+    if (res < 0 || c->stopping)
+        return; /* cancelled at the stop */
+    uint64_t expirations;
+    HDT_CHECK(read(c->fd, &expirations, sizeof(expirations)) == sizeof(expirations));
+    const struct hd_shard_stats *st = hd_shard_stats(c->s);
+    struct rusage ru; /* the sleeps this thread really took: its voluntary context switches */
+    HDT_CHECK(getrusage(RUSAGE_THREAD, &ru) == 0);
+    c->inputs++;
+    if (c->inputs == c->warm) {
+        c->enters0 = st->enters;
+        c->sleeps0 = (uint64_t)ru.ru_nvcsw;
+    }
+    if (c->inputs == c->warm + c->counted) {
+        c->enters = st->enters - c->enters0;
+        c->sleeps = (uint64_t)ru.ru_nvcsw - c->sleeps0;
+        c->features = hd_shard_features(c->s);
+        c->stopping = true;
+        hdt_done(c->s);
+        return;
+    }
+    for (unsigned i = 0; i < c->per_input; i++) {
+        hd_op_init(c->s, &c->nops[i], stream_nop);
+        HDT_CHECK(hd_op_nop(c->s, &c->nops[i]) == 0);
+        c->nops_queued++;
+    }
+}
+
+static void stream_body(struct hd_shard *s, void *arg)
+{
+    struct stream_ctx *c = arg;
+    c->s = s;
+    the_stream = c;
+    hd_op_init(s, &c->poll, stream_input);
+    struct io_uring_sqe *sqe = hd_op_sqe(s, &c->poll);
+    HDT_CHECK(sqe != NULL);
+    io_uring_prep_poll_multishot(sqe, c->fd, POLLIN);
+}
+
+static void stream_run(struct stream_ctx *c, uint64_t period_ns, uint32_t min_wait_us)
+{
+    const struct hdt_options ms_wait = {.shards = 1, .min_wait_us = min_wait_us};
+    c->fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    cr_assert_geq(c->fd, 0);
+    struct timespec p = {.tv_sec = 0, .tv_nsec = (long)period_ns};
+    struct itimerspec it = {.it_interval = p, .it_value = p};
+    cr_assert_eq(timerfd_settime(c->fd, 0, &it, NULL), 0);
+    cr_assert_eq(hdt_run(&ms_wait, stream_body, c, NULL), 0);
+    close(c->fd);
+    cr_assert_eq(c->nops_done, c->nops_queued, "every NOP submitted came back");
+}
+
+/* Input every 200 us, 8 "sends" made of each, a min-wait of 1 ms: every min-wait gathers input,
+ * so the sends a tick made go in with its sleep, one io_uring_enter per sleep (the submit first
+ * would be two, and a peer the sends woke on this CPU would preempt us between them). */
+Test(test_reactor_wait, steady_input_submits_with_the_sleep)
+{
+    struct stream_ctx c = {
+        .per_input = STREAM_NOPS, .warm = STREAM_WARM, .counted = STREAM_COUNTED};
+    stream_run(&c, STREAM_PERIOD_NS, 1000);
+    if (!(c.features & HD_FEAT_MIN_WAIT)) {
+        cr_log_info("kernel without IORING_FEAT_MIN_TIMEOUT: the plain wait (fallback) ran");
+        return;
+    }
+    cr_log_info("steady input: %llu enters, %llu sleeps", (unsigned long long)c.enters,
+                (unsigned long long)c.sleeps);
+    cr_assert_gt(c.sleeps, 0);
+    cr_assert_lt(c.enters * 2, c.sleeps * 3, "%llu enters for %llu sleeps: the submits went apart",
+                 (unsigned long long)c.enters, (unsigned long long)c.sleeps);
+}
+
+/* Bursts 1.5 ms apart, 24 "sends" each (the rate arms the min-wait), a min-wait of 200 us: one
+ * after the sends
+ * would gather nothing but their own completions and cost a second sleep per burst; the submit
+ * goes first instead and each burst costs one sleep. */
+Test(test_reactor_wait, bursts_submit_first)
+{
+    struct stream_ctx c = {
+        .per_input = BURST_SENDS, .warm = BURSTS_WARM, .counted = BURSTS_COUNTED};
+    stream_run(&c, BURST_PERIOD_NS, 200);
+    if (!(c.features & HD_FEAT_MIN_WAIT)) {
+        cr_log_info("kernel without IORING_FEAT_MIN_TIMEOUT: the plain wait (fallback) ran");
+        return;
+    }
+    cr_log_info("bursts: %llu enters, %llu sleeps", (unsigned long long)c.enters,
+                (unsigned long long)c.sleeps);
+    cr_assert_geq(c.sleeps, BURSTS_COUNTED);
+    cr_assert_lt(c.sleeps * 2, (uint64_t)BURSTS_COUNTED * 3, "%llu sleeps for %u bursts",
+                 (unsigned long long)c.sleeps, BURSTS_COUNTED);
 }
