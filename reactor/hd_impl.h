@@ -97,8 +97,9 @@ struct hd_shard {
     uint64_t rate_ms;
     uint32_t rate_cur, rate_prev;
     /* The last min-wait gathered input within its window (shard.c, min_wait_enter): the next
-     * one may carry the tick's submissions. */
-    bool min_wait_gathers;
+     * one may carry the tick's submissions. ended_empty: the last one, with submissions, ended
+     * at its window with only their completions: the next sleep waits for the first one. */
+    bool min_wait_gathers, min_wait_ended_empty;
     uint64_t rand_state[4]; /* rand.c: xoshiro256**, never all zero */
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins

@@ -265,14 +265,21 @@ static uint32_t min_wait_wanted(struct hd_shard *s, uint64_t wait_ms)
  * timeout; once the min-wait passed empty, the first completion wakes (kernel >= 6.12,
  * DEFER_TASKRUN ring).
  *
- * Queued SQEs go in by one of two ways. While min-waits gather input (the last one returned with
- * more completions than it submitted, within twice its length), the same io_uring_enter submits
- * them and sleeps: the completions the submit posts inline (a sendmsg on loopback) are in the CQ
- * when the wait starts, the kernel ends the wait when the min-wait passes (any completion ready
- * ends it then), and the peers the sends woke on this CPU run while we sleep instead of preempting
- * us on the way out of a submit-only enter. Otherwise (bursts with quiet gaps between them) the
- * submit goes first without waiting: a min-wait that would gather nothing but our own sends'
- * completions is a second sleep per burst (perf/RESULTS.md, 2026-12-06). */
+ * Queued SQEs go in by one of two ways. While min-waits gather input, the same io_uring_enter
+ * submits them and sleeps: the completions the submit posts inline (a sendmsg on loopback) are
+ * in the CQ when the wait starts, the kernel ends the wait when the min-wait passes (any
+ * completion ready ends it then), and the peers the sends woke on this CPU run while we sleep
+ * instead of preempting us on the way out of a submit-only enter. Otherwise (input sparser than
+ * the min-wait, or bursts with quiet gaps) the submit goes first without waiting: a min-wait that
+ * gathers nothing but our own completions is a timer wake-up of its own, where a min-wait without
+ * them passes empty without waking us (perf/RESULTS.md, 2026-12-06).
+ *
+ * Gathering, judged after each min-wait: with our submissions, more completions than we
+ * submitted (input came within the window, which ends at the min-wait); without, a completion
+ * within the min-wait and a quarter (one that came later came after the window passed empty,
+ * and woke us at once). A min-wait with submissions that gathered nothing ended where the kernel
+ * would have gone on waiting for the first completion: the next sleep does that instead of a
+ * new min-wait (min_wait_ended_empty, enter). */
 static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued, uint32_t us)
 {
     unsigned submit = 0;
@@ -299,8 +306,13 @@ static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued
     (void)io_uring_enter2((unsigned)s->ring_fd, submit, HD_MIN_WAIT_BATCH,
                           IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, (sigset_t *)(void *)&arg,
                           sizeof(arg));
-    s->min_wait_gathers =
-        io_uring_cq_ready(&s->ring) > submit && hd_clock_ns() - t0 < (uint64_t)us * 2000u;
+    unsigned ready = io_uring_cq_ready(&s->ring);
+    if (submit > 0) {
+        s->min_wait_gathers = ready > submit;
+        s->min_wait_ended_empty = !s->min_wait_gathers;
+    } else {
+        s->min_wait_gathers = ready > 0 && hd_clock_ns() - t0 <= (uint64_t)us * 1250u;
+    }
 }
 
 static void enter(struct hd_shard *s, uint64_t wait_ms)
@@ -325,6 +337,9 @@ static void enter(struct hd_shard *s, uint64_t wait_ms)
         return;
     }
     uint32_t min_wait = min_wait_wanted(s, wait_ms);
+    if (s->min_wait_ended_empty) /* the last window passed empty: the first completion wakes */
+        min_wait = 0;
+    s->min_wait_ended_empty = false;
     if (min_wait > 0) {
         min_wait_enter(s, wait_ms, queued, min_wait);
     } else {
