@@ -248,6 +248,9 @@ uint64_t hd_clock_ms(void);
 /* The wait policy (shard.c): the min-wait of a sleep after cqes_2ms completions in this and the
  * previous millisecond, with the configured cap and gather (hd_runtime_config); 0: none. */
 uint32_t hd_min_wait_us(uint32_t cqes_2ms, uint32_t cap_us, uint32_t gather);
+/* Whether a min-wait of us that submitted `submitted` SQEs and came back after waited_ns with
+ * `ready` completions gathered input within its window (shard.c, min_wait_enter). */
+bool hd_min_wait_gathered(unsigned submitted, unsigned ready, uint64_t waited_ns, uint32_t us);
 
 /* log_json.c: one JSON log line into out (always '}' and '\n' terminated, truncating the
  * message if it must); returns its length. level is padded text ("INFO "), trimmed here. */

@@ -245,6 +245,15 @@ uint32_t hd_min_wait_us(uint32_t cqes_2ms, uint32_t cap_us, uint32_t gather)
     return us < cap_us ? (uint32_t)us : cap_us;
 }
 
+bool hd_min_wait_gathered(unsigned submitted, unsigned ready, uint64_t waited_ns, uint32_t us)
+{
+    if (submitted > 0) /* the wait ended at the window: input is what is beyond our own */
+        return ready > submitted;
+    /* Without submissions a window that passed empty does not end the wait: the first
+     * completion after it does, so one that came late came after the window. */
+    return ready > 0 && waited_ns <= (uint64_t)us * 1250u;
+}
+
 /* The min-wait is worth its latency only under load: HD_MIN_WAIT_ARM_CQES completions in two
  * milliseconds (a lone ping's four CQEs never arm it), and only when the wait it bounds ends
  * after it (a timer due sooner is not held back). Returns the min-wait for this sleep, 0: none. */
@@ -306,13 +315,9 @@ static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued
     (void)io_uring_enter2((unsigned)s->ring_fd, submit, HD_MIN_WAIT_BATCH,
                           IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, (sigset_t *)(void *)&arg,
                           sizeof(arg));
-    unsigned ready = io_uring_cq_ready(&s->ring);
-    if (submit > 0) {
-        s->min_wait_gathers = ready > submit;
-        s->min_wait_ended_empty = !s->min_wait_gathers;
-    } else {
-        s->min_wait_gathers = ready > 0 && hd_clock_ns() - t0 <= (uint64_t)us * 1250u;
-    }
+    s->min_wait_gathers =
+        hd_min_wait_gathered(submit, io_uring_cq_ready(&s->ring), hd_clock_ns() - t0, us);
+    s->min_wait_ended_empty = submit > 0 && !s->min_wait_gathers;
 }
 
 static void enter(struct hd_shard *s, uint64_t wait_ms)
