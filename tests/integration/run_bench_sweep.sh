@@ -10,6 +10,9 @@
 # p999) in every run file and the summary and came from a probe process of its own (--probe own,
 # the default: the runs' last generator argv), every PNG is a real PNG of some size. run-bench bounds every child with a timeout and stops the
 # relay by PID.
+# interleave: two relays with --interleave: the runs' harness_seq shows them alternating (smoke
+# a, smoke b, run 0 a, run 0 b, run 1 a, run 1 b, syscalls a, syscalls b), both points in the
+# summary; --interleave with --no-restart is refused.
 # client: --load client with two generator processes (--generators 2, a pair file) at 20 Mbit/s
 # and 1 and 2 shards, where the relay command fails for shards 2 (it exits at once) and the
 # generator (a wrapper) fails at the rate 7: both failures are recorded in their points' rows
@@ -22,6 +25,30 @@ rm -rf "$work" && mkdir -p "$work"
 bench=$bin/hderp-bench
 if [ "$mode" = client ]; then
     exec bash "$(dirname "$0")/run_bench_sweep_client.sh" "$root" "$bin" "$work"
+fi
+if [ "$mode" = interleave ]; then # two relays, --interleave: their runs alternate
+    srv="$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}"
+    python3 "$root/perf/run-bench" --bench "$bench" --relay "a=$srv" --relay "b=$srv" --interleave \
+        --rates 20 --repeats 2 --duration 1 --warmup 0.5 --shards 1 --syscall-run 1 --no-plots \
+        --out "$work" >"$work/run.out" 2>&1 || { cat "$work/run.out"; exit 1; }
+    cat "$work/run.out"
+    python3 - "$work" <<'PY'
+import glob, json, os, sys
+runs = [json.load(open(f)) | {"file": os.path.basename(f)}
+        for f in glob.glob(os.path.join(sys.argv[1], "run-*.json"))]
+order = [r["file"] for r in sorted(runs, key=lambda r: r["harness_seq"])]
+want = [f"run-{n}-s1-r20-{t}.json" for t in ("smoke", "0", "1", "syscalls") for n in "ab"]
+assert order == want, order
+pts = json.load(open(os.path.join(sys.argv[1], "summary.json")))["points"]
+assert [(p["relay"], p["runs"]) for p in pts] == [("a", 2), ("b", 2)], pts
+PY
+    if python3 "$root/perf/run-bench" --bench "$bench" --relay "a=$srv" --interleave --no-restart \
+        --rates 20 --out "$work/refused" >"$work/refused.out" 2>&1; then
+        echo "--interleave with --no-restart was not refused"; exit 1
+    fi
+    grep -q "not with --no-restart" "$work/refused.out" || { cat "$work/refused.out"; exit 1; }
+    echo "interleave: ok"
+    exit 0
 fi
 tls=()
 sweep=(--rates 20,0 --repeats 2)
