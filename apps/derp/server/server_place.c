@@ -26,6 +26,21 @@ static unsigned here(const struct srv_shard *ds)
     return hd_shard_id(ds->s);
 }
 
+/* A packet waiting in a peer entry's held (owner: its connection travels; guest shard: it
+ * settles) keeps its route flags in app_flags: bit 0 the kind (disco), bit 1 forwarded. */
+static void held_put(struct srv_peer *p, struct hd_frame *f, uint32_t flags)
+{
+    f->app_flags = (uint8_t)(flags & 3u);
+    p->held[p->held_count++] = f;
+}
+
+static enum srv_kind held_kind(const struct hd_frame *h)
+{
+    return (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+}
+
+static void held_release(struct srv_shard *ds, struct srv_peer *p);
+
 /* Tell the key's owner shard (fn there, arg = this shard). Full bus: the event is lost and
  * counted; the owner then keeps routing to where it thinks the connection is (bounced back). */
 static void tell_owner(struct srv_shard *ds, const struct derp_pubkey *key, srv_event_fn *fn)
@@ -197,7 +212,7 @@ static void guest_adopt(struct net_conn *c, void *arg)
     }
     cl->peer = g;
     /* Settling: until the owner's settled event, what this shard's senders send it waits here
-     * (guest_enqueue). No memory for that: it receives at once (a sender here may then
+     * (srv_place_guest_enqueue). No memory for that: it receives at once (a sender here may then
      * overtake its own packets still held by the owner). */
     g->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*g->held));
     g->placing = g->held != NULL;
@@ -206,29 +221,15 @@ static void guest_adopt(struct net_conn *c, void *arg)
     tell_owner(ds, &cl->key, guest_here_event);
 }
 
-/* The guest entry g's settling ends: what this shard's senders sent meanwhile goes to its
- * connection, in order. */
-static void guest_settle(struct srv_peer *g)
-{
-    g->placing = false;
-    for (unsigned i = 0; i < g->held_count; i++) {
-        struct hd_frame *h = g->held[i];
-        enum srv_kind kind = (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
-        srv_client_enqueue(g->active, h, SRV_ROUTE_OFF, h->len - SRV_ROUTE_OFF, kind);
-    }
-    free(g->held);
-    g->held = NULL;
-    g->held_count = 0;
-}
-
 /* The owner released what it held for the guest (those packets are ahead of this event on the
- * bus): the guest's own shard's senders may reach it directly from now on. */
+ * bus): what this shard's senders sent meanwhile goes to the connection (held_release: the guest
+ * entry's active one), and they reach it directly from now on. */
 static void guest_settled_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 {
     (void)arg;
-    struct srv_peer *g = ds->guests.count ? srv_peers_find(&ds->guests, f->data) : NULL;
-    if (g && g->placing)
-        guest_settle(g);
+    struct srv_client *cl = srv_place_guest(ds, f->data);
+    if (cl && cl->peer && cl->peer->placing)
+        held_release(ds, cl->peer);
 }
 
 void srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
@@ -236,13 +237,12 @@ void srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv
 {
     struct srv_peer *g = cl->peer;
     if (g && g->placing && g->held_count == SRV_PLACE_HELD_MAX)
-        guest_settle(g); /* the owner's event is late (a full bus): bounded, in order here */
+        held_release(cl->ds, g); /* the owner's event is late (a full bus): bounded, in order */
     if (g == NULL || !g->placing) {
         srv_client_enqueue(cl, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
         return;
     }
-    f->app_flags = (uint8_t)(kind | (forwarded ? 2 : 0));
-    g->held[g->held_count++] = f;
+    held_put(g, f, kind | (forwarded ? 2u : 0u));
 }
 
 /* The guest leaves this shard's table (it closes, or goes home). */
@@ -255,8 +255,7 @@ static void guest_leave(struct srv_shard *ds, struct srv_client *cl)
         /* Packets still settling go where packets for the key go now: to its owner. */
         for (unsigned i = 0; i < g->held_count; i++) {
             struct hd_frame *h = g->held[i];
-            enum srv_kind kind = (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
-            (void)srv_route(ds, h, h->len - SRV_ROUTE_OFF, kind, (h->app_flags & 2) != 0);
+            (void)srv_route(ds, h, h->len - SRV_ROUTE_OFF, held_kind(h), (h->app_flags & 2) != 0);
         }
         free(g->held);
         free(g);
@@ -325,7 +324,7 @@ static void held_drop(struct srv_shard *ds, struct srv_peer *p)
 {
     for (unsigned i = 0; i < p->held_count; i++) {
         struct hd_frame *f = p->held[i];
-        enum srv_kind kind = (f->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+        enum srv_kind kind = held_kind(f);
         ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED][kind]++;
         ds->ctr.bytes_dropped[SRV_DROP_GONE_DISCONNECTED][kind] +=
             f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
@@ -358,8 +357,7 @@ void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame
         return;
     }
     if (p->held_count < SRV_PLACE_HELD_MAX) {
-        f->app_flags = (uint8_t)((f->app_flags & 1) | (flags & 2 ? 2 : 0));
-        p->held[p->held_count++] = f;
+        held_put(p, f, flags);
         return;
     }
     enum srv_kind kind = (enum srv_kind)(flags & 1);
@@ -375,7 +373,7 @@ static void held_release(struct srv_shard *ds, struct srv_peer *p)
     p->placing = false;
     for (unsigned i = 0; i < p->held_count; i++) {
         struct hd_frame *h = p->held[i];
-        enum srv_kind kind = (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+        enum srv_kind kind = held_kind(h);
         if (p->active)
             srv_client_enqueue(p->active, h, SRV_ROUTE_OFF, h->len - SRV_ROUTE_OFF, kind);
         else
