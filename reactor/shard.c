@@ -292,15 +292,14 @@ static uint32_t min_wait_wanted(struct hd_shard *s, uint64_t wait_ms)
 static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued, uint32_t us)
 {
     unsigned submit = 0;
-    if (queued > 0 && !s->min_wait_gathers) {
+    s->stats.sqes += queued;
+    if (queued > 0 && s->min_wait_gathers) {
+        submit = hd_ring_sq_publish(&s->ring);
+    } else if (queued > 0) {
         io_uring_submit_and_get_events(&s->ring);
-        s->stats.sqes += queued;
         s->stats.enters++;
         if (io_uring_cq_ready(&s->ring))
             return;
-    } else if (queued > 0) {
-        submit = hd_ring_sq_publish(&s->ring);
-        s->stats.sqes += queued;
     }
     if (wait_ms == UINT64_MAX)
         wait_ms = HD_MIN_WAIT_IDLE_TS_MS;
