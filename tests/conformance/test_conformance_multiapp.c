@@ -14,7 +14,7 @@
 
 #include "conf_support.h"
 #include "server.h"
-#include "server_flags.h"
+#include "ops/server_flags.h"
 
 #define SHARDS    2
 #define RELAYS    2

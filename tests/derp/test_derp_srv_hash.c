@@ -1,12 +1,12 @@
-/* test_derp_srv_hash.c - the server's keyed table hash (apps/derp/server/server_hash.c, issue 16
- * item 3): node keys an attacker built to collide under the old unkeyed hash (the same bytes
+/* test_derp_srv_hash.c - the server's keyed table hash (apps/derp/server/relay/server_hash.c, issue
+ * 16 item 3): node keys an attacker built to collide under the old unkeyed hash (the same bytes
  * 0..16: one owner shard, one peer-table slot) spread over slots and shards now, linear probing
  * over them stays short, and another process key gives other slots. Pure: no sockets. */
 #include <criterion/criterion.h>
 #include <sodium.h>
 #include <string.h>
 
-#include "server_hash.h"
+#include "relay/server_hash.h"
 #include <hd/hd_siphash.h>
 
 #define KEYS       800u  /* the issue's mined set */

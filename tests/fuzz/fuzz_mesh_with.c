@@ -1,6 +1,6 @@
 /* fuzz_mesh_with.c - libFuzzer target for hderp-server's -mesh-with list parser (srv_mesh_parse
- * in apps/derp/server/server_mesh.c: the syntax, without the https links' TLS context). Input:
- * a flags byte (bit 0: no mesh key configured), then the list as given on the command line.
+ * in apps/derp/server/relay/server_mesh.c: the syntax, without the https links' TLS context).
+ * Input: a flags byte (bit 0: no mesh key configured), then the list as given on the command line.
  * Invariants: an error says why; a list that parses has at most SRV_MESH_NODES_MAX nodes, each
  * with its entry trimmed and comma-free, a port, a Host header, a TLS name and a dial host that is
  * an address (then resolved, with that port) or a plain host name; https unless it says http://;

@@ -13,7 +13,7 @@
 
 #include "derp_keys.h"
 #include "fuzz_util.h"
-#include "server_account.h"
+#include "ops/server_account.h"
 #include <hd/net.h>
 
 static char text[70000];

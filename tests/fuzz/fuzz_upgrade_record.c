@@ -1,15 +1,15 @@
 /* fuzz_upgrade_record.c - libFuzzer target for an upgrade's client record, as the successor
- * reads it (srv_live_session_parse in apps/derp/server/server_live.c, then net_export_parse in
- * net/export.c on the part it leaves for net). Input: a whole record. Invariants: a record
- * that parses names a key inside it, at most SRV_SOURCES_MAX sources that fit in it, only the
- * known flags, a splitter skip no longer than its frame, and net's part is the rest of the
- * record; a blob net accepts has every section inside it, within its bound, and its tails
- * within the connection's own tail limit. */
+ * reads it (srv_live_session_parse in apps/derp/server/upgrade/server_live.c, then net_export_parse
+ * in net/export.c on the part it leaves for net). Input: a whole record. Invariants: a record that
+ * parses names a key inside it, at most SRV_SOURCES_MAX sources that fit in it, only the known
+ * flags, a splitter skip no longer than its frame, and net's part is the rest of the record; a blob
+ * net accepts has every section inside it, within its bound, and its tails within the connection's
+ * own tail limit. */
 #include <string.h>
 
 #include "fuzz_util.h"
 #include "net_impl.h"
-#include "server_live.h"
+#include "upgrade/server_live.h"
 
 static bool inside(const uint8_t *base, size_t len, const uint8_t *p, size_t n)
 {

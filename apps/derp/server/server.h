@@ -15,7 +15,7 @@
 #include "derp_proto.h"
 #include "server_config.h"
 #include "server_counters.h"
-#include "server_hash.h"
+#include "relay/server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>
@@ -366,7 +366,7 @@ void srv_sources_attach(struct srv_client *cl); /* into this shard's index (cl->
 void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p);
 void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
 
-#include "server_place.h" /* placement and packing */
+#include "relay/server_place.h" /* placement and packing */
 
 /* client_activate's per-shard half: timers, writer, rate bucket, gauges (server_client.c). */
 void srv_client_settle(struct srv_shard *ds, struct srv_client *cl);

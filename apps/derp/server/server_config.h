@@ -4,7 +4,7 @@
 #define SERVER_CONFIG_H
 
 #include "derp_proto.h"
-#include "server_hash.h"
+#include "relay/server_hash.h"
 #include "server_limits.h"
 #include <hd/hd.h>
 #include <hd/net.h>

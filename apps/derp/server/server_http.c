@@ -12,7 +12,7 @@
 
 #include <hd/net_ws.h>
 #include "server.h"
-#include "server_acme.h"
+#include "ops/server_acme.h"
 
 static bool ds_acme(struct net_conn *c)
 {

@@ -10,9 +10,9 @@
 #include <hd/kit.h>
 
 #include "server.h"
-#include "server_check.h"
-#include "server_flags.h"
-#include "server_upgrade.h"
+#include "ops/server_check.h"
+#include "ops/server_flags.h"
+#include "upgrade/server_upgrade.h"
 
 #define HDERP_VERSION "0.1.0"
 

@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "server.h"
-#include "server_account.h"
-#include "server_acme.h"
-#include "server_live.h"
-#include "server_upgrade.h"
+#include "ops/server_account.h"
+#include "ops/server_acme.h"
+#include "upgrade/server_live.h"
+#include "upgrade/server_upgrade.h"
 
 bool srv_needs_tls(const struct srv_config *cfg)
 {

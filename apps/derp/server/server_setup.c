@@ -13,9 +13,9 @@
 #include <sodium.h>
 
 #include "server.h"
-#include "server_account.h"
-#include "server_acme.h"
-#include "server_flags.h"
+#include "ops/server_account.h"
+#include "ops/server_acme.h"
+#include "ops/server_flags.h"
 
 static int load_key(struct srv_config *cfg, const struct srv_flags *f)
 {

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "server.h"
-#include "server_upgrade.h"
+#include "upgrade/server_upgrade.h"
 
 static void stun_datagram(struct net_udp *u, const uint8_t *data, size_t len,
                           const struct net_addr *from, void *arg)

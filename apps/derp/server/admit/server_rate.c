@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "server_account.h"
+#include "ops/server_account.h"
 
 /* ---------------------------------------------------------------- the file (main thread) */
 

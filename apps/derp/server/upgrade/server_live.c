@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server_live.h"
+#include "upgrade/server_live.h"
 #include <hd/hd_bytes.h>
 
 /* The session's flag bits. */

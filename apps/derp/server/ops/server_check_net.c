@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "derp_proto.h"
-#include "server_check.h"
+#include "ops/server_check.h"
 
 /* The system CA bundles Go's crypto/x509 tries on Linux (SSL_CERT_FILE replaces them). */
 static const char *const ca_bundles[] = {"/etc/ssl/certs/ca-certificates.crt",

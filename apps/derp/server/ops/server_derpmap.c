@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include <hd/net.h>
-#include "server_flags.h"
+#include "ops/server_flags.h"
 
 #define DERPMAP_REGION_ID_DEFAULT 900 /* the first of the ids Tailscale leaves to custom maps */
 

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_check.h"
-#include "server_flags.h"
+#include "ops/server_check.h"
+#include "ops/server_flags.h"
 
 /* A certificate this close to expiry is a warning (Let's Encrypt renews 30 days before). */
 #define CHK_EXPIRY_WARN_DAYS  14

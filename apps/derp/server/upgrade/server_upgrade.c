@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "server.h"
-#include "server_upgrade_impl.h"
+#include "upgrade/server_upgrade_impl.h"
 
 int srv_upgrade_init(struct srv_config *cfg, char **argv, const char *pid_file, uint32_t timeout_ms)
 {

@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "server_account.h"
+#include "ops/server_account.h"
 
 struct srv_quota_use {
     struct derp_pubkey key;

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_live.h"
+#include "upgrade/server_live.h"
 
 static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);

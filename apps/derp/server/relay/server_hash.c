@@ -8,7 +8,7 @@
 #include <sodium.h>
 #include <string.h>
 
-#include "server_hash.h"
+#include "relay/server_hash.h"
 #include <hd/hd_siphash.h>
 
 _Static_assert(HD_SIPHASH_KEY_LEN == SRV_HASH_KEY_LEN, "SipHash takes a 16-byte key");

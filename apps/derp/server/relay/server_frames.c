@@ -20,7 +20,7 @@
  * Runs on the client's (owner) shard. */
 #include <errno.h>
 
-#include "server_frames.h"
+#include "relay/server_frames.h"
 
 int srv_frames_init(struct srv_shard *ds)
 {

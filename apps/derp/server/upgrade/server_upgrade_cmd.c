@@ -10,9 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server_flags.h"
+#include "ops/server_flags.h"
 #include "server_limits.h"
-#include "server_upgrade.h"
+#include "upgrade/server_upgrade.h"
 
 /* Default wait: the server's --upgrade-timeout default and a margin for its start-up. */
 #define SRV_UPGRADE_CMD_WAIT_MS (SRV_UPGRADE_TIMEOUT_MS_DEFAULT + 10000u)

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "server_limits.h"
-#include "server_flags.h"
+#include "ops/server_flags.h"
 #include "server_limits.h"
 
 /* derper flags that exist but are not implemented here: refused with a clear message. */

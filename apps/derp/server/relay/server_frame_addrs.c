@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_frames.h"
+#include "relay/server_frames.h"
 
 int srv_frame_addrs_init(struct srv_shard *ds)
 {

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_flags.h"
+#include "ops/server_flags.h"
 
 const char srv_flags_deploy_usage[] =
     "  --proxy-protocol-from LIST  CIDRs (comma-separated; a bare address is /32 or /128)\n"

@@ -14,8 +14,8 @@
 
 #include <hd/net.h>
 #include <hd/net_http.h>
-#include "server_acme.h"
-#include "server_check.h"
+#include "ops/server_acme.h"
+#include "ops/server_check.h"
 
 static void copy_header(const struct net_http_resp *h, const char *name, char *out, size_t size)
 {

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "server.h"
-#include "server_acme.h"
-#include "server_flags.h"
+#include "ops/server_acme.h"
+#include "ops/server_flags.h"
 
 /* Let's Encrypt's production directory: derper's default CA. */
 #define ACME_DIRECTORY_DEFAULT "https://acme-v02.api.letsencrypt.org/directory"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "server.h"
-#include "server_live.h"
+#include "upgrade/server_live.h"
 
 /* ---------------------------------------------------------------- the table */
 

@@ -9,8 +9,8 @@
 
 #include <hd/hd_rand.h>
 
-#include "server_account.h"
-#include "server_live.h"
+#include "ops/server_account.h"
+#include "upgrade/server_live.h"
 
 /* ---------------------------------------------------------------- sending */
 

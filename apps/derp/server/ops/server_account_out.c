@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_account.h"
+#include "ops/server_account.h"
 
 struct merged {
     struct derp_pubkey key;

@@ -7,8 +7,8 @@
 #include <stdbool.h>
 
 #include "server.h"
-#include "server_live.h"
-#include "server_upgrade.h"
+#include "upgrade/server_live.h"
+#include "upgrade/server_upgrade.h"
 
 /* Slots per kind: a shard's index (--shards is at most 64) or the claim's. */
 #define SRV_UPGRADE_SLOTS 64u

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "server_acme.h"
+#include "ops/server_acme.h"
 
 size_t acme_b64url(const uint8_t *in, size_t len, char *out, size_t size)
 {

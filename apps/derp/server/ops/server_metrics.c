@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_account.h"
+#include "ops/server_account.h"
 
 const char *const srv_drop_names[SRV_DROPS] = {
     "unknown_dest", "unknown_dest_on_fwd", "gone_disconnected", "queue_head",

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server_upgrade_impl.h"
+#include "upgrade/server_upgrade_impl.h"
 
 /* How long the old process waits for its shards' exports to finish (each is one quiet point
  * of a connection: an op in flight returns within a tick or two), and for TOOK. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "derp_client.h"
-#include "server_check.h"
+#include "ops/server_check.h"
 
 /* Packets each client sends the other: enough to see loss or reordering, few enough to be quick. */
 #define CHK_PACKETS 20u

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "server.h"
-#include "server_account.h"
+#include "ops/server_account.h"
 
 struct srv_acct {
     struct srv_acct_sketch top[SRV_ACCT_DIMS];
