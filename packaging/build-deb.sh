@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build-deb.sh BIN_DIR OUT_DIR - the hderp .deb (dpkg-deb): hderp-server and hderp-echo from
 # BIN_DIR (debug info stripped), the systemd unit, /etc/default/hderp-server (a conffile), man
-# pages made from --help, README; Depends from dpkg-shlibdeps. Prints the .deb's path.
+# pages made from --help (and the subcommands'), README and the operator's docs; Depends from
+# dpkg-shlibdeps. Prints the .deb's path.
 set -euo pipefail
 bin=$(cd "$1" && pwd) out=$2
 here=$(cd "$(dirname "$0")" && pwd)
@@ -21,11 +22,14 @@ for p in hderp-server hderp-echo; do
 done
 install -m 0644 "$here/deb/hderp-server.service" "$root/lib/systemd/system/"
 install -m 0644 "$here/deb/hderp-server.default" "$root/etc/default/hderp-server"
-bash "$here/help2man.sh" "$root/usr/bin/hderp-server" 8 "a DERP relay for Tailscale clients" |
+bash "$here/help2man.sh" "$root/usr/bin/hderp-server" 8 "a DERP relay for Tailscale clients" \
+    check upgrade |
     gzip -9n >"$root/usr/share/man/man8/hderp-server.8.gz"
-bash "$here/help2man.sh" "$root/usr/bin/hderp-echo" 1 "DERP echo client and latency probe" |
+bash "$here/help2man.sh" "$root/usr/bin/hderp-echo" 1 "DERP echo client and latency probe" \
+    observe |
     gzip -9n >"$root/usr/share/man/man1/hderp-echo.1.gz"
-(cd "$src" && install -m 0644 README.md "$root/usr/share/doc/hderp/")
+(cd "$src" && install -m 0644 README.md docs/OPERATING.md docs/FLAGS.md docs/METRICS.md \
+    "$root/usr/share/doc/hderp/")
 # Depends: what the binaries link, as dpkg-shlibdeps reads it (it wants a debian/control).
 mkdir -p "$stage/debian"
 printf 'Source: hderp\n\nPackage: hderp\nArchitecture: any\n' >"$stage/debian/control"
