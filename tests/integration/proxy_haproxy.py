@@ -103,7 +103,7 @@ def log_text():
         return f.read()
 
 
-# tls mode: the v2 frontend routes by SNI as in README (hderp's name to it, the rest elsewhere).
+# tls mode: the v2 frontend routes by SNI as in docs/OPERATING.md (hderp's name to it, the rest elsewhere).
 SNI_ROUTE = """    tcp-request inspect-delay 5s
     tcp-request content accept if { req_ssl_hello_type 1 }
     use_backend hderp_v2 if { req_ssl_sni -i localhost }
