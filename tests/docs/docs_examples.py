@@ -15,7 +15,8 @@ docs/FLAGS.md documents for that command, an hderp-server command line that can 
 as it stands must be accepted (hderp-server ARGS --print-derpmap exits 0), `make` targets must
 be the GNUmakefile's, `ctest -R/-L` must select tests of this build, perf/run-bench flags must
 be in its --help. json and yaml blocks must parse; an untagged block that starts like a command
-is an error. The packaged flags file (packaging/deb/hderp-server.default) must parse too.
+is an error. The packaged flags file (packaging/deb/hderp-server.default) must parse too, and
+every [link](#anchor) in these files must name a heading.
 Programs run from this build: BIN_DIR's programs, hderp-server through a wrapper that adds
 --port-file (and the port-0 substitutions) so the test knows what each started server bound."""
 import glob
@@ -251,6 +252,26 @@ class Checker:
                 self.err(block, "a command block without ```sh and a tag: %r" % first)
         return None
 
+    def check_anchors(self, files):
+        """Every [text](#anchor) and [text](FILE.md#anchor) names a heading (GitHub's slugs)."""
+        slugs, links = {}, []
+        for rel in files:
+            with open(os.path.join(self.src, rel)) as f:
+                lines = f.read().splitlines()
+            found, fence = set(), False
+            for i, line in enumerate(lines, 1):
+                fence = fence != line.strip().startswith("```")
+                if not fence and line.startswith("#"):
+                    title = line.lstrip("#").strip().lower()
+                    found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+                for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", line):
+                    links.append((rel, i, target, anchor))
+            slugs[rel] = found
+        for rel, i, target, anchor in links:
+            doc = os.path.normpath(os.path.join(os.path.dirname(rel), target)) if target else rel
+            if doc in slugs and anchor not in slugs[doc]:
+                self.errors.append("%s:%d: #%s is no heading of %s" % (rel, i, anchor, doc))
+
     def check_default_file(self):
         path = os.path.join(self.src, "packaging", "deb", "hderp-server.default")
         with open(path) as f:
@@ -262,6 +283,20 @@ class Checker:
         args = shlex.split(m.group(1))
         self.check_flags(block, ("hderp-server", None), args)
         self.check_server_line(block, args)
+
+
+def group_members(pgid):
+    """The live (not zombie) processes of process group pgid, from /proc."""
+    out = set()
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.add(int(stat.split("/")[2]))
+    return out
 
 
 class Runner:
@@ -350,8 +385,12 @@ class Runner:
                 except ProcessLookupError:
                     pass
             for pid in pids:
-                testlib.wait_for(lambda: testlib.pid_gone(pid), "server %d to stop" % pid,
-                                 testlib.STOP_S)
+                try:
+                    testlib.wait_for(lambda: testlib.pid_gone(pid), "server %d to stop" % pid,
+                                     testlib.STOP_S)
+                except AssertionError as e:
+                    errors.append("%s: %s" % (block.where(), e))
+                    os.kill(pid, signal.SIGKILL)
             self._end_group(proc)
             proc.wait()
             log.close()
@@ -362,27 +401,28 @@ class Runner:
         return errors
 
     def _serve_check(self, block, d, proc, pids):
-        def started():
+        def listening():
+            """Every process of the block's group but its shell is an hderp-server that listens
+            (a loop of `cmd &` may still be forking while its shell has exited)."""
             rc = proc.poll()
             if rc not in (None, 0):
                 raise AssertionError("the block exited with %d" % rc)
-            found = [int(p.rsplit(".", 1)[1]) for p in glob.glob(os.path.join(d, "started.*"))]
-            if not found:
+            started = {int(p.rsplit(".", 1)[1]) for p in glob.glob(os.path.join(d, "started.*"))}
+            for pid in started:
+                if testlib.pid_gone(pid) and not os.path.exists(os.path.join(d, "ports.%d" % pid)):
+                    raise AssertionError("hderp-server %d exited before it listened" % pid)
+            members = group_members(proc.pid) - {proc.pid}
+            if not members or not members <= started:
                 return None
-            pids[:] = found
-            for pid in found:
-                if not os.path.exists(os.path.join(d, "ports.%d" % pid)):
-                    if testlib.pid_gone(pid):
-                        raise AssertionError("hderp-server %d exited before it listened" % pid)
-                    return None
-            return found
+            if not all(os.path.exists(os.path.join(d, "ports.%d" % p)) for p in members):
+                return None
+            pids[:] = sorted(started)
+            return True
         try:
-            testlib.wait_for(started, "the block's servers to listen", BLOCK_BOUND_S)
-            time.sleep(0.2)  # a loop starting several: let the last ones show up too
-            testlib.wait_for(started, "the block's servers to listen", BLOCK_BOUND_S)
+            testlib.wait_for(listening, "the block's servers to listen", BLOCK_BOUND_S)
         except AssertionError as e:
             return ["%s: the server block did not start: %s" % (block.where(), e)]
-        errors = []
+        errors, deadline = [], time.monotonic() + BLOCK_BOUND_S
         for pid in pids:
             got = testlib.read_port_file(os.path.join(d, "ports.%d" % pid))
             url = "http://127.0.0.1:%d" % got["derp"]
@@ -395,7 +435,8 @@ class Runner:
                 last[:] = [r.stdout + r.stderr]
                 return r.returncode == 0
             try:  # a mesh takes a moment to link: check until it passes, within a bound
-                testlib.wait_for(passes, "check %s to pass" % url, BLOCK_BOUND_S, 0.5)
+                testlib.wait_for(passes, "check %s to pass" % url,
+                                 max(1.0, deadline - time.monotonic()), 0.5)
             except AssertionError:
                 errors.append("%s: hderp-server check %s failed:\n%s" % (
                     block.where(), url, last[0] if last else ""))
@@ -418,6 +459,7 @@ def main():
             if tag in ("run", "server"):
                 todo.append((tag, block))
     checker.check_default_file()
+    checker.check_anchors(doc_files(src))
     errors = list(checker.errors)
     runner = Runner(bin_dir, work)
     runner.start()
