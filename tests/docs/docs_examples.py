@@ -253,7 +253,7 @@ class Checker:
         return None
 
     def check_anchors(self, files):
-        """Every [text](#anchor) and [text](FILE.md#anchor) names a heading (GitHub's slugs)."""
+        """Every [text](#anchor) and [text](OTHER#anchor) (another Markdown file) names a heading (GitHub's slugs)."""
         slugs, links = {}, []
         for rel in files:
             with open(os.path.join(self.src, rel)) as f:
