@@ -253,7 +253,8 @@ class Checker:
         return None
 
     def check_anchors(self, files):
-        """Every [text](#anchor) and [text](OTHER#anchor) (another Markdown file) names a heading (GitHub's slugs)."""
+        """Every [text](#anchor) and [text](OTHER#anchor) (another Markdown file) names a
+        heading (GitHub's slugs)."""
         slugs, links = {}, []
         for rel in files:
             with open(os.path.join(self.src, rel)) as f:
@@ -323,7 +324,8 @@ class Runner:
     def stop(self):
         rc = self.dev.stop()
         if rc != 0:
-            return ["the development server exited with %s:\n%s" % (rc, self.dev.log_text()[-2000:])]
+            return ["the development server exited with %s:\n%s" % (
+                rc, self.dev.log_text()[-2000:])]
         return []
 
     def _spawn(self, text):

@@ -66,7 +66,8 @@ def man_invocations(src):
     with open(os.path.join(src, "packaging", "build-deb.sh")) as f:
         text = f.read().replace("\\\n", " ")
     out = {}
-    for m in re.finditer(r'help2man\.sh"\s+"\$root/usr/bin/(\S+?)"\s+(\d)\s+"[^"]*"([^|]*)\|', text):
+    call = r'help2man\.sh"\s+"\$root/usr/bin/(\S+?)"\s+(\d)\s+"[^"]*"([^|]*)\|'
+    for m in re.finditer(call, text):
         out[m.group(1)] = (m.group(2), m.group(3).split())
     return out
 
@@ -92,13 +93,16 @@ def check(src, bin_dir):
             errors.append("docs/FLAGS.md, %s: documented twice: %s" % (cmd, ", ".join(dups)))
         helped = flag_names(help_text(bin_dir, prog, sub))
         for name in sorted(set(rows) - helped):
-            errors.append("%s --help does not name -%s, which docs/FLAGS.md documents" % (cmd, name))
+            errors.append("%s --help does not name -%s, which docs/FLAGS.md documents" % (
+                cmd, name))
         for name in sorted(helped - documented[prog]):
-            errors.append("%s --help names -%s, which docs/FLAGS.md does not document" % (cmd, name))
+            errors.append("%s --help names -%s, which docs/FLAGS.md does not document" % (
+                cmd, name))
         if prog == "hderp-server" and sub is None:
             for name in rows:
                 if not parser_knows(bin_dir, name):
-                    errors.append("hderp-server answers 'unknown flag' to -%s (docs/FLAGS.md)" % name)
+                    errors.append("hderp-server answers 'unknown flag' to -%s (docs/FLAGS.md)"
+                                  % name)
     invocations = man_invocations(src)
     for prog, names in sorted(documented.items()):
         if prog not in invocations:
