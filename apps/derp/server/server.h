@@ -93,11 +93,19 @@ struct srv_client {
     struct hd_timer keepalive;
     uint32_t keepalive_ms;      /* its KeepAlive period: the interval + its own jitter (derper) */
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
-    /* -rate-config (server_rate.c): this connection's bucket; reading paused until the timer
+    /* -rate-config (server_rate.c): this connection's bucket; reading paused until read_timer
      * while a frame waits for its tokens; paid: the current frame has its tokens. */
     struct hd_tbucket rate;
-    struct hd_timer rate_timer;
     bool rate_paid, rate_waiting;
+    /* Reading paused until this fires (srv_client_read_pause): a frame waiting for its rate
+     * tokens, or a wait for a backed-up receiver (server_wait.c). */
+    struct hd_timer read_timer;
+    /* server_wait.c: the receiver this sender waits for (NULL: none), the senders waiting for
+     * this one, its links in that list; derper's policy only until wait_off_ms; its run of
+     * packets to one destination (the first 8 bytes of its key). */
+    struct srv_client *wait_for, *waiters, *wait_next, **wait_pprev;
+    uint64_t wait_off_ms, run_dst;
+    uint16_t run_len;
     /* Placement (server_place.c): guest = the connection lives on another shard than its key's
      * owner (cl->peer is then this shard's guest entry); placing = on its way there. The
      * remote destination this client sent to last, and how many packets in a row. */
@@ -298,9 +306,21 @@ int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLA
 
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
-int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
-                       enum srv_kind kind);
+#define SRV_ENQUEUED_BEHIND 1 /* queued behind the connection's backlog */
+int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind);
 int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
+/* Stop reading cl for at most ms (then it reads again: whatever paused it checks again); read
+ * again from the next tick. */
+void srv_client_read_pause(struct srv_client *cl, uint64_t ms);
+void srv_client_read_resume_soon(struct srv_client *cl);
+
+/* server_wait.c: senders wait for a backed-up receiver on their shard. cl sent a packet to dst;
+ * rcv: the receiver on this shard it was queued behind a backlog for, or NULL. True when cl now
+ * waits (reading paused: the caller stops taking its frames). */
+bool srv_wait_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN], struct srv_client *rcv);
+void srv_wait_drained(struct srv_client *rcv); /* its queues emptied: its senders read again */
+void srv_wait_expired(struct srv_client *cl);  /* cl's wait ran out (--sender-wait-ms) */
+void srv_wait_leave(struct srv_client *cl);    /* cl leaves its shard (or closes) */
 void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);
@@ -328,10 +348,14 @@ void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
 void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
 /* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
  * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
-/* Returns true when the frame went to another shard over the bus (to the key's owner, or from
- * the owner on to the shard where its connection lives as a guest). */
-bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
-               bool forwarded);
+/* crossed: the frame went to another shard over the bus (to the key's owner, or from the owner
+ * on to the shard where its connection lives as a guest). */
+struct srv_routed {
+    bool crossed;              /* the frame went to another shard over the bus */
+    struct srv_client *behind; /* a receiver on this shard it was queued behind a backlog for */
+};
+struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind,
+                            bool forwarded);
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
 void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
@@ -461,7 +485,6 @@ void srv_rate_detach(struct srv_config *cfg);
 const struct srv_rate *srv_rate_current(const struct srv_shard *ds);
 /* At activation (a full bucket) and at close. */
 void srv_rate_client_init(struct srv_client *cl, uint64_t now_ms);
-void srv_rate_client_fini(struct srv_client *cl);
 /* Before handling a frame of payload_len bytes: true to go on (tokens taken, or no limit);
  * false: reading is paused until the tokens are there, then the frame is offered again. */
 bool srv_rate_take(struct srv_client *cl, uint32_t payload_len);

@@ -62,6 +62,7 @@ struct srv_config {
     bool have_mesh_key;
     struct derp_mesh_key mesh_key;
     uint32_t write_timeout_ms;    /* -tcp-write-timeout (regular clients) */
+    uint32_t sender_wait_ms;      /* --sender-wait: a sender's wait for its receiver (0: none) */
     uint32_t keepalive_ms;        /* DERP KeepAlive frame period (60 s) */
     uint32_t keepalive_jitter_ms; /* + random [0, jitter) per connection */
     int tcp_user_timeout_ms;      /* -tcp-user-timeout */

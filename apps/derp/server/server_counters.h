@@ -71,6 +71,8 @@ struct srv_counters {
     uint64_t packet_forwarder_delete_other_value;
     uint64_t mesh_forward_dropped;
     uint64_t rate_limit_waited;     /* frames that waited for -rate-config tokens */
+    uint64_t sender_waits;          /* senders paused for a backed-up receiver (server_wait.c) */
+    uint64_t sender_wait_timeouts;  /* of those, waits that ran out (--sender-wait) */
     uint64_t rate_limit_waited_key; /* of those, at a key's own rate (-rate-config Keys) */
     uint64_t quota_dropped[SRV_QUOTA_WHYS], quota_dropped_bytes[SRV_QUOTA_WHYS];
     /* -proxy-protocol-from: headers read; connections from other sources refused; bad headers */

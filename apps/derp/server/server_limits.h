@@ -11,6 +11,18 @@
 /* derper: up to 3 attempts to make room by dropping the queue head, then drop the new one. */
 #define SRV_QUEUE_TRIES 3
 
+/* Senders that wait for a backed-up receiver (server_wait.c, --sender-wait). A sender waits only
+ * after this many packets in a row to that receiver (one that spreads its packets keeps
+ * derper's drop-oldest: pausing it would hold its traffic to healthy receivers back); a wait
+ * ends when the receiver's queues drain, at most --sender-wait (a tenth of a second: a receiver
+ * that reads drains in well under that on any link a relay serves), then derper's policy for
+ * SRV_WAIT_OFF_MS (a receiver that never reads costs a sender one bounded wait a second). */
+#define SRV_WAIT_RUN_MIN           8u
+#define SRV_SENDER_WAIT_MS_DEFAULT 100u
+#define SRV_SENDER_WAIT_MS_MAX     10000u
+#define SRV_WAIT_OFF_MS            1000u
+_Static_assert(SRV_WAIT_RUN_MIN <= SRV_QUEUE_DEPTH, "a run fits in the queue it fills");
+
 /* A routed packet frame: the destination key, the key of the connection that sent it (NotHere
  * goes there: the sender, or the mesh peer that forwarded it), then the RecvPacket frame as it
  * goes out. */

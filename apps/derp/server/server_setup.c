@@ -200,6 +200,7 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->verbose = f->verbose;
     cfg->shards = f->shards;
     cfg->write_timeout_ms = f->tcp_write_timeout_ms;
+    cfg->sender_wait_ms = (uint32_t)f->sender_wait_ms; /* server_wait.c */
     cfg->keepalive_ms = f->keepalive_ms;
     cfg->account_window_ms = f->account_window_ms;
     cfg->keepalive_jitter_ms =

@@ -171,23 +171,10 @@ const struct srv_rate *srv_rate_current(const struct srv_shard *ds)
     return &hd_container_of(sn, const struct srv_rate_snap, snap)->rate;
 }
 
-/* The tokens are there (or the limit is off for this client): read on. */
-static void rate_resume(struct hd_timer *t)
-{
-    struct srv_client *cl = hd_container_of(t, struct srv_client, rate_timer);
-    net_conn_pause_recv(cl->conn, false); /* offers the kept bytes again: cl may be gone */
-}
-
 void srv_rate_client_init(struct srv_client *cl, uint64_t now_ms)
 {
-    hd_timer_init(&cl->rate_timer, rate_resume);
     hd_tbucket_fill(&cl->rate, srv_rate_current(cl->ds)->burst, now_ms);
     cl->rate_paid = false;
-}
-
-void srv_rate_client_fini(struct srv_client *cl)
-{
-    hd_timer_stop(cl->ds->s, &cl->rate_timer);
 }
 
 bool srv_rate_take(struct srv_client *cl, uint32_t payload_len)
@@ -218,8 +205,7 @@ bool srv_rate_take(struct srv_client *cl, uint32_t payload_len)
             ds->ctr.rate_limit_waited_key++;
         cl->rate_waiting = true;
     }
-    net_conn_pause_recv(cl->conn, true);
-    hd_timer_start(ds->s, &cl->rate_timer, wait_ms);
+    srv_client_read_pause(cl, wait_ms); /* the timer reads on: this frame is offered again */
     return false;
 }
 

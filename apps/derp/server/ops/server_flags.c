@@ -144,6 +144,11 @@ static void usage_own(FILE *out)
         "  --prelogin-max N        connections not logged in yet per shard; over it a new\n"
         "                          connection is closed at once (default 16384)\n"
         "  --prelogin-per-addr-max N  the same per source address per shard (default 4096)\n"
+        "  --sender-wait D         a client streaming to one receiver that is backed up\n"
+        "                          stops being read until the receiver drains, at most D\n"
+        "                          (then derper's drop-oldest for a second); TCP slows the\n"
+        "                          sender instead of the relay dropping (default 100ms, 0 =\n"
+        "                          never wait: derper's behaviour; at most 10s)\n"
         "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
         "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
         "                          this bounds what a burst can take\n"
@@ -417,6 +422,13 @@ static int apply_limit(struct srv_flags *f, const char *name, const char *v)
             return -1;
         }
         *(strcmp(name, "prelogin-max") == 0 ? &f->prelogin_max : &f->prelogin_addr_max) = n;
+    } else if (strcmp(name, "sender-wait") == 0) {
+        if (set_duration(name, v, &f->sender_wait_ms) < 0 ||
+            f->sender_wait_ms > SRV_SENDER_WAIT_MS_MAX) {
+            fprintf(stderr, "hderp-server: --%s %s: expected a duration of at most %ums\n", name, v,
+                    SRV_SENDER_WAIT_MS_MAX);
+            return -1;
+        }
     } else if (strcmp(name, "frame-pool-mib") == 0) {
         if (parse_int(v, SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX, &n) < 0) {
             fprintf(stderr, "hderp-server: --%s %s: expected %u..%u\n", name, v,
@@ -501,6 +513,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
                             .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
                             .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT,
+                            .sender_wait_ms = SRV_SENDER_WAIT_MS_DEFAULT,
                             .upgrade_timeout_ms = SRV_UPGRADE_TIMEOUT_MS_DEFAULT};
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {

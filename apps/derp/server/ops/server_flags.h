@@ -46,6 +46,7 @@ struct srv_flags {
     long prelogin_max;                /* --prelogin-max, per shard */
     long prelogin_addr_max;           /* --prelogin-per-addr-max, per shard */
     long frame_pool_mib;              /* --frame-pool-mib, per shard */
+    uint64_t sender_wait_ms;          /* --sender-wait (0: never) */
     const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */
     const char *port_file;            /* --port-file FILE: the bound addresses (NULL: none) */
     /* hderp's own deployment flags (server_flags_deploy.c) */

@@ -222,6 +222,8 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
     put_own(o, "admit_revoked", "counter", SUM(admit_revoked));
     put_own(o, "allowlist_refused", "counter", SUM(allowlist_refused));
     put_own(o, "bus_dropped", "counter", SUM(bus_dropped));
+    put_own(o, "sender_waits", "counter", SUM(sender_waits));
+    put_own(o, "sender_wait_timeouts", "counter", SUM(sender_wait_timeouts));
     put_own(o, "placement_moves", "counter", SUM(placement_moves));
     put_own(o, "placement_returns", "counter", SUM(placement_returns));
     put_own(o, "placement_packs", "counter", SUM(placement_packs));

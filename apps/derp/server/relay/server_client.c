@@ -60,11 +60,11 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f)
 
 /* While the connection keeps up (its send queue under the high watermark), packets go straight
  * to it; the two 32-packet queues fill only while it is backed up, and there derper's policy
- * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one. */
-int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, uint32_t len,
-                       enum srv_kind kind)
+ * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one.
+ * Returns 0 (written), SRV_ENQUEUED_BEHIND (queued behind its backlog: server_wait.c) or
+ * -errno (dropped, counted). */
+int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind)
 {
-    (void)off, (void)len;
     struct srv_pktq *q = &cl->q[kind];
     if (cl->phase != SRV_CLIENT_ACTIVE) {
         if (cl->exporting) /* on its way to the successor: lost in the hand-over */
@@ -89,7 +89,7 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, uint32_t off, 
             slots[(q->head + q->count) % SRV_QUEUE_DEPTH] = f;
             q->count++;
             hd_flush_request(cl->ds->s, &cl->writer);
-            return 0;
+            return SRV_ENQUEUED_BEHIND;
         }
         struct hd_frame *old = slots[q->head];
         q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
@@ -138,6 +138,28 @@ static void writer_run(struct hd_flush *fl)
         if (f)
             write_packet(cl, f);
     }
+    if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0)
+        srv_wait_drained(cl); /* its waiting senders read again (server_wait.c) */
+}
+
+/* Reading paused by rate tokens or a wait (server_wait.c): the timer reads on; whatever paused
+ * it checks again with the bytes offered. */
+static void read_resume(struct hd_timer *t)
+{
+    struct srv_client *cl = hd_container_of(t, struct srv_client, read_timer);
+    srv_wait_expired(cl);                 /* still waiting: its wait ran out */
+    net_conn_pause_recv(cl->conn, false); /* offers the kept bytes again: cl may be gone */
+}
+
+void srv_client_read_pause(struct srv_client *cl, uint64_t ms)
+{
+    net_conn_pause_recv(cl->conn, true);
+    hd_timer_start(cl->ds->s, &cl->read_timer, ms);
+}
+
+void srv_client_read_resume_soon(struct srv_client *cl)
+{
+    hd_timer_start(cl->ds->s, &cl->read_timer, 0);
 }
 
 void srv_client_drain(struct srv_client *cl)
@@ -217,6 +239,7 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
     srv_rate_client_init(cl, hd_now_ms(ds->s));
     srv_acct_attach(cl); /* per-key accounting: this shard's tables */
     cl->rate_waiting = false;
+    hd_timer_init(&cl->read_timer, read_resume);
     hd_flush_init(&cl->writer, writer_run);
     keepalive_start(ds, cl);
     net_conn_set_timeouts(cl->conn, 0,
@@ -236,8 +259,9 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
 {
     hd_flush_cancel(ds->s, &cl->writer);
     hd_timer_stop(ds->s, &cl->keepalive);
+    hd_timer_stop(ds->s, &cl->read_timer);
+    srv_wait_leave(cl); /* its wait, and its waiting senders, end with its time here */
     srv_admit_recheck_stop(cl);
-    srv_rate_client_fini(cl);
     srv_acct_detach(cl); /* feeds this shard's tables what is left */
     srv_frames_client_fini(cl);
     ds->ctr.current_connections--;
@@ -384,11 +408,13 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
      * owner and table-slot lookups in srv_route hash nothing (the thread's one-key memo alone
      * misses whenever packets of two directions or two pairs alternate, as they do). */
     srv_hash_memo = cl->dst_hash;
-    bool crossed = srv_route(ds, f, out_len, kind, forward);
+    struct srv_routed r = srv_route(ds, f, kind, forward);
     cl->dst_hash = srv_hash_memo;
-    if (forward || !ds->cfg->placement)
+    if (forward)
         return;
-    if (crossed)
+    if (srv_wait_note(cl, dst, r.behind) || !ds->cfg->placement)
+        return; /* waiting: no move now (a backed-up receiver is no reason to go) */
+    if (r.crossed)
         srv_place_note(cl, dst); /* it crossed the bus */
     else if (ds->cfg->pack)
         srv_pack_note(cl, dst); /* it stayed on this shard */
@@ -537,8 +563,8 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
         if (rate_on)
             srv_rate_frame_done(cl);
         done += sp.consumed;
-        if (net_conn_state(c) != NET_CONN_OPEN)
-            break;
+        if (net_conn_state(c) != NET_CONN_OPEN || cl->wait_for)
+            break; /* closed, or waiting for a backed-up receiver (server_wait.c) */
     }
     return (ssize_t)done;
 }

@@ -319,25 +319,28 @@ void srv_note_activity(struct srv_shard *ds, struct srv_client *cl)
 
 /* ---------------------------------------------------------------- routing */
 
-/* On the key's owner shard. flags: the route message's (kind, forwarded, SRV_ROUTE_*). True
- * when the frame went on to the key's guest shard (or waits for it to arrive there). */
-static bool deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
+/* On the key's owner shard. flags: the route message's (kind, forwarded, SRV_ROUTE_*).
+ * crossed: the frame went on to the key's guest shard (or waits for it to arrive there). */
+static struct srv_routed deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
 {
     enum srv_kind kind = (enum srv_kind)(flags & 1);
     bool forwarded = (flags & 2) != 0;
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
     uint32_t len = f->len - SRV_ROUTE_OFF;
+    struct srv_routed r = {0};
     if (p && p->active) { /* local always wins (§7) */
-        srv_client_enqueue(p->active, f, SRV_ROUTE_OFF, len, kind);
-        return false;
+        if (srv_client_enqueue(p->active, f, kind) == SRV_ENQUEUED_BEHIND)
+            r.behind = p->active;
+        return r;
     }
     if (p && p->guest_at && !(flags & SRV_ROUTE_BOUNCED)) { /* it lives on another shard */
         srv_place_deliver(ds, p, f, flags & 3u);
-        return true;
+        r.crossed = true;
+        return r;
     }
     if (p && p->clients_count == 0 && !forwarded) { /* only the mesh has it: one hop */
         srv_mesh_forward(ds, f, p->fwd[0]);
-        return false;
+        return r;
     }
     enum srv_drop why = p && p->clients_count >= 2 ? SRV_DROP_DUP_CLIENT
                         : forwarded                ? SRV_DROP_UNKNOWN_DEST_ON_FWD
@@ -347,14 +350,14 @@ static bool deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
     if (srv_live_frozen(ds)) { /* its receiver left for the successor: no NotHere */
         ds->live->dropped++;
         hd_frame_unref(ds->s, f);
-        return false;
+        return r;
     }
     /* §6.2/§7: NotHere to the connection the packet came on: the sender, or the mesh peer that
      * forwarded it (so that it forgets the route). */
     if (kind == SRV_KIND_DISCO && why != SRV_DROP_DUP_CLIENT)
         srv_not_here(ds, f->data + SRV_ROUTE_REPLY_OFF, f->data);
     hd_frame_unref(ds->s, f);
-    return false;
+    return r;
 }
 
 static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind);
@@ -380,7 +383,7 @@ void srv_route_msg(struct hd_shard *s, const struct hd_msg *m)
     enum srv_kind kind = (enum srv_kind)(flags & 1);
     struct srv_client *cl = srv_place_guest(ds, f->data);
     if (cl) {
-        srv_client_enqueue(cl, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
+        (void)srv_client_enqueue(cl, f, kind); /* no sender here to wait */
         return;
     }
     /* The guest left (closed, or on its way home): back to the owner, who knows what now. */
@@ -399,28 +402,33 @@ static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_ki
     hd_frame_unref(ds->s, f);
 }
 
-bool srv_route(struct srv_shard *ds, struct hd_frame *f, uint32_t len, enum srv_kind kind,
-               bool forwarded)
+struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind,
+                            bool forwarded)
 {
-    (void)len;
     unsigned owner = srv_owner(ds, f->data);
     uint32_t flags = kind | (forwarded ? 2u : 0u);
+    struct srv_routed r = {0};
     /* crossed only if the key's connection is a guest; placement follows it there only with
      * packing (without, a sender on the owner that follows broke the duplicate test) */
-    if (owner == hd_shard_id(ds->s))
-        return deliver(ds, f, flags) && ds->cfg->pack;
+    if (owner == hd_shard_id(ds->s)) {
+        r = deliver(ds, f, flags);
+        r.crossed = r.crossed && ds->cfg->pack;
+        return r;
+    }
     struct srv_client *guest = srv_place_guest(ds, f->data); /* placed here beside its peer */
     if (guest) {
-        srv_place_guest_enqueue(guest, f, kind, forwarded);
-        return false;
+        if (srv_place_guest_enqueue(guest, f, kind, forwarded) == SRV_ENQUEUED_BEHIND)
+            r.behind = guest;
+        return r;
     }
     struct hd_msg m = {.fn = srv_route_msg, .ptr = f, .u64 = {flags, ds->instance}};
     if (hd_bus_send(ds->s, owner, &m) < 0) {
         /* The owner's bus is full: drop like a full queue would, never block the reader. */
         route_drop_bus(ds, f, kind);
-        return false;
+        return r;
     }
-    return true;
+    r.crossed = true;
+    return r;
 }
 
 /* ---------------------------------------------------------------- NotHere, ClosePeer */

@@ -65,8 +65,9 @@ struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_
 static bool can_leave(const struct srv_client *cl)
 {
     return cl->phase == SRV_CLIENT_ACTIVE && !cl->mesh && !cl->watcher && !cl->rate_waiting &&
-           !cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0 && cl->admit == NULL &&
-           cl->peer && net_conn_state(cl->conn) == NET_CONN_OPEN && !hd_shard_stopping(cl->ds->s);
+           cl->wait_for == NULL && !cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0 &&
+           cl->admit == NULL && cl->peer && net_conn_state(cl->conn) == NET_CONN_OPEN &&
+           !hd_shard_stopping(cl->ds->s);
 }
 
 /* At home, and the key's only connection. */
@@ -232,17 +233,16 @@ static void guest_settled_event(struct srv_shard *ds, struct hd_frame *f, uint64
         held_release(ds, cl->peer);
 }
 
-void srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
-                             bool forwarded)
+int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
+                            bool forwarded)
 {
     struct srv_peer *g = cl->peer;
     if (g && g->placing && g->held_count == SRV_PLACE_HELD_MAX)
         held_release(cl->ds, g); /* the owner's event is late (a full bus): bounded, in order */
-    if (g == NULL || !g->placing) {
-        srv_client_enqueue(cl, f, SRV_ROUTE_OFF, f->len - SRV_ROUTE_OFF, kind);
-        return;
-    }
+    if (g == NULL || !g->placing)
+        return srv_client_enqueue(cl, f, kind);
     held_put(g, f, kind | (forwarded ? 2u : 0u));
+    return 0;
 }
 
 /* The guest leaves this shard's table (it closes, or goes home). */
@@ -255,7 +255,7 @@ static void guest_leave(struct srv_shard *ds, struct srv_client *cl)
         /* Packets still settling go where packets for the key go now: to its owner. */
         for (unsigned i = 0; i < g->held_count; i++) {
             struct hd_frame *h = g->held[i];
-            (void)srv_route(ds, h, h->len - SRV_ROUTE_OFF, held_kind(h), (h->app_flags & 2) != 0);
+            (void)srv_route(ds, h, held_kind(h), (h->app_flags & 2) != 0);
         }
         free(g->held);
         free(g);
@@ -375,7 +375,7 @@ static void held_release(struct srv_shard *ds, struct srv_peer *p)
         struct hd_frame *h = p->held[i];
         enum srv_kind kind = held_kind(h);
         if (p->active)
-            srv_client_enqueue(p->active, h, SRV_ROUTE_OFF, h->len - SRV_ROUTE_OFF, kind);
+            (void)srv_client_enqueue(p->active, h, kind);
         else
             to_guest(ds, p, h, kind | (h->app_flags & 2));
     }

@@ -22,9 +22,9 @@ void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame
 struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* A sender on guest cl's shard sends it f: right after the guest arrived, f waits until its
  * owner released what it held (a sender here must not overtake its own packets that went by
- * the owner while the guest travelled). */
-void srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
-                             bool forwarded);
+ * the owner while the guest travelled). srv_client_enqueue's return (0 while held). */
+int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
+                            bool forwarded);
 /* A second connection registered for p while its first lives elsewhere: call that one home. */
 void srv_place_recall(struct srv_shard *ds, struct srv_peer *p);
 /* client_closed of a guest or placing connection (instead of the owner's unregister). */
