@@ -1,0 +1,55 @@
+/* server_admit.h - admission (§5) as the rest of the server sees it: -verify-client-url
+ * (server_admit.c), -verify-clients (server_admit_local.c), the answer cache and re-checks
+ * (server_admit_recheck.c). Included by server.h after the structures it names. */
+#ifndef SERVER_ADMIT_H
+#define SERVER_ADMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct srv_config;
+struct srv_client;
+struct srv_shard;
+struct derp_pubkey;
+
+/* server_admit.c: admission control (§5) */
+#define SRV_ADMIT_TIMEOUT_MS 5000 /* derper's -verify-client-url timeout */
+#define SRV_ADMIT_BODY_MAX   4096 /* derper reads at most 4 KiB of the answer */
+int srv_admit_configure(struct srv_config *cfg, const char *url, bool fail_open, char *err,
+                        size_t err_size);
+bool srv_admit_needed(const struct srv_config *cfg);
+/* Whether admission makes TLS client connections (the runtime then needs tls_module). */
+bool srv_admit_needs_tls(const struct srv_config *cfg);
+void srv_admit_fini(struct srv_config *cfg); /* main thread, after the runtime stopped */
+/* server_admit_local.c: -verify-clients (§5 step 2), GET whois from tailscaled's LocalAPI. */
+#define SRV_TAILSCALED_SOCKET_DEFAULT "/var/run/tailscale/tailscaled.sock" /* derper on Linux */
+#define SRV_ADMIT_LOCAL_BODY_MAX      (256u * 1024u) /* a WhoIsResponse: node, profile, caps */
+int srv_admit_local_configure(struct srv_config *cfg, bool on, const char *socket, char *err,
+                              size_t err_size);
+/* Starts the whois request (cl->admit): 0 (srv_admit_local_done follows) or -errno. */
+int srv_admit_local_start(struct srv_client *cl);
+/* server_admit.c: the whois answer; why_refused NULL: known to tailscaled, go on. */
+void srv_admit_local_done(struct srv_client *cl, const char *why_refused);
+int srv_admit_start(struct srv_client *cl);
+void srv_admit_cancel(struct srv_client *cl);
+struct net_http_result;
+/* A controller's answer: NULL with *allow (200 {"Allow": true}; or err < 0 and fail_open), else
+ * the reason it refuses. */
+const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_open, bool *allow);
+/* POST the key to -verify-client-url; done gets the answer. 0 or -errno (nothing started). */
+int srv_admit_url_request(struct srv_client *cl,
+                          void (*done)(void *arg, int err, const struct net_http_result *r));
+/* server_admit_recheck.c: the answer cache (-verify-cache-ttl): 1 allow, 0 refuse, -ENOENT
+ * none; put stores a definite answer. Re-checks (-verify-recheck-interval): start at
+ * activation (on the owner shard), stop at close; cancelled: the request was cancelled. */
+/* Main thread: the two flags (they need -verify-client-url: message printed, -EINVAL). */
+int srv_admit_recheck_configure(struct srv_config *cfg, uint64_t cache_ttl_ms, uint64_t recheck_ms);
+int srv_admit_cache_get(struct srv_shard *ds, const struct derp_pubkey *key);
+void srv_admit_cache_put(struct srv_shard *ds, const struct derp_pubkey *key, bool allow);
+void srv_admit_shard_fini(struct srv_shard *ds);
+void srv_admit_recheck_start(struct srv_client *cl);
+void srv_admit_recheck_stop(struct srv_client *cl);
+void srv_admit_recheck_cancelled(struct srv_client *cl);
+
+#endif /* SERVER_ADMIT_H */
