@@ -12,11 +12,6 @@
 
 /* Slots per kind: a shard's index (--shards is at most 64) or the claim's. */
 #define SRV_UPGRADE_SLOTS 64u
-/* After READY, how long the old process waits for the connections it accepted but has not
- * logged in yet (an HTTP request, a TLS handshake, a DERP login) before it stops, and how often
- * it asks its shards; derper's --http-deadline default bounds an honest request. */
-#define SRV_UPGRADE_DRAIN_MS      SRV_HTTP_DEADLINE_MS_DEFAULT
-#define SRV_UPGRADE_DRAIN_POLL_MS 20
 /* A shard's post inbox is full: try again this often, this many times. */
 #define SRV_UPGRADE_POST_RETRY_MS 1
 #define SRV_UPGRADE_POST_TRIES    1000
@@ -99,9 +94,8 @@ void count_here(struct hd_shard *s, void *arg);
 /* server_upgrade_live.c. Old process, upgrade thread, once the successor accepts: freeze every
  * shard, send each logged-in client over sock, say BATCH. */
 void srv_upgrade_live_send(struct srv_upgrade *u, int sock);
-/* Again, for clients that logged in or arrived since (the pre-login drain), and at the end
- * (DONE, then the successor's TOOK, waited for a bounded time); the summary logged. */
-void srv_upgrade_live_more(struct srv_upgrade *u, int sock);
+/* Again, for clients that logged in or arrived since, then DONE and the successor's TOOK
+ * (waited for a bounded time); the summary logged. */
 void srv_upgrade_live_finish(struct srv_upgrade *u, int sock, pid_t pid);
 /* Successor, watch thread: a message of the predecessor's that is about clients (len bytes in
  * buf, fds_count descriptors in fds); false when it is not one. */

@@ -1,8 +1,8 @@
 /* server_upgrade_live.c - the upgrade's second half: the logged-in clients (server_live.c makes
  * and takes their records on the shards). Old process, on its upgrade thread once the
  * successor accepts: freeze every shard, export every client, send each record (one UP_CLIENT
- * with the fd, then UP_DATA pieces) and BATCH; the same for clients that log in during the
- * pre-login drain; then DONE, and the successor's TOOK is awaited for a bounded time. The
+ * with the fd, then UP_DATA pieces) and BATCH; once more for clients that logged in or arrived
+ * meanwhile; then DONE, and the successor's TOOK is awaited for a bounded time. The
  * successor, on its watch thread: put each record together and post it to the key's owner
  * shard, resume reading at BATCH, announce the keys that went (UP_GONE) at DONE, answer TOOK.
  * docs/ARCHITECTURE.md ("Upgrades"). */
@@ -195,11 +195,6 @@ void srv_upgrade_live_send(struct srv_upgrade *u, int sock)
     export_round(u, sock);
     struct up_msg m = msg_make(UP_BATCH, 0, 0, u->live_sent);
     net_handover_send(sock, &m, sizeof(m), NULL, 0);
-}
-
-void srv_upgrade_live_more(struct srv_upgrade *u, int sock)
-{
-    export_round(u, sock);
 }
 
 void srv_upgrade_live_finish(struct srv_upgrade *u, int sock, pid_t pid)
