@@ -67,9 +67,10 @@ struct srv_client {
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
     uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
+    struct hd_frame *notes;   /* watcher: this tick's presence notices (server_peers.c) */
     bool send_paused;         /* net queue over its high watermark */
     bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
-    struct srv_account *acct; /* frames its packets hold (server_frames.c); NULL: mesh */
+    struct srv_account *acct; /* frames its packets (a watcher: its notices) hold */
     /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
      * DERP_CONN_TAIL_MAX unconsumed; the spec allows 256 KiB): the whole frame, login only. */
     uint8_t *login_buf;
@@ -358,6 +359,7 @@ struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_k
                             bool forwarded);
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
+void srv_watch_notes_flush(struct srv_client *cl); /* cl->notes into its send queue */
 void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
  * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). arg

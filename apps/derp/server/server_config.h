@@ -104,6 +104,7 @@ struct srv_config {
      * connections not logged in yet, per shard and per source address per shard. */
     uint32_t http_deadline_ms, login_deadline_ms;
     uint32_t prelogin_shard_max, prelogin_addr_max;
+    uint32_t mesh_conns_max; /* --mesh-conns-max: logins with the mesh key per shard */
     /* --hash-key (the keyed hash of the peer tables). Process-wide: every relay instance's
      * global_init sets it, the last one wins; without the flag a random key. */
     uint8_t hash_key[SRV_HASH_KEY_LEN];

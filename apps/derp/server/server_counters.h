@@ -44,7 +44,11 @@ struct srv_counters {
     uint64_t total_dup_client_conns;
     uint64_t unknown_frames;
     uint64_t packets_forwarded_in, packets_forwarded_out;
-    uint64_t mesh_refused;     /* mesh-only frames from non-mesh clients (closed) */
+    uint64_t mesh_refused;       /* mesh-only frames from non-mesh clients (closed) */
+    uint64_t mesh_conns_refused; /* logins with the mesh key over --mesh-conns-max (closed) */
+    /* watchers closed: a presence notice found them at their share of the frame pool, their
+     * address's, or the pool at its reserve (enum srv_frames_why - 1) */
+    uint64_t watchers_closed[3];
     uint64_t handshake_errors; /* connections that failed the login */
     uint64_t http_requests;
     uint64_t websocket_accepts;
@@ -84,6 +88,7 @@ struct srv_counters {
     int64_t clients_local; /* keys with at least one connection here */
     int64_t current_dup_client_keys, current_dup_client_conns;
     int64_t watchers;              /* ds->watch_count, set when read */
+    int64_t mesh_conns;            /* logged in with the mesh key (--mesh-conns-max) */
     int64_t clients_total;         /* keys local or reachable via the mesh (set when read) */
     int64_t mesh_links_ready;      /* outbound mesh links logged in */
     int64_t mesh_links_configured; /* -mesh-with entries that are not this server (when read) */

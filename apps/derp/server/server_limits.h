@@ -113,6 +113,14 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < DERP_CONN_TAIL_MAX,
 #define SRV_SOURCES_MAX 65536u
 /* Watchers in the process (mesh peers and monitoring tools). */
 #define SRV_WATCHERS_MAX 1024u
+/* Connections with the mesh key per shard (--mesh-conns-max): a region is at most
+ * SRV_MESH_NODES_MAX nodes, each with one watch connection here (two for a moment while it
+ * reconnects), plus a monitoring tool or two; derper has no cap. Each costs a share of the frame
+ * pool when it falls behind (issue 24: 1,100 of them that never read drained the pool; 32 cost
+ * nothing). A shard's cap, as the frame pools are a shard's: a mesh connection lives on its key's
+ * owner shard. */
+#define SRV_MESH_CONNS_MAX_DEFAULT (2u * SRV_MESH_NODES_MAX)
+#define SRV_MESH_CONNS_MAX_MAX     SRV_WATCHERS_MAX
 /* Peer table: initial slots per shard (grows by doubling at 50% load). */
 #define SRV_PEERS_INITIAL 1024u
 /* Placement (server_place.c): a client moves to the shard of the peer it sends to after this

@@ -132,6 +132,7 @@ static int configure_limits(struct srv_config *cfg, const struct srv_flags *f)
     cfg->login_deadline_ms = (uint32_t)f->login_deadline_ms;
     cfg->prelogin_shard_max = (uint32_t)f->prelogin_max;
     cfg->prelogin_addr_max = (uint32_t)f->prelogin_addr_max;
+    cfg->mesh_conns_max = (uint32_t)f->mesh_conns_max;
     cfg->placement = f->placement;       /* where clients live (server_place.c) */
     cfg->pack = f->pack && f->placement; /* server_pack.c */
     cfg->pack_low_ppm = (uint32_t)f->pack_low_pct * (HD_BUSY_PPM_FULL / 100);

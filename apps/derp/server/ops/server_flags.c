@@ -149,6 +149,9 @@ static void usage_own(FILE *out)
         "                          (then derper's drop-oldest for a second); TCP slows the\n"
         "                          sender instead of the relay dropping (default 100ms, 0 =\n"
         "                          never wait: derper's behaviour; at most 10s)\n"
+        "  --mesh-conns-max N      connections with the mesh key per shard (mesh peers and\n"
+        "                          watchers); over it a login is refused (default 64; up to\n"
+        "                          1024)\n"
         "  --frame-pool-mib N      packet frame memory per shard in MiB (default 256: 65536\n"
         "                          x 2 KiB + 2048 x 64 KiB; 4..16384); carved as used, so\n"
         "                          this bounds what a burst can take\n"
@@ -429,6 +432,13 @@ static int apply_limit(struct srv_flags *f, const char *name, const char *v)
                     SRV_SENDER_WAIT_MS_MAX);
             return -1;
         }
+    } else if (strcmp(name, "mesh-conns-max") == 0) {
+        if (parse_int(v, 1, SRV_MESH_CONNS_MAX_MAX, &n) < 0) {
+            fprintf(stderr, "hderp-server: --%s %s: expected 1..%u\n", name, v,
+                    SRV_MESH_CONNS_MAX_MAX);
+            return -1;
+        }
+        f->mesh_conns_max = n;
     } else if (strcmp(name, "frame-pool-mib") == 0) {
         if (parse_int(v, SRV_FRAME_POOL_MIB_MIN, SRV_FRAME_POOL_MIB_MAX, &n) < 0) {
             fprintf(stderr, "hderp-server: --%s %s: expected %u..%u\n", name, v,
@@ -512,6 +522,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .login_deadline_ms = SRV_LOGIN_DEADLINE_MS_DEFAULT,
                             .prelogin_max = SRV_PRELOGIN_SHARD_MAX_DEFAULT,
                             .prelogin_addr_max = SRV_PRELOGIN_ADDR_MAX_DEFAULT,
+                            .mesh_conns_max = SRV_MESH_CONNS_MAX_DEFAULT,
                             .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT,
                             .sender_wait_ms = SRV_SENDER_WAIT_MS_DEFAULT,
                             .upgrade_timeout_ms = SRV_UPGRADE_TIMEOUT_MS_DEFAULT};

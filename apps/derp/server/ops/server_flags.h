@@ -45,6 +45,7 @@ struct srv_flags {
     uint64_t login_deadline_ms;       /* --login-deadline (derper: 10 s) */
     long prelogin_max;                /* --prelogin-max, per shard */
     long prelogin_addr_max;           /* --prelogin-per-addr-max, per shard */
+    long mesh_conns_max;              /* --mesh-conns-max, per shard */
     long frame_pool_mib;              /* --frame-pool-mib, per shard */
     uint64_t sender_wait_ms;          /* --sender-wait (0: never) */
     const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */

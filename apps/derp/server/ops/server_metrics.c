@@ -212,6 +212,13 @@ static void format_rate(struct srv_text *o, const struct varz_slot *v, unsigned 
 static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
     put_own(o, "mesh_refused", "counter", SUM(mesh_refused));
+    put_own(o, "mesh_conns", "gauge", SUM(mesh_conns));
+    put_own(o, "mesh_conns_refused", "counter", SUM(mesh_conns_refused));
+    srv_text_put(o, "# TYPE hderp_watchers_closed counter\n");
+    static const char *const closed_why[3] = {"reserve", "share", "addr"};
+    for (unsigned w = 0; w < 3; w++)
+        srv_text_put(o, "hderp_watchers_closed{why=\"%s\"} %lld\n", closed_why[w],
+                     (long long)SUM(watchers_closed[w]));
     put_own(o, "mesh_links_configured", "gauge", SUM(mesh_links_configured));
     put_own(o, "handshake_errors", "counter", SUM(handshake_errors));
     put_own(o, "admit_refused", "counter", SUM(admit_refused));

@@ -124,6 +124,7 @@ static void writer_run(struct hd_flush *fl)
     struct srv_client *cl = hd_container_of(fl, struct srv_client, writer);
     if (cl->phase != SRV_CLIENT_ACTIVE)
         return;
+    srv_watch_notes_flush(cl);
     if (cl->pong_pending) {
         uint8_t pong[DERP_FRAME_HEADER_LEN + DERP_PING_LEN];
         derp_frame_pong_encode(pong, sizeof(pong), cl->pong);
@@ -242,9 +243,13 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
     hd_timer_init(&cl->read_timer, read_resume);
     hd_flush_init(&cl->writer, writer_run);
     keepalive_start(ds, cl);
+    /* A watcher has a client's write deadline (issue 24): it cannot keep up, it is closed. */
     net_conn_set_timeouts(cl->conn, 0,
-                          cl->mesh ? DERP_MESH_WRITE_TIMEOUT_MS : ds->cfg->write_timeout_ms);
+                          cl->mesh && !cl->watcher ? DERP_MESH_WRITE_TIMEOUT_MS
+                                                   : ds->cfg->write_timeout_ms);
     ds->ctr.current_connections++;
+    if (cl->mesh)
+        ds->ctr.mesh_conns++;
     if (cl->not_ideal)
         ds->ctr.current_notideal_connections++;
     if (cl->preferred)
@@ -257,6 +262,7 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
 
 void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
 {
+    srv_watch_notes_flush(cl); /* before its account goes (sent, or released if it closes) */
     hd_flush_cancel(ds->s, &cl->writer);
     hd_timer_stop(ds->s, &cl->keepalive);
     hd_timer_stop(ds->s, &cl->read_timer);
@@ -265,6 +271,8 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
     srv_acct_detach(cl); /* feeds this shard's tables what is left */
     srv_frames_client_fini(cl);
     ds->ctr.current_connections--;
+    if (cl->mesh)
+        ds->ctr.mesh_conns--;
     if (cl->not_ideal)
         ds->ctr.current_notideal_connections--;
     if (cl->preferred)
@@ -275,6 +283,16 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
 static void client_activate(struct srv_shard *ds, struct srv_client *cl)
 {
     cl->ds = ds;
+    /* --mesh-conns-max (issue 24): a region is a handful of nodes, each one connection here */
+    if (cl->mesh && ds->ctr.mesh_conns >= (int64_t)ds->cfg->mesh_conns_max) {
+        ds->ctr.mesh_conns_refused++;
+        hd_log_rl(HD_LOG_WARN,
+                  "mesh: a login with the mesh key refused: %u mesh-key connections on this "
+                  "shard already (--mesh-conns-max)",
+                  ds->cfg->mesh_conns_max);
+        srv_client_close(cl, -EUSERS);
+        return;
+    }
     cl->phase = SRV_CLIENT_ACTIVE;
     cl->connected_ms = hd_now_ms(ds->s);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);

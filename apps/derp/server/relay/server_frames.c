@@ -13,7 +13,11 @@
  *   - and its address's connections together hold less than what is free above the reserve
  *     divided by SRV_FRAMES_ADDR_SHARE_DIV (at least SRV_FRAMES_SHARE_MIN): one address with
  *     many flooding connections converges to a third.
- * A refused packet is dropped and counted (the sender's own flood is what is lost). Per packet
+ * A refused packet is dropped and counted (the sender's own flood is what is lost). The presence
+ * notices a watcher is sent (PeerPresent, PeerGone; server_peers.c) are charged to the watcher
+ * on the same terms (issue 24: 1,100 mesh watchers that never read drained the pool); a watcher
+ * refused one is closed, as it cannot keep up. A mesh peer's own packets (ForwardPacket) are
+ * not charged: they carry its region's traffic, unbounded as in derper. Per packet
  * this is a few loads and compares (the classes' live counters are found once, at start) and
  * two increments, and two decrements at the release. Accounts come from a per-shard slab (no
  * malloc on the data path); a closed client's account lives on until its last frame returns.
@@ -45,8 +49,6 @@ void srv_frames_fini(struct srv_shard *ds)
 void srv_frames_client_init(struct srv_client *cl)
 {
     HD_ASSERT(cl->acct == NULL);
-    if (cl->mesh) /* a region's own nodes are trusted: derper's watch streams are unbounded */
-        return;
     struct srv_account *a = hd_slab_get(cl->ds->frames.accounts);
     if (a == NULL) { /* SRV_ACCOUNTS_MAX: more than every connection; or injected faults */
         cl->ds->ctr.frames_share_dropped++;
@@ -91,42 +93,37 @@ void srv_frame_release(struct hd_shard *s, struct hd_frame *f)
 /* Whether a (holding frames of class cls) may take one more; room: what is free above the
  * reserve. Below SRV_FRAMES_SHARE_MIN frames for its address (the common case: a client whose
  * frames leave at once) neither share can be reached. */
-static bool within_shares(struct srv_shard *ds, const struct srv_account *a, unsigned cls,
-                          uint64_t room)
+static enum srv_frames_why within_shares(const struct srv_account *a, unsigned cls, uint64_t room)
 {
     uint32_t addr_held = a->addr->frames[cls];
     if (hd_likely(addr_held < SRV_FRAMES_SHARE_MIN))
-        return true;
+        return SRV_FRAMES_OK;
     uint32_t held = a->frames[cls];
-    if (held >= SRV_FRAMES_SHARE_MIN && held >= room / SRV_FRAMES_SHARE_DIV) {
-        ds->ctr.frames_share_dropped++;
-        return false;
-    }
-    if (addr_held >= room / SRV_FRAMES_ADDR_SHARE_DIV) {
-        ds->ctr.frames_addr_dropped++;
-        return false;
-    }
-    return true;
+    if (held >= SRV_FRAMES_SHARE_MIN && held >= room / SRV_FRAMES_SHARE_DIV)
+        return SRV_FRAMES_SHARE;
+    if (addr_held >= room / SRV_FRAMES_ADDR_SHARE_DIV)
+        return SRV_FRAMES_ADDR;
+    return SRV_FRAMES_OK;
 }
 
-struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size)
+/* A frame of size bytes charged to a (NULL: to nobody, unchecked), or NULL with *why. */
+static struct hd_frame *frame_get_charged(struct srv_shard *ds, struct srv_account *a, size_t size,
+                                          enum srv_frames_why *why)
 {
-    struct srv_shard *ds = cl->ds;
     struct srv_frames *fr = &ds->frames;
     unsigned cls = 0;
     while (cls < fr->classes && size > fr->size[cls])
         cls++;
+    *why = SRV_FRAMES_RESERVE;
     if (cls == fr->classes)
         return NULL; /* larger than any class */
     uint64_t avail = fr->pool[cls]->cap - fr->pool[cls]->in_use;
-    if (avail <= fr->reserve[cls]) {
-        ds->ctr.frames_reserve_dropped++;
+    if (avail <= fr->reserve[cls])
         return NULL;
-    }
-    struct srv_account *a = cl->acct;
-    if (a && !within_shares(ds, a, cls, avail - fr->reserve[cls]))
+    if (a && (*why = within_shares(a, cls, avail - fr->reserve[cls])) != SRV_FRAMES_OK)
         return NULL;
     struct hd_frame *f = hd_frame_get(ds->s, size);
+    *why = f ? SRV_FRAMES_OK : SRV_FRAMES_RESERVE;
     if (f == NULL || a == NULL)
         return f;
     HD_ASSERT(f->cls == cls);
@@ -134,6 +131,25 @@ struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size)
     a->addr->frames[cls]++;
     f->app_u64 = (uint64_t)(uintptr_t)a;
     return f;
+}
+
+struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size)
+{
+    enum srv_frames_why why;
+    /* A mesh peer's ForwardPackets carry its region's traffic: unbounded, as in derper. */
+    struct hd_frame *f = frame_get_charged(cl->ds, cl->mesh ? NULL : cl->acct, size, &why);
+    if (f == NULL && why == SRV_FRAMES_SHARE)
+        cl->ds->ctr.frames_share_dropped++;
+    else if (f == NULL && why == SRV_FRAMES_ADDR)
+        cl->ds->ctr.frames_addr_dropped++;
+    else if (f == NULL)
+        cl->ds->ctr.frames_reserve_dropped++;
+    return f;
+}
+
+struct hd_frame *srv_frame_get_notice(struct srv_client *cl, size_t size, enum srv_frames_why *why)
+{
+    return frame_get_charged(cl->ds, cl->acct, size, why);
 }
 
 int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES])

@@ -1,5 +1,6 @@
 /* server_frames.h - the accounts behind the fair shares of the frame pools (server_frames.c:
- * connections; server_frame_addrs.c: source addresses). Private to those two files. */
+ * connections; server_frame_addrs.c: source addresses). Private to those two files, and to
+ * server_peers.c for a watcher's presence notices. */
 #ifndef SERVER_FRAMES_H
 #define SERVER_FRAMES_H
 
@@ -34,5 +35,12 @@ static inline void srv_frame_addr_leave(struct srv_frame_addr *e)
     HD_ASSERT(e->accounts > 0);
     e->accounts--;
 }
+
+/* Why no frame was given: the reserve (or no frame at all), cl's share, its address's share. */
+enum srv_frames_why { SRV_FRAMES_OK, SRV_FRAMES_RESERVE, SRV_FRAMES_SHARE, SRV_FRAMES_ADDR };
+/* A frame for presence notices to the watcher cl, on the same terms as a client's packet (its
+ * share, its address's, never the reserve), or NULL with *why (counted by the caller). A mesh
+ * peer's own packets (srv_frame_get_data) are not charged. */
+struct hd_frame *srv_frame_get_notice(struct srv_client *cl, size_t size, enum srv_frames_why *why);
 
 #endif /* SERVER_FRAMES_H */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server.h"
+#include "relay/server_frames.h"
 #include "upgrade/server_live.h"
 
 /* ---------------------------------------------------------------- the table */
@@ -161,6 +161,66 @@ static void send_peer_gone(struct srv_shard *ds, struct srv_client *cl, const ui
     srv_client_send_ctl(cl, buf, sizeof(buf));
 }
 
+/* A presence notice (PeerPresent, PeerGone: len bytes) for the watcher w, gathered into its
+ * notes frame (sent by its writer at the tick's end). The frames are charged to w as a client's
+ * packets are to it (srv_frame_get_notice): a watcher that does not read, or not fast enough,
+ * reaches its share of the pool and is closed, as its write deadline would close it; its
+ * backlog is bounded either way (issue 24: 1,100 watchers that never read drained the pool,
+ * where derper queues without bound). */
+static void watch_note(struct srv_shard *ds, struct srv_client *w, const uint8_t *frame,
+                       uint32_t len)
+{
+    if (net_conn_state(w->conn) != NET_CONN_OPEN)
+        return; /* closing: it hears nothing more */
+    struct hd_frame *f = w->notes;
+    if (f && f->len + len > f->size) {
+        srv_watch_notes_flush(w);
+        if (net_conn_state(w->conn) != NET_CONN_OPEN)
+            return; /* its queue was over its cap: closed */
+        f = NULL;
+    }
+    if (f == NULL) {
+        enum srv_frames_why why;
+        f = srv_frame_get_notice(w, SRV_FRAME_SMALL, &why);
+        if (f == NULL) {
+            ds->ctr.watchers_closed[why - 1]++;
+            hd_log_rl(HD_LOG_WARN,
+                      "watcher closed: it does not read its presence notices (%s of the "
+                      "frame pool reached)",
+                      why == SRV_FRAMES_SHARE  ? "its share"
+                      : why == SRV_FRAMES_ADDR ? "its address's share"
+                                               : "the reserve");
+            srv_client_close(w, -ENOBUFS);
+            return;
+        }
+        f->len = 0;
+        w->notes = f;
+        hd_flush_request(ds->s, &w->writer);
+    }
+    memcpy(f->data + f->len, frame, len);
+    f->len += len;
+}
+
+void srv_watch_notes_flush(struct srv_client *cl)
+{
+    struct hd_frame *f = cl->notes;
+    if (f == NULL)
+        return;
+    cl->notes = NULL;
+    if (net_conn_state(cl->conn) == NET_CONN_OPEN &&
+        net_conn_send(cl->conn, f, 0, f->len) < 0) /* over its queue's cap: it cannot keep up */
+        srv_client_close(cl, -ENOBUFS);
+    hd_frame_unref(cl->ds->s, f);
+}
+
+static void watch_peer_gone(struct srv_shard *ds, struct srv_client *w, const uint8_t *key)
+{
+    uint8_t buf[DERP_FRAME_HEADER_LEN + DERP_PEER_GONE_LEN];
+    derp_frame_peer_gone_encode(buf, sizeof(buf), key, DERP_PEER_GONE_DISCONNECTED);
+    ds->ctr.peer_gone_disconnected_frames++;
+    watch_note(ds, w, buf, sizeof(buf));
+}
+
 /* Who hears that a key went (gone_event's arg). */
 #define GONE_WATCHERS 1u /* its last local connection went: watchers (local presence only) */
 #define GONE_SOURCES  2u /* it left the region (§6.7): connections that received from it */
@@ -187,7 +247,7 @@ static void gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
             srv_subs_entry_free(&e);
         }
         for (uint32_t i = 0; watchers && i < ds->watch_count; i++)
-            send_peer_gone(ds, ds->watch_list[i], key, DERP_PEER_GONE_DISCONNECTED);
+            watch_peer_gone(ds, ds->watch_list[i], key);
     }
 }
 
@@ -206,7 +266,7 @@ static void present_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
 {
     for (uint32_t i = 0; i < ds->watch_count; i++)
         if (arg == 0 || !ds->watch_list[i]->imported)
-            srv_client_send_ctl(ds->watch_list[i], f->data, f->len);
+            watch_note(ds, ds->watch_list[i], f->data, f->len);
 }
 
 static void broadcast_present(struct srv_shard *ds, struct srv_client *cl)
@@ -596,9 +656,12 @@ static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
     struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
     if (p == NULL)
         p = srv_peers_find(&ds->guests, f->data); /* a watcher placed here */
-    for (struct srv_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next)
+    for (struct srv_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next) {
+        if (cl->watcher)
+            srv_watch_notes_flush(cl); /* the notices gathered so far go first */
         if (cl->watcher && net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
             srv_client_close(cl, -ENOBUFS);
+    }
 }
 
 /* Every shard: count the watcher and send it this shard's active keys. */
@@ -681,6 +744,9 @@ void srv_watch_start(struct srv_shard *ds, struct srv_client *cl)
         ds->watch_list[ds->watch_count++] = cl;
         cl->watcher = true;
         arg |= WATCH_NEW;
+        /* a client's write deadline, not a mesh peer's 30 s (issue 24): a watcher that stalls
+         * is closed as a stalled client is (srv_client_settle keeps it on a move) */
+        net_conn_set_timeouts(cl->conn, 0, ds->cfg->write_timeout_ms);
     }
     srv_event_broadcast(ds, watch_add_event, f, arg);
 }
