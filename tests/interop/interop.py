@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""interop.py BIN GOBIN WORK SCENARIO - hderp-server driven by Tailscale's own code (the Go
+programs of tests/interop, built into GOBIN by go_build.sh from the module tailscale.com at the
+version go.mod pins). Servers start on port 0 (or a held port where a mesh list must name it
+first), with the ports read back from --port-file, and are stopped by PID (testlib, beside the
+integration tests).
+
+Scenarios:
+  client-plain, client-tls, client-ws, client-wss
+      one hderp-server (2 shards, plain HTTP or TLS with a test CA's certificate for localhost;
+      -ws: the client's WebSocket carrier); GOBIN/derpclient runs its checks against it
+  derpprobe
+      a two-node hderp region (TLS, meshed with -mesh-with and a mesh key); derpprobe --once
+      probes TLS, STUN and the mesh (every pair): every probe good, none bad
+  mixed
+      derper and hderp-server meshed with each other (TLS); derpclient -mixed relays both ways
+      across them and checks PeerGone both ways"""
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from testlib import Server, hold_port, stop_pid, wait_for  # noqa: E402
+
+BIN, GOBIN, WORK, SCENARIO = sys.argv[1:5]
+MESH_KEY = "5e" * 32
+# A Go program's checks end on their own (each wait is bounded); this bounds a hang.
+RUN_S = 600
+
+
+def fail(msg, servers=()):
+    print("FAIL: %s" % msg)
+    for s in servers:
+        print("--- %s (%s)" % (s.name, s.log))
+        print(s.log_text()[-6000:])
+    sys.exit(1)
+
+
+def go_program(name):
+    path = os.path.join(GOBIN, name)
+    if not os.access(path, os.X_OK):
+        fail("%s is not built (the interop_build test builds tests/interop: see its output)" % path)
+    return path
+
+
+def make_ca(work):
+    """A test CA and a leaf for localhost (DNS SAN only: 127.0.0.1 must not verify) signed by
+    it, valid 30 days (derpprobe's TLS probe wants more than 7 left): work/ca.crt, and
+    work/certs/localhost.crt and .key (-certmode manual -certdir work/certs -hostname
+    localhost, for hderp-server and derper alike)."""
+    certs = os.path.join(work, "certs")
+    os.makedirs(certs)
+    ca_key, ca = os.path.join(work, "ca.key"), os.path.join(work, "ca.crt")
+    key, csr = os.path.join(certs, "localhost.key"), os.path.join(work, "localhost.csr")
+    crt, ext = os.path.join(certs, "localhost.crt"), os.path.join(work, "leaf.ext")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *a: subprocess.run(["openssl"] + list(a), check=True, capture_output=True)
+    run("req", "-x509", *ec, "-days", "30", "-keyout", ca_key, "-out", ca,
+        "-subj", "/CN=hderp interop test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days",
+        "30", "-extfile", ext, "-out", crt)
+    return ca, certs
+
+
+def tls_args(certs):
+    return ["-certmode", "manual", "-certdir", certs, "-hostname", "localhost",
+            "-http-port", "-1"]
+
+
+def run_go(args, env_extra, servers, what):
+    """Runs a Go program of the suite; its environment has SSL_CERT_FILE only if env_extra sets
+    it (derpclient insists: the CA must be needed where it is given)."""
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    env.update(env_extra)
+    print("+ %s" % " ".join(args), flush=True)
+    try:
+        p = subprocess.run(args, env=env, timeout=RUN_S, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    except subprocess.TimeoutExpired as e:
+        print(e.stdout or "")
+        fail("%s did not finish within %ds" % (what, RUN_S), servers)
+    print(p.stdout, flush=True)
+    return p
+
+
+def client(mode):
+    tls, ws = mode in ("tls", "wss"), mode in ("ws", "wss")
+    args = ["-a", "127.0.0.1:0", "-stun-port", "0", "-c", os.path.join(WORK, "server.key"),
+            "-mesh-psk-file", MESH_KEY_FILE, "--shards", "2", "--keepalive-interval", "1s"]
+    env, ca = {}, None
+    if tls:
+        ca, certs = make_ca(WORK)
+        args += tls_args(certs)
+    if mode == "wss":  # the WebSocket dial verifies with Go's default (system) pool
+        env["SSL_CERT_FILE"] = ca
+    s = Server(BIN, WORK, "hderp", args).start()
+    try:
+        scheme = "https" if tls else "http"
+        host = "localhost" if tls else "127.0.0.1"
+        url = "%s://%s:%d/derp" % (scheme, host, s.port)
+        cmd = [go_program("derpclient"), "-url", url, "-mesh-key-file", MESH_KEY_FILE,
+               "-varz", "%s://%s:%d/debug/varz" % (scheme, host, s.port)]
+        if tls:
+            cmd += ["-ca", ca]
+        if ws:
+            cmd += ["-ws"]
+        p = run_go(cmd, env, [s], "derpclient")
+        if p.returncode != 0:
+            fail("derpclient (%s) exited %d" % (mode, p.returncode), [s])
+        if not s.alive():
+            fail("hderp-server exited during the checks", [s])
+    finally:
+        rc = s.stop()
+    if rc != 0:
+        fail("hderp-server exited %s on SIGTERM" % rc, [s])
+    print("PASS: Tailscale's DERP client against hderp-server (%s)" % mode)
+
+
+def derp_probe_ok(port, ca):
+    ctx = ssl.create_default_context(cafile=ca)
+    try:
+        with urllib.request.urlopen("https://localhost:%d/derp/probe" % port, timeout=5,
+                                    context=ctx) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def derpprobe():
+    ca, certs = make_ca(WORK)
+    (ha, pa), (hb, pb) = hold_port(), hold_port()
+    mesh = "localhost:%d,localhost:%d" % (pa, pb)
+    env = dict(os.environ, SSL_CERT_FILE=ca)  # the mesh links verify each other (hderp: Go's)
+    nodes = []
+    for name, port in (("a", pa), ("b", pb)):
+        nodes.append(Server(BIN, WORK, name, [
+            "-a", "127.0.0.1:%d" % port, "-stun-port", "0", "-c", os.path.join(WORK, name + ".key"),
+            "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh, "--shards", "2"] +
+            tls_args(certs), env=env))
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            wait_for(lambda: varz_tls(n.port, ca, "derp_mesh_links_ready") == 1,
+                     "%s's mesh link to the other node" % n.name, 30)
+        dm = {"Regions": {"900": {"RegionID": 900, "RegionCode": "hderp", "RegionName": "hderp",
+              "Nodes": [{"Name": "900" + n.name, "RegionID": 900, "HostName": "localhost",
+                         "IPv4": "127.0.0.1", "STUNPort": n.stun, "DERPPort": n.port}
+                        for n in nodes]}}}
+        dm_file = os.path.join(WORK, "derpmap.json")
+        with open(dm_file, "w") as f:
+            json.dump(dm, f)
+        p = run_go([go_program("derpprobe"), "--once", "--spread=false", "--derp-map",
+                    "file://" + dm_file, "--mesh-psk-file", MESH_KEY_FILE],
+                   {"SSL_CERT_FILE": ca}, nodes, "derpprobe")
+        good = [l.split("good: ", 1)[1] for l in p.stdout.splitlines() if "good: " in l]
+        bad = [l for l in p.stdout.splitlines() if "bad: " in l]
+        want = ["derp/hderp/900a/tls", "derp/hderp/900b/tls", "derp/hderp/900a/udp",
+                "derp/hderp/900b/udp"] + ["derp/hderp/900%s/900%s/mesh" % (x, y)
+                                          for x in "ab" for y in "ab"]
+        missing = [w for w in want if not any(g.startswith(w + ":") or g == w for g in good)]
+        if p.returncode != 0 or bad or missing:
+            fail("derpprobe exited %d; bad: %s; not reported good: %s" % (
+                p.returncode, bad, missing), nodes)
+        for n in nodes:
+            if not n.alive():
+                fail("hderp-server %s exited during the probes" % n.name, nodes)
+    finally:
+        for n in nodes:
+            n.stop()
+        ha.close(), hb.close()
+    print("PASS: derpprobe --once against a two-node hderp region: %d probes good" % len(good))
+
+
+def varz_tls(port, ca, name):
+    ctx = ssl.create_default_context(cafile=ca)
+    try:
+        with urllib.request.urlopen("https://localhost:%d/debug/varz" % port, timeout=5,
+                                    context=ctx) as r:
+            for line in r.read().decode().splitlines():
+                f = line.split()
+                if len(f) == 2 and f[0] == name:
+                    return int(float(f[1]))
+    except OSError:
+        return None
+    return None
+
+
+def mixed():
+    ca, certs = make_ca(WORK)
+    (hh, ph), (hd, pd) = hold_port(), hold_port()
+    mesh = "localhost:%d,localhost:%d" % (ph, pd)  # the same list on both nodes
+    env = dict(os.environ, SSL_CERT_FILE=ca)
+    h = Server(BIN, WORK, "hderp", [
+        "-a", "127.0.0.1:%d" % ph, "-stun-port", "0", "-c", os.path.join(WORK, "hderp.key"),
+        "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh, "--shards", "2"] +
+        tls_args(certs), env=env)
+    dlog = os.path.join(WORK, "derper.log")
+    d = None
+    try:
+        h.start()
+        with open(dlog, "w") as log:
+            d = subprocess.Popen([go_program("derper"), "-a", "127.0.0.1:%d" % pd, "-stun=false",
+                                  "-c", os.path.join(WORK, "derper.json"), "-mesh-psk-file",
+                                  MESH_KEY_FILE, "-mesh-with", mesh] + tls_args(certs),
+                                 stdout=log, stderr=subprocess.STDOUT, env=env)
+
+        def derper_up():
+            if d.poll() is not None:
+                raise AssertionError("derper exited %d:\n%s" % (d.returncode, open(dlog).read()))
+            return derp_probe_ok(pd, ca)
+        wait_for(derper_up, "derper to serve /derp/probe", 30)
+        wait_for(lambda: varz_tls(ph, ca, "derp_mesh_links_ready") == 1,
+                 "hderp's mesh link to derper", 30)
+        p = run_go([go_program("derpclient"), "-mixed", "-url", "https://localhost:%d/derp" % ph,
+                    "-url2", "https://localhost:%d/derp" % pd, "-mesh-key-file", MESH_KEY_FILE,
+                    "-ca", ca], {}, [h], "derpclient -mixed")
+        if p.returncode != 0:
+            print("--- derper (%s)\n%s" % (dlog, open(dlog).read()[-6000:]))
+            fail("derpclient -mixed exited %d" % p.returncode, [h])
+        if not h.alive() or d.poll() is not None:
+            fail("a server exited during the checks", [h])
+    finally:
+        h.stop()
+        stop_pid(d)
+        hh.close(), hd.close()
+    print("PASS: a region of derper and hderp-server meshed with each other")
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+MESH_KEY_FILE = os.path.join(WORK, "mesh.key")
+with open(MESH_KEY_FILE, "w") as f:
+    f.write(MESH_KEY + "\n")
+if SCENARIO.startswith("client-"):
+    client(SCENARIO[len("client-"):])
+elif SCENARIO == "derpprobe":
+    derpprobe()
+elif SCENARIO == "mixed":
+    mixed()
+else:
+    fail("unknown scenario %r" % SCENARIO)
