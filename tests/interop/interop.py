@@ -9,6 +9,10 @@ Scenarios:
   client-plain, client-tls, client-ws, client-wss
       one hderp-server (2 shards, plain HTTP or TLS with a test CA's certificate for localhost;
       -ws: the client's WebSocket carrier); GOBIN/derpclient runs its checks against it
+  reference-derper
+      the same checks (TLS) against derper itself, the reference: a check that fails there
+      tests something other than derper's behaviour (KeepAlive left out: derper's period is
+      60 s and fixed)
   derpprobe
       a two-node hderp region (TLS, meshed with -mesh-with and a mesh key); derpprobe --once
       probes TLS, STUN and the mesh (every pair): every probe good, none bad
@@ -98,26 +102,13 @@ def client(mode):
     tls, ws = mode in ("tls", "wss"), mode in ("ws", "wss")
     args = ["-a", "127.0.0.1:0", "-stun-port", "0", "-c", os.path.join(WORK, "server.key"),
             "-mesh-psk-file", MESH_KEY_FILE, "--shards", "2", "--keepalive-interval", "1s"]
-    env, ca = {}, None
+    ca = None
     if tls:
         ca, certs = make_ca(WORK)
         args += tls_args(certs)
-    if mode == "wss":  # the WebSocket dial verifies with Go's default (system) pool
-        env["SSL_CERT_FILE"] = ca
     s = Server(BIN, WORK, "hderp", args).start()
     try:
-        scheme = "https" if tls else "http"
-        host = "localhost" if tls else "127.0.0.1"
-        url = "%s://%s:%d/derp" % (scheme, host, s.port)
-        cmd = [go_program("derpclient"), "-url", url, "-mesh-key-file", MESH_KEY_FILE,
-               "-varz", "%s://%s:%d/debug/varz" % (scheme, host, s.port)]
-        if tls:
-            cmd += ["-ca", ca]
-        if ws:
-            cmd += ["-ws"]
-        p = run_go(cmd, env, [s], "derpclient")
-        if p.returncode != 0:
-            fail("derpclient (%s) exited %d" % (mode, p.returncode), [s])
+        run_derpclient(mode, s.port, ca, [s])
         if not s.alive():
             fail("hderp-server exited during the checks", [s])
     finally:
@@ -125,6 +116,62 @@ def client(mode):
     if rc != 0:
         fail("hderp-server exited %s on SIGTERM" % rc, [s])
     print("PASS: Tailscale's DERP client against hderp-server (%s)" % mode)
+
+
+def run_derpclient(mode, port, ca, servers, extra=()):
+    tls, ws = mode in ("tls", "wss"), mode in ("ws", "wss")
+    scheme, host = ("https", "localhost") if tls else ("http", "127.0.0.1")
+    cmd = [go_program("derpclient"), "-url", "%s://%s:%d/derp" % (scheme, host, port),
+           "-mesh-key-file", MESH_KEY_FILE, "-varz", "%s://%s:%d/debug/varz" % (scheme, host, port)]
+    cmd += (["-ca", ca] if tls else []) + (["-ws"] if ws else []) + list(extra)
+    # The WebSocket dial verifies with Go's default (system) pool: the CA goes there.
+    p = run_go(cmd, {"SSL_CERT_FILE": ca} if mode == "wss" else {}, servers, "derpclient")
+    if p.returncode != 0:
+        fail("derpclient (%s) exited %d" % (mode, p.returncode), servers)
+
+
+class Derper:
+    """derper (built from the module) on a held port, TLS with the test CA's certificate; its
+    log in WORK/NAME.log. Stopped by PID."""
+
+    def __init__(self, name, port, certs, args, env):
+        self.name, self.port, self.log = name, port, os.path.join(WORK, name + ".log")
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [go_program("derper"), "-a", "127.0.0.1:%d" % port, "-stun=false", "-c",
+                 os.path.join(WORK, name + ".json"), "-mesh-psk-file", MESH_KEY_FILE] +
+                tls_args(certs) + args, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_up(self, ca):
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError("derper exited %d:\n%s" % (self.proc.returncode,
+                                                                self.log_text()))
+            return derp_probe_ok(self.port, ca)
+        wait_for(up, "derper to serve /derp/probe", 30)
+        return self
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        return stop_pid(self.proc)
+
+
+def reference_derper():
+    ca, certs = make_ca(WORK)
+    hold, port = hold_port()
+    d = Derper("derper", port, certs, [], dict(os.environ)).wait_up(ca)
+    try:
+        run_derpclient("tls", port, ca, [d], ["-skip", "^keepalive$"])
+    finally:
+        d.stop()
+        hold.close()
+    print("PASS: derpclient's checks hold against derper v1.102.5 (the reference)")
 
 
 def derp_probe_ok(port, ca):
@@ -206,34 +253,23 @@ def mixed():
         "-a", "127.0.0.1:%d" % ph, "-stun-port", "0", "-c", os.path.join(WORK, "hderp.key"),
         "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh, "--shards", "2"] +
         tls_args(certs), env=env)
-    dlog = os.path.join(WORK, "derper.log")
     d = None
     try:
         h.start()
-        with open(dlog, "w") as log:
-            d = subprocess.Popen([go_program("derper"), "-a", "127.0.0.1:%d" % pd, "-stun=false",
-                                  "-c", os.path.join(WORK, "derper.json"), "-mesh-psk-file",
-                                  MESH_KEY_FILE, "-mesh-with", mesh] + tls_args(certs),
-                                 stdout=log, stderr=subprocess.STDOUT, env=env)
-
-        def derper_up():
-            if d.poll() is not None:
-                raise AssertionError("derper exited %d:\n%s" % (d.returncode, open(dlog).read()))
-            return derp_probe_ok(pd, ca)
-        wait_for(derper_up, "derper to serve /derp/probe", 30)
+        d = Derper("derper", pd, certs, ["-mesh-with", mesh], env).wait_up(ca)
         wait_for(lambda: varz_tls(ph, ca, "derp_mesh_links_ready") == 1,
                  "hderp's mesh link to derper", 30)
         p = run_go([go_program("derpclient"), "-mixed", "-url", "https://localhost:%d/derp" % ph,
                     "-url2", "https://localhost:%d/derp" % pd, "-mesh-key-file", MESH_KEY_FILE,
-                    "-ca", ca], {}, [h], "derpclient -mixed")
+                    "-ca", ca], {}, [h, d], "derpclient -mixed")
         if p.returncode != 0:
-            print("--- derper (%s)\n%s" % (dlog, open(dlog).read()[-6000:]))
-            fail("derpclient -mixed exited %d" % p.returncode, [h])
-        if not h.alive() or d.poll() is not None:
-            fail("a server exited during the checks", [h])
+            fail("derpclient -mixed exited %d" % p.returncode, [h, d])
+        if not h.alive() or not d.alive():
+            fail("a server exited during the checks", [h, d])
     finally:
         h.stop()
-        stop_pid(d)
+        if d:
+            d.stop()
         hh.close(), hd.close()
     print("PASS: a region of derper and hderp-server meshed with each other")
 
@@ -245,6 +281,8 @@ with open(MESH_KEY_FILE, "w") as f:
     f.write(MESH_KEY + "\n")
 if SCENARIO.startswith("client-"):
     client(SCENARIO[len("client-"):])
+elif SCENARIO == "reference-derper":
+    reference_derper()
 elif SCENARIO == "derpprobe":
     derpprobe()
 elif SCENARIO == "mixed":

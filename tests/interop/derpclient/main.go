@@ -48,7 +48,7 @@ type check struct {
 
 func main() {
 	var e env
-	var meshFile, only string
+	var meshFile, only, skip string
 	var mixed, verbose bool
 	flag.StringVar(&e.url, "url", "", "DERP URL of the server under test (http:// or https://)")
 	flag.StringVar(&e.url2, "url2", "", "-mixed: DERP URL of the region's other node")
@@ -59,6 +59,7 @@ func main() {
 	flag.BoolVar(&e.ws, "ws", false, "connect over WebSocket (TS_DEBUG_DERP_WS_CLIENT=1)")
 	flag.BoolVar(&mixed, "mixed", false, "run the mixed-region checks (-url and -url2)")
 	flag.StringVar(&only, "run", "", "only the checks whose name matches this regexp")
+	flag.StringVar(&skip, "skip", "", "not the checks whose name matches this regexp")
 	flag.BoolVar(&verbose, "v", false, "the client's own log lines on stderr")
 	flag.Parse()
 	if err := setup(&e, meshFile, verbose); err != nil {
@@ -78,9 +79,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "derpclient: -run:", err)
 		os.Exit(2)
 	}
+	var skipRe *regexp.Regexp
+	if skip != "" {
+		if skipRe, err = regexp.Compile(skip); err != nil {
+			fmt.Fprintln(os.Stderr, "derpclient: -skip:", err)
+			os.Exit(2)
+		}
+	}
 	failed, ran := 0, 0
 	for _, c := range checks {
-		if !re.MatchString(c.name) {
+		if !re.MatchString(c.name) || (skipRe != nil && skipRe.MatchString(c.name)) {
+			fmt.Printf("--   %s: not selected\n", c.name)
 			continue
 		}
 		ran++
