@@ -229,7 +229,8 @@ func (r *infoRewriter) rewrite(frame []byte) ([]byte, error) {
 		grown[k] = v
 	}
 	grown["FutureString"] = "a field a newer client sends"
-	grown["FutureObject"] = map[string]any{"list": []int{1, 2, 3}, "nested": map[string]bool{"x": true}}
+	grown["FutureObject"] = map[string]any{"list": []int{1, 2, 3},
+		"nested": map[string]bool{"x": true}}
 	grown["futureNumber"] = 12345678901
 	js, err := json.Marshal(grown)
 	if err != nil {

@@ -211,9 +211,8 @@ func checkWatch(e *env) error {
 		return err
 	}
 	defer w.close()
-	// WebSocket connections have no TCP address of their own to compare (LocalAddr fails).
-	addr := func(p *peer) *peer { return map[bool]*peer{true: nil, false: p}[e.ws] }
-	if err := presentAs(w, "A, there before", a.pub(), derp.PeerPresentIsRegular, addr(a)); err != nil {
+	err = presentAs(w, "A, there before", a.pub(), derp.PeerPresentIsRegular, a)
+	if err != nil {
 		return err
 	}
 	pr, err := e.dial("P", e.url, func(c *derphttp.Client) { c.IsProber = true })
@@ -221,7 +220,7 @@ func checkWatch(e *env) error {
 		return err
 	}
 	defer pr.close()
-	if err := presentAs(w, "prober", pr.pub(), derp.PeerPresentIsProber, addr(pr)); err != nil {
+	if err := presentAs(w, "prober", pr.pub(), derp.PeerPresentIsProber, pr); err != nil {
 		return err
 	}
 	m, err := e.dial("M", e.url, func(c *derphttp.Client) { c.MeshKey = e.meshKey })
@@ -229,7 +228,7 @@ func checkWatch(e *env) error {
 		return err
 	}
 	defer m.close()
-	if err := presentAs(w, "mesh peer", m.pub(), derp.PeerPresentIsMeshPeer, addr(m)); err != nil {
+	if err := presentAs(w, "mesh peer", m.pub(), derp.PeerPresentIsMeshPeer, m); err != nil {
 		return err
 	}
 	pr.close()
