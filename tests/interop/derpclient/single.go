@@ -21,6 +21,8 @@ func singleChecks(e *env) []check {
 	cs := []check{
 		{"login-server-info", checkLogin},
 		{"packets-10000-in-order", checkPackets},
+		{"packets-edge-sizes", checkPacketSizes},
+		{"http-generate-204-and-probe", checkHTTPEndpoints},
 		{"ping-pong", checkPing},
 		{"keepalive", checkKeepAlive},
 		{"peergone-not-here", checkNotHere},
