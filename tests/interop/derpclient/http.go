@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"tailscale.com/derp"
+	"tailscale.com/envknob"
 )
 
 // The plain HTTP endpoints Tailscale's clients use beside /derp: /generate_204 with the
@@ -60,13 +61,24 @@ func checkHTTPEndpoints(e *env) error {
 }
 
 // Packets of the edge sizes: empty, one byte, and derp.MaxPacketSize (64 KiB) and just under,
-// each arriving whole.
+// each arriving whole. With -ws the sender connects over TCP, the receiver over WebSocket:
+// Tailscale's WebSocket client (coder/websocket) reads messages of at most 32 KiB, so a server
+// must split a big packet's frame into several messages. (A WebSocket sender's 64 KiB message
+// is derper's to refuse, which it does: its reads take 32 KiB a message too.)
 func checkPacketSizes(e *env) error {
-	a, b, err := e.pair()
+	a, err := e.dialTCP("A")
 	if err != nil {
 		return err
 	}
-	defer closeAll(a, b)
+	defer a.close()
+	b, err := e.dial("B", e.url, nil)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	if err := reachBoth(a, b); err != nil {
+		return err
+	}
 	for _, n := range []int{0, 1, derp.MaxPacketSize - 1, derp.MaxPacketSize, 1400} {
 		body := make([]byte, n)
 		for i := range body {
@@ -75,9 +87,19 @@ func checkPacketSizes(e *env) error {
 		if err := a.c.Send(b.pub(), body); err != nil {
 			return fmt.Errorf("send %d bytes: %w", n, err)
 		}
-		if _, err := b.expect(fmt.Sprintf("the %d-byte packet", n), packetFrom(a.pub(), body)); err != nil {
+		what := fmt.Sprintf("the %d-byte packet", n)
+		if _, err := b.expect(what, packetFrom(a.pub(), body)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// dialTCP: a client on url over plain TCP or TLS even with -ws (the knob is read at connect).
+func (e *env) dialTCP(name string) (*peer, error) {
+	if e.ws {
+		envknob.Setenv("TS_DEBUG_DERP_WS_CLIENT", "")
+		defer envknob.Setenv("TS_DEBUG_DERP_WS_CLIENT", "1")
+	}
+	return e.dial(name, e.url, nil)
 }

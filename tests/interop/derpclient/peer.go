@@ -32,7 +32,12 @@ func (p *peer) pub() key.NodePublic { return p.priv.Public() }
 
 // dial connects a client to url (configured by opt first) and starts its pump.
 func (e *env) dial(name, url string, opt func(*derphttp.Client)) (*peer, error) {
-	priv := key.NewNode()
+	return e.dialKey(name, url, key.NewNode(), opt)
+}
+
+// dialKey: dial with a given node key (a second connection of one node).
+func (e *env) dialKey(name, url string, priv key.NodePrivate, opt func(*derphttp.Client)) (
+	*peer, error) {
 	c, err := derphttp.NewClient(priv, url, e.logf, netmon.NewStatic())
 	if err != nil {
 		return nil, err
@@ -248,7 +253,11 @@ var reachTag = []byte("REACH")
 
 // reach sends a packet from a to b until one arrives (see pair).
 func reach(a, b *peer) error {
-	body := append(bytes.Clone(reachTag), a.name+" to "+b.name...)
+	return reachWith(a, b, append(bytes.Clone(reachTag), a.name+" to "+b.name...))
+}
+
+// reachWith: reach with a given body.
+func reachWith(a, b *peer, body []byte) error {
 	deadline := time.Now().Add(waitS)
 	for time.Now().Before(deadline) {
 		if err := a.c.Send(b.pub(), body); err != nil {

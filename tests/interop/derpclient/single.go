@@ -28,6 +28,7 @@ func singleChecks(e *env) []check {
 		{"peergone-not-here", checkNotHere},
 		{"peergone-disconnected", checkGoneDisconnected},
 		{"closepeer-mesh-key", checkClosePeer},
+		{"duplicate-key-connections", checkDupKey},
 		{"closepeer-refused-without-mesh-key", checkClosePeerRefused},
 		{"note-preferred", checkPreferred},
 		{"client-info-every-field", checkClientInfo},
@@ -468,4 +469,49 @@ func deadPort() (int, func(), error) {
 		return 0, nil, err
 	}
 	return sa.(*syscall.SockaddrInet4).Port, closeFd, nil
+}
+
+// Two connections with one node key (a node reconnecting before its old connection is gone):
+// both stay open, one receives: the newest, then the one that last sent, and when it leaves the
+// other (derper's lastWriterIsActive). The server delivers each packet to one connection, so the
+// one that gets a tagged packet is the active one.
+func checkDupKey(e *env) error {
+	b, err := e.dial("B", e.url, nil)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	priv := key.NewNode()
+	k1, err := e.dialKey("K1", e.url, priv, nil)
+	if err != nil {
+		return err
+	}
+	defer k1.close()
+	if err := reachBoth(b, k1); err != nil {
+		return err
+	}
+	k2, err := e.dialKey("K2", e.url, priv, nil)
+	if err != nil {
+		return err
+	}
+	defer k2.close()
+	// K2's login taken: it is the active one and gets what B sends.
+	if err := reachWith(b, k2, []byte("to the newest")); err != nil {
+		return fmt.Errorf("the newest connection: %w", err)
+	}
+	if err := reachWith(k1, b, []byte("K1 speaks")); err != nil {
+		return err
+	}
+	if err := b.c.Send(priv.Public(), []byte("to the last writer")); err != nil {
+		return err
+	}
+	if _, err := k1.expect("packet for the last writer", packetFrom(b.pub(),
+		[]byte("to the last writer"))); err != nil {
+		return err
+	}
+	k1.close()
+	if err := reachWith(b, k2, []byte("to the one left")); err != nil {
+		return fmt.Errorf("after the active one left: %w", err)
+	}
+	return nil
 }
