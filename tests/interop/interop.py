@@ -39,9 +39,12 @@ MESH_KEY = "5e" * 32
 RUN_S = 600
 
 
+STARTED = []  # every server started (Server, Derper): their logs go with a failure
+
+
 def fail(msg, servers=()):
     print("FAIL: %s" % msg)
-    for s in servers:
+    for s in servers or STARTED:
         print("--- %s (%s)" % (s.name, s.log))
         print(s.log_text()[-6000:])
     sys.exit(1)
@@ -101,14 +104,16 @@ def run_go(args, env_extra, servers, what):
 
 
 def client(mode):
-    tls, ws = mode in ("tls", "wss"), mode in ("ws", "wss")
+    tls = mode in ("tls", "wss")
     args = ["-a", "127.0.0.1:0", "-stun-port", "0", "-c", os.path.join(WORK, "server.key"),
             "-mesh-psk-file", MESH_KEY_FILE, "--shards", "2", "--keepalive-interval", "1s"]
     ca = None
     if tls:
         ca, certs = make_ca(WORK)
         args += tls_args(certs)
-    s = Server(BIN, WORK, "hderp", args).start()
+    s = Server(BIN, WORK, "hderp", args)
+    STARTED.append(s)
+    s.start()
     try:
         run_derpclient(mode, s.port, ca, [s])
         if not s.alive():
@@ -138,6 +143,7 @@ class Derper:
 
     def __init__(self, name, port, certs, args, env):
         self.name, self.port, self.log = name, port, os.path.join(WORK, name + ".log")
+        STARTED.append(self)
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [go_program("derper"), "-a", "127.0.0.1:%d" % port, "-stun=false", "-c",
@@ -237,6 +243,7 @@ def derpprobe():
             os.path.join(WORK, name + ".key"), "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh,
             "--shards", "2"] +
             tls_args(certs), env=env))
+    STARTED.extend(nodes)
     try:
         for n in nodes:
             n.start()
@@ -278,6 +285,7 @@ def mixed():
         "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh, "--shards", "2"] +
         tls_args(certs), env=env)
     d = None
+    STARTED.append(h)
     try:
         h.start()
         d = Derper("derper", pd, certs, ["-mesh-with", mesh], env).wait_up(ca)
@@ -305,15 +313,14 @@ os.makedirs(WORK)
 MESH_KEY_FILE = os.path.join(WORK, "mesh.key")
 with open(MESH_KEY_FILE, "w") as f:
     f.write(MESH_KEY + "\n")
-if SCENARIO.startswith("client-"):
-    client(SCENARIO[len("client-"):])
-elif SCENARIO == "reference-derper":
-    reference_derper("tls")
-elif SCENARIO == "reference-derper-wss":
-    reference_derper("wss")
-elif SCENARIO == "derpprobe":
-    derpprobe()
-elif SCENARIO == "mixed":
-    mixed()
-else:
-    fail("unknown scenario %r" % SCENARIO)
+SCENARIOS = {"client-plain": lambda: client("plain"), "client-tls": lambda: client("tls"),
+             "client-ws": lambda: client("ws"), "client-wss": lambda: client("wss"),
+             "reference-derper": lambda: reference_derper("tls"),
+             "reference-derper-wss": lambda: reference_derper("wss"),
+             "derpprobe": derpprobe, "mixed": mixed}
+if SCENARIO not in SCENARIOS:
+    fail("unknown scenario %r (one of %s)" % (SCENARIO, ", ".join(SCENARIOS)))
+try:
+    SCENARIOS[SCENARIO]()
+except (AssertionError, OSError, subprocess.CalledProcessError) as e:  # a wait ran out, ...
+    fail("%s: %s" % (type(e).__name__, e))
