@@ -8,7 +8,7 @@
 # the caller set GOCACHE / GOMODCACHE. No Go toolchain, or a failed build: exit 1 (the interop
 # tests that need the programs then fail too; nothing is skipped).
 set -euo pipefail
-src=$1 out=$2 cache=$3
+src=$1 out=$(realpath -m "$2") cache=$(realpath -m "$3") # absolute: the build runs in SRC_DIR
 export PATH=/usr/local/go/bin:$PATH
 if ! command -v go >/dev/null; then
     echo "FAIL: no Go toolchain: the interop tests need go (Go 1.26 at /usr/local/go/bin, or" \

@@ -243,7 +243,7 @@ func checkWatch(e *env) error {
 func checkWatchRefused(e *env) error {
 	w, err := e.dial("W", e.url, func(c *derphttp.Client) { c.WatchConnectionChanges = true })
 	if err != nil {
-		return nil // refused during the login: also a refusal
+		return err // the login itself is fine: the server refuses the WatchConns frame after it
 	}
 	defer w.close()
 	return w.expectClosed("close after an unauthorised WatchConns")
