@@ -214,11 +214,17 @@ def run_derpprobe(nodes, ca, servers):
     want += ["derp/hderp/900%s/900%s/%s" % (x, y, kind) for x in names for y in names
              for kind in ("mesh", "bw")]
     crossing = ["derp/hderp/900%s/900%s/" % (x, y) for x in names for y in names if x != y]
+    # A probe's deadline is 0.8 times its interval (--once runs each probe once, at once): 60 s
+    # intervals give each probe 48 s, a bound for a hang on a loaded machine.
+    intervals = []
+    for flag in ("--interval", "--mesh-interval", "--stun-interval", "--tls-interval",
+                 "--bw-interval"):
+        intervals += [flag, "60s"]
     for attempt in range(1, 4):
         p = run_go([go_program("derpprobe"), "--once", "--spread=false", "--derp-map",
-                    "file://" + dm_file, "--mesh-psk-file", MESH_KEY_FILE, "--bw-interval", "1s",
-                    "--bw-probe-size-bytes", "1000000"], {"SSL_CERT_FILE": ca}, servers,
-                   "derpprobe")
+                    "file://" + dm_file, "--mesh-psk-file", MESH_KEY_FILE,
+                    "--bw-probe-size-bytes", "1000000"] + intervals, {"SSL_CERT_FILE": ca},
+                   servers, "derpprobe")
         good = [l.split("good: ", 1)[1] for l in p.stdout.splitlines() if "good: " in l]
         bad = [l.split("bad: ", 1)[1] for l in p.stdout.splitlines() if "bad: " in l]
         missing = [w for w in want if not any(g.startswith(w + ":") for g in good)]
