@@ -357,7 +357,9 @@ static void quiesce_here(struct hd_shard *s, void *arg)
         net_listener_drain(ds->http_listener);
     if (ds) {
         ds->listener = ds->http_listener = NULL;
-        srv_stun_stop(ds);
+        if (ds->stun) /* as the listeners: the successor has its socket */
+            net_udp_close(ds->stun);
+        ds->stun = NULL;
     }
     count_here(s, arg);
 }
