@@ -191,7 +191,8 @@ def plot_script(fig, title, cats, relays, wide, terminal, target):
             f"set xtics rotate by -35 ({tics}) font ',9'\nset xrange [-0.5:{len(cats) - 0.5}]\n"
             "set bmargin 9\nset rmargin 16\nset grid ytics mytics\n"
             "set key outside right top vertical box title 'relay'\n"
-            + ("set logscale y\nset ylabel 'log scale'\n" if wide else "set yrange [0:*]\n")
+            + f"set ylabel '{'CPU-s/GB' if fig == 'cpu' else 'µs'}{' (log scale)' if wide else ''}'\n"
+            + ("set logscale y\n" if wide else "set yrange [0:*]\n")
             + f"plot {series}\n")
 
 
