@@ -14,6 +14,7 @@ import subprocess
 FLOOR = "floor"
 SELF = "hderp"
 LOSS_NOTE_PCT = 0.01  # run-bench's loss-free threshold (run_bench_ceiling.LOSS_FREE_PCT)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WIDE = 5  # a figure whose values span more than this factor is plotted on a log scale
 FIGURES = (("cpu", "relay_cpu_s_per_gb_mean", "relay CPU-seconds per GB delivered"),
            ("p50", "load_rtt_p50_us_mean", "ping/echo round trip under load, p50 (µs)"),
@@ -264,11 +265,11 @@ def write(out, meta):
         lines.append(f"note: idle: {f}")
     if rep["points"]:
         for f in plots(out, rep["points"], relays):
-            lines.append(f"plot: {f}")
-    lines.append("relays (plain): " + "; ".join(f"{n}: {c}" for n, c in
-                                                 meta.get("relays_plain", {}).items()))
-    lines.append("relays (TLS): " + "; ".join(f"{n}: {c}" for n, c in
-                                               meta.get("relays_tls", {}).items()))
+            lines.append(f"plot: {os.path.relpath(f, out) if f.startswith(out) else f}")
+    for mode in ("plain", "TLS"):  # paths inside the repository relative to it
+        lines.append(f"relays ({mode}): " + "; ".join(
+            f"{n}: {c.replace(ROOT + os.sep, '')}"
+            for n, c in meta.get(f"relays_{mode.lower()}", {}).items()))
     text = "\n".join(lines) + "\n"
     with open(os.path.join(out, "report.txt"), "w") as f:
         f.write(text)
