@@ -2,8 +2,10 @@
 
 For each transport, relay and count N (0 and --idle-clients) a fresh relay (1 shard), N + 2
 logged-in connections held by hderp-bench processes (--pairs 1 --peers K at 0.01 Mbit/s, in
-batches of at most BATCH: hderp refuses TLS handshakes past 1024 in progress per shard, and one
-generator opens all its peers at once), each batch's logins awaited before the next, SETTLE_S
+batches of at most BATCH, TLS_BATCH over TLS: one generator opens all its peers at once, hderp
+refuses TLS handshakes past 1024 in progress per shard, and on a busy 2-vCPU box 1000 TLS
+handshakes at once took longer than hderp-bench waits for a login, against derper and hderp:
+2026-12-07), each batch's logins awaited before the next, SETTLE_S
 seconds more, then the relay's VmRSS and smaps_rollup Anonymous. KiB per idle connection =
 (RSS(N) - RSS(0)) / N. The logins are counted by the relay's /debug/varz
 (derp_current_connections: hderp, derper and the floor have it) or, for a relay without it, by
@@ -17,6 +19,7 @@ import types
 import urllib.request
 
 BATCH = 1000
+TLS_BATCH = 250
 SETTLE_S = 2
 LOGIN_WAIT_S = 90  # per batch: 1000 TLS logins take a few seconds; only a failure waits this long
 
@@ -75,7 +78,7 @@ def hold(a, rb, mode, name, cmd, n, out):
         url = relay.start()[: -len("/derp")]
         want, left, batch, by = n + 2, n + 2, 0, None
         while left > 0:
-            k = min(left, BATCH)
+            k = min(left, TLS_BATCH if mode == "tls" else BATCH)
             if left - k == 1:
                 k -= 1  # no batch of 1: a pair is 2 peers
             argv = [a.bench, "--server", url + "/derp", "--pairs", "1", "--peers", str(k),
