@@ -94,7 +94,8 @@ def points_table(points):
     """(markdown lines, json rows) for the client and batched points."""
     relays = relay_order(n for rows in points.values() for n in rows)
     names = " / ".join(relays)
-    head = (f"| load | transport | Mbit/s | shards | CPU-s/GB {names} | ÷ best peer | ÷ floor | "
+    head = (f"| load | transport | Mbit/s | shards | delivered Mbit/s {names} | "
+            f"CPU-s/GB {names} | ÷ best peer | ÷ floor | "
             f"ping p50 µs {names} | ÷ best peer | ÷ floor | ping p99 µs {names} | ÷ best peer "
             "| ÷ floor | notes |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -104,7 +105,8 @@ def points_table(points):
         kind, transport, rate, shards = key
         rows = points[key]
         figs = point_figures(rows, relays)
-        cells = []
+        delivered = {n: (rows.get(n) or {}).get("delivered_mbps_mean") for n in relays}
+        cells = [" / ".join(fnum(delivered[n], "mbps") for n in relays)]
         for fig, _, _ in FIGURES:
             f = figs[fig]
             unit = "cpu" if fig == "cpu" else "us"
@@ -116,7 +118,7 @@ def points_table(points):
                      f"{rate if rate else 'unpaced'} | {shards} | " + " | ".join(cells) +
                      f" | {notes} |")
         rows_json.append({"load": kind, "transport": transport, "offered_mbps": rate,
-                          "shards": shards, "figures": figs,
+                          "shards": shards, "figures": figs, "delivered_mbps": delivered,
                           "notes": {n: notes_of(rows.get(n)) for n in relays}})
     return lines, rows_json, relays
 
