@@ -100,6 +100,9 @@ struct hd_shard {
      * one may carry the tick's submissions. ended_empty: the last one, with submissions, ended
      * at its window with only their completions: the next sleep waits for the first one. */
     bool min_wait_gathers, min_wait_ended_empty;
+    /* The recent gap: how long the tick's waits (spin or sleep) lasted until work came, a
+     * moving average (1/HD_SPIN_GAP_WEIGHT), each wait counted up to HD_SPIN_GAP_CAP_NS. */
+    uint64_t gap_ns;
     uint64_t rand_state[4]; /* rand.c: xoshiro256**, never all zero */
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
@@ -251,6 +254,11 @@ uint32_t hd_min_wait_us(uint32_t cqes_2ms, uint32_t cap_us, uint32_t gather);
 /* Whether a min-wait of us that submitted `submitted` SQEs and came back after waited_ns with
  * `ready` completions gathered input within its window (shard.c, min_wait_enter). */
 bool hd_min_wait_gathered(unsigned submitted, unsigned ready, uint64_t waited_ns, uint32_t us);
+/* The wait policy's spin before a sleep (shard.c): how long to spin, given the recent gap
+ * (shard->gap_ns) and what a sleep costs (us); 0: sleep at once. */
+uint32_t hd_spin_us(uint64_t gap_ns, uint32_t sleep_cost_us);
+/* The recent gap after one more wait of waited_ns. */
+uint64_t hd_spin_gap(uint64_t gap_ns, uint64_t waited_ns);
 
 /* log_json.c: one JSON log line into out (always '}' and '\n' terminated, truncating the
  * message if it must); returns its length. level is padded text ("INFO "), trimmed here. */

@@ -1,5 +1,7 @@
 /* ring.c - io_uring set-up for one shard, probing what the kernel offers: SINGLE_ISSUER |
- * DEFER_TASKRUN (6.1+; DEFER_TASKRUN needs SINGLE_ISSUER), else COOP_TASKRUN, else plain; and
+ * DEFER_TASKRUN (6.1+; DEFER_TASKRUN needs SINGLE_ISSUER), else COOP_TASKRUN, else plain (the
+ * first three with TASKRUN_FLAG: IORING_SQ_TASKRUN tells a spinning shard that completions wait
+ * in the kernel's task work, shard.c); and
  * whether IORING_OP_MSG_RING exists for wake-ups, and the min-wait (IORING_FEAT_MIN_TIMEOUT, 6.12).
  * Runs on the shard's own thread (SINGLE_ISSUER binds the ring to the thread that creates it). */
 #include <errno.h>
@@ -11,11 +13,13 @@ static const struct {
     uint32_t flags;
     uint32_t features;
 } setups[] = {
-    {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+    {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL |
+         IORING_SETUP_TASKRUN_FLAG,
      HD_FEAT_SINGLE_ISSUER | HD_FEAT_DEFER_TASKRUN},
-    {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL,
+    {IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_SUBMIT_ALL |
+         IORING_SETUP_TASKRUN_FLAG,
      HD_FEAT_SINGLE_ISSUER | HD_FEAT_COOP_TASKRUN},
-    {IORING_SETUP_COOP_TASKRUN, HD_FEAT_COOP_TASKRUN},
+    {IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG, HD_FEAT_COOP_TASKRUN},
     {0, 0},
 };
 

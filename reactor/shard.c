@@ -5,8 +5,9 @@
  *   posts from other threads (what was in the inbox, <= HD_POST_INBOX_SIZE) -> finished collects ->
  * timers due -> stop phase -> end-of-tick flushes -> frames back to their owners -> bus publish (+
  * wake-ups) -> one io_uring enter that submits everything and waits for a CQE until the next timer
- * (after an optional bounded busy-poll) -> CQE dispatch (HD_CQE_BUDGET_MAX). Stop: RUNNING ->
- * STOPPING (modules' shard_stop; apps close what they own; wait for their ops up to stop_grace_ms)
+ * (after a bounded spin where work came lately within a sleep's cost) -> CQE dispatch
+ * (HD_CQE_BUDGET_MAX). Stop: RUNNING -> STOPPING (modules' shard_stop; apps close what they own;
+ * wait for their ops up to stop_grace_ms)
  * -> CANCELLING (cancel every op left, wait up to HD_STOP_CANCEL_MS) -> DONE. The thread owns its
  * struct hd_shard; see runtime.c for start-up and the main thread. */
 #define _GNU_SOURCE
@@ -206,21 +207,50 @@ static uint64_t wait_ms_for(struct hd_shard *s)
     return wait;
 }
 
-/* Spin on the CQ and the bus inboxes for up to busy_poll_us; true if something arrived. */
-static bool busy_poll(struct hd_shard *s, uint32_t us)
+/* Completions wait in the kernel's task work (DEFER_TASKRUN posts them only when asked; the ring's
+ * TASKRUN_FLAG makes the kernel say so in the SQ flags, ring.c). */
+static bool input_pending(const struct hd_shard *s)
+{
+    return (IO_URING_READ_ONCE(*s->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+}
+
+/* Submit what the tick queued, then spin on the CQ, the kernel's pending completions and the
+ * inboxes for up to us; true if something arrived (the tick then takes it without sleeping). */
+static bool spin(struct hd_shard *s, uint32_t us)
 {
     uint64_t end = hd_clock_ns() + (uint64_t)us * 1000u;
     int n = io_uring_submit(&s->ring);
     if (n > 0)
         s->stats.sqes += (uint64_t)n;
     s->stats.enters++;
-    do {
-        if (s->features & HD_FEAT_DEFER_TASKRUN)
-            io_uring_get_events(&s->ring); /* deferred completions post only when asked */
-        if (io_uring_cq_ready(&s->ring) || hd_bus_pending(s) || hd_posts_pending(s))
+    s->stats.spins++;
+    for (;;) {
+        if (input_pending(s)) {
+            io_uring_get_events(&s->ring);
+            s->stats.enters++;
+        }
+        if (io_uring_cq_ready(&s->ring) || hd_bus_pending(s) || hd_posts_pending(s)) {
+            s->stats.spins_won++;
             return true;
-    } while (hd_clock_ns() < end);
-    return false;
+        }
+        if (hd_clock_ns() >= end)
+            return false;
+        __builtin_ia32_pause();
+    }
+}
+
+uint32_t hd_spin_us(uint64_t gap_ns, uint32_t sleep_cost_us)
+{
+    /* Work that comes within a sleep's cost is cheaper to wait for awake, and goes out sooner;
+     * a spin that outlasts the sleep's cost ends (ski rental: at most twice the sleep). */
+    return gap_ns <= (uint64_t)sleep_cost_us * 1000u ? sleep_cost_us : 0;
+}
+
+uint64_t hd_spin_gap(uint64_t gap_ns, uint64_t waited_ns)
+{
+    if (waited_ns > HD_SPIN_GAP_CAP_NS)
+        waited_ns = HD_SPIN_GAP_CAP_NS;
+    return gap_ns - gap_ns / HD_SPIN_GAP_WEIGHT + waited_ns / HD_SPIN_GAP_WEIGHT;
 }
 
 /* The load estimate: CQEs dispatched in this millisecond and the previous one. */
@@ -240,9 +270,11 @@ uint32_t hd_min_wait_us(uint32_t cqes_2ms, uint32_t cap_us, uint32_t gather)
     if (gather == 0)
         return cap_us;
     uint64_t us = (uint64_t)gather * 2000u / cqes_2ms; /* gather completions at that rate */
-    if (us < HD_MIN_WAIT_US_FLOOR)
+    /* Under the floor the shard finds its completions awake; over the cap a window would hold
+     * a packet or two for its length and gather nothing more: one sleep each, sent at once. */
+    if (us < HD_MIN_WAIT_US_FLOOR || us > cap_us)
         return 0;
-    return us < cap_us ? (uint32_t)us : cap_us;
+    return (uint32_t)us;
 }
 
 bool hd_min_wait_gathered(unsigned submitted, unsigned ready, uint64_t waited_ns, uint32_t us)
@@ -341,7 +373,9 @@ static void enter(struct hd_shard *s, uint64_t wait_ms)
         return;
     }
     uint32_t min_wait = min_wait_wanted(s, wait_ms);
-    if (s->min_wait_ended_empty) /* the last window passed empty: the first completion wakes */
+    /* The last window passed empty: the first completion wakes. Input already waiting in the
+     * kernel is not held for a window either: the plain wait takes it at once. */
+    if (s->min_wait_ended_empty || (min_wait > 0 && input_pending(s)))
         min_wait = 0;
     s->min_wait_ended_empty = false;
     if (min_wait > 0) {
@@ -388,13 +422,23 @@ static void tick(struct hd_shard *s)
     bool sample = (s->stats.ticks & (HD_TICK_SAMPLE - 1)) == 0;
     uint64_t t1 = sample ? hd_clock_ns() : 0;
     bool ready = io_uring_cq_ready(&s->ring) > 0;
-    uint32_t spin = s->rt->cfg.busy_poll_us;
-    if (!ready && wait > 0 && spin > 0 && busy_poll(s, spin))
-        wait = 0;
-    enter(s, ready ? 0 : wait);
+    uint64_t tw = 0;
+    bool woke = false;
+    if (!ready && wait > 0) {
+        /* The spin: work that came lately within a sleep's cost is awaited awake. */
+        tw = hd_clock_ns();
+        uint32_t us = hd_spin_us(s->gap_ns, HD_SLEEP_COST_US);
+        if (us < s->rt->cfg.busy_poll_us)
+            us = s->rt->cfg.busy_poll_us;
+        woke = us > 0 && spin(s, us);
+    }
+    if (!woke || io_uring_sq_ready(&s->ring) > 0) /* the spin submitted: no enter left to do */
+        enter(s, ready || woke ? 0 : wait);
     /* The clock again after the wait: timers armed by the completions below count from now,
      * not from before a sleep (or a long tick) that may have lasted a while. */
     uint64_t t2 = hd_clock_ns();
+    if (tw)
+        s->gap_ns = hd_spin_gap(s->gap_ns, t2 - tw);
     s->now_ms = t2 / 1000000u;
     /* The wait is over: the dispatch below is new work (the watchdog times it from here). */
     atomic_store_explicit(&s->beat, s->stats.ticks | (UINT64_C(1) << 63), memory_order_relaxed);
@@ -446,6 +490,7 @@ static int shard_setup(struct hd_shard *s)
     }
     s->now_ms = hd_clock_ms();
     s->trim_ms = s->now_ms;
+    s->gap_ns = HD_SPIN_GAP_CAP_NS; /* no spin until waits were short */
     hd_wheel_init(&s->wheel, s->now_ms);
     hd_hist_init(&s->stats.tick_ns);
     hd_hist_init(&s->stats.cqes_per_tick);

@@ -321,6 +321,8 @@ struct hd_shard_stats {
     uint64_t enters;     /* io_uring_enter calls that waited or submitted */
     uint64_t sleeps;     /* of those, waits that could block (the shard had nothing to do) */
     uint64_t min_waits;  /* of those, waits with the kernel's min-wait (completions batched) */
+    uint64_t spins;      /* spins before a sleep (wait policy: the recent gaps were short) */
+    uint64_t spins_won;  /* of those, spins that found work: a sleep avoided */
     uint64_t sqes;       /* SQEs submitted */
     uint64_t cqes;       /* CQEs dispatched */
     uint64_t cqes_stale; /* completions of an op's previous life: dropped */

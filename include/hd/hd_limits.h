@@ -72,6 +72,17 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * core for long without checking timers. */
 #define HD_BUSY_POLL_US_MAX 1000
 
+/* The adaptive spin before a sleep (shard.c, docs/ARCHITECTURE.md "The wait policy"): when the
+ * recent waits for work averaged at most what a sleep and its wake-up cost the shard's CPU, the
+ * shard spins that long before it sleeps (a spin that outlasts it costs at most twice the sleep
+ * it tried to avoid). HD_SLEEP_COST_US: 9-17 us for a sleep ended by another CPU's wake-up,
+ * 19-27 us by a timer, on the 2-vCPU VM of perf/RESULTS.md 2026-12-06. The average weighs each
+ * new wait 1/HD_SPIN_GAP_WEIGHT, each counted up to HD_SPIN_GAP_CAP_NS (an idle second does
+ * not need a thousand waits to be forgotten, and is long enough already). */
+#define HD_SLEEP_COST_US   15
+#define HD_SPIN_GAP_WEIGHT 8
+#define HD_SPIN_GAP_CAP_NS (1000u * 1000u)
+
 /* The tick's min-wait (io_uring's IORING_ENTER_EXT_ARG min_wait_usec, kernels >= 6.12, probed).
  * Under load (at least HD_MIN_WAIT_ARM_CQES completions dispatched in this millisecond and the
  * one before) a sleep waits for HD_MIN_WAIT_BATCH completions, or until the min-wait passed with at

@@ -37,6 +37,7 @@ struct wait_ctx {
     uint64_t op_sleep[BATCH_OPS], guard_sleep, timer_sleep; /* the sleep that delivered each */
     bool use_timer; /* after the burst: a 20 ms wheel timer and the guard instead of the batch */
     bool late_op;   /* after the burst: one op due after the min-wait ended empty, and the guard */
+    bool busy_op;   /* after the burst: one op that completes while a callback works, the guard */
     uint32_t features;
     uint64_t min_waits;
 };
@@ -108,10 +109,30 @@ static void op_done(struct hd_op *op, int32_t res, uint32_t flags)
     finish(c);
 }
 
+/* A callback that works for 3 ms: the op due in 1 ms completes meanwhile, into the kernel's task
+ * work, and waits there when the tick goes to sleep. */
+static void busy_nop_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)op;
+    (void)flags;
+    HDT_CHECK(res == 0);
+    uint64_t end = hd_clock_ns() + 3u * MS;
+    while (hd_clock_ns() < end)
+        ;
+}
+
 /* After the burst (the shard is "under load"): either BATCH_OPS timeouts 1..8 ms apart, or a
  * wheel timer due in 20 ms beside a 200 ms guard. */
 static void after_burst(struct wait_ctx *c)
 {
+    if (c->busy_op) {
+        c->pending = 2;
+        timerfd_read(c->s, &c->ops[0], op_done, &c->op_fd[0], &c->op_buf[0], 1u * MS);
+        timerfd_read(c->s, &c->guard, guard_done, &c->guard_fd, &c->guard_buf, 200ull * MS);
+        hd_op_init(c->s, &c->nops[0], busy_nop_done);
+        HDT_CHECK(hd_op_nop(c->s, &c->nops[0]) == 0);
+        return;
+    }
     if (c->late_op) {
         c->pending = 2;
         timerfd_read(c->s, &c->ops[0], op_done, &c->op_fd[0], &c->op_buf[0], 150ull * MS);
@@ -224,6 +245,20 @@ Test(test_reactor_wait, completion_after_empty_min_wait_not_held)
                  (unsigned long long)c.op_sleep[0], (unsigned long long)c.guard_sleep);
 }
 
+/* Under load, a completion that came while the tick worked (it waits in the kernel's task work
+ * when the tick would sleep) is not held for a min-wait's window: the plain wait takes it at once,
+ * in a sleep before the guard's (held, both would come back from the same sleep when the 400 ms
+ * min-wait passed). */
+Test(test_reactor_wait, input_already_waiting_not_held)
+{
+    struct wait_ctx c = {.busy_op = true};
+    cr_assert_eq(hdt_run(&long_wait, burst_body, &c, NULL), 0);
+    close_fds(&c);
+    cr_assert_eq(c.ops_done, 1);
+    cr_assert_lt(c.op_sleep[0], c.guard_sleep, "op after sleep %llu, guard after %llu",
+                 (unsigned long long)c.op_sleep[0], (unsigned long long)c.guard_sleep);
+}
+
 /* A quiet shard: one op alone comes back from a sleep of its own, before a guard due later (were
  * it held by the min-wait, both would come back from the same sleep when the min-wait ends). */
 static void lone_body(struct hd_shard *s, void *arg)
@@ -248,17 +283,41 @@ Test(test_reactor_wait, lone_op_not_held)
 }
 
 /* The adaptive min-wait (min_wait_gather > 0): about as long as gather completions take at the
- * recent rate, capped, and none on a quiet shard or when the wait would be too short to matter. */
+ * recent rate, and none on a quiet shard, when the wait would be too short to matter, or when it
+ * would be longer than the cap (a window that gathers a packet or two holds them for nothing:
+ * until 2026-12-07 it was capped instead, and held each packet of a light load, issue 25). */
 Test(test_reactor_wait, adaptive_length)
 {
     cr_assert_eq(hd_min_wait_us(HD_MIN_WAIT_ARM_CQES - 1, 100, 4), 0, "quiet: no min-wait");
     cr_assert_eq(hd_min_wait_us(1000, 0, 4), 0, "not configured");
     cr_assert_eq(hd_min_wait_us(HD_MIN_WAIT_ARM_CQES, 100, 0), 100, "fixed: the cap");
     cr_assert_eq(hd_min_wait_us(80, 100, 4), 100, "40 CQEs a ms: 4 take 100 us");
-    cr_assert_eq(hd_min_wait_us(40, 100, 4), 100, "slower: capped");
+    cr_assert_eq(hd_min_wait_us(79, 100, 4), 0, "slower: over the cap, none");
+    cr_assert_eq(hd_min_wait_us(40, 100, 4), 0, "a light load: none");
     cr_assert_eq(hd_min_wait_us(160, 100, 4), 50, "faster: shorter");
     cr_assert_eq(hd_min_wait_us(800, 100, 4), HD_MIN_WAIT_US_FLOOR, "at the floor");
     cr_assert_eq(hd_min_wait_us(801, 100, 4), 0, "busy: under the floor, plain wait");
+}
+
+/* The spin before a sleep: as long as a sleep costs when the recent waits for work were no
+ * longer than that, none otherwise; the recent gap a moving average of waits, each capped. */
+Test(test_reactor_wait, spin_decision)
+{
+    cr_assert_eq(hd_spin_us(0, 15), 15, "work comes at once: spin");
+    cr_assert_eq(hd_spin_us(15000, 15), 15, "as long as a sleep: spin");
+    cr_assert_eq(hd_spin_us(15001, 15), 0, "longer: sleep");
+    cr_assert_eq(hd_spin_us(200000, 15), 0, "a light load (200 us gaps): sleep");
+    cr_assert_eq(hd_spin_us(0, 0), 0, "sleeps free: never spin");
+    uint64_t gap = HD_SPIN_GAP_CAP_NS; /* a shard starts as if idle */
+    unsigned waits = 0;
+    while (hd_spin_us(gap, 15) == 0 && waits < 100) {
+        gap = hd_spin_gap(gap, 2000);
+        waits++;
+    }
+    cr_assert_geq(waits, 8, "a few short waits do not turn the spin on (%u did)", waits);
+    cr_assert_lt(waits, 100, "a run of 2 us waits does");
+    cr_assert_eq(hd_spin_us(hd_spin_gap(gap, 1000000000), 15), 0, "one long pause turns it off");
+    cr_assert_eq(hd_spin_gap(HD_SPIN_GAP_CAP_NS, UINT64_MAX), HD_SPIN_GAP_CAP_NS, "capped");
 }
 
 /* ---------------------------------------------------------------- submissions and the min-wait */
@@ -379,14 +438,16 @@ Test(test_reactor_wait, steady_input_submits_with_the_sleep)
 
 /* Bursts 1.5 ms apart, 24 "sends" each (the rate arms the min-wait), a min-wait of 200 us: one
  * after the sends would gather nothing but their own completions and cost a second sleep per
- * burst; the submit goes first instead and each burst costs one sleep. */
+ * burst; the submit goes first instead and each burst costs one sleep (or none, for a burst
+ * whose input already waited in the kernel when the tick would sleep: a tick late by a
+ * preemption on a busy machine; the floor says the sleeps were counted at all). */
 Test(test_reactor_wait, bursts_submit_first)
 {
     struct stream_ctx c = {
         .per_input = BURST_SENDS, .warm = BURSTS_WARM, .counted = BURSTS_COUNTED};
     if (!stream_run(&c, "bursts", BURST_PERIOD_NS, 200))
         return;
-    cr_assert_geq(c.sleeps, BURSTS_COUNTED);
+    cr_assert_geq(c.sleeps, BURSTS_COUNTED / 2);
     cr_assert_lt(c.sleeps * 2, (uint64_t)BURSTS_COUNTED * 3, "%llu sleeps for %u bursts",
                  (unsigned long long)c.sleeps, BURSTS_COUNTED);
 }

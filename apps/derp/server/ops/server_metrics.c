@@ -293,10 +293,12 @@ static void format_loop(struct srv_text *o, const struct varz_slot *v, unsigned 
                          qs[q],
                          (unsigned long long)hd_hist_quantile(&v[i].loop.cqes_per_tick, qs[q]));
     PER_SHARD("loop_ticks", "counter", v[i].loop.ticks);
-    /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps. */
+    /* The wait policy's cost per packet: io_uring_enter calls, sleeps, min-wait sleeps, spins. */
     PER_SHARD("loop_enters", "counter", v[i].loop.enters);
     PER_SHARD("loop_sleeps", "counter", v[i].loop.sleeps);
     PER_SHARD("loop_min_waits", "counter", v[i].loop.min_waits);
+    PER_SHARD("loop_spins", "counter", v[i].loop.spins);
+    PER_SHARD("loop_spins_won", "counter", v[i].loop.spins_won);
     /* The bus between the shards (h-perf-shards' lazy messages). */
     PER_SHARD("loop_bus_sent", "counter", v[i].loop.bus_sent);
     PER_SHARD("loop_wakes_sent", "counter", v[i].loop.wakes_sent);
