@@ -86,6 +86,37 @@ int net_conn_send_copy(struct net_conn *c, const void *data, size_t len)
     return 0;
 }
 
+int net_conn_send_urgent(struct net_conn *c, const void *data, size_t len)
+{
+    if (len == 0 || len > NET_URGENT_MAX)
+        return -EINVAL;
+    if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED ||
+        (c->flags & (NET_F_FLUSH_CLOSE | NET_F_SHUT_WR)))
+        return -EPIPE;
+    if (net_conn_queued_bytes(c) + len > c->send_max)
+        return -ENOBUFS;
+    struct net_sendq *q = c->codec ? &c->plain : &c->wire;
+    /* Past what the kernel has; without a send in flight the first entry may be the rest of one
+     * that went in part (a send that found no context, a connection moving). */
+    uint32_t at = c->codec ? 0 : c->send_ctx ? c->send_ctx->entries : (q->count ? 1u : 0u);
+    while (at < q->count && net_sendq_at(q, at)->len <= NET_URGENT_MAX)
+        at++;
+    struct hd_frame *f = hd_frame_get(c->shard, len);
+    if (f == NULL)
+        return -ENOMEM;
+    memcpy(f->data, data, len);
+    f->len = (uint32_t)len;
+    int rc = net_sendq_insert(c->ns, q, at, f, 0, (uint32_t)len); /* the reference moves */
+    if (rc < 0) {
+        hd_frame_unref(c->shard, f);
+        return rc;
+    }
+    if (c->state == NET_CONN_OPEN)
+        hd_flush_request(c->shard, &c->flush);
+    net_conn_update_pressure(c);
+    return 0;
+}
+
 void net_conn_encode_request(struct net_conn *c)
 {
     c->flags |= NET_F_ENCODE_DUE;
@@ -208,13 +239,20 @@ static void send_ctx_cut(struct net_send_ctx *x)
     x->msg.msg_iovlen = x->entries;
 }
 
-/* One sendmsg's iovecs: the wire queue's first NET_IOV_MAX entries. */
+/* One sendmsg's iovecs: the wire queue's first NET_IOV_MAX entries; while the socket is backed
+ * up, only as many as cover about what the last send took (NET_SEND_BACKED_MIN at least). */
 static void send_ctx_fill(struct net_conn *c, struct net_send_ctx *x)
 {
     uint32_t n = 0;
-    uint64_t bytes = 0;
-    for (struct net_sendq_chunk *ch = c->wire.first; ch && n < NET_IOV_MAX; ch = ch->next) {
-        for (uint16_t i = ch->head; i < ch->tail && n < NET_IOV_MAX; i++, n++) {
+    uint64_t bytes = 0, cap = UINT64_MAX;
+    if (c->flags & NET_F_SEND_BACKED) {
+        cap = (uint64_t)c->backed_kib * 1024u;
+        if (cap < NET_SEND_BACKED_MIN)
+            cap = NET_SEND_BACKED_MIN;
+    }
+    for (struct net_sendq_chunk *ch = c->wire.first; ch && n < NET_IOV_MAX && bytes < cap;
+         ch = ch->next) {
+        for (uint16_t i = ch->head; i < ch->tail && n < NET_IOV_MAX && bytes < cap; i++, n++) {
             struct hd_frame *f = ch->e[i].frame;
             x->iov[n].iov_base = f ? f->data + ch->e[i].off : NULL; /* NULL: a dropped entry */
             x->iov[n].iov_len = ch->e[i].len;
@@ -283,10 +321,18 @@ void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags)
     (void)flags;
     struct net_conn *c = hd_container_of(op, struct net_conn, send_op);
     struct net_send_ctx *x = c->send_ctx;
+    uint64_t asked = x->bytes;
     c->send_ctx = NULL;
     hd_slab_put(c->ns->send_ctxs, x);
     c->depth++;
     if (res > 0) {
+        if ((uint64_t)res < asked) { /* the socket's buffer is full */
+            uint64_t kib = (uint64_t)res / 1024u;
+            c->backed_kib = (uint16_t)(kib > UINT16_MAX ? UINT16_MAX : kib);
+            c->flags |= NET_F_SEND_BACKED;
+        } else {
+            c->flags &= ~NET_F_SEND_BACKED;
+        }
         net_sendq_consume(c->ns, c->shard, &c->wire, (uint64_t)res);
         c->stats.bytes_out += (uint64_t)res;
         if (c->write_timeout_ms) /* progress: the deadline starts over */

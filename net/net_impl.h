@@ -63,16 +63,17 @@ enum net_conn_flag {
     NET_F_WR_SHUT = 1u << 4,     /* write side is shut */
     NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
     NET_F_FD_CLOSED = 1u << 6,
-    NET_F_MIGRATING = 1u << 7,   /* moving to another shard once its ops are done */
-    NET_F_ENCODING = 1u << 8,    /* inside codec->encode (a flush is running) */
-    NET_F_QUIET = 1u << 9,       /* a layer holds the socket still (net_conn_quiet_begin) */
-    NET_F_QUIET_WAIT = 1u << 10, /* ... and waits for codec->quiesced */
-    NET_F_QUIET_READ = 1u << 11, /* recv_op is a net_conn_quiet_read */
-    NET_F_ENCODE_DUE = 1u << 12, /* the codec holds plaintext of its own: encode at the flush */
-    NET_F_CODEC_REST = 1u << 13, /* net_conn_switch_codec in on_data: the rest is codec input */
-    NET_F_IN_DATA = 1u << 14,    /* inside on_data */
-    NET_F_UPPER_IN = 1u << 15,   /* inside upper->decode: deliveries go to the app */
-    NET_F_UPPER_ENC = 1u << 16,  /* inside upper->encode: plain -> mid */
+    NET_F_MIGRATING = 1u << 7,    /* moving to another shard once its ops are done */
+    NET_F_ENCODING = 1u << 8,     /* inside codec->encode (a flush is running) */
+    NET_F_QUIET = 1u << 9,        /* a layer holds the socket still (net_conn_quiet_begin) */
+    NET_F_QUIET_WAIT = 1u << 10,  /* ... and waits for codec->quiesced */
+    NET_F_QUIET_READ = 1u << 11,  /* recv_op is a net_conn_quiet_read */
+    NET_F_ENCODE_DUE = 1u << 12,  /* the codec holds plaintext of its own: encode at the flush */
+    NET_F_CODEC_REST = 1u << 13,  /* net_conn_switch_codec in on_data: the rest is codec input */
+    NET_F_IN_DATA = 1u << 14,     /* inside on_data */
+    NET_F_UPPER_IN = 1u << 15,    /* inside upper->decode: deliveries go to the app */
+    NET_F_UPPER_ENC = 1u << 16,   /* inside upper->encode: plain -> mid */
+    NET_F_SEND_BACKED = 1u << 17, /* the last send went in part: the next covers backed_kib */
 };
 
 struct net_conn {
@@ -83,7 +84,8 @@ struct net_conn {
     uint32_t flags;
     uint32_t depth; /* > 0 inside one of our completion handlers: freeing waits for its end */
     int close_reason;
-    uint8_t closed_by; /* enum net_conn_timer: which of our timers closed it (NONE: none) */
+    uint8_t closed_by;   /* enum net_conn_timer: which of our timers closed it (NONE: none) */
+    uint16_t backed_kib; /* NET_F_SEND_BACKED: what the last send took, in KiB (capped) */
     const struct net_conn_handler *h;
     void *app;
     const struct net_codec *codec;
@@ -146,6 +148,9 @@ struct net_shard *net_shard_of(struct hd_shard *s);
 int net_sendq_push(struct net_shard *ns, struct net_sendq *q, struct hd_frame *f, uint32_t off,
                    uint32_t len);
 struct net_sendq_entry *net_sendq_at(struct net_sendq *q, uint32_t index);
+/* Push, then move the new entry to index (0..count before it): the later entries shift back. */
+int net_sendq_insert(struct net_shard *ns, struct net_sendq *q, uint32_t index, struct hd_frame *f,
+                     uint32_t off, uint32_t len);
 void net_sendq_pop(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q, bool unref);
 /* Remove n bytes from the front (after a send), unreferencing finished frames. */
 void net_sendq_consume(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q, uint64_t n);

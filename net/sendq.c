@@ -38,6 +38,28 @@ struct net_sendq_entry *net_sendq_at(struct net_sendq *q, uint32_t index)
     return NULL;
 }
 
+int net_sendq_insert(struct net_shard *ns, struct net_sendq *q, uint32_t index, struct hd_frame *f,
+                     uint32_t off, uint32_t len)
+{
+    HD_ASSERT(index <= q->count);
+    int rc = net_sendq_push(ns, q, f, off, len);
+    if (rc < 0)
+        return rc;
+    /* One pass from index on: each entry takes the place of the one after it. */
+    struct net_sendq_entry carry = {.frame = f, .off = off, .len = len};
+    uint32_t i = 0;
+    for (struct net_sendq_chunk *c = q->first; c; c = c->next) {
+        for (uint16_t k = c->head; k < c->tail; k++, i++) {
+            if (i < index)
+                continue;
+            struct net_sendq_entry t = c->e[k];
+            c->e[k] = carry;
+            carry = t;
+        }
+    }
+    return 0;
+}
+
 void net_sendq_pop(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q, bool unref)
 {
     struct net_sendq_chunk *c = q->first;

@@ -151,6 +151,14 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
 int net_conn_send(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len);
 /* Copy bytes into pool frames and queue them (small control messages). Same errors + -ENOMEM. */
 int net_conn_send_copy(struct net_conn *c, const void *data, size_t len);
+/* Copy a small control message (1..NET_URGENT_MAX bytes) and queue it ahead of what is queued
+ * but not yet handed to the kernel, behind what the kernel has (and at most one entry that may
+ * have gone in part) and behind the small entries at the front of the rest (earlier urgent ones
+ * keep their order): a Pong or a keep-alive does not wait behind a backlog. For apps whose
+ * entries are whole messages (it goes between two). On a codec's connection it goes ahead of
+ * the plaintext not yet encoded (what a codec sealed is wire bytes, in order). Same errors as
+ * net_conn_send_copy, and -EINVAL for a message over NET_URGENT_MAX. */
+int net_conn_send_urgent(struct net_conn *c, const void *data, size_t len);
 /* Entries queued but not yet handed to the kernel (dropped ones included until they reach the
  * front); apps with their own queue policy (e.g. drop the oldest) bound them. */
 unsigned net_conn_unsent_count(const struct net_conn *c);

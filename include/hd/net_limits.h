@@ -20,8 +20,15 @@ _Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two
 /* Send queue: entries live in chunks from a shard pool, so an idle connection holds none. */
 #define NET_SENDQ_CHUNK_ENTRIES 15
 #define NET_IOV_MAX             256 /* iovecs per sendmsg (kernel UIO_MAXIOV is 1024) */
-#define NET_SENDQ_CHUNKS_MAX    (NET_CONNS_MAX * 2u)
-#define NET_SEND_CTX_MAX        NET_CONNS_MAX /* one in flight per connection at most */
+/* net_conn_send_urgent: a control message's bytes at most (a Pong, a keep-alive); queued entries
+ * this small at the front of what is not yet sent are taken for earlier urgent ones. */
+#define NET_URGENT_MAX 64u
+/* While the socket is backed up (the last sendmsg went in part), the next covers about what the
+ * last one took, at least this much: the rest stays in the queue, where urgent messages go ahead
+ * of it and an app's drop-oldest finds it (a send waiting for room holds its entries). */
+#define NET_SEND_BACKED_MIN  (64u * 1024u)
+#define NET_SENDQ_CHUNKS_MAX (NET_CONNS_MAX * 2u)
+#define NET_SEND_CTX_MAX     NET_CONNS_MAX /* one in flight per connection at most */
 
 /* Default watermarks: pause the source at 256 KiB queued, resume at 64 KiB, refuse past 4 MiB. */
 #define NET_SEND_HIGH_DEFAULT (256u * 1024u)

@@ -19,9 +19,8 @@ static void writer_run(struct hd_flush *f);
  * reserve (-ENOMEM) is the shard's trouble, not this client's: the frame is skipped and counted
  * (a KeepAlive comes again, a lost Pong is a lost Ping). A queue over its cap (-ENOBUFS) is the
  * client's own backlog: then it is closed, as before. Returns 0 or the send's -errno. */
-int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
+static int ctl_sent(struct srv_client *cl, int rc)
 {
-    int rc = net_conn_send_copy(cl->conn, frame, len);
     if (rc == -ENOMEM) {
         cl->ds->ctr.ctl_dropped++;
         hd_log_rl(HD_LOG_WARN, "frame pool exhausted: a control frame was not sent");
@@ -29,6 +28,18 @@ int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
         srv_client_close(cl, -ENOBUFS);
     }
     return rc;
+}
+
+int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
+{
+    return ctl_sent(cl, net_conn_send_copy(cl->conn, frame, len));
+}
+
+/* A Pong or a KeepAlive: small frames first, ahead of the packets queued for the connection and
+ * not yet in the kernel's hands (net_conn_send_urgent; packets keep their order). */
+static int send_urgent(struct srv_client *cl, const uint8_t *frame, size_t len)
+{
+    return ctl_sent(cl, net_conn_send_urgent(cl->conn, frame, len));
 }
 
 static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop why)
@@ -116,8 +127,9 @@ static struct hd_frame *queue_pop(struct srv_client *cl, unsigned k)
     return f;
 }
 
-/* End of tick: Pong, then packets from both queues (alternating) until the connection's send
- * queue reaches its high watermark; on_send_pressure(false) runs the writer again. */
+/* End of tick: Pong (ahead of the packets already queued in net), then packets from both queues
+ * (alternating) until the connection's send queue reaches its high watermark;
+ * on_send_pressure(false) runs the writer again. */
 static void writer_run(struct hd_flush *fl)
 {
     struct srv_client *cl = hd_container_of(fl, struct srv_client, writer);
@@ -129,7 +141,7 @@ static void writer_run(struct hd_flush *fl)
         derp_frame_pong_encode(pong, sizeof(pong), cl->pong);
         cl->pong_pending = false;
         cl->ds->ctr.sent_pong++;
-        srv_client_send_ctl(cl, pong, sizeof(pong));
+        send_urgent(cl, pong, sizeof(pong));
     }
     unsigned turn = 0;
     while (!cl->send_paused && cl->phase == SRV_CLIENT_ACTIVE &&
@@ -175,7 +187,7 @@ static void keepalive_fired(struct hd_timer *t)
     struct srv_client *cl = hd_container_of(t, struct srv_client, keepalive);
     uint8_t ka[DERP_FRAME_HEADER_LEN];
     derp_frame_keep_alive_encode(ka, sizeof(ka));
-    srv_client_send_ctl(cl, ka, sizeof(ka));
+    send_urgent(cl, ka, sizeof(ka));
     cl->ds->cfg->hooks->tally_feed(cl); /* a quiet connection's counts reach the tables */
     if (cl->phase == SRV_CLIENT_ACTIVE)
         hd_timer_start(cl->ds->s, t, cl->keepalive_ms);
