@@ -318,22 +318,20 @@ uint64_t hd_hist_bucket_upper(unsigned bucket);
 
 struct hd_shard_stats {
     uint64_t ticks;
-    uint64_t enters;     /* io_uring_enter calls that waited or submitted */
-    uint64_t sleeps;     /* of those, waits that could block (the shard had nothing to do) */
-    uint64_t min_waits;  /* of those, waits with the kernel's min-wait (completions batched) */
-    uint64_t spins;      /* spins before a sleep (wait policy: the recent gaps were short) */
-    uint64_t spins_won;  /* of those, spins that found work: a sleep avoided */
-    uint64_t sqes;       /* SQEs submitted */
-    uint64_t cqes;       /* CQEs dispatched */
-    uint64_t cqes_stale; /* completions of an op's previous life: dropped */
-    uint64_t sqe_full;   /* hd_op prep found no SQE even after submitting */
-    uint64_t tasks_run;  /* deferred tasks */
-    uint64_t timers_fired;
-    uint64_t bus_sent;       /* messages accepted by hd_bus_send */
-    uint64_t bus_received;   /* messages run on this shard */
-    uint64_t bus_overflowed; /* messages that went through the overflow */
-    uint64_t bus_full;       /* hd_bus_send returned -EAGAIN */
-    uint64_t wakes_sent;     /* wake-ups this shard sent to sleeping shards */
+    uint64_t enters;    /* io_uring_enter calls that waited or submitted */
+    uint64_t sleeps;    /* of those, waits that could block (the shard had nothing to do) */
+    uint64_t min_waits; /* of those, waits with the kernel's min-wait (completions batched) */
+    uint64_t spins, spins_won; /* spins before a sleep (short recent gaps); won: found work */
+    uint64_t sqes;             /* SQEs submitted */
+    uint64_t cqes;             /* CQEs dispatched */
+    uint64_t cqes_stale;       /* completions of an op's previous life: dropped */
+    uint64_t sqe_full;         /* hd_op prep found no SQE even after submitting */
+    uint64_t tasks_run, timers_fired; /* deferred tasks run; timers fired */
+    uint64_t bus_sent;                /* messages accepted by hd_bus_send */
+    uint64_t bus_received;            /* messages run on this shard */
+    uint64_t bus_overflowed;          /* messages that went through the overflow */
+    uint64_t bus_full;                /* hd_bus_send returned -EAGAIN */
+    uint64_t wakes_sent;              /* wake-ups this shard sent to sleeping shards */
     uint64_t wakes_received;
     uint64_t wakes_skipped;   /* publishes of only lazy messages (frames going home) */
     uint64_t frames_returned; /* frames freed here that belonged to another shard */
@@ -389,7 +387,7 @@ struct hd_runtime_config {
     bool pin;                 /* pin shard i to the i-th allowed CPU */
     bool handle_signals;      /* hd_runtime_wait: INT/TERM stop, HUP/USR2 -> on_signal */
     uint32_t sq_entries;      /* 0: HD_SQ_ENTRIES_DEFAULT */
-    uint32_t busy_poll_us;    /* spin this long on an empty CQ before sleeping; 0 = off */
+    uint32_t busy_poll_us;    /* spin at least this long before a sleep; 0: the adaptive spin */
     uint32_t min_wait_us;     /* under load, let a sleep gather completions this long; 0 = off
                                * (also off on kernels without it: HD_FEAT_MIN_WAIT) */
     uint32_t min_wait_gather; /* > 0: adaptive min-wait (docs/ARCHITECTURE.md, wait policy) */

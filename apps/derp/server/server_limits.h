@@ -205,15 +205,16 @@ _Static_assert((SRV_QUOTA_SLOTS & (SRV_QUOTA_SLOTS - 1)) == 0, "masked index");
 /* --min-wait-us: the most latency a relay operator may trade for fewer wake-ups (1 ms: beyond
  * that a ping under load would wait longer than an idle round trip takes). */
 #define SRV_MIN_WAIT_US_MAX 1000
-/* --min-wait-us's default. On the 2-vCPU loopback box a sleep and a cross-CPU wake-up cost the
- * woken shard ~9 us of CPU, the bulk of a relayed packet's cost at 5,000-20,000 packets/s of
- * one-frame-per-write clients; 100 us gathers 2-3 packets per wake-up there (CPU-s/GB -30 %)
- * for ~100 us more per pass under load (perf/RESULTS.md, 2026-12-04), far below what a user of a
- * relayed WAN path can notice. Quiet shards never wait (HD_MIN_WAIT_ARM_CQES). */
+/* --min-wait-us's default: the longest window the adaptive min-wait may use. A window gathers
+ * SRV_MIN_WAIT_GATHER completions at the shard's recent rate, and none is used where that takes
+ * longer than this (issue 25: a capped window held each packet of a light load for its length,
+ * +100-150 us on a ping's round trip at 56-224 Mbit/s of one-frame-per-write clients, for a
+ * wake-up or two saved; perf/RESULTS.md 2026-12-07). Quiet shards never wait
+ * (HD_MIN_WAIT_ARM_CQES). */
 #define SRV_MIN_WAIT_US_DEFAULT 100
 /* The relay's min-wait is adaptive: a sleep under load gathers about this many completions at the
- * shard's recent rate (a relayed packet is about two: its receive and its send), bounded by
- * --min-wait-us (hd_runtime_config.min_wait_gather). */
+ * shard's recent rate (a relayed packet is about two: its receive and its send), and none where
+ * that takes longer than --min-wait-us (hd_runtime_config.min_wait_gather, hd_min_wait_us). */
 #define SRV_MIN_WAIT_GATHER 4
 /* -verify-cache-ttl: answers cached per shard, direct-mapped (a power of two). 4,096 x 48 B =
  * 192 KiB a shard, allocated at the first answer. */
