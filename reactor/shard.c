@@ -235,7 +235,9 @@ static bool spin(struct hd_shard *s, uint32_t us)
         }
         if (hd_clock_ns() >= end)
             return false;
-        __builtin_ia32_pause();
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause(); /* a spinning hyperthread yields its core's pipeline */
+#endif
     }
 }
 
