@@ -1,0 +1,208 @@
+// Command tspair is the tailscaled interop test (issue 23): two Tailscale nodes (../tsnode, each a
+// tsnet.Server in its own process, possibly of another tailscale.com version) joined by
+// Tailscale's own test control server (tstest/integration/testcontrol, in this process) whose
+// DERP map has one region: hderp-server on loopback. Direct paths are off in the nodes
+// (TS_DEBUG_ALWAYS_USE_DERP), so everything between them goes through hderp. It checks:
+//
+//   - disco and TSMP pings both ways; the disco pong came over DERP (region of hderp, no
+//     endpoint), and each node sees the other with no direct address;
+//   - --bytes of pseudo-random data over TCP each way with SHA-256 sums equal at both ends, and
+//     hderp-server's derp_bytes_received / derp_bytes_sent grew by at least that much;
+//   - once hderp-server is stopped (SIGTERM, by PID), no ping is answered and no byte reaches
+//     the other node's sink.
+//
+// Exit 0 when all hold, 1 otherwise (with the logs' paths), 2 for bad usage.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+
+	"tailscale.com/tailcfg"
+	"tailscale.com/tstest/integration/testcontrol"
+)
+
+// regionID and regionCode name hderp's region in the DERP map (the only one).
+const (
+	regionID   = 900
+	regionCode = "hderp"
+)
+
+type config struct {
+	hderpBin string
+	nodeA    string
+	nodeB    string
+	work     string
+	plain    bool
+	wantA    string
+	wantB    string
+	bytes    int64
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.hderpBin, "hderp", "", "hderp-server binary")
+	flag.StringVar(&c.nodeA, "node-a", "", "node program for node a")
+	flag.StringVar(&c.nodeB, "node-b", "", "node program for node b (default: --node-a)")
+	flag.StringVar(&c.work, "work", "", "work directory (logs, state; emptied first)")
+	flag.BoolVar(&c.plain, "plain", false, "DERP over plain HTTP (TS_DEBUG_USE_DERP_HTTP=1) "+
+		"instead of TLS with a test CA")
+	flag.StringVar(&c.wantA, "want-a", "", "fail unless node a is built with this tailscale.com "+
+		"version (e.g. v1.102.5)")
+	flag.StringVar(&c.wantB, "want-b", "", "the same for node b")
+	flag.Int64Var(&c.bytes, "bytes", 64<<20, "bytes to send each way")
+	flag.Parse()
+	if c.hderpBin == "" || c.nodeA == "" || c.work == "" || flag.NArg() != 0 {
+		fmt.Fprintln(os.Stderr, "usage: tspair --hderp BIN --node-a BIN [--node-b BIN] --work DIR "+
+			"[--plain] [--want-a V] [--want-b V] [--bytes N]")
+		os.Exit(2)
+	}
+	if c.nodeB == "" {
+		c.nodeB = c.nodeA
+	}
+	if err := run(c); err != nil {
+		fmt.Printf("FAIL: %v\n(logs in %s)\n", err, c.work)
+		os.Exit(1)
+	}
+	fmt.Println("PASS")
+}
+
+// world is what run starts: stopped by PID (processes) or closed, whatever happens.
+type world struct {
+	hd      *hderp
+	control *httptest.Server
+	a, b    *nodeProc
+}
+
+func (w *world) close() {
+	for _, n := range []*nodeProc{w.a, w.b} {
+		if n != nil {
+			if err := n.stop(); err != nil {
+				fmt.Printf("note: %s: %v\n", n.name, err)
+			}
+		}
+	}
+	if w.hd != nil {
+		w.hd.kill() // by PID; a no-op error once it has exited
+	}
+	if w.control != nil {
+		w.control.Close()
+	}
+}
+
+func run(c config) error {
+	if err := os.RemoveAll(c.work); err != nil {
+		return err
+	}
+	certdir := filepath.Join(c.work, "certs")
+	if err := os.MkdirAll(certdir, 0o700); err != nil {
+		return err
+	}
+	var w world
+	defer w.close()
+	env := []string{"TS_DEBUG_ALWAYS_USE_DERP=true"}
+	if c.plain {
+		env = append(env, "TS_DEBUG_USE_DERP_HTTP=1")
+		hd, err := startHderp(c.hderpBin, c.work, certdir, nil)
+		if err != nil {
+			return err
+		}
+		w.hd = hd
+	} else {
+		caFile, pool, err := writeCA(c.work, certdir)
+		if err != nil {
+			return fmt.Errorf("test CA: %w", err)
+		}
+		env = append(env, "SSL_CERT_FILE="+caFile)
+		if w.hd, err = startHderp(c.hderpBin, c.work, certdir, pool); err != nil {
+			return err
+		}
+	}
+	step("hderp-server listening: DERP 127.0.0.1:%d (%s), STUN :%d", w.hd.derpPort,
+		map[bool]string{true: "TLS, test CA", false: "plain HTTP"}[w.hd.tls], w.hd.stunPort)
+
+	var err error
+	if w.control, err = startControl(w.hd); err != nil {
+		return err
+	}
+	step("testcontrol at %s; DERP map: region %d %q, the hderp node only", w.control.URL,
+		regionID, regionCode)
+	if w.a, err = startNode("a", c.nodeA, c.work, w.control.URL, env); err != nil {
+		return err
+	}
+	if w.b, err = startNode("b", c.nodeB, c.work, w.control.URL, env); err != nil {
+		return err
+	}
+	for i, n := range []*nodeProc{w.a, w.b} {
+		if err := n.waitReady(); err != nil {
+			return err
+		}
+		if want := []string{c.wantA, c.wantB}[i]; want != "" && n.Version != want {
+			return fmt.Errorf("node %s is tailscale.com %s, want %s", n.name, n.Version, want)
+		}
+		if n.Relay != regionCode {
+			return fmt.Errorf("%s's home DERP region is %q, want %q", n.name, n.Relay,
+				regionCode)
+		}
+		step("node %s up: %s, %s, %s, home DERP %q", n.name, n.Version, n.IP, n.Key, n.Relay)
+	}
+	if err := checkPaths(&w, c.bytes); err != nil {
+		return err
+	}
+	return checkStopped(&w)
+}
+
+// startControl serves testcontrol on loopback with a DERP map of hderp alone.
+func startControl(hd *hderp) (*httptest.Server, error) {
+	node := &tailcfg.DERPNode{
+		Name:     "900a",
+		RegionID: regionID,
+		HostName: derpHost,
+		IPv4:     "127.0.0.1",
+		IPv6:     "none",
+		DERPPort: hd.derpPort,
+		STUNPort: hd.stunPort,
+	}
+	ctl := &testcontrol.Server{
+		DERPMap: &tailcfg.DERPMap{
+			OmitDefaultRegions: true,
+			Regions: map[int]*tailcfg.DERPRegion{regionID: {
+				RegionID: regionID, RegionCode: regionCode, RegionName: "hderp on loopback",
+				Nodes: []*tailcfg.DERPNode{node},
+			}},
+		},
+		Logf: func(format string, a ...any) {}, // the nodes' logs say what matters
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := httptest.NewUnstartedServer(ctl)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Config.ErrorLog = nil
+	srv.Start()
+	ctl.HTTPTestServer = srv
+	// testcontrol answers an unknown path by panicking; make sure it is the server we think.
+	resp, err := http.Get(srv.URL + "/key?v=100")
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("testcontrol /key: %w", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		srv.Close()
+		return nil, errors.New("testcontrol /key: HTTP " + resp.Status)
+	}
+	return srv, nil
+}
+
+func step(format string, a ...any) {
+	fmt.Printf("ok: "+format+"\n", a...)
+}
