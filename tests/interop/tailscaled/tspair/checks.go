@@ -10,7 +10,8 @@ import (
 // a first answer while its DERP connection settles.
 const (
 	settleBound = 2 * time.Minute
-	attemptMs   = 10_000 // one ping attempt, and the window in which nothing may pass
+	attemptMs   = 3_000  // one attempt of a ping that is retried until settleBound
+	windowMs    = 10_000 // the window in which nothing may pass with hderp stopped
 )
 
 type pingResult struct {
@@ -231,7 +232,7 @@ func checkStopped(w *world) error {
 	// Both nodes probe at once: a disco ping, a TSMP ping and a 1 MiB send each, in one window.
 	for _, p := range pairs {
 		err := p[0].request(map[string]any{"op": "probe", "ip": p[1].IP,
-			"addr": fmt.Sprintf("%s:5001", p[1].IP), "timeout_ms": attemptMs})
+			"addr": fmt.Sprintf("%s:5001", p[1].IP), "timeout_ms": windowMs})
 		if err != nil {
 			return err
 		}
@@ -272,4 +273,28 @@ func checkStopped(w *world) error {
 	}
 	step("no byte reached either sink with hderp stopped")
 	return nil
+}
+
+// checkRestarted: after hderp-server's restart the nodes reconnect by themselves, and pings and
+// 1 MiB each way pass again, through hderp alone.
+func checkRestarted(w *world) error {
+	pairs := [][2]*nodeProc{{w.a, w.b}, {w.b, w.a}}
+	for _, p := range pairs {
+		r, err := ping(p[0], p[1], "disco")
+		if err != nil {
+			return fmt.Errorf("after the restart: %w", err)
+		}
+		if r.Result.DERPRegionID != regionID || r.Result.Endpoint != "" {
+			return fmt.Errorf("after the restart, disco ping %s -> %s: region %d, endpoint %q",
+				p[0].name, p[1].name, r.Result.DERPRegionID, r.Result.Endpoint)
+		}
+		step("after the restart, disco ping %s -> %s: pong via DERP region %d", p[0].name,
+			p[1].name, r.Result.DERPRegionID)
+	}
+	for i, p := range pairs {
+		if err := transfer(w, p[0], p[1], 1<<20, uint64(10+i)); err != nil {
+			return fmt.Errorf("after the restart: %w", err)
+		}
+	}
+	return checkDERPOnly(pairs)
 }

@@ -105,28 +105,60 @@ func writeCA(dir, certdir string) (caFile string, pool *x509.CertPool, err error
 	return caFile, pool, nil
 }
 
-// startHderp starts bin on 127.0.0.1 port 0 (STUN too, 2 shards), TLS with certdir's
-// certificate when pool is not nil, and waits for its --port-file.
-func startHderp(bin, work, certdir string, pool *x509.CertPool) (*hderp, error) {
-	portFile := filepath.Join(work, "hderp.ports")
-	os.Remove(portFile)
-	args := []string{"-a", "127.0.0.1:0", "-c", filepath.Join(work, "derper.key"),
-		"-stun-port", "0", "--shards", "2", "--port-file", portFile}
-	if pool != nil {
-		args = append(args, "-certmode", "manual", "-certdir", certdir, "-hostname", derpHost,
-			"-http-port", "-1")
+// hderpSpec is how hderp-server is started, the same at a restart.
+type hderpSpec struct {
+	bin, work, certdir string
+	pool               *x509.CertPool // the test CA: TLS; nil: plain HTTP
+	port               int            // held by holdPort, so a restart gets it back
+}
+
+// holdPort binds (without listening) a TCP socket on 127.0.0.1 port 0 with SO_REUSEADDR and
+// keeps it: the kernel gives that port to no one else, while hderp-server, which sets
+// SO_REUSEADDR on its listener, can bind it beside the idle socket, again after a restart.
+func holdPort() (port int, release func(), err error) {
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, err
 	}
-	h := &hderp{log: filepath.Join(work, "hderp.log"), exited: make(chan error, 1),
-		tls: pool != nil}
-	logf, err := os.Create(h.log)
+	release = func() { syscall.Close(fd) }
+	if err = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1); err == nil {
+		err = syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}})
+	}
+	var sa syscall.Sockaddr
+	if err == nil {
+		sa, err = syscall.Getsockname(fd)
+	}
+	if err != nil {
+		release()
+		return 0, nil, fmt.Errorf("holding a port: %w", err)
+	}
+	return sa.(*syscall.SockaddrInet4).Port, release, nil
+}
+
+// startHderp starts hderp-server on 127.0.0.1:spec.port (STUN on a port of the kernel's
+// choice, 2 shards), TLS with certdir's certificate when spec.pool is not nil, and waits for its
+// --port-file. The log is appended to, so a restart keeps the first run's.
+func startHderp(spec hderpSpec) (*hderp, error) {
+	portFile := filepath.Join(spec.work, "hderp.ports")
+	os.Remove(portFile)
+	args := []string{"-a", "127.0.0.1:" + strconv.Itoa(spec.port),
+		"-c", filepath.Join(spec.work, "derper.key"),
+		"-stun-port", "0", "--shards", "2", "--port-file", portFile}
+	if spec.pool != nil {
+		args = append(args, "-certmode", "manual", "-certdir", spec.certdir,
+			"-hostname", derpHost, "-http-port", "-1")
+	}
+	h := &hderp{log: filepath.Join(spec.work, "hderp.log"), exited: make(chan error, 1),
+		tls: spec.pool != nil}
+	logf, err := os.OpenFile(h.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	h.cmd = exec.Command(bin, args...)
+	h.cmd = exec.Command(spec.bin, args...)
 	h.cmd.Stdout, h.cmd.Stderr = logf, logf
 	if err := h.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", bin, err)
+		return nil, fmt.Errorf("starting %s: %w", spec.bin, err)
 	}
 	go func() { h.exited <- h.cmd.Wait() }()
 	deadline := time.Now().Add(30 * time.Second) // a bound for a hang only
@@ -152,8 +184,8 @@ func startHderp(bin, work, certdir string, pool *x509.CertPool) (*hderp, error) 
 		var d net.Dialer
 		return d.DialContext(ctx, network, "127.0.0.1:"+strconv.Itoa(h.derpPort))
 	}}
-	if pool != nil {
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, ServerName: derpHost}
+	if spec.pool != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: spec.pool, ServerName: derpHost}
 	}
 	h.varzc = &http.Client{Transport: tr, Timeout: 30 * time.Second}
 	return h, nil

@@ -9,7 +9,9 @@
 //   - --bytes of pseudo-random data over TCP each way with SHA-256 sums equal at both ends, and
 //     hderp-server's derp_bytes_received / derp_bytes_sent grew by at least that much;
 //   - once hderp-server is stopped (SIGTERM, by PID), no ping is answered and no byte reaches
-//     the other node's sink.
+//     the other node's sink;
+//   - hderp-server started again on the same port: both nodes come back to it by themselves,
+//     and pings and a transfer each way pass through it again.
 //
 // Exit 0 when all hold, 1 otherwise (with the logs' paths), 2 for bad usage.
 package main
@@ -23,6 +25,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"time"
 
 	"tailscale.com/tailcfg"
 	"tailscale.com/tstest/integration/testcontrol"
@@ -107,27 +110,27 @@ func run(c config) error {
 	var w world
 	defer w.close()
 	env := []string{"TS_DEBUG_ALWAYS_USE_DERP=true"}
+	spec := hderpSpec{bin: c.hderpBin, work: c.work, certdir: certdir}
+	var release func()
+	var err error
+	if spec.port, release, err = holdPort(); err != nil {
+		return err
+	}
+	defer release()
 	if c.plain {
 		env = append(env, "TS_DEBUG_USE_DERP_HTTP=1")
-		hd, err := startHderp(c.hderpBin, c.work, certdir, nil)
-		if err != nil {
-			return err
-		}
-		w.hd = hd
 	} else {
-		caFile, pool, err := writeCA(c.work, certdir)
-		if err != nil {
+		var caFile string
+		if caFile, spec.pool, err = writeCA(c.work, certdir); err != nil {
 			return fmt.Errorf("test CA: %w", err)
 		}
 		env = append(env, "SSL_CERT_FILE="+caFile)
-		if w.hd, err = startHderp(c.hderpBin, c.work, certdir, pool); err != nil {
-			return err
-		}
+	}
+	if w.hd, err = startHderp(spec); err != nil {
+		return err
 	}
 	step("hderp-server listening: DERP 127.0.0.1:%d (%s), STUN :%d", w.hd.derpPort,
 		map[bool]string{true: "TLS, test CA", false: "plain HTTP"}[w.hd.tls], w.hd.stunPort)
-
-	var err error
 	if w.control, err = startControl(w.hd); err != nil {
 		return err
 	}
@@ -155,7 +158,14 @@ func run(c config) error {
 	if err := checkPaths(&w, c.bytes); err != nil {
 		return err
 	}
-	return checkStopped(&w)
+	if err := checkStopped(&w); err != nil {
+		return err
+	}
+	if w.hd, err = startHderp(spec); err != nil {
+		return fmt.Errorf("restarting hderp-server: %w", err)
+	}
+	step("hderp-server restarted on the same port and key")
+	return checkRestarted(&w)
 }
 
 // startControl serves testcontrol on loopback with a DERP map of hderp alone.
@@ -203,6 +213,9 @@ func startControl(hd *hderp) (*httptest.Server, error) {
 	return srv, nil
 }
 
+var started = time.Now()
+
+// step reports a check that held, with the seconds since the start.
 func step(format string, a ...any) {
-	fmt.Printf("ok: "+format+"\n", a...)
+	fmt.Printf("ok [%5.1fs]: "+format+"\n", append([]any{time.Since(started).Seconds()}, a...)...)
 }
