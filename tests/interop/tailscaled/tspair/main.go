@@ -53,7 +53,8 @@ func main() {
 	flag.StringVar(&c.hderpBin, "hderp", "", "hderp-server binary")
 	flag.StringVar(&c.nodeA, "node-a", "", "node program for node a")
 	flag.StringVar(&c.nodeB, "node-b", "", "node program for node b (default: --node-a)")
-	flag.StringVar(&c.work, "work", "", "work directory (logs, state; emptied first)")
+	flag.StringVar(&c.work, "work", "", "work directory (logs, state): new, empty or an "+
+		"earlier run's (then emptied first)")
 	flag.BoolVar(&c.plain, "plain", false, "DERP over plain HTTP (TS_DEBUG_USE_DERP_HTTP=1) "+
 		"instead of TLS with a test CA")
 	flag.StringVar(&c.wantA, "want-a", "", "fail unless node a is built with this tailscale.com "+
@@ -70,7 +71,10 @@ func main() {
 		c.nodeB = c.nodeA
 	}
 	if err := run(c); err != nil {
-		fmt.Printf("FAIL: %v\n(logs in %s)\n", err, c.work)
+		fmt.Printf("FAIL: %v\n", err)
+		if _, serr := os.Stat(filepath.Join(c.work, workMark)); serr == nil {
+			fmt.Printf("(logs in %s)\n", c.work)
+		}
 		os.Exit(1)
 	}
 	fmt.Println("PASS")
@@ -100,7 +104,7 @@ func (w *world) close() {
 }
 
 func run(c config) error {
-	if err := os.RemoveAll(c.work); err != nil {
+	if err := prepareWork(c.work); err != nil {
 		return err
 	}
 	certdir := filepath.Join(c.work, "certs")
@@ -166,6 +170,33 @@ func run(c config) error {
 	}
 	step("hderp-server restarted on the same port and key")
 	return checkRestarted(&w)
+}
+
+// workMark marks a directory as tspair's, so a later run may empty it.
+const workMark = ".tspair-work"
+
+// prepareWork makes dir empty but for the mark: a new directory, or one of an earlier run
+// (marked); anything else is refused rather than deleted.
+func prepareWork(dir string) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case os.IsNotExist(err):
+	case err != nil:
+		return err
+	case len(ents) == 0:
+	default:
+		if _, err := os.Stat(filepath.Join(dir, workMark)); err != nil {
+			return fmt.Errorf("--work %s is not empty and is not an earlier run's (no %s): "+
+				"give a new or empty directory", dir, workMark)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, workMark), nil, 0o600)
 }
 
 // startControl serves testcontrol on loopback with a DERP map of hderp alone.

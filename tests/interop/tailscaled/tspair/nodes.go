@@ -73,7 +73,7 @@ func (n *nodeProc) next(bound time.Duration) ([]byte, error) {
 	select {
 	case line, ok := <-n.lines:
 		if !ok {
-			return nil, fmt.Errorf("%s exited (%v); log %s", n.name, <-n.exited, n.log)
+			return nil, fmt.Errorf("%s closed its output; log %s", n.name, n.log)
 		}
 		return line, nil
 	case <-time.After(bound):
@@ -150,10 +150,14 @@ func (e *nodeError) Error() string { return e.node + ": " + e.msg }
 // stop closes the node's input (it closes tsnet and exits) and waits, bounded, then kills it.
 func (n *nodeProc) stop() error {
 	n.in.Close()
-	for range n.lines {
-	}
+	done := make(chan error, 1)
+	go func() {
+		for range n.lines { // what it still writes is of no interest now
+		}
+		done <- <-n.exited
+	}()
 	select {
-	case err := <-n.exited:
+	case err := <-done:
 		return err
 	case <-time.After(30 * time.Second):
 		n.cmd.Process.Kill()
