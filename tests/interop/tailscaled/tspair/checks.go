@@ -112,6 +112,29 @@ func ping(n, other *nodeProc, typ string) (*pingResult, error) {
 	}
 }
 
+// waitHomes polls hderp's /debug/varz until both nodes are connected to it as their home
+// (tailscaled's NotePreferred understood): derp_current_home_connections = 2 (bounded).
+func waitHomes(hd *hderp) error {
+	const series = "derp_current_home_connections"
+	deadline := time.Now().Add(settleBound)
+	for {
+		v, err := hd.varz()
+		if err != nil {
+			return fmt.Errorf("hderp /debug/varz: %w", err)
+		}
+		if v[series] == 2 {
+			step("hderp has both nodes as home connections (%s = 2, %s = %v)", series,
+				"derp_current_connections", v["derp_current_connections"])
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s = %v after %v, want 2 (one per node)", series, v[series],
+				settleBound)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // checkPaths: pings and transfers both ways, over hderp and nothing else.
 func checkPaths(w *world, size int64) error {
 	pairs := [][2]*nodeProc{{w.a, w.b}, {w.b, w.a}}
@@ -119,6 +142,9 @@ func checkPaths(w *world, size int64) error {
 		if err := waitPeer(p[0], p[1]); err != nil {
 			return err
 		}
+	}
+	if err := waitHomes(w.hd); err != nil {
+		return err
 	}
 	for _, p := range pairs {
 		r, err := ping(p[0], p[1], "disco")
@@ -279,6 +305,9 @@ func checkStopped(w *world) error {
 // 1 MiB each way pass again, through hderp alone.
 func checkRestarted(w *world) error {
 	pairs := [][2]*nodeProc{{w.a, w.b}, {w.b, w.a}}
+	if err := waitHomes(w.hd); err != nil {
+		return fmt.Errorf("after the restart: %w", err)
+	}
 	for _, p := range pairs {
 		r, err := ping(p[0], p[1], "disco")
 		if err != nil {
