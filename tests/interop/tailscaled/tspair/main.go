@@ -4,6 +4,7 @@
 // DERP map has one region: hderp-server on loopback. Direct paths are off in the nodes
 // (TS_DEBUG_ALWAYS_USE_DERP), so everything between them goes through hderp. It checks:
 //
+//   - hderp counts both nodes as home connections (their NotePreferred);
 //   - disco and TSMP pings both ways; the disco pong came over DERP (region of hderp, no
 //     endpoint), and each node sees the other with no direct address;
 //   - --bytes of pseudo-random data over TCP each way with SHA-256 sums equal at both ends, and
