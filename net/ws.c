@@ -149,21 +149,37 @@ static ssize_t ws_decode(struct net_conn *c, void *state, uint8_t *in, size_t le
 
 /* ---------------------------------------------------------------- encode */
 
-/* Server: a header frame, then the payload by reference (the reference moves to the queue). */
+/* Server: the payload by reference in messages of at most NET_WS_SERVER_CHUNK bytes, a header
+ * frame before each (Tailscale's client, coder/websocket, refuses a message over 32 KiB and
+ * closes). Takes f's reference. */
 static int frame_server(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
 {
-    struct hd_frame *h = hd_frame_get(net_conn_shard(c), NET_WS_HEADER_MAX);
-    if (h == NULL) {
-        hd_frame_unref(net_conn_shard(c), f);
-        return -ENOBUFS;
+    struct hd_shard *s = net_conn_shard(c);
+    for (uint32_t at = 0; at < len;) {
+        uint32_t n = len - at < NET_WS_SERVER_CHUNK ? len - at : NET_WS_SERVER_CHUNK;
+        bool last = at + n == len;
+        struct hd_frame *h = hd_frame_get(s, NET_WS_HEADER_MAX);
+        if (h == NULL) {
+            hd_frame_unref(s, f);
+            return -ENOBUFS;
+        }
+        h->len = (uint32_t)net_ws_header_write(h->data, NET_WS_OP_BINARY, true, n, NULL);
+        int rc = net_conn_wire_queue(c, h, 0, h->len);
+        if (rc < 0) {
+            hd_frame_unref(s, f);
+            return rc;
+        }
+        if (!last)
+            hd_frame_ref(f); /* one reference per message; the last one moves ours */
+        rc = net_conn_wire_queue(c, f, off + at, n);
+        if (rc < 0) {
+            if (!last)
+                hd_frame_unref(s, f);
+            return rc;
+        }
+        at += n;
     }
-    h->len = (uint32_t)net_ws_header_write(h->data, NET_WS_OP_BINARY, true, len, NULL);
-    int rc = net_conn_wire_queue(c, h, 0, h->len);
-    if (rc < 0) {
-        hd_frame_unref(net_conn_shard(c), f);
-        return rc;
-    }
-    return net_conn_wire_queue(c, f, off, len);
+    return 0;
 }
 
 /* Client: masked copies with a fresh random key each (RFC 6455 section 5.3). Takes f's

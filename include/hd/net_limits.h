@@ -63,13 +63,17 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
  * their 4 KiB buffer or one big packet), so 64 KiB + 4 KiB leaves room and refuses anything
  * absurd. A
  * client masks a copy of what it sends, in messages of at most NET_WS_CLIENT_CHUNK payload
- * bytes (one pool frame each). Each encode frames at most NET_WS_ENCODE_BATCH queued entries
- * (two wire entries each, header and payload), so the rest stays droppable for the app. */
+ * bytes (one pool frame each). A server sends messages of at most NET_WS_SERVER_CHUNK bytes
+ * (the payload by reference): Tailscale's client (coder/websocket) reads at most 32 KiB a
+ * message and closes the connection on a bigger one. Each encode frames at most
+ * NET_WS_ENCODE_BATCH queued entries (two wire entries per message, header and payload), so
+ * the rest stays droppable for the app. */
 #define NET_WS_HEADER_MAX       14u
 #define NET_WS_CONTROL_MAX      125u
 #define NET_WS_CLOSE_REASON_MAX (NET_WS_CONTROL_MAX - 2u)
 #define NET_WS_MESSAGE_MAX      (65536u + 4096u)
 #define NET_WS_CLIENT_CHUNK     (16u * 1024u)
+#define NET_WS_SERVER_CHUNK     (16u * 1024u)
 #define NET_WS_ENCODE_BATCH     (NET_IOV_MAX / 2)
 /* A client that sent its close waits this long for the server's (coder/websocket: 5 s). */
 #define NET_WS_CLOSE_WAIT_MS 5000u

@@ -1,9 +1,10 @@
 /* net_ws.h - WebSocket (RFC 6455) as a net codec, server and client role: after the opening
  * handshake (net_http.h writes and checks it), binary messages carry a byte stream. Message
  * boundaries mean nothing to the app: it sees the payloads concatenated in on_data, and what it
- * sends goes out as binary messages (unmasked from a server, masked with random keys from a
- * client). Pings are answered, a close is answered and closes the connection, a text message or
- * a message over NET_WS_MESSAGE_MAX closes it. No extension is ever negotiated.
+ * sends goes out as binary messages of at most 16 KiB (unmasked from a server, masked with
+ * random keys from a client; net_limits.h). Pings are answered, a close is answered and closes
+ * the connection, a text message or a message over NET_WS_MESSAGE_MAX closes it. No extension
+ * is ever negotiated.
  *
  * The frame decoder and header writer are pure functions (any thread; tests use them without
  * sockets). The codec runs on the connection's shard. Errors: 0 or -errno. */

@@ -47,6 +47,7 @@ struct ws {
     char head[2048];   /* the 101 head */
     uint8_t *in, *stream;
     size_t in_len, stream_len, stream_off;
+    size_t msg_max; /* the largest binary message (or fragment) the server sent */
 };
 
 /* More raw bytes within the deadline: 0, -ETIMEDOUT, -ESHUTDOWN (EOF), -ECONNRESET. */
@@ -221,6 +222,7 @@ static int ws_derp(struct ws *w, int timeout_ms, bool skip_ka, struct conf_frame
         if (op == 0x8)
             return -ESHUTDOWN;
         if (op == 0x2 || op == 0x0) {
+            w->msg_max = len > w->msg_max ? len : w->msg_max;
             cr_assert_leq(w->stream_len + len, WS_STREAM_MAX);
             memcpy(w->stream + w->stream_len, p, len);
             w->stream_len += len;
@@ -417,6 +419,34 @@ Test(test_conformance_ws, message_64k_plus_64_accepted)
     expect_pong(&w, 7);
     free(data);
     free(buf);
+    conf_raw_close(&b);
+    ws_close(&w);
+    conf_server_stop_clean(&srv);
+}
+
+/* §1.5: a 64 KiB packet to a WebSocket client arrives whole, in messages of at most 32 KiB:
+ * Tailscale's WebSocket client (coder/websocket) closes on a bigger one. */
+Test(test_conformance_ws, big_packet_in_small_messages)
+{
+    struct ws w;
+    ws_login(&w);
+    struct conf_raw b;
+    CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
+    size_t plen = DERP_PACKET_LEN_MAX;
+    uint8_t *data = malloc(plen);
+    cr_assert(data);
+    for (size_t i = 0; i < plen; i++)
+        data[i] = (uint8_t)(i * 5 + i / 512);
+    w.msg_max = 0;
+    CONF_OK(conf_raw_send_packet(&b, &w.r.kp.pub, data, plen));
+    struct conf_frame f;
+    CONF_OK(ws_derp(&w, CONF_IO_TIMEOUT_MS, true, &f));
+    cr_assert_eq(f.type, DERP_FRAME_RECV_PACKET);
+    cr_assert_eq(f.len, DERP_KEY_LEN + plen);
+    cr_assert_eq(memcmp(f.p + DERP_KEY_LEN, data, plen), 0);
+    cr_assert_leq(w.msg_max, 32768u, "a %zu-byte message: Tailscale's client reads <= 32 KiB",
+                  w.msg_max);
+    free(data);
     conf_raw_close(&b);
     ws_close(&w);
     conf_server_stop_clean(&srv);

@@ -15,6 +15,9 @@ Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
   ctest-labels     every ctest entry of the build has a LABELS value
   no-libc-rand     no C file outside tests/ calls libc's rand()/random()/drand48() family:
                    one process-wide generator behind a lock, unseeded; shards use hd_rand.h
+  server-layers    apps/derp/server's subsystems call and include only downwards: the root
+                   (composition) > upgrade/ > ops/ > admit/ > relay/ (the core hears nothing
+                   above it but through cfg->hooks), so no two subsystems form a cycle
 
 Each finding is printed as path:line: rule: what, and the run exits 1 if there was any.
 No allowlist: a rule that does not hold is fixed in the code, or the rule is changed here
@@ -230,6 +233,59 @@ def rule_no_libc_rand(src, files):
                             "whole process; use hd_rand_u64/hd_rand_below (hd/hd_rand.h)")
 
 
+# apps/derp/server's subsystems, bottom up: a file may call functions and include headers of
+# its own folder and of the folders below it (docs/ARCHITECTURE.md, the server's shape).
+SERVER_DIR = "apps/derp/server/"
+SERVER_LAYERS = ("relay", "admit", "ops", "upgrade", "")  # "": the root, the composition
+C_FUNC_DEF = re.compile(r"^(?:static inline |inline )?[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{]*\)\s*\{",
+                        re.M)
+C_CALL = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+C_INCLUDE = re.compile(r'^#include\s+"(\w+)/', re.M)
+
+
+def server_layer(f):
+    """The layer index of a file under apps/derp/server, or None. The root's headers (server.h
+    and the config, counters and limits it includes) are the shared base, below every layer."""
+    if not f.startswith(SERVER_DIR) or not f.endswith((".c", ".h")):
+        return None
+    rest = f[len(SERVER_DIR):]
+    if "/" not in rest:
+        return -1 if rest.endswith(".h") else SERVER_LAYERS.index("")
+    folder = rest.split("/")[0]
+    return SERVER_LAYERS.index(folder) if folder in SERVER_LAYERS else None
+
+
+def rule_server_layers(src, files):
+    texts, defined = {}, {}
+    for f in files:
+        if server_layer(f) is None:
+            continue
+        with open(os.path.join(src, f), encoding="utf-8", errors="replace") as fh:
+            raw = fh.read()
+        code = C_COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), raw)
+        texts[f] = (raw, code)
+        for m in C_FUNC_DEF.finditer(code):
+            if f.endswith(".c") and m.group(0).startswith("static"):
+                continue  # a .c file's own helpers
+            defined.setdefault(m.group(1), f)
+    for f, (raw, code) in sorted(texts.items()):
+        mine = server_layer(f)
+        if mine < 0:
+            continue  # server.h gathers every subsystem's declarations for the .c files
+        for m in C_INCLUDE.finditer(raw):
+            if m.group(1) in SERVER_LAYERS and SERVER_LAYERS.index(m.group(1)) > mine:
+                line = raw.count("\n", 0, m.start()) + 1
+                yield f, line, (f"includes {m.group(1)}/, a subsystem above its own: pass what "
+                                "it needs down, or hear it through cfg->hooks")
+        for m in C_CALL.finditer(code if f.endswith(".c") else ""):
+            owner = defined.get(m.group(1))
+            if owner is None or owner == f or server_layer(owner) <= mine:
+                continue
+            line = code.count("\n", 0, m.start()) + 1
+            yield f, line, (f"calls {m.group(1)} ({owner}), a subsystem above its own: the "
+                            "core tells the policies through cfg->hooks; shared helpers move down")
+
+
 def rule_ctest_labels(build, ctest):
     out = subprocess.run([ctest, "--show-only=json-v1"], cwd=build, check=True,
                          capture_output=True).stdout
@@ -250,6 +306,7 @@ RULES = {
     "private-headers": rule_private_headers,
     "doc-refs": rule_doc_refs,
     "no-libc-rand": rule_no_libc_rand,
+    "server-layers": rule_server_layers,
 }
 
 
@@ -284,11 +341,18 @@ def selftest():
                           "int d(void) { return rand() % 6 + hd_rand(0) + x.random(1); }\n"
                           "void s(void) { srandom(1); }\n"),
         "tests/a/dice.c": "int d(void) { return rand(); }\n",
+        "apps/derp/server/admit/up.c": "int srv_up(void)\n{\n    return 1;\n}\n",
+        "apps/derp/server/relay/core.c": ('#include "admit/up.h"\n'
+                                          "int srv_core(void)\n{\n    return srv_up();\n}\n"),
     }
     expect = {"file-lines": 2, "function-lines": 1, "columns": 1, "layers-no-derp": 1,
-              "private-headers": 1, "doc-refs": 5, "no-libc-rand": 2}
+              "private-headers": 1, "doc-refs": 5, "no-libc-rand": 2,
+              "server-layers": 2}
     good = {"apps/a/fn.c": ok_fn, "apps/a/ok.h": "/* ok */\n" * HEADER_LINES_MAX, "docs/DESIGN.md": "# d\n", "README.md": "docs/DESIGN.md\n",
-            "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n'}
+            "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n',
+            "apps/derp/server/relay/core.c": "int srv_core(void)\n{\n    return 1;\n}\n",
+            "apps/derp/server/admit/up.c": ('#include "relay/core.h"\n'
+                                            "int srv_up(void)\n{\n    return srv_core();\n}\n")}
     failed = False
     for tree, want in ((bad, expect), (good, {r: 0 for r in RULES})):
         with tempfile.TemporaryDirectory() as d:

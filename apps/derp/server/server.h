@@ -239,8 +239,55 @@ struct srv_shard {
     struct srv_acct *acct;         /* per-key accounting (server_account.c) */
     struct srv_quota_state *quota; /* -rate-config Keys' usage (server_quota.c); NULL: none */
     struct srv_live *live;         /* an upgrade's hand-over of clients (server_live.c) */
+    /* Set by the upgrade when this shard hands its clients over (srv_live_freeze): presence is
+     * silent, nothing is placed, a packet for a key that left gets no NotHere. */
+    bool handing_over;
+    uint64_t handover_dropped; /* packets for clients on their way out, dropped */
     struct srv_counters ctr;
 };
+
+/* The relay core's events, for what sits above it: admission and rate limits (admit/),
+ * per-key accounting (ops/), the upgrade's bookkeeping (upgrade/). The composition root fills
+ * one table (srv_hooks, server_hooks.c) and srv_configure points cfg->hooks at it; relay/ calls
+ * up only through it (tidy: server-layers), and every hook is set. */
+struct srv_relay_hooks {
+    /* §5, a client that is not a mesh peer sent its ClientInfo: srv_client_admitted's result
+     * (admitted now), 0 (pending: srv_client_admitted follows) or -errno (refused). */
+    int (*admit)(struct srv_client *cl);
+    void (*login_over)(struct srv_client *cl); /* admitted, refused or closed: pre-login ends */
+    void (*settle)(struct srv_client *cl);     /* active on its shard (again, after a move) */
+    void (*unsettle)(struct srv_client *cl);   /* leaves its shard, or closes */
+    void (*closing)(struct srv_client *cl);    /* closed, before the core lets it go */
+    void (*closed)(struct srv_client *cl);     /* closed: last, before it is freed */
+    /* A move between shards began (after net_conn_migrate returned 0) / ended (on the
+     * destination, c NULL when it failed; or its close on the source). */
+    void (*move_sent)(struct srv_client *cl);
+    void (*move_done)(struct srv_shard *ds, struct srv_client *cl, struct net_conn *c);
+    void (*tally_feed)(struct srv_client *cl); /* cl->tally to the shard's tables */
+    /* -rate-config: a frame of len bytes may go (false: reading paused until its tokens are
+     * there); the frame is done. Quota: a packet of len bytes is within the key's budgets. */
+    bool (*rate_take)(struct srv_client *cl, uint32_t len);
+    void (*rate_frame_done)(struct srv_client *cl);
+    bool (*quota_take)(struct srv_client *cl, uint32_t len);
+};
+extern const struct srv_relay_hooks srv_hooks;
+
+/* What a connection relayed since its last feed (per-key accounting reads cl->tally): two adds
+ * and a compare on the relay path; past SRV_ACCT_FEED_BYTES the hook feeds the tables. */
+static inline void srv_tally_rx(struct srv_client *cl, uint32_t bytes)
+{
+    cl->tally.rx_bytes += bytes;
+    cl->tally.rx_pkts++;
+    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
+        cl->ds->cfg->hooks->tally_feed(cl);
+}
+static inline void srv_tally_tx(struct srv_client *cl, uint32_t bytes)
+{
+    cl->tally.tx_bytes += bytes;
+    cl->tally.tx_pkts++;
+    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
+        cl->ds->cfg->hooks->tally_feed(cl);
+}
 
 /* ---------------------------------------------------------------- functions */
 
@@ -293,125 +340,8 @@ bool srv_prelogin_move(struct srv_shard *ds, const struct net_addr *from,
 /* A source address as 16 bytes (IPv4 as ::ffff:a.b.c.d; none: zeros): the tables' key. */
 void srv_addr_key(const struct net_addr *a, uint8_t ip[16]);
 
-/* server_frames.c: fair shares of the frame pools. */
-int srv_frames_init(struct srv_shard *ds);
-void srv_frames_fini(struct srv_shard *ds);
-uint32_t srv_frame_addrs_live(const struct srv_shard *ds); /* addresses with accounts (varz) */
-void srv_frames_client_init(struct srv_client *cl);        /* at activation, on the owner shard */
-void srv_frames_client_fini(struct srv_client *cl);        /* at close */
-/* A frame for a packet cl sent, or NULL (the reserve, or cl's or its address's share: counted). */
-struct hd_frame *srv_frame_get_data(struct srv_client *cl, size_t size);
-hd_frame_release_fn srv_frame_release;
-/* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
-int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
-
-/* server_client.c: the DERP connection */
-int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
-#define SRV_ENQUEUED_BEHIND 1 /* queued behind the connection's backlog */
-int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind);
-int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
-/* Stop reading cl for at most ms (then it reads again: whatever paused it checks again); read
- * again from the next tick. */
-void srv_client_read_pause(struct srv_client *cl, uint64_t ms);
-void srv_client_read_resume_soon(struct srv_client *cl);
-
-/* server_wait.c: senders wait for a backed-up receiver on their shard. cl sent a packet to dst;
- * rcv: the receiver on this shard it was queued behind a backlog for, or NULL. True when cl now
- * waits (reading paused: the caller stops taking its frames). */
-bool srv_wait_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN], struct srv_client *rcv);
-void srv_wait_drained(struct srv_client *rcv); /* its queues emptied: its senders read again */
-void srv_wait_expired(struct srv_client *cl);  /* cl's wait ran out (--sender-wait-ms) */
-void srv_wait_leave(struct srv_client *cl);    /* cl leaves its shard (or closes) */
-void srv_client_close(struct srv_client *cl, int reason);
-/* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
-int srv_client_admitted(struct srv_client *cl);
-
-/* server_sources.c: PeerGone subscriptions (§6.7). A RecvPacket from key was written to cl. */
-void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
-/* cl closes: out of every subscriber list, its keyset freed. */
-void srv_sources_drop(struct srv_client *cl);
-/* key left: its subscribers here, moved to *out (each one's keyset forgets key); false when it
- * had none. The caller walks srv_subs_vec(out)[0..out->count) and frees it. */
-bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
-                      struct srv_subs_entry *out);
-struct srv_client **srv_subs_vec(struct srv_subs_entry *e);
-void srv_subs_entry_free(struct srv_subs_entry *e);
-void srv_subs_fini(struct srv_subs *t);
-
-/* server_peers.c: the peer table, routing, PeerGone and watchers */
-int srv_peers_init(struct srv_peer_table *t);
-void srv_peers_fini(struct srv_peer_table *t);
-struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN]);
-int srv_peers_insert(struct srv_peer_table *t, struct srv_peer *p);
-void srv_peers_remove(struct srv_peer_table *t, struct srv_peer *p);
-void srv_register(struct srv_shard *ds, struct srv_client *cl);
-void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
-void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
-/* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
- * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
-/* crossed: the frame went to another shard over the bus (to the key's owner, or from the owner
- * on to the shard where its connection lives as a guest). */
-struct srv_routed {
-    bool crossed;              /* the frame went to another shard over the bus */
-    struct srv_client *behind; /* a receiver on this shard it was queued behind a backlog for */
-};
-struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind,
-                            bool forwarded);
-void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
-void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
-void srv_watch_notes_flush(struct srv_client *cl); /* cl->notes into its send queue */
-void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
-/* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
- * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). arg
- * fits 32 bits (the message's other half names the relay instance). */
-typedef void srv_event_fn(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
-int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct hd_frame *f,
-                   uint64_t arg);
-void srv_event_broadcast(struct srv_shard *ds, srv_event_fn *fn, struct hd_frame *f, uint64_t arg);
-/* A frame holding key a (and b after it, when not NULL); NULL when the pool is empty. */
-struct hd_frame *srv_key_frame(struct srv_shard *ds, const uint8_t *a, const uint8_t *b);
-/* Mesh forwarders (owner shard of the key): node `id` reported key / no longer has it / went
- * away (every shard: forget all it reported). The key's correspondents get PeerGone when it
- * leaves the region (§6.7). */
-void srv_forwarder_add(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id);
-void srv_forwarder_remove(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned id);
-void srv_forwarder_remove_node(struct srv_shard *ds, unsigned id);
-/* A disco packet from src had no destination: tell src's connection (on its owner shard). */
-void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
-                  const uint8_t dst[DERP_KEY_LEN]);
-
-/* server_sources.c: a connection that moves keeps its sources; only the index changes. */
-bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
-void srv_sources_detach(struct srv_client *cl); /* out of this shard's index (keyset kept) */
-void srv_sources_attach(struct srv_client *cl); /* into this shard's index (cl->ds) */
-
-/* server_peers.c, for placement: the key's connection count falls by one (a guest left); p
- * may be freed. Route-message flag bits (u64[0]): bit 0 kind, bit 1 forwarded, and: */
-#define SRV_ROUTE_TO_GUEST 4u /* owner -> the guest's shard */
-#define SRV_ROUTE_BOUNCED  8u /* guest's shard -> owner: the guest had gone; never again */
-void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p);
-void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
-
-#include "relay/server_place.h" /* placement and packing */
-
-/* client_activate's per-shard half: timers, writer, rate bucket, gauges (server_client.c). */
-void srv_client_settle(struct srv_shard *ds, struct srv_client *cl);
-void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl);
-extern const struct net_conn_handler srv_client_handler;
-
-/* server_mesh.c: -mesh-with (spec §7) */
-/* Main thread, at start-up (needs the mesh key): parse the list, 0 or -1 with err set. parse is
- * the syntax alone (cfg->mesh, mesh_count; no lookups); configure adds https links' TLS context. */
-int srv_mesh_parse(struct srv_config *cfg, const char *list, char *err, size_t err_size);
-int srv_mesh_configure(struct srv_config *cfg, const char *list, char *err, size_t err_size);
-void srv_mesh_config_free(struct srv_config *cfg);
-/* On each shard: dial this shard's links / close them. */
-int srv_mesh_start(struct srv_shard *ds);
-void srv_mesh_stop(struct srv_shard *ds);
-void srv_mesh_fini(struct srv_shard *ds);
-/* Owner shard: send the routed frame f (layout of srv_route) as ForwardPacket on node id's
- * link (on the link's shard). Takes the caller's reference. */
-void srv_mesh_forward(struct srv_shard *ds, struct hd_frame *f, unsigned id);
+/* The relay core (relay/): clients, routing, peers, frames, placement, the mesh. */
+#include "relay/server_relay.h"
 
 /* server_certs.c: TLS mode's server context (main thread, except current) */
 int srv_certs_configure(struct srv_config *cfg, char *err, size_t err_size);

@@ -46,7 +46,9 @@ struct srv_rate {
     uint32_t quotas_count;
 };
 
+struct srv_relay_hooks;
 struct srv_config {
+    const struct srv_relay_hooks *hooks; /* the relay core's events (server_hooks.c) */
     struct net_addr addr;
     char addr_text[64];
     bool dev;

@@ -14,11 +14,6 @@
 #include "upgrade/server_live.h"
 #include "upgrade/server_upgrade.h"
 
-bool srv_needs_tls(const struct srv_config *cfg)
-{
-    return cfg->tls || cfg->mesh_tls || srv_admit_needs_tls(cfg);
-}
-
 /* What shard_init built before its listeners, freed. */
 static void ds_free(struct srv_shard *ds)
 {

@@ -193,6 +193,7 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
                 f->addr);
         return -EINVAL;
     }
+    cfg->hooks = &srv_hooks;
     cfg->http_port = -1;
     if (srv_flags_tls_mode(f) && configure_tls(cfg, f) < 0)
         return -EINVAL;

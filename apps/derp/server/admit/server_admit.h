@@ -1,6 +1,7 @@
 /* server_admit.h - admission (§5) as the rest of the server sees it: -verify-client-url
  * (server_admit.c), -verify-clients (server_admit_local.c), the answer cache and re-checks
- * (server_admit_recheck.c). Included by server.h after the structures it names. */
+ * (server_admit_recheck.c), -rate-config's per-key limits and quotas (server_quota.c). Included by
+ * server.h after the structures it names. */
 #ifndef SERVER_ADMIT_H
 #define SERVER_ADMIT_H
 
@@ -51,5 +52,19 @@ void srv_admit_shard_fini(struct srv_shard *ds);
 void srv_admit_recheck_start(struct srv_client *cl);
 void srv_admit_recheck_stop(struct srv_client *cl);
 void srv_admit_recheck_cancelled(struct srv_client *cl);
+
+/* server_quota.c: -rate-config's "Keys" (per-key limits and byte quotas). parse: main thread,
+ * from srv_rate_load (0 or -EINVAL/-ENOMEM with err); free: what srv_rate_load filled. attach:
+ * at activation, on the connection's shard; take: before relaying a packet of bytes from a
+ * connection with cl->quota (false: over a budget, drop it; counted). */
+struct json_t;
+struct srv_rate;
+struct srv_quota;
+int srv_quota_parse(struct json_t *keys, struct srv_rate *out, char *err, size_t err_size);
+void srv_rate_free(struct srv_rate *r);
+const struct srv_quota *srv_quota_find(const struct srv_rate *r, const struct derp_pubkey *key);
+void srv_quota_attach(struct srv_client *cl);
+bool srv_quota_take(struct srv_client *cl, uint32_t bytes);
+void srv_quota_shard_fini(struct srv_shard *ds);
 
 #endif /* SERVER_ADMIT_H */

@@ -16,17 +16,6 @@ struct srv_prelogin_slot {
     uint32_t count; /* 0: free */
 };
 
-void srv_addr_key(const struct net_addr *a, uint8_t ip[16])
-{
-    memset(ip, 0, 16);
-    if (a->len && a->sa.sa_family == AF_INET6) {
-        memcpy(ip, &a->in6.sin6_addr, 16);
-    } else if (a->len && a->sa.sa_family == AF_INET) {
-        ip[10] = ip[11] = 0xff;
-        memcpy(ip + 12, &a->in4.sin_addr, 4);
-    }
-}
-
 int srv_prelogin_init(struct srv_shard *ds)
 {
     uint32_t cap = 1;

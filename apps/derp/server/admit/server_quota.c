@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "ops/server_account.h"
+#include "server.h"
 
 struct srv_quota_use {
     struct derp_pubkey key;

@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "ops/server_account.h"
+#include "server.h"
 
 /* ---------------------------------------------------------------- the file (main thread) */
 

@@ -2,7 +2,7 @@
  * from the key and sent to it), in bounded memory whatever the number of keys, and exact
  * counters for the keys named in -account-keys FILE (reloaded on SIGHUP like --allow-keys).
  *
- * Counting is per connection (srv_acct_rx/tx: two adds and a compare on the relay path); the
+ * Counting is per connection (srv_tally_rx/tx: two adds and a compare on the relay path); the
  * connection feeds its shard's tables in batches (SRV_ACCT_FEED_BYTES, each KeepAlive, close),
  * never by a walk over connections. Each shard keeps two Space-Saving sketches (by bytes, by
  * packets) of SRV_ACCT_TOP_ENTRIES keys: a key not in a full sketch takes the place of the

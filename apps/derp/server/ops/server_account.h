@@ -1,6 +1,6 @@
 /* server_account.h - per-key accounting (server_account.c: the tables; server_account_out.c:
- * the merged view /debug/varz and /debug/keys print) and -rate-config's per-key limits and
- * quotas (server_quota.c). */
+ * the merged view /debug/varz and /debug/keys print); -rate-config's per-key limits and quotas
+ * are admission's (admit/server_admit.h). */
 #ifndef SERVER_ACCOUNT_H
 #define SERVER_ACCOUNT_H
 
@@ -8,8 +8,8 @@
 
 /* server_account.c: per-key accounting. Each shard keeps heavy-hitter sketches (Space-Saving,
  * SRV_ACCT_TOP_ENTRIES keys by bytes and by packets) and exact counters for the keys of
- * -account-keys; a connection counts into cl->tally (srv_acct_rx/tx) and feeds its shard's
- * tables in batches: past SRV_ACCT_FEED_BYTES, at each KeepAlive and at detach. attach /
+ * -account-keys; a connection counts into cl->tally (srv_tally_rx/tx, server.h) and feeds its
+ * shard's tables in batches: past SRV_ACCT_FEED_BYTES, at each KeepAlive and at detach. attach /
  * detach: on the shard the connection is on, from srv_client_settle / srv_client_unsettle (so
  * a client placed on another shard detaches from the old one and attaches to the new). */
 struct srv_acct;
@@ -24,20 +24,6 @@ void srv_acct_shard_fini(struct srv_shard *ds);
 void srv_acct_attach(struct srv_client *cl);
 void srv_acct_detach(struct srv_client *cl);
 void srv_acct_feed(struct srv_client *cl);
-static inline void srv_acct_rx(struct srv_client *cl, uint32_t bytes)
-{
-    cl->tally.rx_bytes += bytes;
-    cl->tally.rx_pkts++;
-    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
-        srv_acct_feed(cl);
-}
-static inline void srv_acct_tx(struct srv_client *cl, uint32_t bytes)
-{
-    cl->tally.tx_bytes += bytes;
-    cl->tally.tx_pkts++;
-    if (cl->tally.rx_bytes + cl->tally.tx_bytes >= SRV_ACCT_FEED_BYTES)
-        srv_acct_feed(cl);
-}
 /* /debug/varz and /debug/keys: a slot per shard (hd_collect), filled on its shard; formatted
  * (merged over the count slots, stride bytes apart) on the shard that got the request. */
 void srv_acct_fill(struct srv_shard *ds, struct srv_acct_slot *slot);
@@ -48,18 +34,6 @@ struct srv_text {
 __attribute__((format(printf, 2, 3))) void srv_text_put(struct srv_text *o, const char *fmt, ...);
 void srv_acct_format_varz(struct srv_text *o, const void *slots, size_t stride, unsigned count);
 void srv_acct_format_json(struct srv_text *o, const void *slots, size_t stride, unsigned count);
-
-/* server_quota.c: -rate-config's "Keys" (per-key limits and byte quotas). parse: main thread,
- * from srv_rate_load (0 or -EINVAL/-ENOMEM with err); free: what srv_rate_load filled. attach:
- * at activation, on the connection's shard; take: before relaying a packet of bytes from a
- * connection with cl->quota (false: over a budget, drop it; counted). */
-struct json_t;
-int srv_quota_parse(struct json_t *keys, struct srv_rate *out, char *err, size_t err_size);
-void srv_rate_free(struct srv_rate *r);
-const struct srv_quota *srv_quota_find(const struct srv_rate *r, const struct derp_pubkey *key);
-void srv_quota_attach(struct srv_client *cl);
-bool srv_quota_take(struct srv_client *cl, uint32_t bytes);
-void srv_quota_shard_fini(struct srv_shard *ds);
 
 /* received: from the key (it sent them to the relay); sent: by the relay to the key. */
 struct srv_acct_counts {

@@ -62,6 +62,11 @@ static int build(const struct srv_config *cfg, struct srv_tls_snap **out, char *
     return 0;
 }
 
+bool srv_needs_tls(const struct srv_config *cfg)
+{
+    return cfg->tls || cfg->mesh_tls || srv_admit_needs_tls(cfg);
+}
+
 int srv_certs_configure(struct srv_config *cfg, char *err, size_t err_size)
 {
     if (!cfg->tls)

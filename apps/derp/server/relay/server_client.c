@@ -9,8 +9,7 @@
 
 #include <hd/hd_rand.h>
 
-#include "ops/server_account.h"
-#include "upgrade/server_live.h"
+#include "server.h"
 
 /* ---------------------------------------------------------------- sending */
 
@@ -52,7 +51,7 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f)
     }
     cl->ds->ctr.packets_sent++;
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    srv_acct_tx(cl, len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
+    srv_tally_tx(cl, len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
     /* §6.7: the receiver now hears when this source leaves. */
     srv_source_subscribe(cl, f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
     hd_frame_unref(cl->ds->s, f);
@@ -68,7 +67,7 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind 
     struct srv_pktq *q = &cl->q[kind];
     if (cl->phase != SRV_CLIENT_ACTIVE) {
         if (cl->exporting) /* on its way to the successor: lost in the hand-over */
-            cl->ds->live->dropped++;
+            cl->ds->handover_dropped++;
         drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
         return -EPIPE;
     }
@@ -177,7 +176,7 @@ static void keepalive_fired(struct hd_timer *t)
     uint8_t ka[DERP_FRAME_HEADER_LEN];
     derp_frame_keep_alive_encode(ka, sizeof(ka));
     srv_client_send_ctl(cl, ka, sizeof(ka));
-    srv_acct_feed(cl); /* a quiet connection's counts reach the tables at least this often */
+    cl->ds->cfg->hooks->tally_feed(cl); /* a quiet connection's counts reach the tables */
     if (cl->phase == SRV_CLIENT_ACTIVE)
         hd_timer_start(cl->ds->s, t, cl->keepalive_ms);
 }
@@ -236,9 +235,6 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
  * activation, and again on the shard a placed client moves to (server_place.c). */
 void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
 {
-    srv_quota_attach(cl); /* before the bucket: its burst may be the key's own */
-    srv_rate_client_init(cl, hd_now_ms(ds->s));
-    srv_acct_attach(cl); /* per-key accounting: this shard's tables */
     cl->rate_waiting = false;
     hd_timer_init(&cl->read_timer, read_resume);
     hd_flush_init(&cl->writer, writer_run);
@@ -255,7 +251,7 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
     if (cl->preferred)
         ds->ctr.current_home_connections++;
     srv_frames_client_init(cl); /* this shard's frame account (its frames come from here) */
-    srv_admit_recheck_start(cl);
+    ds->cfg->hooks->settle(cl); /* quota, rate bucket, accounting, re-checks */
     if (cl->q[0].count || cl->q[1].count || cl->pong_pending)
         hd_flush_request(ds->s, &cl->writer);
 }
@@ -267,8 +263,7 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
     hd_timer_stop(ds->s, &cl->keepalive);
     hd_timer_stop(ds->s, &cl->read_timer);
     srv_wait_leave(cl); /* its wait, and its waiting senders, end with its time here */
-    srv_admit_recheck_stop(cl);
-    srv_acct_detach(cl); /* feeds this shard's tables what is left */
+    ds->cfg->hooks->unsettle(cl);
     srv_frames_client_fini(cl);
     ds->ctr.current_connections--;
     if (cl->mesh)
@@ -312,7 +307,8 @@ static void client_adopt(struct net_conn *c, void *arg)
 {
     struct srv_client *cl = arg;
     if (c == NULL) { /* the owner shard could not take the connection */
-        srv_live_move_done(srv_shard_at(hd_shard_current(), cl->instance), cl, NULL);
+        struct srv_shard *here = srv_shard_at(hd_shard_current(), cl->instance);
+        here->cfg->hooks->move_done(here, cl, NULL);
         free(cl);
         return;
     }
@@ -320,7 +316,7 @@ static void client_adopt(struct net_conn *c, void *arg)
     net_conn_set_app(c, &srv_client_handler, cl);
     struct srv_shard *ds = srv_shard_at(net_conn_shard(c), cl->instance);
     HD_ASSERT(ds != NULL); /* moves arrive while the shard loops: between init and fini */
-    srv_live_move_done(ds, cl, c);
+    ds->cfg->hooks->move_done(ds, cl, c);
     client_activate(ds, cl);
 }
 
@@ -331,7 +327,7 @@ static void prelogin_done(struct srv_client *cl)
     if (!cl->prelogin)
         return;
     cl->prelogin = false;
-    srv_prelogin_leave(cl->ds, net_conn_peer(cl->conn));
+    cl->ds->cfg->hooks->login_over(cl);
 }
 
 static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_t len)
@@ -355,13 +351,8 @@ static int on_client_info(struct srv_client *cl, const uint8_t *payload, uint32_
                             SRV_MESH_NET_MAX_BYTES);
         net_conn_set_frame_limits(cl->conn, 0, 0); /* a watch stream: derper's is unbounded */
     }
-    /* Admission (§5): mesh peers skip every check. --allow-keys first: no controller request
-     * for a key that is not listed. */
-    if (!cl->mesh && !srv_allow_admits(ds, &cl->key))
-        return -EACCES;
-    if (!cl->mesh && srv_admit_needed(ds->cfg) && (rc = srv_admit_start(cl)) <= 0)
-        return rc;
-    return srv_client_admitted(cl);
+    /* Admission (§5): mesh peers skip every check. */
+    return cl->mesh ? srv_client_admitted(cl) : ds->cfg->hooks->admit(cl);
 }
 
 int srv_client_admitted(struct srv_client *cl)
@@ -381,7 +372,7 @@ int srv_client_admitted(struct srv_client *cl)
         net_conn_pause_recv(cl->conn, false); /* kept bytes travel with the move */
     int rc = net_conn_migrate(cl->conn, owner, client_adopt, cl);
     if (rc == 0)
-        srv_live_move_sent(cl);
+        ds->cfg->hooks->move_sent(cl);
     return rc;
 }
 
@@ -402,8 +393,8 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
         ds->ctr.packets_received++;
         ds->ctr.bytes_received += pkt_len;
         ds->ctr.packets_received_kind[kind]++;
-        srv_acct_rx(cl, pkt_len);
-        if (cl->quota && !srv_quota_take(cl, pkt_len))
+        srv_tally_rx(cl, pkt_len);
+        if (cl->quota && !ds->cfg->hooks->quota_take(cl, pkt_len))
             return; /* over the key's daily or monthly budget: dropped, counted */
     }
     /* The one copy of the packet: into a pool frame laid out as it will leave (RecvPacket). */
@@ -556,7 +547,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
          * until the whole frame is buffered would leave net a 64 KiB frame plus the rest of the
          * read, over DERP_CONN_TAIL_MAX: the connection would close; test_conformance_rate*.) */
         if (rate_on && sp.header_known && !skipping && cl->phase == SRV_CLIENT_ACTIVE &&
-            !srv_rate_take(cl, sp.len))
+            !cl->ds->cfg->hooks->rate_take(cl, sp.len))
             break; /* reading paused: this frame is offered again when its tokens are there */
         if (sp.kind == DERP_SPLIT_NEED) {
             if (login_gather_start(cl, &sp)) {
@@ -579,7 +570,7 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
             }
         }
         if (rate_on)
-            srv_rate_frame_done(cl);
+            cl->ds->cfg->hooks->rate_frame_done(cl);
         done += sp.consumed;
         if (net_conn_state(c) != NET_CONN_OPEN || cl->wait_for)
             break; /* closed, or waiting for a backed-up receiver (server_wait.c) */
@@ -607,11 +598,8 @@ static void client_closed(struct net_conn *c, int reason)
     if (by == NET_CONN_TIMER_DEADLINE && cl->phase == SRV_CLIENT_HANDSHAKE)
         ds->ctr.deadline_closes++;
     prelogin_done(cl);
-    srv_live_move_done(ds, cl, NULL); /* closed on its way to another shard */
-    if (cl->exporting)
-        srv_live_export_closed(cl); /* closed before its export finished: gone */
-    else if (cl->phase == SRV_CLIENT_ACTIVE && srv_live_frozen(ds))
-        srv_live_gone(ds, &cl->key); /* the successor says so: the watchers moved */
+    ds->cfg->hooks->move_done(ds, cl, NULL); /* closed on its way to another shard */
+    ds->cfg->hooks->closing(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {
         cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
         srv_client_unsettle(ds, cl);
@@ -627,7 +615,7 @@ static void client_closed(struct net_conn *c, int reason)
         while ((f = queue_pop(cl, k)) != NULL)
             drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
     }
-    srv_admit_cancel(cl);
+    ds->cfg->hooks->closed(cl); /* a pending admission or re-check request */
     srv_sources_drop(cl);
     free(cl->login_buf);
     free(cl);

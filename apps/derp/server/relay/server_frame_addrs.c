@@ -17,6 +17,18 @@
 
 #include "relay/server_frames.h"
 
+/* The tables' key of an address (the pre-login caps use it too). */
+void srv_addr_key(const struct net_addr *a, uint8_t ip[16])
+{
+    memset(ip, 0, 16);
+    if (a->len && a->sa.sa_family == AF_INET6) {
+        memcpy(ip, &a->in6.sin6_addr, 16);
+    } else if (a->len && a->sa.sa_family == AF_INET) {
+        ip[10] = ip[11] = 0xff;
+        memcpy(ip + 12, &a->in4.sin_addr, 4);
+    }
+}
+
 int srv_frame_addrs_init(struct srv_shard *ds)
 {
     struct srv_frames *fr = &ds->frames;

@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server.h"
+
 #include "relay/server_frames.h"
-#include "upgrade/server_live.h"
 
 /* ---------------------------------------------------------------- the table */
 
@@ -253,7 +254,7 @@ static void gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
 
 static void broadcast_gone(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN], unsigned who)
 {
-    if (srv_live_frozen(ds)) /* handing over: the key did not go, it moves */
+    if (ds->handing_over) /* handing over: the key did not go, it moves */
         return;
     struct hd_frame *f = srv_key_frame(ds, key, NULL);
     if (f)
@@ -271,7 +272,7 @@ static void present_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
 
 static void broadcast_present(struct srv_shard *ds, struct srv_client *cl)
 {
-    if (srv_live_frozen(ds))
+    if (ds->handing_over)
         return;
     struct hd_frame *f = hd_frame_get(ds->s, DERP_FRAME_HEADER_LEN + DERP_PEER_PRESENT_LEN);
     if (f == NULL)
@@ -407,8 +408,8 @@ static struct srv_routed deliver(struct srv_shard *ds, struct hd_frame *f, uint3
                                                    : SRV_DROP_UNKNOWN_DEST;
     ds->ctr.packets_dropped[why][kind]++;
     ds->ctr.bytes_dropped[why][kind] += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    if (srv_live_frozen(ds)) { /* its receiver left for the successor: no NotHere */
-        ds->live->dropped++;
+    if (ds->handing_over) { /* its receiver left for the successor: no NotHere */
+        ds->handover_dropped++;
         hd_frame_unref(ds->s, f);
         return r;
     }

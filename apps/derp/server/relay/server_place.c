@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "upgrade/server_live.h"
+#include "server.h"
 
 static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
@@ -102,7 +102,7 @@ static int place_move(struct srv_client *cl, unsigned to)
     if (rc < 0) /* not movable after all (closing): it ends here, as a placing one */
         net_conn_close(cl->conn, rc, false);
     else
-        srv_live_move_sent(cl);
+        ds->cfg->hooks->move_sent(cl);
     return 0;
 }
 
@@ -183,7 +183,7 @@ static void guest_adopt(struct net_conn *c, void *arg)
 {
     struct srv_client *cl = arg;
     struct srv_shard *ds = srv_shard_at(hd_shard_current(), cl->instance);
-    srv_live_move_done(ds, cl, c);
+    ds->cfg->hooks->move_done(ds, cl, c);
     if (c == NULL) { /* this shard could not take the connection: it is gone */
         tell_owner(ds, &cl->key, guest_gone_event);
         guest_free_keyset(cl);
@@ -290,7 +290,7 @@ static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
     if (rc < 0)
         net_conn_close(cl->conn, rc, false);
     else
-        srv_live_move_sent(cl);
+        ds->cfg->hooks->move_sent(cl);
 }
 
 /* ---------------------------------------------------------------- on the owner shard */
@@ -426,7 +426,7 @@ static void home_adopt(struct net_conn *c, void *arg)
     struct srv_shard *ds = srv_shard_at(hd_shard_current(), cl->instance);
     struct srv_peer *p = srv_peers_find(&ds->peers, cl->key.bytes);
     bool counted = p && p->guest_at != 0; /* its entry still counts it */
-    srv_live_move_done(ds, cl, c);
+    ds->cfg->hooks->move_done(ds, cl, c);
     if (c == NULL) {
         if (counted) {
             if (p->placing)

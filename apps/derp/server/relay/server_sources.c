@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "upgrade/server_live.h"
+#include "server.h"
 
 static uint64_t key_prefix(const uint8_t key[DERP_KEY_LEN])
 {

@@ -93,7 +93,7 @@ int srv_live_freeze(struct srv_shard *ds, srv_live_sink_fn *sink, void *arg)
     struct srv_live *l = live_of(ds);
     if (l == NULL)
         return -ENOMEM;
-    l->frozen = true;
+    ds->handing_over = true;
     l->sink = sink;
     l->sink_arg = arg;
     struct srv_client **v;
@@ -272,12 +272,12 @@ void srv_live_tally(struct srv_shard *ds, struct srv_live_tally *t)
     for (unsigned k = 0; k < SRV_KINDS; k++)
         t->dropped_unknown += ds->ctr.packets_dropped[SRV_DROP_UNKNOWN_DEST][k] +
                               ds->ctr.packets_dropped[SRV_DROP_UNKNOWN_DEST_ON_FWD][k];
+    t->dropped += ds->handover_dropped;
     if (ds->live == NULL)
         return;
     t->pending += ds->live->pending;
     t->exported += ds->live->exported;
     t->closed += ds->live->closed;
-    t->dropped += ds->live->dropped;
     t->imported += ds->live->imported;
     t->import_failed += ds->live->import_failed;
 }

@@ -26,12 +26,10 @@ typedef void srv_live_sink_fn(void *arg, int fd, uint8_t *rec, size_t len);
 
 /* Per shard, allocated at the first freeze or import. */
 struct srv_live {
-    bool frozen;       /* old process: handing over (presence silent, no placement) */
     bool resumed;      /* successor: the first batch is in, imports resume at once */
     uint64_t pending;  /* exports started, not yet done or closed */
     uint64_t exported; /* records handed to the sink */
     uint64_t closed;   /* clients that could not move (closed: they reconnect) */
-    uint64_t dropped;  /* packets for clients on their way out, dropped */
     uint64_t imported, import_failed;
     srv_live_sink_fn *sink;
     void *sink_arg;
@@ -49,7 +47,7 @@ struct srv_live_tally {
  * that would hear them move too and already know). */
 static inline bool srv_live_frozen(const struct srv_shard *ds)
 {
-    return ds->live != NULL && ds->live->frozen;
+    return ds->handing_over;
 }
 
 /* Old process, on each shard. freeze: stop reading every active client, silence presence
@@ -86,18 +84,9 @@ void srv_live_fini(struct srv_shard *ds);
 void srv_live_move_sent(struct srv_client *cl);
 void srv_live_move_done(struct srv_shard *ds, struct srv_client *cl, struct net_conn *c);
 
-/* server_client.c: a frozen client's Pong and queued packets into its connection's send queue
- * (past the high watermark: the bytes go with the export); and the close of a client on its
- * way out (the export did not finish). */
-void srv_client_drain(struct srv_client *cl);
+/* The close of a client on its way out (the export did not finish). */
 void srv_live_export_closed(struct srv_client *cl);
 /* server_live.c: a client active on a frozen shard closed for good: the successor says it went. */
 void srv_live_gone(struct srv_shard *ds, const struct derp_pubkey *key);
-/* server_sources.c: the source prefixes (at most max) and, in the successor, a keyset from them. */
-uint32_t srv_sources_list(const struct srv_client *cl, uint64_t *out, uint32_t max);
-void srv_sources_restore(struct srv_client *cl, const uint64_t *prefixes, uint32_t count);
-/* server_peers.c: in the successor, the key's PeerGone (watchers and former correspondents)
- * unless one of its connections came over or logged in since. */
-void srv_peer_gone_if_absent(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 
 #endif

@@ -357,7 +357,9 @@ static void quiesce_here(struct hd_shard *s, void *arg)
         net_listener_drain(ds->http_listener);
     if (ds) {
         ds->listener = ds->http_listener = NULL;
-        srv_stun_stop(ds);
+        if (ds->stun) /* as the listeners: the successor has its socket */
+            net_udp_close(ds->stun);
+        ds->stun = NULL;
     }
     count_here(s, arg);
 }
@@ -410,10 +412,11 @@ void ask_shards_async(struct srv_upgrade *u, hd_post_fn *fn)
 
 /* READY came: stop accepting everywhere, hand the logged-in clients over, then stop. The
  * connections not logged in yet (an HTTP request, a TLS handshake, a DERP login) do not hold the
- * hand-over: they are closed with the stop, at once (issue 24: 300 connections dripping an HTTP
- * head kept 2,002 clients' hand-over waiting until their deadline). Their clients connect again,
- * to the successor, which has been accepting since READY; one caught in the middle of its login
- * retries as after a lost connection. */
+ * hand-over: they get SRV_UPGRADE_PRELOGIN_GRACE_MS to finish (a request in flight is answered,
+ * a login that ends meanwhile is handed over too), then are closed with the stop (issue 24: 300
+ * connections dripping an HTTP head kept 2,002 clients' hand-over waiting until their 30 s
+ * deadline). Their clients connect again, to the successor, which has been accepting since
+ * READY; one caught in the middle of its login retries as after a lost connection. */
 static void hand_over_and_stop(struct srv_upgrade *u, int sock, pid_t pid, int sent)
 {
     ask_shards(u, quiesce_here);
@@ -425,15 +428,20 @@ static void hand_over_and_stop(struct srv_upgrade *u, int sock, pid_t pid, int s
            "upgrade: PID %d accepts on the %d sockets handed over: this process stopped "
            "accepting; %llu connections of it are not logged in yet",
            (int)pid, sent, (unsigned long long)left);
-    if (u->takes_clients) {
-        srv_upgrade_live_send(u, sock);        /* every logged-in client, then BATCH */
-        srv_upgrade_live_finish(u, sock, pid); /* those that logged in since, DONE, TOOK */
-    } else { /* an older version: they reconnect, as after a restart */
+    if (u->takes_clients)
+        srv_upgrade_live_send(u, sock); /* every logged-in client, then BATCH */
+    else                                /* an older version: they reconnect, as after a restart */
         hd_log(HD_LOG_WARN,
                "upgrade: PID %d does not take logged-in clients: they are closed "
                "when this process stops and reconnect",
                (int)pid);
+    for (unsigned waited = 0; left > 0 && waited < SRV_UPGRADE_PRELOGIN_GRACE_MS;
+         waited += SRV_UPGRADE_GRACE_POLL_MS) {
+        usleep(SRV_UPGRADE_GRACE_POLL_MS * 1000);
+        left = ask_shards(u, count_here);
     }
+    if (u->takes_clients)
+        srv_upgrade_live_finish(u, sock, pid); /* those that logged in since, DONE, TOOK */
     left = ask_shards(u, count_here);
     hd_log(HD_LOG_INFO,
            "upgrade: stopping: %llu connections not logged in yet are closed (they connect "

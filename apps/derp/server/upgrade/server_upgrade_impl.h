@@ -10,6 +10,13 @@
 #include "upgrade/server_live.h"
 #include "upgrade/server_upgrade.h"
 
+/* After the hand-over, the connections not logged in yet (an HTTP request, a TLS handshake, a
+ * DERP login) have this long to finish before the old process stops and closes them: enough
+ * for a request or a login in flight on a loaded machine, too short for a slow drip to hold
+ * the old process (issue 24). How often the shards are asked meanwhile. */
+#define SRV_UPGRADE_PRELOGIN_GRACE_MS 1000u
+#define SRV_UPGRADE_GRACE_POLL_MS     20u
+
 /* Slots per kind: a shard's index (--shards is at most 64) or the claim's. */
 #define SRV_UPGRADE_SLOTS 64u
 /* A shard's post inbox is full: try again this often, this many times. */

@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""interop.py BIN GOBIN WORK SCENARIO - hderp-server driven by Tailscale's own code (the Go
+programs of tests/interop, built into GOBIN by go_build.sh from the module tailscale.com at the
+version go.mod pins). Servers start on port 0 (or a held port where a mesh list must name it
+first), with the ports read back from --port-file, and are stopped by PID (testlib, beside the
+integration tests).
+
+Scenarios:
+  client-plain, client-tls, client-ws, client-wss
+      one hderp-server (2 shards, plain HTTP or TLS with a test CA's certificate for localhost;
+      -ws: the client's WebSocket carrier); GOBIN/derpclient runs its checks against it
+  reference-derper, reference-derper-wss
+      the same checks (TLS; TLS WebSocket) against derper itself, the reference: a check that
+      fails there tests something other than derper's behaviour (KeepAlive left out: derper's
+      period is 60 s and fixed; over WebSocket the 64 KiB packet too: derper writes its frame as
+      one message, which Tailscale's WebSocket client refuses (over 32 KiB), closing it)
+  derpprobe
+      a two-node hderp region (TLS, meshed with -mesh-with and a mesh key); derpprobe --once
+      probes TLS, STUN, the mesh and bandwidth (every pair): every probe good, none bad
+  mixed
+      derper and hderp-server meshed with each other (TLS); derpclient -mixed relays both ways
+      across them and checks PeerGone both ways; then derpprobe --once over that region (as for
+      derpprobe; derper's STUN is off)"""
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from testlib import Server, hold_port, stop_pid, wait_for  # noqa: E402
+
+BIN, GOBIN, WORK, SCENARIO = sys.argv[1:5]
+MESH_KEY = "5e" * 32
+# A Go program's checks end on their own (each wait is bounded); this bounds a hang.
+RUN_S = 600
+
+
+STARTED = []  # every server started (Server, Derper): their logs go with a failure
+
+
+def fail(msg, servers=()):
+    print("FAIL: %s" % msg)
+    for s in servers or STARTED:
+        print("--- %s (%s)" % (s.name, s.log))
+        print(s.log_text()[-6000:])
+    sys.exit(1)
+
+
+def go_program(name):
+    path = os.path.join(GOBIN, name)
+    if not os.access(path, os.X_OK):
+        fail("%s is not built (the interop_build test builds tests/interop: see its output)" % path)
+    return path
+
+
+def make_ca(work):
+    """A test CA and a leaf for localhost (DNS SAN only: 127.0.0.1 must not verify) signed by
+    it, valid 30 days (derpprobe's TLS probe wants more than 7 left): work/ca.crt, and
+    work/certs/localhost.crt and .key (-certmode manual -certdir work/certs -hostname
+    localhost, for hderp-server and derper alike)."""
+    certs = os.path.join(work, "certs")
+    os.makedirs(certs)
+    ca_key, ca = os.path.join(work, "ca.key"), os.path.join(work, "ca.crt")
+    key, csr = os.path.join(certs, "localhost.key"), os.path.join(work, "localhost.csr")
+    crt, ext = os.path.join(certs, "localhost.crt"), os.path.join(work, "leaf.ext")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run = lambda *a: subprocess.run(["openssl"] + list(a), check=True, capture_output=True)
+    run("req", "-x509", *ec, "-days", "30", "-keyout", ca_key, "-out", ca,
+        "-subj", "/CN=hderp interop test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=localhost")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=DNS:localhost\nbasicConstraints=CA:FALSE\n"
+                "keyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+                "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-days",
+        "30", "-extfile", ext, "-out", crt)
+    return ca, certs
+
+
+def tls_args(certs):
+    return ["-certmode", "manual", "-certdir", certs, "-hostname", "localhost",
+            "-http-port", "-1"]
+
+
+def run_go(args, env_extra, servers, what):
+    """Runs a Go program of the suite; its environment has SSL_CERT_FILE only if env_extra sets
+    it (derpclient insists: the CA must be needed where it is given)."""
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    env.update(env_extra)
+    print("+ %s" % " ".join(args), flush=True)
+    try:
+        p = subprocess.run(args, env=env, timeout=RUN_S, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    except subprocess.TimeoutExpired as e:
+        print(e.stdout or "")
+        fail("%s did not finish within %ds" % (what, RUN_S), servers)
+    print(p.stdout, flush=True)
+    return p
+
+
+def client(mode):
+    tls = mode in ("tls", "wss")
+    args = ["-a", "127.0.0.1:0", "-stun-port", "0", "-c", os.path.join(WORK, "server.key"),
+            "-mesh-psk-file", MESH_KEY_FILE, "--shards", "2", "--keepalive-interval", "1s"]
+    ca = None
+    if tls:
+        ca, certs = make_ca(WORK)
+        args += tls_args(certs)
+    s = Server(BIN, WORK, "hderp", args)
+    STARTED.append(s)
+    s.start()
+    try:
+        run_derpclient(mode, s.port, ca, [s])
+        if not s.alive():
+            fail("hderp-server exited during the checks", [s])
+    finally:
+        rc = s.stop()
+    if rc != 0:
+        fail("hderp-server exited %s on SIGTERM" % rc, [s])
+    print("PASS: Tailscale's DERP client against hderp-server (%s)" % mode)
+
+
+def run_derpclient(mode, port, ca, servers, extra=()):
+    tls, ws = mode in ("tls", "wss"), mode in ("ws", "wss")
+    scheme, host = ("https", "localhost") if tls else ("http", "127.0.0.1")
+    cmd = [go_program("derpclient"), "-url", "%s://%s:%d/derp" % (scheme, host, port),
+           "-mesh-key-file", MESH_KEY_FILE, "-varz", "%s://%s:%d/debug/varz" % (scheme, host, port)]
+    cmd += (["-ca", ca] if tls else []) + (["-ws"] if ws else []) + list(extra)
+    # The WebSocket dial verifies with Go's default (system) pool: the CA goes there.
+    p = run_go(cmd, {"SSL_CERT_FILE": ca} if mode == "wss" else {}, servers, "derpclient")
+    if p.returncode != 0:
+        fail("derpclient (%s) exited %d" % (mode, p.returncode), servers)
+
+
+class Derper:
+    """derper (built from the module) on a held port, TLS with the test CA's certificate; its
+    log in WORK/NAME.log. Stopped by PID."""
+
+    def __init__(self, name, port, certs, args, env):
+        self.name, self.port, self.log = name, port, os.path.join(WORK, name + ".log")
+        STARTED.append(self)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                [go_program("derper"), "-a", "127.0.0.1:%d" % port, "-stun=false", "-c",
+                 os.path.join(WORK, name + ".json"), "-mesh-psk-file", MESH_KEY_FILE] +
+                tls_args(certs) + args, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def wait_up(self, ca):
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError("derper exited %d:\n%s" % (self.proc.returncode,
+                                                                self.log_text()))
+            return derp_probe_ok(self.port, ca)
+        wait_for(up, "derper to serve /derp/probe", 30)
+        return self
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        return stop_pid(self.proc)
+
+
+def reference_derper(mode):
+    ca, certs = make_ca(WORK)
+    hold, port = hold_port()
+    d = Derper("derper", port, certs, [], dict(os.environ)).wait_up(ca)
+    skip = "^keepalive$" if mode == "tls" else "^(keepalive|packets-edge-sizes)$"
+    try:
+        run_derpclient(mode, port, ca, [d], ["-skip", skip])
+    finally:
+        d.stop()
+        hold.close()
+    print("PASS: derpclient's checks hold against derper v1.102.5 (the reference, %s)" % mode)
+
+
+def derp_probe_ok(port, ca):
+    ctx = ssl.create_default_context(cafile=ca)
+    try:
+        with urllib.request.urlopen("https://localhost:%d/derp/probe" % port, timeout=5,
+                                    context=ctx) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def run_derpprobe(nodes, ca, servers):
+    """derpprobe --once over a one-region DERP map of nodes [(name, port, stun port or -1)],
+    with the bandwidth probe too (1 MB between every pair): fails unless it exits 0, reports
+    nothing bad and reports good every TLS, STUN (where there is STUN), mesh and bandwidth probe.
+    Returns the good lines. derpprobe gives the mesh 100 ms to tell the first node about the
+    second node's new client before it sends (prober/derp.go, "pretty arbitrary"): a loaded
+    machine may miss that, so a run whose only bad probes cross between two nodes is repeated,
+    up to 3 runs; anything else bad fails at once."""
+    dm = {"Regions": {"900": {"RegionID": 900, "RegionCode": "hderp", "RegionName": "hderp",
+          "Nodes": [{"Name": "900" + name, "RegionID": 900, "HostName": "localhost",
+                     "IPv4": "127.0.0.1", "STUNPort": stun, "DERPPort": port}
+                    for name, port, stun in nodes]}}}
+    dm_file = os.path.join(WORK, "derpmap.json")
+    with open(dm_file, "w") as f:
+        json.dump(dm, f)
+    names = [name for name, _, _ in nodes]
+    want = ["derp/hderp/900%s/tls" % x for x in names]
+    want += ["derp/hderp/900%s/udp" % x for x, _, stun in nodes if stun != -1]
+    want += ["derp/hderp/900%s/900%s/%s" % (x, y, kind) for x in names for y in names
+             for kind in ("mesh", "bw")]
+    crossing = ["derp/hderp/900%s/900%s/" % (x, y) for x in names for y in names if x != y]
+    # A probe's deadline is 0.8 times its interval (--once runs each probe once, at once): 60 s
+    # intervals give each probe 48 s, a bound for a hang on a loaded machine.
+    intervals = []
+    for flag in ("--interval", "--mesh-interval", "--stun-interval", "--tls-interval",
+                 "--bw-interval"):
+        intervals += [flag, "60s"]
+    for attempt in range(1, 4):
+        p = run_go([go_program("derpprobe"), "--once", "--spread=false", "--derp-map",
+                    "file://" + dm_file, "--mesh-psk-file", MESH_KEY_FILE,
+                    "--bw-probe-size-bytes", "1000000"] + intervals, {"SSL_CERT_FILE": ca},
+                   servers, "derpprobe")
+        good = [l.split("good: ", 1)[1] for l in p.stdout.splitlines() if "good: " in l]
+        bad = [l.split("bad: ", 1)[1] for l in p.stdout.splitlines() if "bad: " in l]
+        missing = [w for w in want if not any(g.startswith(w + ":") for g in good)]
+        if p.returncode == 0 and not bad and not missing:
+            return good
+        only_crossing = bad and all(any(b.startswith(c) for c in crossing) for b in bad)
+        if not only_crossing or attempt == 3:
+            fail("derpprobe exited %d (run %d); bad: %s; not reported good: %s" % (
+                p.returncode, attempt, bad, missing), servers)
+        print("derpprobe run %d: only probes between two nodes bad; again" % attempt)
+
+
+def derpprobe():
+    ca, certs = make_ca(WORK)
+    (ha, pa), (hb, pb) = hold_port(), hold_port()
+    mesh = "localhost:%d,localhost:%d" % (pa, pb)
+    env = dict(os.environ, SSL_CERT_FILE=ca)  # the mesh links verify each other (hderp: Go's)
+    nodes = []
+    for name, port in (("a", pa), ("b", pb)):
+        nodes.append(Server(BIN, WORK, name, [
+            "-a", "127.0.0.1:%d" % port, "-stun-port", "0", "-c",
+            os.path.join(WORK, name + ".key"), "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh,
+            "--shards", "2"] +
+            tls_args(certs), env=env))
+    STARTED.extend(nodes)
+    try:
+        for n in nodes:
+            n.start()
+        for n in nodes:
+            wait_for(lambda: varz_tls(n.port, ca, "derp_mesh_links_ready") == 1,
+                     "%s's mesh link to the other node" % n.name, 30)
+        good = run_derpprobe([(n.name, n.port, n.stun) for n in nodes], ca, nodes)
+        for n in nodes:
+            if not n.alive():
+                fail("hderp-server %s exited during the probes" % n.name, nodes)
+    finally:
+        for n in nodes:
+            n.stop()
+        ha.close(), hb.close()
+    print("PASS: derpprobe --once against a two-node hderp region: %d probes good" % len(good))
+
+
+def varz_tls(port, ca, name):
+    ctx = ssl.create_default_context(cafile=ca)
+    try:
+        with urllib.request.urlopen("https://localhost:%d/debug/varz" % port, timeout=5,
+                                    context=ctx) as r:
+            for line in r.read().decode().splitlines():
+                f = line.split()
+                if len(f) == 2 and f[0] == name:
+                    return int(float(f[1]))
+    except OSError:
+        return None
+    return None
+
+
+def mixed():
+    ca, certs = make_ca(WORK)
+    (hh, ph), (hd, pd) = hold_port(), hold_port()
+    mesh = "localhost:%d,localhost:%d" % (ph, pd)  # the same list on both nodes
+    env = dict(os.environ, SSL_CERT_FILE=ca)
+    h = Server(BIN, WORK, "hderp", [
+        "-a", "127.0.0.1:%d" % ph, "-stun-port", "0", "-c", os.path.join(WORK, "hderp.key"),
+        "-mesh-psk-file", MESH_KEY_FILE, "-mesh-with", mesh, "--shards", "2"] +
+        tls_args(certs), env=env)
+    d = None
+    STARTED.append(h)
+    try:
+        h.start()
+        d = Derper("derper", pd, certs, ["-mesh-with", mesh], env).wait_up(ca)
+        wait_for(lambda: varz_tls(ph, ca, "derp_mesh_links_ready") == 1,
+                 "hderp's mesh link to derper", 30)
+        p = run_go([go_program("derpclient"), "-mixed", "-url", "https://localhost:%d/derp" % ph,
+                    "-url2", "https://localhost:%d/derp" % pd, "-mesh-key-file", MESH_KEY_FILE,
+                    "-ca", ca], {}, [h, d], "derpclient -mixed")
+        if p.returncode != 0:
+            fail("derpclient -mixed exited %d" % p.returncode, [h, d])
+        good = run_derpprobe([("h", ph, h.stun), ("d", pd, -1)], ca, [h, d])
+        print("derpprobe --once over the mixed region: %d probes good" % len(good))
+        if not h.alive() or not d.alive():
+            fail("a server exited during the checks", [h, d])
+    finally:
+        h.stop()
+        if d:
+            d.stop()
+        hh.close(), hd.close()
+    print("PASS: a region of derper and hderp-server meshed with each other")
+
+
+shutil.rmtree(WORK, ignore_errors=True)
+os.makedirs(WORK)
+MESH_KEY_FILE = os.path.join(WORK, "mesh.key")
+with open(MESH_KEY_FILE, "w") as f:
+    f.write(MESH_KEY + "\n")
+SCENARIOS = {"client-plain": lambda: client("plain"), "client-tls": lambda: client("tls"),
+             "client-ws": lambda: client("ws"), "client-wss": lambda: client("wss"),
+             "reference-derper": lambda: reference_derper("tls"),
+             "reference-derper-wss": lambda: reference_derper("wss"),
+             "derpprobe": derpprobe, "mixed": mixed}
+if SCENARIO not in SCENARIOS:
+    fail("unknown scenario %r (one of %s)" % (SCENARIO, ", ".join(SCENARIOS)))
+try:
+    SCENARIOS[SCENARIO]()
+except (AssertionError, OSError, subprocess.CalledProcessError) as e:  # a wait ran out, ...
+    fail("%s: %s" % (type(e).__name__, e))
