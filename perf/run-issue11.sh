@@ -21,7 +21,8 @@
 # Every run-bench directory keeps its own runs' JSON, summary.txt and summary.json.
 # --extra NAME=CMD (repeatable): another relay started the way run-bench's --relay does ({port},
 # {certdir}), measured at the client-like 224 Mbit/s (1 shard) and for its ceiling, plain only
-# unless CMD holds {certdir} (then TLS only). Found by itself: `derper` on PATH (plain and TLS).
+# unless CMD holds {certdir} (then TLS only). Found by itself: build/peers/derper-v1.102.5 (make
+# peers), else `derper` on PATH (plain and TLS).
 # Environment: BIN (default build/release/bin), RB_ARGS (more run-bench arguments for every
 # invocation, e.g. "--repeats 1 --duration 2" for a quick check of the script itself).
 # Run it on an otherwise idle machine: the summary prints the load average it saw.
@@ -47,10 +48,15 @@ srv=$bin/hderp-server
 plain="-a 127.0.0.1:{port} -dev -stun=false -shards {shards}"
 tls="-a 127.0.0.1:{port} -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1"
 tls+=" -stun=false -shards {shards}"
-if command -v derper >/dev/null; then
-    extras+=("derper=derper -a 127.0.0.1:{port} -dev -stun=false")
-    extras+=("derper-tls=derper -a 127.0.0.1:{port} -certmode manual -certdir {certdir}"
-             " -hostname 127.0.0.1 -http-port -1 -stun=false")
+# derper: make peers' build, else one on PATH. Not -dev (it moves derper to :3340 whatever -a
+# says); -c: its key file, in the section's directory (without it derper run as root writes
+# /var/lib/derper/derper.key).
+derper=$root/build/peers/derper-v1.102.5
+[ -x "$derper" ] || derper=$(command -v derper || true)
+if [ -n "$derper" ]; then
+    d="$derper -c {certdir}/derper.key -a 127.0.0.1:{port}"
+    extras+=("derper=$d -stun=false")
+    extras+=("derper-tls=$d -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1 -stun=false")
 fi
 # shellcheck disable=SC2206
 more=(${RB_ARGS:-}) # after the section's own arguments: the last of a repeated option wins
