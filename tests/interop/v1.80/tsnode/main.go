@@ -1,0 +1,1 @@
+../../tailscaled/tsnode/main.go
