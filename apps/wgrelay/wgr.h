@@ -61,7 +61,7 @@ enum wgr_type {
     WGR_INITIATION = 1, /* 148 bytes: type, sender, ephemeral, static, timestamp, mac1, mac2 */
     WGR_RESPONSE = 2,   /* 92 bytes: type, sender, receiver, ephemeral, empty, mac1, mac2 */
     WGR_COOKIE = 3,     /* 64 bytes: type, receiver, nonce, cookie */
-    WGR_DATA = 4,       /* 32 + 16n bytes: type, receiver, counter, packet (padded to 16) + tag */
+    WGR_DATA = 4,       /* >= 32 bytes: type, receiver, counter, packet (padded) + tag */
 };
 #define WGR_INITIATION_LEN  148u
 #define WGR_RESPONSE_LEN    92u
@@ -71,7 +71,7 @@ enum wgr_type {
 #define WGR_RESPONSE_MAC1   60u
 
 /* The type of a well-formed WireGuard message (exact length, zero reserved bytes, a data
- * message's length 32 + 16n), or 0 for anything else. */
+ * message of at least 32 bytes), or 0 for anything else. */
 unsigned wgr_classify(const uint8_t *p, size_t len);
 static inline uint32_t wgr_le32(const uint8_t *p)
 {

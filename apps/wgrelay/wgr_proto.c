@@ -21,7 +21,9 @@ unsigned wgr_classify(const uint8_t *p, size_t len)
     case WGR_COOKIE:
         return len == WGR_COOKIE_LEN ? WGR_COOKIE : 0;
     case WGR_DATA:
-        return len >= WGR_DATA_MIN_LEN && (len - WGR_DATA_MIN_LEN) % 16 == 0 ? WGR_DATA : 0;
+        /* Not 32 + 16n: the sender pads to 16 only up to its MTU, so a full-MTU packet (1420
+         * bytes: 1452 on the wire) has any length. */
+        return len >= WGR_DATA_MIN_LEN ? WGR_DATA : 0;
     default:
         return 0;
     }

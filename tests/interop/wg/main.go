@@ -176,21 +176,27 @@ func hostile(r *relay, a, b *peer) {
 	send(init)
 	r.waitDrop("mac1_unknown", m0+1, "initiation for an unregistered key")
 
-	// Truncated: a data message cut to a length no WireGuard message has, an initiation cut short.
+	// Truncated: shorter than a data message's header and tag, an initiation and a response cut
+	// short, three bytes.
 	last := a.bind.last()
 	if len(last) < 48 {
 		fail("no data message recorded from a (%d bytes)", len(last))
 	}
 	bad0 := r.drop("malformed")
-	send(last[:len(last)-5])
+	send(last[:31])
 	send(init[:100])
+	resp := make([]byte, 92)
+	resp[0] = 2
+	send(resp[:91])
 	send([]byte{4, 0, 0})
-	r.waitDrop("malformed", bad0+3, "truncated messages")
+	r.waitDrop("malformed", bad0+4, "truncated messages")
 
-	// Replayed: a's last data message again, from this other address: it must not move a.
+	// Replayed: a's last data message again from this other address, whole and cut by 5 bytes
+	// (a data message's length is free: the relay cannot tell it is cut): neither moves a.
 	st0 := r.drop("stale_source")
 	send(last)
-	r.waitDrop("stale_source", st0+1, "replayed data message from another address")
+	send(last[:len(last)-5])
+	r.waitDrop("stale_source", st0+2, "replayed data messages from another address")
 	if !a.ping(b, 30*time.Second) || !b.ping(a, 30*time.Second) {
 		fail("a and b stopped talking after the hostile datagrams")
 	}
