@@ -171,8 +171,10 @@ struct wgr_verdict {
     int drop; /* enum wgr_drop, or -1 */
     struct wgr_addr to[WGR_CANDIDATES_MAX];
 };
-/* The table (about 5 MiB: allocate at start-up). peers: borrowed, see wgr_table_set_peers. */
-struct wgr_table *wgr_table_create(const struct wgr_peers *peers);
+/* The table with `slots` index slots (a power of two >= 16; WGR_INDEX_SLOTS: about 5 MiB,
+ * allocate at start-up; tests and the fuzzer use small ones). peers: borrowed, see
+ * wgr_table_set_peers. */
+struct wgr_table *wgr_table_create(const struct wgr_peers *peers, unsigned slots);
 void wgr_table_destroy(struct wgr_table *t);
 /* A new peers list (a reload): what was learned moves to the peers that are still there, by
  * key; sessions of a removed peer or of a pair no longer allowed are forgotten. peers is
@@ -186,6 +188,8 @@ void wgr_table_sweep(struct wgr_table *t, uint64_t now_ms, struct wgr_stats *st)
 /* Tests: live and pending entries, and a peer's learned address (false: none). */
 unsigned wgr_table_live_count(const struct wgr_table *t);
 unsigned wgr_table_pending_count(const struct wgr_table *t);
+/* Live and pending entries together stay at most this (3/4 of the slots). */
+unsigned wgr_table_live_max(const struct wgr_table *t);
 bool wgr_table_peer_addr(const struct wgr_table *t, unsigned peer, struct wgr_addr *out);
 /* Set the handshake rate per source (per second, burst); 0 turns the limit off. */
 void wgr_table_set_rate(struct wgr_table *t, uint32_t per_s, uint32_t burst);

@@ -223,7 +223,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     if (hd_shard_id(s) == WGR_TABLE_SHARD) {
         ws->peers = (struct wgr_peers *)hd_snap_var_get(cfg->peers, s);
         hd_snap_ref(&ws->peers->snap);
-        ws->table = wgr_table_create(ws->peers);
+        ws->table = wgr_table_create(ws->peers, WGR_INDEX_SLOTS);
         if (ws->table == NULL)
             rc = -ENOMEM;
         else

@@ -50,7 +50,8 @@ struct wgr_rate {
 struct wgr_table {
     const struct wgr_peers *peers;
     struct wgr_peer_state *ps; /* [WGR_PEERS_MAX] */
-    struct wgr_index *slots;   /* [WGR_INDEX_SLOTS] */
+    struct wgr_index *slots;   /* [mask + 1] */
+    unsigned mask, live_max, pending_max;
     unsigned live, pending;
     struct wgr_candidate cand[WGR_CANDIDATES_MAX];
     unsigned cand_next;
@@ -77,13 +78,17 @@ bool wgr_addr_eq(const struct wgr_addr *a, const struct wgr_addr *b)
     return false;
 }
 
-struct wgr_table *wgr_table_create(const struct wgr_peers *peers)
+struct wgr_table *wgr_table_create(const struct wgr_peers *peers, unsigned slots)
 {
+    HD_ASSERT(slots >= 16 && HD_IS_POW2(slots));
     struct wgr_table *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return NULL;
+    t->mask = slots - 1;
+    t->live_max = slots / 4 * 3;
+    t->pending_max = WGR_PENDING_MAX < t->live_max / 2 ? WGR_PENDING_MAX : t->live_max / 2;
     t->ps = calloc(WGR_PEERS_MAX, sizeof(*t->ps));
-    t->slots = calloc(WGR_INDEX_SLOTS, sizeof(*t->slots));
+    t->slots = calloc(slots, sizeof(*t->slots));
     t->rate = calloc(WGR_RATE_SLOTS, sizeof(*t->rate));
     if (!t->ps || !t->slots || !t->rate) {
         wgr_table_destroy(t);
@@ -113,16 +118,15 @@ void wgr_table_set_rate(struct wgr_table *t, uint32_t per_s, uint32_t burst)
 
 /* ---------------------------------------------------------------- the index table */
 
-static unsigned home(uint32_t idx)
+static unsigned home(const struct wgr_table *t, uint32_t idx)
 {
-    return (unsigned)((idx * 2654435769u) >> 16) & (WGR_INDEX_SLOTS - 1);
+    return (unsigned)((idx * 2654435769u) >> 16) & t->mask;
 }
 
 /* The slot holding idx, or NULL; *free_out (if given) gets the first free slot of its run. */
 static struct wgr_index *find(struct wgr_table *t, uint32_t idx, struct wgr_index **free_out)
 {
-    for (unsigned i = home(idx), n = 0; n < WGR_INDEX_SLOTS;
-         i = (i + 1) & (WGR_INDEX_SLOTS - 1), n++) {
+    for (unsigned i = home(t, idx), n = 0; n <= t->mask; i = (i + 1) & t->mask, n++) {
         struct wgr_index *x = &t->slots[i];
         if (x->kind == SLOT_FREE) {
             if (free_out)
@@ -148,10 +152,10 @@ static void slot_remove(struct wgr_table *t, struct wgr_index *x)
     }
     unsigned i = (unsigned)(x - t->slots), j = i;
     for (;;) {
-        j = (j + 1) & (WGR_INDEX_SLOTS - 1);
+        j = (j + 1) & t->mask;
         if (t->slots[j].kind == SLOT_FREE)
             break;
-        unsigned k = home(t->slots[j].idx);
+        unsigned k = home(t, t->slots[j].idx);
         /* j's entry may move to i when its home is not in (i, j] (cyclically). */
         bool stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
         if (!stays) {
@@ -268,7 +272,7 @@ static int on_initiation(struct wgr_table *t, const uint8_t *p, const struct wgr
     if (x && x->kind == SLOT_LIVE)
         return WGR_DROP_index_collision;
     if (x == NULL) {
-        if (t->pending >= WGR_PENDING_MAX || t->live + t->pending >= WGR_INDEX_MAX)
+        if (t->pending >= t->pending_max || t->live + t->pending >= t->live_max)
             return WGR_DROP_table_full;
         x = free_slot;
         t->pending++;
@@ -336,7 +340,7 @@ static int on_response(struct wgr_table *t, const uint8_t *p, const struct wgr_a
     struct wgr_index *y = find(t, idx_b, NULL);
     if (y != NULL && (y->kind != SLOT_LIVE || y->owner != b))
         return WGR_DROP_index_collision;
-    if (y == NULL && t->live + t->pending >= WGR_INDEX_MAX)
+    if (y == NULL && t->live + t->pending >= t->live_max)
         return WGR_DROP_table_full;
     struct wgr_addr a_from = x->from;
     /* I (pending) becomes A's live index in place; then J is inserted (nothing moves). */
@@ -432,7 +436,7 @@ void wgr_table_input(struct wgr_table *t, const uint8_t *p, size_t len, const st
 
 void wgr_table_sweep(struct wgr_table *t, uint64_t now, struct wgr_stats *st)
 {
-    for (unsigned i = 0; i < WGR_INDEX_SLOTS;) {
+    for (unsigned i = 0; i <= t->mask;) {
         struct wgr_index *x = &t->slots[i];
         uint64_t age = x->kind == SLOT_PENDING ? WGR_PENDING_AGE_MS : WGR_LIVE_AGE_MS;
         if (x->kind != SLOT_FREE && now - x->created_ms > age) {
@@ -452,7 +456,8 @@ void wgr_table_set_peers(struct wgr_table *t, const struct wgr_peers *np)
     const struct wgr_peers *op = t->peers;
     uint16_t *map = calloc(op->count ? op->count : 1, sizeof(*map));
     struct wgr_peer_state *ps = calloc(WGR_PEERS_MAX, sizeof(*ps));
-    struct wgr_index *old = malloc((size_t)WGR_INDEX_SLOTS * sizeof(*old));
+    size_t bytes = (size_t)(t->mask + 1) * sizeof(*t->slots);
+    struct wgr_index *old = malloc(bytes);
     HD_ASSERT(map && ps && old); /* a reload is rare: no memory for it is fatal */
     for (unsigned i = 0; i < op->count; i++) {
         map[i] = (uint16_t)wgr_peer_find(np, op->peer[i].pub);
@@ -461,12 +466,12 @@ void wgr_table_set_peers(struct wgr_table *t, const struct wgr_peers *np)
             ps[map[i]].indexes = 0;
         }
     }
-    memcpy(old, t->slots, (size_t)WGR_INDEX_SLOTS * sizeof(*old));
-    memset(t->slots, 0, (size_t)WGR_INDEX_SLOTS * sizeof(*old));
+    memcpy(old, t->slots, bytes);
+    memset(t->slots, 0, bytes);
     memcpy(t->ps, ps, WGR_PEERS_MAX * sizeof(*ps));
     t->peers = np;
     t->live = t->pending = 0;
-    for (unsigned i = 0; i < WGR_INDEX_SLOTS; i++) {
+    for (unsigned i = 0; i <= t->mask; i++) {
         struct wgr_index e = old[i];
         if (e.kind == SLOT_FREE)
             continue;
@@ -498,4 +503,9 @@ unsigned wgr_table_live_count(const struct wgr_table *t)
 unsigned wgr_table_pending_count(const struct wgr_table *t)
 {
     return t->pending;
+}
+
+unsigned wgr_table_live_max(const struct wgr_table *t)
+{
+    return t->live_max;
 }

@@ -190,7 +190,7 @@ static void world_init(struct world *w, const char *extra)
     memset(w, 0, sizeof(*w));
     w->ps = parse(text);
     cr_assert_not_null(w->ps, "%s", err);
-    w->t = wgr_table_create(w->ps);
+    w->t = wgr_table_create(w->ps, WGR_INDEX_SLOTS);
     cr_assert_not_null(w->t);
     wgr_table_set_rate(w->t, 0, 0); /* every initiation here comes from 127.0.0.1 */
     w->now = 1000;
@@ -444,5 +444,33 @@ Test(wgrelay_table, reload_keeps_what_stays_and_drops_what_goes)
     hd_snap_unref(&w.ps->snap);
     hd_snap_unref(&np->snap);
     w.ps = np2;
+    world_fini(&w);
+}
+
+Test(wgrelay_table, a_full_table_refuses_and_recovers)
+{
+    struct world w;
+    world_init(&w, "");
+    wgr_table_destroy(w.t);
+    w.t = wgr_table_create(w.ps, 16); /* 12 entries, 6 of them pending */
+    wgr_table_set_rate(w.t, 0, 0);
+    cr_assert_eq(wgr_table_live_max(w.t), 12);
+    meet(&w);
+    uint8_t m[148];
+    unsigned full = 0;
+    for (uint32_t i = 0; i < 10; i++) {
+        initiation(m, w.ps, B, 0x300 + i);
+        full += input(&w, m, 148, PA) == WGR_DROP_table_full;
+    }
+    cr_assert_eq(wgr_table_pending_count(w.t), 6);
+    cr_assert_eq(full, 4);
+    w.now += WGR_PENDING_AGE_MS + 1;
+    wgr_table_sweep(w.t, w.now, &w.st);
+    cr_assert_eq(wgr_table_pending_count(w.t), 0);
+    initiation(m, w.ps, B, 0x400);
+    cr_assert_eq(input(&w, m, 148, PA), -1, "room again once the pending ones aged");
+    uint8_t d[48];
+    data(d, 0xb1, 0);
+    cr_assert_eq(input(&w, d, 48, PA), -1, "the session survived the deletions around it");
     world_fini(&w);
 }
