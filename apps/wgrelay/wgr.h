@@ -146,6 +146,7 @@ bool wgr_addr_eq(const struct wgr_addr *a, const struct wgr_addr *b);
     X(peer_full)       /* a peer holds WGR_INDEX_PER_PEER indexes already */                       \
     X(index_collision) /* a new index equal to a live one of another session */                    \
     X(self)            /* an initiation to the peer that sent it */                                \
+    X(peer_rate)       /* a peer sending data over --peer-rate */                                  \
     X(no_frame)        /* a datagram for the table's shard found no frame or a full bus */         \
     X(send_failed)     /* the socket refused the send (every send slot in flight) */
 
@@ -193,5 +194,8 @@ unsigned wgr_table_live_max(const struct wgr_table *t);
 bool wgr_table_peer_addr(const struct wgr_table *t, unsigned peer, struct wgr_addr *out);
 /* Set the handshake rate per source (per second, burst); 0 turns the limit off. */
 void wgr_table_set_rate(struct wgr_table *t, uint32_t per_s, uint32_t burst);
+/* Set the data each peer may send through the relay (bytes per second, burst in bytes); 0 turns
+ * the limit off (the default). */
+void wgr_table_set_peer_rate(struct wgr_table *t, uint64_t bytes_per_s, uint64_t burst_bytes);
 
 #endif /* WGR_H */

@@ -27,7 +27,8 @@ struct wgr_config {
     struct net_addr listen, metrics; /* metrics.len 0: no endpoint */
     const char *peers_path;
     uint32_t shards, rate_per_s, rate_burst;
-    struct hd_snap_var *peers; /* the current list */
+    double peer_mbit, peer_burst_kib; /* --peer-rate (0: off), --peer-burst */
+    struct hd_snap_var *peers;        /* the current list */
 };
 
 struct wgr_shard {
@@ -226,8 +227,11 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         ws->table = wgr_table_create(ws->peers, WGR_INDEX_SLOTS);
         if (ws->table == NULL)
             rc = -ENOMEM;
-        else
+        else {
             wgr_table_set_rate(ws->table, cfg->rate_per_s, cfg->rate_burst);
+            wgr_table_set_peer_rate(ws->table, (uint64_t)(cfg->peer_mbit * 1e6 / 8),
+                                    (uint64_t)(cfg->peer_burst_kib * 1024));
+        }
     }
     if (rc == 0)
         rc = net_udp_open(s, &cfg->listen, on_datagram, ws, &ws->udp);
@@ -325,6 +329,10 @@ static int parse_flags(struct wgr_config *cfg, int argc, char **argv)
          "handshake initiations per second per source IP (default 20, wireguard-go's; 0: off)"},
         {"handshake-burst", KIT_FLAG_U32, &cfg->rate_burst, 1, 1000000,
          "initiations a source may send at once (default 5)"},
+        {"peer-rate", KIT_FLAG_F64, &cfg->peer_mbit, 0, 1e6,
+         "data each peer may send through the relay, Mbit/s (default 0: no limit)"},
+        {"peer-burst", KIT_FLAG_F64, &cfg->peer_burst_kib, 2, 1e6,
+         "the burst a peer may send over --peer-rate, KiB (default 256)"},
     };
     unsigned count = sizeof(flags) / sizeof(flags[0]);
     char err[160];
@@ -379,8 +387,10 @@ static int run(struct wgr_config *cfg, struct wgr_peers *ps, int hold, int mhold
 
 int main(int argc, char **argv)
 {
-    struct wgr_config cfg = {
-        .shards = 1, .rate_per_s = WGR_RATE_PER_S, .rate_burst = WGR_RATE_BURST};
+    struct wgr_config cfg = {.shards = 1,
+                             .rate_per_s = WGR_RATE_PER_S,
+                             .rate_burst = WGR_RATE_BURST,
+                             .peer_burst_kib = 256};
     net_addr_parse("0.0.0.0:51820", &cfg.listen);
     int frc = parse_flags(&cfg, argc, argv);
     if (frc >= 0)

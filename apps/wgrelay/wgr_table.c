@@ -34,6 +34,7 @@ struct wgr_peer_state {
     struct wgr_addr addr; /* len 0: not known */
     uint64_t seen_ms;
     uint32_t indexes;
+    uint64_t rate_ms, rate_tokens; /* the data it sends: bytes it may still send (token bucket) */
 };
 
 struct wgr_candidate {
@@ -57,6 +58,7 @@ struct wgr_table {
     unsigned cand_next;
     struct wgr_rate *rate; /* [WGR_RATE_SLOTS] */
     uint32_t rate_per_s, rate_burst;
+    uint64_t peer_bytes_per_s, peer_burst_bytes; /* 0: no per-peer data limit */
 };
 
 const char *const wgr_drop_names[WGR_DROP_COUNT] = {
@@ -108,6 +110,31 @@ void wgr_table_destroy(struct wgr_table *t)
     free(t->slots);
     free(t->rate);
     free(t);
+}
+
+void wgr_table_set_peer_rate(struct wgr_table *t, uint64_t bytes_per_s, uint64_t burst_bytes)
+{
+    t->peer_bytes_per_s = bytes_per_s;
+    t->peer_burst_bytes = burst_bytes;
+}
+
+/* A peer's data within its rate (a token bucket of bytes, refilled by the millisecond). */
+static bool peer_rate_ok(struct wgr_table *t, struct wgr_peer_state *p, size_t len, uint64_t now)
+{
+    if (t->peer_bytes_per_s == 0)
+        return true;
+    if (p->rate_ms == 0 || now < p->rate_ms) {
+        p->rate_tokens = t->peer_burst_bytes;
+    } else {
+        uint64_t add = (now - p->rate_ms) * t->peer_bytes_per_s / 1000u;
+        p->rate_tokens =
+            p->rate_tokens + add > t->peer_burst_bytes ? t->peer_burst_bytes : p->rate_tokens + add;
+    }
+    p->rate_ms = now ? now : 1;
+    if (p->rate_tokens < len)
+        return false;
+    p->rate_tokens -= len;
+    return true;
 }
 
 void wgr_table_set_rate(struct wgr_table *t, uint32_t per_s, uint32_t burst)
@@ -378,8 +405,8 @@ static int on_cookie(struct wgr_table *t, const uint8_t *p, uint64_t now, struct
     return -1;
 }
 
-static int on_data(struct wgr_table *t, const uint8_t *p, const struct wgr_addr *from, uint64_t now,
-                   struct wgr_verdict *v, struct wgr_stats *st)
+static int on_data(struct wgr_table *t, const uint8_t *p, size_t len, const struct wgr_addr *from,
+                   uint64_t now, struct wgr_verdict *v, struct wgr_stats *st)
 {
     st->data++;
     struct wgr_index *x = find(t, wgr_le32(p + 4), NULL);
@@ -387,9 +414,12 @@ static int on_data(struct wgr_table *t, const uint8_t *p, const struct wgr_addr 
         return WGR_DROP_no_session;
     uint64_t counter = wgr_le64(p + 8);
     struct wgr_peer_state *sender = &t->ps[x->partner];
-    if (!wgr_addr_eq(&sender->addr, from)) {
-        if (counter < x->counter_next)
-            return WGR_DROP_stale_source;
+    bool moved = !wgr_addr_eq(&sender->addr, from);
+    if (moved && counter < x->counter_next)
+        return WGR_DROP_stale_source;
+    if (!peer_rate_ok(t, sender, len, now))
+        return WGR_DROP_peer_rate;
+    if (moved) {
         sender->addr = *from;
         st->roamed++;
     }
@@ -419,7 +449,7 @@ void wgr_table_input(struct wgr_table *t, const uint8_t *p, size_t len, const st
         drop = on_cookie(t, p, now, v, st);
         break;
     case WGR_DATA:
-        drop = on_data(t, p, from, now, v, st);
+        drop = on_data(t, p, len, from, now, v, st);
         break;
     default:
         drop = WGR_DROP_malformed;

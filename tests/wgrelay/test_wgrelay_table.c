@@ -474,3 +474,29 @@ Test(wgrelay_table, a_full_table_refuses_and_recovers)
     cr_assert_eq(input(&w, d, 48, PA), -1, "the session survived the deletions around it");
     world_fini(&w);
 }
+
+Test(wgrelay_table, a_flooding_peer_is_held_to_its_rate)
+{
+    struct world w;
+    world_init(&w, "");
+    meet(&w);
+    wgr_table_set_peer_rate(w.t, 48000, 480); /* 1000 messages of 48 bytes a second, burst 10 */
+    uint8_t d[48];
+    unsigned sent = 0, limited = 0;
+    for (uint64_t c = 0; c < 30; c++) {
+        data(d, 0xb1, c);
+        int r = input(&w, d, 48, PA);
+        sent += r == -1, limited += r == WGR_DROP_peer_rate;
+    }
+    cr_assert_eq(sent, 10, "the burst");
+    cr_assert_eq(limited, 20);
+    data(d, 0xa1, 0);
+    cr_assert_eq(input(&w, d, 48, PB), -1, "the other peer has its own bucket");
+    w.now += 5; /* 5 ms: 5 more */
+    for (uint64_t c = 30; c < 40; c++) {
+        data(d, 0xb1, c);
+        sent += input(&w, d, 48, PA) == -1;
+    }
+    cr_assert_eq(sent, 15);
+    world_fini(&w);
+}
