@@ -1,4 +1,4 @@
-/* udp.c - UDP sockets on the reactor (STUN, hderp-wgrelay). Receive: where the shard has its
+/* udp.c - UDP sockets on the reactor (STUN, a WireGuard relay). Receive: where the shard has its
  * buffer ring, one multishot recvmsg that stays armed and fills ring buffers (each holds the
  * kernel's io_uring_recvmsg_out header, the source address and the datagram), handed to the app
  * one by one in the tick they arrived and returned to the ring right after; every datagram of a
