@@ -81,6 +81,18 @@ static void peers_refresh(struct wgr_shard *ws)
            wgr_table_live_count(ws->table));
 }
 
+/* One rate-limited line for a refused datagram (stragglers of ended sessions are only counted). */
+static void log_drop(int drop, const uint8_t *data, size_t len, const struct wgr_addr *from)
+{
+    static const char *const types[] = {"datagram", "handshake initiation", "handshake response",
+                                        "cookie reply", "data message"};
+    char a[64];
+    struct net_addr na;
+    to_net_addr(from, &na);
+    hd_log_rl(HD_LOG_INFO, "wgrelay: dropped a %s from %s: %s", types[wgr_classify(data, len)],
+              net_addr_format(&na, a, sizeof(a)), wgr_drop_names[drop]);
+}
+
 /* Shard 0: route one datagram and send it where the table says. */
 static void relay(struct wgr_shard *ws, const uint8_t *data, size_t len,
                   const struct wgr_addr *from)
@@ -88,6 +100,8 @@ static void relay(struct wgr_shard *ws, const uint8_t *data, size_t len,
     peers_refresh(ws);
     struct wgr_verdict *v = &ws->v;
     wgr_table_input(ws->table, data, len, from, hd_now_ms(ws->s), v, &ws->st);
+    if (v->drop >= 0 && v->drop != WGR_DROP_stale_source && v->drop != WGR_DROP_no_session)
+        log_drop(v->drop, data, len, from);
     for (unsigned i = 0; i < v->count; i++) {
         struct net_addr to;
         to_net_addr(&v->to[i], &to);
