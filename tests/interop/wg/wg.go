@@ -157,29 +157,45 @@ func (p *peer) handshakes() map[string]int64 {
 	return out
 }
 
-// ping sends ICMP echo requests to dst until one is answered (true) or the deadline passes.
+// ping sends ICMP echo requests to dst every 200 ms until one is answered (true) or the deadline
+// passes. A reader takes every reply (requests staged during a handshake are answered late: any
+// echo reply proves the path).
 func (p *peer) ping(dst *peer, within time.Duration) bool {
 	c, err := p.net.DialPingAddr(p.ip, dst.ip)
 	if err != nil {
 		fail("%s: ping socket: %v", p.name, err)
 	}
 	defer c.Close()
-	deadline := time.Now().Add(within)
-	for seq := 1; time.Now().Before(deadline); seq++ {
-		req := icmpEcho(uint16(seq), []byte("hderp-wgrelay"))
-		if _, err := c.Write(req); err != nil {
+	got := make(chan struct{}, 1)
+	go func() {
+		buf := make([]byte, 1500)
+		c.SetReadDeadline(time.Now().Add(within))
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if n >= 8 && buf[0] == 0 {
+				got <- struct{}{}
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(within)
+	for seq := 1; ; seq++ {
+		if _, err := c.Write(icmpEcho(uint16(seq), []byte("hderp-wgrelay"))); err != nil {
 			fail("%s: ping write: %v", p.name, err)
 		}
-		// Any echo reply proves the path (requests staged during a handshake are answered late,
-		// so the reply read may be to an earlier sequence number).
-		c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-		buf := make([]byte, 1500)
-		n, err := c.Read(buf)
-		if err == nil && n >= 8 && buf[0] == 0 && int(buf[6])<<8|int(buf[7]) <= seq {
+		select {
+		case <-got:
 			return true
+		case <-deadline:
+			return false
+		case <-tick.C:
 		}
 	}
-	return false
 }
 
 func icmpEcho(seq uint16, data []byte) []byte {
