@@ -20,8 +20,9 @@
 
 #include "wgr.h"
 
-#define WGR_TABLE_SHARD 0u
-#define WGR_SWEEP_MS    1000u
+#define WGR_TABLE_SHARD   0u
+#define WGR_SWEEP_MS      1000u
+#define WGR_SOCKET_BUFFER (4 << 20) /* each shard's socket, both ways */
 
 struct wgr_config {
     struct net_addr listen, metrics; /* metrics.len 0: no endpoint */
@@ -249,6 +250,13 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
     }
     if (rc == 0)
         rc = net_udp_open(s, &cfg->listen, on_datagram, ws, &ws->udp);
+    if (rc == 0) {
+        /* A burst waits in the socket while the shard forwards the one before: the default
+         * 208 KiB holds ~100 full-size packets. The kernel caps it at net.core.rmem_max. */
+        int bytes = WGR_SOCKET_BUFFER;
+        setsockopt(net_udp_fd(ws->udp), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+        setsockopt(net_udp_fd(ws->udp), SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+    }
     if (rc == 0 && cfg->metrics.len > 0 && hd_shard_id(s) == 0)
         rc = kit_metrics_start(s, &cfg->metrics, &wgr_metrics, &ws->metrics);
     if (rc < 0) {
