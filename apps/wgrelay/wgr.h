@@ -90,12 +90,47 @@ void wgr_mac1_put(const uint8_t key[WGR_KEY_LEN], uint8_t *msg, size_t mac1_off)
 /* A base64 WireGuard key (44 characters, as `wg genkey | wg pubkey` prints). 0 or -EINVAL. */
 int wgr_key_parse(const char *s, uint8_t key[WGR_KEY_LEN]);
 
+/* A source address (IPv4 or IPv6). */
+struct wgr_addr {
+    union {
+        struct sockaddr sa;
+        struct sockaddr_in in4;
+        struct sockaddr_in6 in6;
+    };
+    uint32_t len;
+};
+bool wgr_addr_eq(const struct wgr_addr *a, const struct wgr_addr *b);
+
+/* ---------------------------------------------------------------- cookies (wgr_cookie.c) */
+
+#define WGR_COOKIE_SECRET_MS 120000u /* the paper: the cookie secret changes every two minutes */
+struct wgr_cookies {
+    uint8_t secret[2][32]; /* the current one, the one before */
+    uint64_t rotated_ms;   /* 0: never (no cookie is valid yet) */
+};
+/* HASH("cookie--" || pub): the key of cookie replies on behalf of the owner of pub. */
+void wgr_cookie_key(const uint8_t pub[WGR_KEY_LEN], uint8_t key[WGR_KEY_LEN]);
+/* A new secret when the current one is two minutes old (or none). */
+void wgr_cookies_rotate(struct wgr_cookies *c, uint64_t now_ms);
+/* Whether an initiation's MAC2 was made with the cookie of its source (either secret). */
+bool wgr_mac2_ok(const struct wgr_cookies *c, const uint8_t *msg, const struct wgr_addr *from);
+/* The cookie reply to init from `from`, as its responder (cookie_key: wgr_cookie_key of the
+ * responder) would send it. */
+void wgr_cookie_reply(const struct wgr_cookies *c, const uint8_t *init, const struct wgr_addr *from,
+                      const uint8_t cookie_key[WGR_KEY_LEN], uint8_t out[WGR_COOKIE_LEN]);
+/* The initiator's side (tests, the load generator): the cookie out of a reply (0 or -EBADMSG),
+ * and an initiation's MAC2 made with it. */
+int wgr_cookie_open(const uint8_t reply[WGR_COOKIE_LEN], const uint8_t cookie_key[WGR_KEY_LEN],
+                    const uint8_t mac1[WGR_MAC_LEN], uint8_t cookie[WGR_MAC_LEN]);
+void wgr_mac2_put(const uint8_t cookie[WGR_MAC_LEN], uint8_t *msg);
+
 /* ---------------------------------------------------------------- the peers file (wgr_peers.c) */
 
 #define WGR_PEER_NONE 0xffffu
 struct wgr_peer {
     uint8_t pub[WGR_KEY_LEN];
     uint8_t mac1_key[WGR_KEY_LEN];
+    uint8_t cookie_key[WGR_KEY_LEN];
     char name[WGR_NAME_MAX];
     bool allow_any; /* no allow list on its line: it may reach every registered peer */
     uint16_t allow_count;
@@ -121,16 +156,6 @@ unsigned wgr_peer_find(const struct wgr_peers *ps, const uint8_t pub[WGR_KEY_LEN
 unsigned wgr_peer_by_mac1(const struct wgr_peers *ps, const uint8_t *msg, size_t mac1_off);
 
 /* ---------------------------------------------------------------- routing (wgr_table.c) */
-
-struct wgr_addr {
-    union {
-        struct sockaddr sa;
-        struct sockaddr_in in4;
-        struct sockaddr_in6 in6;
-    };
-    uint32_t len;
-};
-bool wgr_addr_eq(const struct wgr_addr *a, const struct wgr_addr *b);
 
 /* Why a datagram was dropped, one counter each (docs/WGRELAY.md, metrics). */
 #define WGR_DROPS(X)                                                                               \
@@ -160,7 +185,7 @@ extern const char *const wgr_drop_names[WGR_DROP_COUNT];
 
 struct wgr_stats {
     uint64_t received, forwarded, initiations, responses, cookies, data;
-    uint64_t broadcast_sends, roamed, sessions, expired;
+    uint64_t broadcast_sends, roamed, sessions, expired, cookies_sent, cookie_proven;
     uint64_t drops[WGR_DROP_COUNT];
 };
 
@@ -171,6 +196,8 @@ struct wgr_verdict {
     unsigned count;
     int drop; /* enum wgr_drop, or -1 */
     struct wgr_addr to[WGR_CANDIDATES_MAX];
+    bool cookie; /* send reply (a cookie reply) back to the source (with drop rate_limited) */
+    uint8_t reply[WGR_COOKIE_LEN];
 };
 /* The table with `slots` index slots (a power of two >= 16; WGR_INDEX_SLOTS: about 5 MiB,
  * allocate at start-up; tests and the fuzzer use small ones). peers: borrowed, see
@@ -192,6 +219,9 @@ unsigned wgr_table_pending_count(const struct wgr_table *t);
 /* Live and pending entries together stay at most this (3/4 of the slots). */
 unsigned wgr_table_live_max(const struct wgr_table *t);
 bool wgr_table_peer_addr(const struct wgr_table *t, unsigned peer, struct wgr_addr *out);
+/* Over the handshake rate, answer with a cookie reply for the responder (on) or drop (off, the
+ * default of a new table). */
+void wgr_table_set_cookies(struct wgr_table *t, bool on);
 /* Set the handshake rate per source (per second, burst); 0 turns the limit off. */
 void wgr_table_set_rate(struct wgr_table *t, uint32_t per_s, uint32_t burst);
 /* Set the data each peer may send through the relay (bytes per second, burst in bytes); 0 turns

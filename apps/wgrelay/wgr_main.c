@@ -29,6 +29,7 @@ struct wgr_config {
     const char *peers_path;
     uint32_t shards, rate_per_s, rate_burst;
     double peer_mbit, peer_burst_kib; /* --peer-rate (0: off), --peer-burst */
+    bool cookie_replies;              /* --cookie-replies */
     struct hd_snap_var *peers;        /* the current list */
 };
 
@@ -103,6 +104,12 @@ static void relay(struct wgr_shard *ws, const uint8_t *data, size_t len,
     wgr_table_input(ws->table, data, len, from, hd_now_ms(ws->s), v, &ws->st);
     if (v->drop >= 0 && v->drop != WGR_DROP_stale_source && v->drop != WGR_DROP_no_session)
         log_drop(v->drop, data, len, from);
+    if (v->cookie) {
+        struct net_addr back;
+        to_net_addr(from, &back);
+        if (net_udp_send(ws->udp, v->reply, sizeof(v->reply), &back) < 0)
+            ws->st.drops[WGR_DROP_send_failed]++;
+    }
     for (unsigned i = 0; i < v->count; i++) {
         struct net_addr to;
         to_net_addr(&v->to[i], &to);
@@ -212,6 +219,8 @@ static size_t metrics_format(const void *slots, unsigned count, char *buf, size_
     OUT("wgrelay_roamed_total %llu\n", SUM(st.roamed));
     OUT("wgrelay_sessions_total %llu\n", SUM(st.sessions));
     OUT("wgrelay_expired_total %llu\n", SUM(st.expired));
+    OUT("wgrelay_cookies_sent_total %llu\n", SUM(st.cookies_sent));
+    OUT("wgrelay_cookie_proven_total %llu\n", SUM(st.cookie_proven));
     OUT("wgrelay_socket_send_dropped_total %llu\n", SUM(send_dropped));
     for (unsigned d = 0; d < WGR_DROP_COUNT; d++)
         OUT("wgrelay_dropped_total{reason=\"%s\"} %llu\n", wgr_drop_names[d], SUM(st.drops[d]));
@@ -244,6 +253,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
             rc = -ENOMEM;
         else {
             wgr_table_set_rate(ws->table, cfg->rate_per_s, cfg->rate_burst);
+            wgr_table_set_cookies(ws->table, cfg->cookie_replies);
             wgr_table_set_peer_rate(ws->table, (uint64_t)(cfg->peer_mbit * 1e6 / 8),
                                     (uint64_t)(cfg->peer_burst_kib * 1024));
         }
@@ -351,6 +361,9 @@ static int parse_flags(struct wgr_config *cfg, int argc, char **argv)
          "handshake initiations per second per source IP (default 20, wireguard-go's; 0: off)"},
         {"handshake-burst", KIT_FLAG_U32, &cfg->rate_burst, 1, 1000000,
          "initiations a source may send at once (default 5)"},
+        {"cookie-replies", KIT_FLAG_BOOL, &cfg->cookie_replies, 0, 0,
+         "over the handshake rate, answer with WireGuard's cookie reply for the responder "
+         "(default true; =false: drop)"},
         {"peer-rate", KIT_FLAG_F64, &cfg->peer_mbit, 0, 1e6,
          "data each peer may send through the relay, Mbit/s (default 0: no limit)"},
         {"peer-burst", KIT_FLAG_F64, &cfg->peer_burst_kib, 2, 1e6,
@@ -412,7 +425,8 @@ int main(int argc, char **argv)
     struct wgr_config cfg = {.shards = 1,
                              .rate_per_s = WGR_RATE_PER_S,
                              .rate_burst = WGR_RATE_BURST,
-                             .peer_burst_kib = 256};
+                             .peer_burst_kib = 256,
+                             .cookie_replies = true};
     net_addr_parse("0.0.0.0:51820", &cfg.listen);
     int frc = parse_flags(&cfg, argc, argv);
     if (frc >= 0)

@@ -111,6 +111,7 @@ static int fill_keys(struct wgr_peers *ps, const struct parse_line *lines, unsig
             memcpy(p->name, l->tok[1], strlen(l->tok[1]) + 1);
         }
         wgr_mac1_key(p->pub, p->mac1_key);
+        wgr_cookie_key(p->pub, p->cookie_key);
         ps->count = i + 1;
     }
     return 0;

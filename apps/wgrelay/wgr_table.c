@@ -43,7 +43,7 @@ struct wgr_candidate {
 };
 
 struct wgr_rate {
-    uint8_t ip[16];
+    uint8_t ip[18]; /* address, and port when proven */
     uint64_t last_ms;
     uint64_t tokens_milli;
 };
@@ -59,6 +59,8 @@ struct wgr_table {
     struct wgr_rate *rate; /* [WGR_RATE_SLOTS] */
     uint32_t rate_per_s, rate_burst;
     uint64_t peer_bytes_per_s, peer_burst_bytes; /* 0: no per-peer data limit */
+    struct wgr_cookies cookies;
+    bool cookie_replies; /* over the rate: answer with a cookie reply (else drop) */
 };
 
 const char *const wgr_drop_names[WGR_DROP_COUNT] = {
@@ -135,6 +137,11 @@ static bool peer_rate_ok(struct wgr_table *t, struct wgr_peer_state *p, size_t l
         return false;
     p->rate_tokens -= len;
     return true;
+}
+
+void wgr_table_set_cookies(struct wgr_table *t, bool on)
+{
+    t->cookie_replies = on;
 }
 
 void wgr_table_set_rate(struct wgr_table *t, uint32_t per_s, uint32_t burst)
@@ -224,22 +231,30 @@ bool wgr_table_peer_addr(const struct wgr_table *t, unsigned peer, struct wgr_ad
 
 /* ---------------------------------------------------------------- per-source handshake rate */
 
-static bool rate_ok(struct wgr_table *t, const struct wgr_addr *from, uint64_t now)
+/* A source's initiations within the rate: per IP address, or per IP address and port for a
+ * source that proved it receives there (a valid MAC2: a NAT's many peers behind one address each
+ * get their own bucket). */
+static bool rate_ok(struct wgr_table *t, const struct wgr_addr *from, bool proven, uint64_t now)
 {
     if (t->rate_per_s == 0)
         return true;
-    uint8_t ip[16] = {0};
-    if (from->sa.sa_family == AF_INET)
+    uint8_t ip[18] = {0};
+    if (from->sa.sa_family == AF_INET) {
         memcpy(ip, &from->in4.sin_addr, 4);
-    else
+        if (proven)
+            memcpy(ip + 16, &from->in4.sin_port, 2);
+    } else {
         memcpy(ip, &from->in6.sin6_addr, 16);
+        if (proven)
+            memcpy(ip + 16, &from->in6.sin6_port, 2);
+    }
     uint32_t h = 2166136261u;
-    for (unsigned i = 0; i < 16; i++)
+    for (unsigned i = 0; i < sizeof(ip); i++)
         h = (h ^ ip[i]) * 16777619u;
     struct wgr_rate *r = &t->rate[h & (WGR_RATE_SLOTS - 1)];
     uint64_t cap = (uint64_t)t->rate_burst * 1000u;
-    if (memcmp(r->ip, ip, 16) != 0 || r->last_ms == 0) {
-        memcpy(r->ip, ip, 16);
+    if (memcmp(r->ip, ip, sizeof(ip)) != 0 || r->last_ms == 0) {
+        memcpy(r->ip, ip, sizeof(ip));
         r->tokens_milli = cap;
     } else {
         uint64_t add = (now - r->last_ms) * t->rate_per_s;
@@ -284,8 +299,20 @@ static int on_initiation(struct wgr_table *t, const uint8_t *p, const struct wgr
                          uint64_t now, struct wgr_verdict *v, struct wgr_stats *st)
 {
     st->initiations++;
-    if (!rate_ok(t, from, now))
+    wgr_cookies_rotate(&t->cookies, now);
+    bool proven = wgr_mac2_ok(&t->cookies, p, from);
+    st->cookie_proven += proven;
+    if (!rate_ok(t, from, proven, now)) {
+        /* Over the rate: as the responder under load would, answer with a cookie (for a
+         * registered responder only; a proven source over its own bucket is just dropped). */
+        unsigned to = proven ? WGR_PEER_NONE : wgr_peer_by_mac1(t->peers, p, WGR_INITIATION_MAC1);
+        if (to != WGR_PEER_NONE && t->cookie_replies) {
+            wgr_cookie_reply(&t->cookies, p, from, t->peers->peer[to].cookie_key, v->reply);
+            v->cookie = true;
+            st->cookies_sent++;
+        }
         return WGR_DROP_rate_limited;
+    }
     unsigned target = wgr_peer_by_mac1(t->peers, p, WGR_INITIATION_MAC1);
     if (target == WGR_PEER_NONE)
         return WGR_DROP_mac1_unknown;
@@ -436,6 +463,7 @@ void wgr_table_input(struct wgr_table *t, const uint8_t *p, size_t len, const st
                      uint64_t now, struct wgr_verdict *v, struct wgr_stats *st)
 {
     v->count = 0;
+    v->cookie = false;
     st->received++;
     int drop;
     switch (wgr_classify(p, len)) {

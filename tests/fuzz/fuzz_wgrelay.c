@@ -7,7 +7,8 @@
  *    well-shaped message of a type, give it a valid MAC1 for one of the peers, put small indexes
  *    in it (so sessions form and meet) and run the sweep. Invariants: every datagram is either
  *    forwarded (to at most WGR_CANDIDATES_MAX addresses) or dropped with one reason, the counters
- *    add up, and the table stays within its bounds. */
+ *    add up, the table stays within its bounds, and a cookie reply only answers a rate-limited
+ *    initiation. */
 #include <string.h>
 
 #include "fuzz_util.h"
@@ -80,8 +81,10 @@ static void fuzz_table(struct fuzz_in *in)
         now += (uint64_t)step * 250u;
         if (ctl & 0x40) {
             wgr_table_sweep(t, now, &st);
-            if (ctl & 0x80)
+            if (ctl & 0x80) {
                 wgr_table_set_rate(t, src & 1 ? 0 : 20, 5);
+                wgr_table_set_cookies(t, src & 2);
+            }
         }
         struct wgr_addr from = {.len = sizeof(struct sockaddr_in)};
         from.in4.sin_family = AF_INET;
@@ -91,6 +94,8 @@ static void fuzz_table(struct fuzz_in *in)
         CHECK(v.count <= WGR_CANDIDATES_MAX);
         CHECK((v.drop >= 0) == (v.count == 0));
         CHECK(v.drop < (int)WGR_DROP_COUNT);
+        CHECK(!v.cookie || (v.drop == WGR_DROP_rate_limited &&
+                            wgr_classify(v.reply, WGR_COOKIE_LEN) == WGR_COOKIE));
         forwarded += v.count > 0, dropped += v.drop >= 0;
         CHECK(wgr_table_live_count(t) + wgr_table_pending_count(t) <= wgr_table_live_max(t));
         CHECK(wgr_table_pending_count(t) <= WGR_PENDING_MAX);

@@ -500,3 +500,38 @@ Test(wgrelay_table, a_flooding_peer_is_held_to_its_rate)
     cr_assert_eq(sent, 15);
     world_fini(&w);
 }
+
+Test(wgrelay_table, over_the_rate_a_cookie_then_mac2_passes)
+{
+    struct world w;
+    world_init(&w, "");
+    wgr_table_set_rate(w.t, 20, 1);
+    wgr_table_set_cookies(w.t, true);
+    uint8_t m[148];
+    initiation(m, w.ps, A, 0x500);
+    cr_assert_neq(input(&w, m, 148, PX), WGR_DROP_rate_limited);
+    initiation(m, w.ps, A, 0x501);
+    cr_assert_eq(input(&w, m, 148, PX), WGR_DROP_rate_limited);
+    cr_assert(w.v.cookie, "answered with a cookie reply");
+    cr_assert_eq(wgr_classify(w.v.reply, WGR_COOKIE_LEN), WGR_COOKIE);
+    cr_assert_eq(wgr_le32(w.v.reply + 4), 0x501, "to the initiator's index");
+    /* The initiator opens it with the responder's public key and the initiation's MAC1. */
+    uint8_t cookie[16], wrong[16];
+    cr_assert_eq(wgr_cookie_open(w.v.reply, w.ps->peer[A].cookie_key, m + 116, cookie), 0);
+    cr_assert_eq(wgr_cookie_open(w.v.reply, w.ps->peer[B].cookie_key, m + 116, wrong), -EBADMSG);
+    /* Its next initiation carries MAC2: proven, its own bucket, forwarded over the IP's rate. */
+    initiation(m, w.ps, A, 0x502);
+    wgr_mac2_put(cookie, m);
+    cr_assert_neq(input(&w, m, 148, PX), WGR_DROP_rate_limited);
+    cr_assert_not(w.v.cookie);
+    cr_assert_eq(w.st.cookie_proven, 1);
+    /* The same MAC2 from another port proves nothing: limited with the rest of the IP. */
+    cr_assert_eq(input(&w, m, 148, PX + 1), WGR_DROP_rate_limited);
+    cr_assert(w.v.cookie);
+    /* Without cookie replies: dropped silently. */
+    wgr_table_set_cookies(w.t, false);
+    initiation(m, w.ps, A, 0x503);
+    cr_assert_eq(input(&w, m, 148, PX + 2), WGR_DROP_rate_limited);
+    cr_assert_not(w.v.cookie);
+    world_fini(&w);
+}
