@@ -186,6 +186,7 @@ extern const char *const wgr_drop_names[WGR_DROP_COUNT];
 struct wgr_stats {
     uint64_t received, forwarded, initiations, responses, cookies, data;
     uint64_t broadcast_sends, roamed, sessions, expired, cookies_sent, cookie_proven;
+    uint64_t routed; /* datagrams a shard handed to the table's shard over the bus */
     uint64_t drops[WGR_DROP_COUNT];
 };
 

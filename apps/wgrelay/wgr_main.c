@@ -160,6 +160,8 @@ static void on_datagram(struct net_udp *u, const uint8_t *data, size_t len,
     if (hd_bus_send(ws->s, WGR_TABLE_SHARD, &m) < 0) {
         hd_frame_unref(ws->s, f);
         ws->st.drops[WGR_DROP_no_frame]++;
+    } else {
+        ws->st.routed++;
     }
 }
 
@@ -219,6 +221,7 @@ static size_t metrics_format(const void *slots, unsigned count, char *buf, size_
     OUT("wgrelay_roamed_total %llu\n", SUM(st.roamed));
     OUT("wgrelay_sessions_total %llu\n", SUM(st.sessions));
     OUT("wgrelay_expired_total %llu\n", SUM(st.expired));
+    OUT("wgrelay_routed_total %llu\n", SUM(st.routed));
     OUT("wgrelay_cookies_sent_total %llu\n", SUM(st.cookies_sent));
     OUT("wgrelay_cookie_proven_total %llu\n", SUM(st.cookie_proven));
     OUT("wgrelay_socket_send_dropped_total %llu\n", SUM(send_dropped));
@@ -304,8 +307,10 @@ static void shard_fini(struct hd_shard *s, void *state)
     unsigned long long drops = 0;
     for (unsigned d = 0; d < WGR_DROP_COUNT; d++)
         drops += ws->st.drops[d];
-    hd_log(HD_LOG_INFO, "wgrelay: shard %u received %llu forwarded %llu sessions %llu dropped %llu",
-           hd_shard_id(s), (unsigned long long)ws->st.received,
+    hd_log(HD_LOG_INFO,
+           "wgrelay: shard %u routed to shard 0 %llu; judged %llu forwarded %llu sessions %llu "
+           "dropped %llu",
+           hd_shard_id(s), (unsigned long long)ws->st.routed, (unsigned long long)ws->st.received,
            (unsigned long long)ws->st.forwarded, (unsigned long long)ws->st.sessions, drops);
     wgr_table_destroy(ws->table);
     if (ws->peers)

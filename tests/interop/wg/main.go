@@ -112,6 +112,7 @@ func main() {
 	outsiders(r, a, b, c, u)
 	reload(r, a, c, peersFile)
 
+	logf("datagrams routed between shards: %d", r.counter("wgrelay_routed_total"))
 	final := r.metricsText()
 	if err := r.stop(); err != nil {
 		fail("%v", err)
