@@ -1,6 +1,6 @@
 module hderp/tests/interop/wg
 
-go 1.26.8
+go 1.26
 
 require (
 	golang.org/x/crypto v0.37.0
