@@ -4,10 +4,13 @@
  * one by one in the tick they arrived and returned to the ring right after; every datagram of a
  * burst comes in one tick without a submission each. Without a ring: one recvmsg in flight into
  * the socket's own datagram buffer, re-armed after each datagram. Sends copy the datagram into
- * one of a fixed set of send slots and go out as one sendmsg each (batched by the ring,
- * submitted with the tick). Runs on the socket's shard; owns the socket and its buffers, freed
- * once the kernel returned every op. */
+ * one of a fixed set of send slots and wait for the end of the tick; then a run of datagrams to
+ * one address with one size goes as one sendmsg with UDP_SEGMENT (GSO: the kernel cuts it),
+ * the others as one sendmsg each, in the order queued (batched by the ring, submitted with the
+ * tick). Runs on the socket's shard; owns the socket and its buffers, freed once the kernel
+ * returned every op. */
 #include <errno.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,6 +25,22 @@ struct net_udp_slot {
     struct net_addr to;
     bool busy;
     uint8_t data[NET_UDP_SEND_MAX];
+};
+
+/* One sendmsg carrying several datagrams to one address (UDP GSO: the kernel cuts them at
+ * segment size). Its datagrams stay in their slots until it completes. */
+struct net_udp_group {
+    struct hd_op op;
+    struct net_udp *u;
+    struct msghdr msg;
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } cmsg;
+    unsigned count;
+    bool busy;
+    uint16_t slot[NET_UDP_GSO_SEGS];
+    struct iovec iov[NET_UDP_GSO_SEGS];
 };
 
 struct net_udp {
@@ -41,6 +60,11 @@ struct net_udp {
     struct net_udp_stats stats;
     unsigned free_count; /* free_slots[0..free_count): slots not in flight */
     uint16_t free_slots[NET_UDP_SLOTS];
+    unsigned pending_count; /* pending[0..pending_count): queued this tick, in order */
+    uint16_t pending[NET_UDP_SLOTS];
+    struct hd_flush flush; /* at the tick's end: the pending slots go out */
+    bool gso;              /* the kernel took a GSO send (off after it refused one) */
+    struct net_udp_group groups[NET_UDP_GSO_GROUPS];
     struct net_udp_slot slots[NET_UDP_SLOTS];
     uint8_t buf[NET_UDP_DATAGRAM_MAX];
 };
@@ -144,18 +168,127 @@ static void udp_recv_arm(struct net_udp *u)
     io_uring_prep_recvmsg(sqe, u->fd, &u->msg, 0);
 }
 
+static void udp_slot_release(struct net_udp *u, struct net_udp_slot *sl)
+{
+    sl->busy = false;
+    u->free_slots[u->free_count++] = (uint16_t)(sl - u->slots);
+}
+
 static void udp_send_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     (void)flags;
     struct net_udp_slot *sl = hd_container_of(op, struct net_udp_slot, op);
     struct net_udp *u = sl->u;
-    sl->busy = false;
-    u->free_slots[u->free_count++] = (uint16_t)(sl - u->slots);
+    udp_slot_release(u, sl);
     if (res < 0)
         u->stats.send_errors++;
     else
         u->stats.sent++;
     udp_maybe_free(u);
+}
+
+static void udp_group_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_udp_group *g = hd_container_of(op, struct net_udp_group, op);
+    struct net_udp *u = g->u;
+    for (unsigned i = 0; i < g->count; i++)
+        udp_slot_release(u, &u->slots[g->slot[i]]);
+    if (res < 0) {
+        u->stats.send_errors += g->count;
+        if (res == -EIO || res == -EINVAL || res == -EOPNOTSUPP)
+            u->gso = false; /* no GSO on this path: one sendmsg per datagram from now on */
+    } else {
+        u->stats.sent += g->count;
+        u->stats.gso_sends++;
+    }
+    g->busy = false;
+    udp_maybe_free(u);
+}
+
+static void udp_send_one(struct net_udp *u, struct net_udp_slot *sl)
+{
+    struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &sl->op);
+    if (sqe == NULL) { /* the SQ stayed full: dropped, counted */
+        udp_slot_release(u, sl);
+        u->stats.send_errors++;
+        return;
+    }
+    sl->msg = (struct msghdr){
+        .msg_name = &sl->to.ss, .msg_namelen = sl->to.len, .msg_iov = &sl->iov, .msg_iovlen = 1};
+    io_uring_prep_sendmsg(sqe, u->fd, &sl->msg, 0);
+}
+
+/* How many pending slots from i on can go as one GSO send: the same address, the same length
+ * (the last one may be shorter), at most NET_UDP_GSO_SEGS and 64 KiB. */
+static unsigned udp_run(struct net_udp *u, unsigned i)
+{
+    const struct net_udp_slot *first = &u->slots[u->pending[i]];
+    size_t seg = first->iov.iov_len, total = seg;
+    unsigned n = 1;
+    while (i + n < u->pending_count && n < NET_UDP_GSO_SEGS) {
+        const struct net_udp_slot *sl = &u->slots[u->pending[i + n]];
+        size_t len = sl->iov.iov_len;
+        if (len > seg || total + len > NET_UDP_GSO_BYTES_MAX || sl->to.len != first->to.len ||
+            memcmp(&sl->to.ss, &first->to.ss, first->to.len) != 0)
+            break;
+        total += len;
+        n++;
+        if (len < seg)
+            break;
+    }
+    return n;
+}
+
+static bool udp_send_group(struct net_udp *u, unsigned i, unsigned n)
+{
+    struct net_udp_group *g = NULL;
+    for (unsigned k = 0; k < NET_UDP_GSO_GROUPS && g == NULL; k++)
+        if (!u->groups[k].busy)
+            g = &u->groups[k];
+    if (g == NULL)
+        return false;
+    struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &g->op);
+    if (sqe == NULL)
+        return false;
+    struct net_udp_slot *first = &u->slots[u->pending[i]];
+    for (unsigned k = 0; k < n; k++) {
+        g->slot[k] = u->pending[i + k];
+        g->iov[k] = u->slots[g->slot[k]].iov;
+    }
+    g->count = n;
+    g->busy = true;
+    g->msg = (struct msghdr){.msg_name = &first->to.ss,
+                             .msg_namelen = first->to.len,
+                             .msg_iov = g->iov,
+                             .msg_iovlen = n,
+                             .msg_control = g->cmsg.buf,
+                             .msg_controllen = sizeof(g->cmsg.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&g->msg);
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t seg = (uint16_t)first->iov.iov_len;
+    memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    io_uring_prep_sendmsg(sqe, u->fd, &g->msg, 0);
+    return true;
+}
+
+/* End of the tick: the datagrams queued during it go out, runs to one address as one GSO send
+ * each (one sendmsg per destination and size), the rest one sendmsg each, in queue order. */
+static void udp_flush(struct hd_flush *f)
+{
+    struct net_udp *u = hd_container_of(f, struct net_udp, flush);
+    for (unsigned i = 0; i < u->pending_count;) {
+        unsigned n = u->gso ? udp_run(u, i) : 1;
+        if (n >= 2 && udp_send_group(u, i, n)) {
+            i += n;
+            continue;
+        }
+        udp_send_one(u, &u->slots[u->pending[i]]);
+        i++;
+    }
+    u->pending_count = 0;
 }
 
 /* A UDP socket on fd, which it now owns (closed on failure too). */
@@ -181,6 +314,12 @@ static int udp_begin(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg,
         u->free_slots[i] = (uint16_t)(NET_UDP_SLOTS - 1 - i);
     }
     u->free_count = NET_UDP_SLOTS;
+    for (unsigned i = 0; i < NET_UDP_GSO_GROUPS; i++) {
+        u->groups[i].u = u;
+        hd_op_init(s, &u->groups[i].op, udp_group_done);
+    }
+    hd_flush_init(&u->flush, udp_flush);
+    u->gso = true;
     udp_recv_arm(u);
     *out = u;
     return 0;
@@ -226,18 +365,13 @@ int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct n
         u->stats.send_dropped++;
         return -ENOBUFS;
     }
-    struct net_udp_slot *sl = &u->slots[u->free_slots[u->free_count - 1]];
-    struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &sl->op);
-    if (sqe == NULL)
-        return -EBUSY;
-    u->free_count--;
+    struct net_udp_slot *sl = &u->slots[u->free_slots[--u->free_count]];
     memcpy(sl->data, data, len);
     sl->to = *to;
     sl->iov = (struct iovec){.iov_base = sl->data, .iov_len = len};
-    sl->msg = (struct msghdr){
-        .msg_name = &sl->to.ss, .msg_namelen = to->len, .msg_iov = &sl->iov, .msg_iovlen = 1};
-    io_uring_prep_sendmsg(sqe, u->fd, &sl->msg, 0);
     sl->busy = true;
+    u->pending[u->pending_count++] = (uint16_t)(sl - u->slots);
+    hd_flush_request(u->shard, &u->flush);
     return 0;
 }
 

@@ -49,7 +49,7 @@ struct wgr_shard {
 /* What a shard reports to /metrics. */
 struct wgr_slot {
     struct wgr_stats st;
-    uint64_t live, pending, peers, send_dropped;
+    uint64_t live, pending, peers, send_dropped, gso_sends;
 };
 
 static const struct hd_module wgr_module;
@@ -186,6 +186,8 @@ static void metrics_fill(struct hd_shard *s, void *slot, void *arg)
     out->st = ws->st;
     if (ws->udp)
         out->send_dropped = net_udp_stats(ws->udp)->send_dropped;
+    if (ws->udp)
+        out->gso_sends = net_udp_stats(ws->udp)->gso_sends;
     if (ws->table) {
         out->live = wgr_table_live_count(ws->table);
         out->pending = wgr_table_pending_count(ws->table);
@@ -225,6 +227,7 @@ static size_t metrics_format(const void *slots, unsigned count, char *buf, size_
     OUT("wgrelay_cookies_sent_total %llu\n", SUM(st.cookies_sent));
     OUT("wgrelay_cookie_proven_total %llu\n", SUM(st.cookie_proven));
     OUT("wgrelay_socket_send_dropped_total %llu\n", SUM(send_dropped));
+    OUT("wgrelay_socket_gso_sends_total %llu\n", SUM(gso_sends));
     for (unsigned d = 0; d < WGR_DROP_COUNT; d++)
         OUT("wgrelay_dropped_total{reason=\"%s\"} %llu\n", wgr_drop_names[d], SUM(st.drops[d]));
     OUT("wgrelay_indexes_live %llu\n", SUM(live));

@@ -58,6 +58,12 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_UDP_SEND_MAX     1500u
 #define NET_UDP_SLOTS        256u
 _Static_assert(NET_UDP_SLOTS >= NET_BUF_RING_ENTRIES, "a received burst can be forwarded whole");
+/* UDP GSO: datagrams queued in one tick for one address with one size go as one sendmsg (the
+ * kernel's UDP_MAX_SEGMENTS is 64; a UDP payload is at most 65,507 bytes), from at most
+ * NET_UDP_GSO_GROUPS such sends in flight per socket (beyond them: one sendmsg per datagram). */
+#define NET_UDP_GSO_SEGS      64u
+#define NET_UDP_GSO_BYTES_MAX 65000u
+#define NET_UDP_GSO_GROUPS    16u
 _Static_assert(NET_UDP_SLOTS <= 65535u, "slot numbers are u16");
 
 /* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);

@@ -1,7 +1,8 @@
 /* test_udp.c - UDP sockets (net_udp) on real loopback sockets, through the shard's buffer ring
  * (multishot recvmsg) and through the one-recvmsg fallback: a burst of datagrams arrives whole,
  * in order, with its source; a burst of sends (more than the old 32 slots) goes out whole; a
- * datagram larger than a ring buffer is counted and dropped without deafening the socket; a
+ * datagram larger than a ring buffer is counted and dropped without deafening the socket; equal
+ * datagrams to one address leave as GSO sends and arrive as the datagrams they were; a
  * socket closed from its own receive callback is freed once, after the callback. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
@@ -17,14 +18,14 @@
 #define BURST 64u /* fits the default socket receive buffer on loopback */
 
 static struct {
-    bool no_buf_ring, close_in_cb, oversize;
+    bool no_buf_ring, close_in_cb, oversize, same_size;
     int peer; /* a plain socket: the other end */
     struct sockaddr_in peer_addr;
     struct net_udp *u;
     struct hd_timer timer;
     struct hd_shard *s;
-    unsigned got, bad_order, bad_source, echoed, polls;
-    uint64_t truncated;
+    unsigned got, bad_order, bad_source, echoed, bad_echo, polls;
+    uint64_t truncated, gso_sends;
     bool closed_once;
 } g;
 
@@ -40,7 +41,7 @@ static void *const *net_layers_args(void)
 
 static size_t size_of(unsigned i)
 {
-    return 4 + (i * 37) % 500;
+    return g.same_size ? 1000 : 4 + (i * 37) % 500;
 }
 
 static void on_datagram(struct net_udp *u, const uint8_t *data, size_t len,
@@ -69,12 +70,18 @@ static void on_timer(struct hd_timer *t)
     (void)t;
     uint8_t buf[2048];
     ssize_t n;
-    while ((n = recv(g.peer, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+    while ((n = recv(g.peer, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+        uint32_t seq;
+        memcpy(&seq, buf, 4);
+        if (seq != g.echoed || (size_t)n != size_of(seq))
+            g.bad_echo++; /* a GSO send must come out as the datagrams that went in */
         g.echoed++;
+    }
     bool done = g.close_in_cb ? g.closed_once : g.echoed == BURST;
     if (done || ++g.polls > 20000) { /* a bounded wait: 20 s */
         if (g.u) {
             g.truncated = net_udp_stats(g.u)->truncated;
+            g.gso_sends = net_udp_stats(g.u)->gso_sends;
             net_udp_close(g.u);
             g.u = NULL;
         }
@@ -108,7 +115,9 @@ static void body(struct hd_shard *s, void *arg)
 
 static void run(bool no_buf_ring, bool close_in_cb, bool oversize)
 {
+    bool same_size = g.same_size;
     memset(&g, 0, sizeof(g));
+    g.same_size = same_size;
     g.no_buf_ring = no_buf_ring, g.close_in_cb = close_in_cb, g.oversize = oversize;
     g.peer = socket(AF_INET, SOCK_DGRAM, 0);
     cr_assert_geq(g.peer, 0);
@@ -129,6 +138,17 @@ Test(net_udp, burst_through_the_buffer_ring)
     cr_assert_eq(g.bad_order, 0);
     cr_assert_eq(g.bad_source, 0);
     cr_assert_eq(g.echoed, BURST, "every datagram sent back (more sends at once than 32)");
+    cr_assert_eq(g.bad_echo, 0);
+}
+
+Test(net_udp, equal_datagrams_to_one_address_go_as_gso_sends)
+{
+    g.same_size = true;
+    run(false, false, false);
+    cr_assert_eq(g.got, BURST);
+    cr_assert_eq(g.echoed, BURST);
+    cr_assert_eq(g.bad_echo, 0, "every datagram whole, in order");
+    cr_assert_gt(g.gso_sends, 0, "a tick's run to one address went as one sendmsg");
 }
 
 Test(net_udp, burst_through_the_plain_recv)

@@ -112,7 +112,8 @@ func main() {
 	outsiders(r, a, b, c, u)
 	reload(r, a, c, peersFile)
 
-	logf("datagrams routed between shards: %d", r.counter("wgrelay_routed_total"))
+	logf("datagrams routed between shards: %d; GSO sends: %d", r.counter("wgrelay_routed_total"),
+		r.counter("wgrelay_socket_gso_sends_total"))
 	final := r.metricsText()
 	if err := r.stop(); err != nil {
 		fail("%v", err)
