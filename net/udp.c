@@ -1,9 +1,16 @@
-/* udp.c - UDP sockets on the reactor (STUN): one recvmsg in flight into the socket's own
- * datagram buffer, re-armed after each datagram is handed to the app; sends copy the datagram
- * into one of a fixed set of send slots and go out as one sendmsg each (batched by the ring,
- * submitted with the tick). Runs on the socket's shard; owns the socket and its buffers, freed
- * once the kernel returned every op. */
+/* udp.c - UDP sockets on the reactor (STUN, a WireGuard relay). Receive: where the shard has its
+ * buffer ring, one multishot recvmsg that stays armed and fills ring buffers (each holds the
+ * kernel's io_uring_recvmsg_out header, the source address and the datagram), handed to the app
+ * one by one in the tick they arrived and returned to the ring right after; every datagram of a
+ * burst comes in one tick without a submission each. Without a ring: one recvmsg in flight into
+ * the socket's own datagram buffer, re-armed after each datagram. Sends copy the datagram into
+ * one of a fixed set of send slots and wait for the end of the tick; then a run of datagrams to
+ * one address with one size goes as one sendmsg with UDP_SEGMENT (GSO: the kernel cuts it),
+ * the others as one sendmsg each, in the order queued (batched by the ring, submitted with the
+ * tick). Runs on the socket's shard; owns the socket and its buffers, freed once the kernel
+ * returned every op. */
 #include <errno.h>
+#include <netinet/udp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,10 +27,30 @@ struct net_udp_slot {
     uint8_t data[NET_UDP_SEND_MAX];
 };
 
+/* One sendmsg carrying several datagrams to one address (UDP GSO: the kernel cuts them at
+ * segment size). Its datagrams stay in their slots until it completes. */
+struct net_udp_group {
+    struct hd_op op;
+    struct net_udp *u;
+    struct msghdr msg;
+    union {
+        char buf[CMSG_SPACE(sizeof(uint16_t))];
+        struct cmsghdr align;
+    } cmsg;
+    unsigned count;
+    bool busy;
+    uint16_t slot[NET_UDP_GSO_SEGS];
+    struct iovec iov[NET_UDP_GSO_SEGS];
+};
+
 struct net_udp {
     struct hd_shard *shard;
+    struct net_shard *ns;
     int fd;
     bool closing;
+    bool delivering; /* in the app's callback: a close there must not free us under it */
+    bool multishot;  /* the recv is a multishot recvmsg into the shard's buffer ring */
+    struct hd_timer nobufs_timer; /* the ring was empty: arm again after NET_NOBUFS_RETRY_MS */
     net_udp_recv_fn *fn;
     void *arg;
     struct hd_op recv_op;
@@ -31,6 +58,13 @@ struct net_udp {
     struct iovec iov;
     struct net_addr from;
     struct net_udp_stats stats;
+    unsigned free_count; /* free_slots[0..free_count): slots not in flight */
+    uint16_t free_slots[NET_UDP_SLOTS];
+    unsigned pending_count; /* pending[0..pending_count): queued this tick, in order */
+    uint16_t pending[NET_UDP_SLOTS];
+    struct hd_flush flush; /* at the tick's end: the pending slots go out */
+    bool gso;              /* the kernel took a GSO send (off after it refused one) */
+    struct net_udp_group groups[NET_UDP_GSO_GROUPS];
     struct net_udp_slot slots[NET_UDP_SLOTS];
     uint8_t buf[NET_UDP_DATAGRAM_MAX];
 };
@@ -39,38 +73,78 @@ static void udp_recv_arm(struct net_udp *u);
 
 static bool udp_idle(const struct net_udp *u)
 {
-    if (hd_op_busy(&u->recv_op))
-        return false;
-    for (unsigned i = 0; i < NET_UDP_SLOTS; i++)
-        if (u->slots[i].busy)
-            return false;
-    return true;
+    return !hd_op_busy(&u->recv_op) && u->free_count == NET_UDP_SLOTS;
 }
 
 static void udp_maybe_free(struct net_udp *u)
 {
-    if (u->closing && udp_idle(u)) {
+    if (u->closing && !u->delivering && udp_idle(u)) {
         close(u->fd);
         free(u);
     }
 }
 
+static void udp_deliver(struct net_udp *u, const uint8_t *data, size_t len)
+{
+    u->stats.received++;
+    u->delivering = true;
+    u->fn(u, data, len, &u->from, u->arg);
+    u->delivering = false;
+}
+
+/* A ring buffer the multishot recvmsg filled: [recvmsg_out][name][payload]. */
+static void udp_deliver_buf(struct net_udp *u, uint16_t bid, int32_t res)
+{
+    uint8_t *buf = net_bufring_addr(u->ns, bid);
+    struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(buf, res, &u->msg);
+    if (o == NULL) {
+        u->stats.recv_errors++;
+        return;
+    }
+    if (o->flags & MSG_TRUNC) {
+        u->stats.truncated++; /* larger than a ring buffer: not a datagram we can hand over */
+        return;
+    }
+    socklen_t namelen = o->namelen <= sizeof(u->from.ss) ? o->namelen : sizeof(u->from.ss);
+    memcpy(&u->from.ss, io_uring_recvmsg_name(o), namelen);
+    u->from.len = namelen;
+    udp_deliver(u, io_uring_recvmsg_payload(o, &u->msg),
+                io_uring_recvmsg_payload_length(o, res, &u->msg));
+}
+
+static void udp_nobufs_retry(struct hd_timer *t)
+{
+    struct net_udp *u = hd_container_of(t, struct net_udp, nobufs_timer);
+    if (!u->closing)
+        udp_recv_arm(u);
+}
+
 static void udp_recv_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
-    (void)flags;
     struct net_udp *u = hd_container_of(op, struct net_udp, recv_op);
-    if (res >= 0 && !u->closing) {
-        u->stats.received++;
+    if (flags & IORING_CQE_F_BUFFER) {
+        uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
+        if (res > 0 && !u->closing)
+            udp_deliver_buf(u, bid, res);
+        net_bufring_recycle(u->ns, bid);
+    } else if (res >= 0 && !u->closing && !u->multishot) {
         u->from.len = u->msg.msg_namelen;
-        u->fn(u, u->buf, (size_t)res, &u->from, u->arg);
+        udp_deliver(u, u->buf, (size_t)res);
+    } else if (res == -ENOBUFS) {
+        u->stats.recv_nobufs++;
     } else if (res < 0 && res != -ECANCELED) {
         u->stats.recv_errors++;
     }
+    if (flags & IORING_CQE_F_MORE)
+        return; /* the multishot recv stays armed */
     if (u->closing) {
         udp_maybe_free(u);
         return;
     }
-    udp_recv_arm(u);
+    if (res == -ENOBUFS)
+        hd_timer_start(u->shard, &u->nobufs_timer, NET_NOBUFS_RETRY_MS);
+    else
+        udp_recv_arm(u);
 }
 
 static void udp_recv_arm(struct net_udp *u)
@@ -78,6 +152,14 @@ static void udp_recv_arm(struct net_udp *u)
     struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &u->recv_op);
     if (sqe == NULL)
         return; /* SQ full even after submitting: the socket goes deaf (counted by the reactor) */
+    if (u->multishot) {
+        /* The kernel reads the name and control sizes from this header to lay out each buffer. */
+        u->msg = (struct msghdr){.msg_namelen = sizeof(u->from.ss)};
+        io_uring_prep_recvmsg_multishot(sqe, u->fd, &u->msg, 0);
+        sqe->flags |= IOSQE_BUFFER_SELECT;
+        sqe->buf_group = NET_BUF_GROUP;
+        return;
+    }
     u->iov = (struct iovec){.iov_base = u->buf, .iov_len = sizeof(u->buf)};
     u->msg = (struct msghdr){.msg_name = &u->from.ss,
                              .msg_namelen = sizeof(u->from.ss),
@@ -86,17 +168,127 @@ static void udp_recv_arm(struct net_udp *u)
     io_uring_prep_recvmsg(sqe, u->fd, &u->msg, 0);
 }
 
+static void udp_slot_release(struct net_udp *u, struct net_udp_slot *sl)
+{
+    sl->busy = false;
+    u->free_slots[u->free_count++] = (uint16_t)(sl - u->slots);
+}
+
 static void udp_send_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
     (void)flags;
     struct net_udp_slot *sl = hd_container_of(op, struct net_udp_slot, op);
     struct net_udp *u = sl->u;
-    sl->busy = false;
+    udp_slot_release(u, sl);
     if (res < 0)
         u->stats.send_errors++;
     else
         u->stats.sent++;
     udp_maybe_free(u);
+}
+
+static void udp_group_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    (void)flags;
+    struct net_udp_group *g = hd_container_of(op, struct net_udp_group, op);
+    struct net_udp *u = g->u;
+    for (unsigned i = 0; i < g->count; i++)
+        udp_slot_release(u, &u->slots[g->slot[i]]);
+    if (res < 0) {
+        u->stats.send_errors += g->count;
+        if (res == -EIO || res == -EINVAL || res == -EOPNOTSUPP)
+            u->gso = false; /* no GSO on this path: one sendmsg per datagram from now on */
+    } else {
+        u->stats.sent += g->count;
+        u->stats.gso_sends++;
+    }
+    g->busy = false;
+    udp_maybe_free(u);
+}
+
+static void udp_send_one(struct net_udp *u, struct net_udp_slot *sl)
+{
+    struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &sl->op);
+    if (sqe == NULL) { /* the SQ stayed full: dropped, counted */
+        udp_slot_release(u, sl);
+        u->stats.send_errors++;
+        return;
+    }
+    sl->msg = (struct msghdr){
+        .msg_name = &sl->to.ss, .msg_namelen = sl->to.len, .msg_iov = &sl->iov, .msg_iovlen = 1};
+    io_uring_prep_sendmsg(sqe, u->fd, &sl->msg, 0);
+}
+
+/* How many pending slots from i on can go as one GSO send: the same address, the same length
+ * (the last one may be shorter), at most NET_UDP_GSO_SEGS and 64 KiB. */
+static unsigned udp_run(struct net_udp *u, unsigned i)
+{
+    const struct net_udp_slot *first = &u->slots[u->pending[i]];
+    size_t seg = first->iov.iov_len, total = seg;
+    unsigned n = 1;
+    while (i + n < u->pending_count && n < NET_UDP_GSO_SEGS) {
+        const struct net_udp_slot *sl = &u->slots[u->pending[i + n]];
+        size_t len = sl->iov.iov_len;
+        if (len > seg || total + len > NET_UDP_GSO_BYTES_MAX || sl->to.len != first->to.len ||
+            memcmp(&sl->to.ss, &first->to.ss, first->to.len) != 0)
+            break;
+        total += len;
+        n++;
+        if (len < seg)
+            break;
+    }
+    return n;
+}
+
+static bool udp_send_group(struct net_udp *u, unsigned i, unsigned n)
+{
+    struct net_udp_group *g = NULL;
+    for (unsigned k = 0; k < NET_UDP_GSO_GROUPS && g == NULL; k++)
+        if (!u->groups[k].busy)
+            g = &u->groups[k];
+    if (g == NULL)
+        return false;
+    struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &g->op);
+    if (sqe == NULL)
+        return false;
+    struct net_udp_slot *first = &u->slots[u->pending[i]];
+    for (unsigned k = 0; k < n; k++) {
+        g->slot[k] = u->pending[i + k];
+        g->iov[k] = u->slots[g->slot[k]].iov;
+    }
+    g->count = n;
+    g->busy = true;
+    g->msg = (struct msghdr){.msg_name = &first->to.ss,
+                             .msg_namelen = first->to.len,
+                             .msg_iov = g->iov,
+                             .msg_iovlen = n,
+                             .msg_control = g->cmsg.buf,
+                             .msg_controllen = sizeof(g->cmsg.buf)};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&g->msg);
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    uint16_t seg = (uint16_t)first->iov.iov_len;
+    memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    io_uring_prep_sendmsg(sqe, u->fd, &g->msg, 0);
+    return true;
+}
+
+/* End of the tick: the datagrams queued during it go out, runs to one address as one GSO send
+ * each (one sendmsg per destination and size), the rest one sendmsg each, in queue order. */
+static void udp_flush(struct hd_flush *f)
+{
+    struct net_udp *u = hd_container_of(f, struct net_udp, flush);
+    for (unsigned i = 0; i < u->pending_count;) {
+        unsigned n = u->gso ? udp_run(u, i) : 1;
+        if (n >= 2 && udp_send_group(u, i, n)) {
+            i += n;
+            continue;
+        }
+        udp_send_one(u, &u->slots[u->pending[i]]);
+        i++;
+    }
+    u->pending_count = 0;
 }
 
 /* A UDP socket on fd, which it now owns (closed on failure too). */
@@ -109,6 +301,9 @@ static int udp_begin(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg,
         return -ENOMEM;
     }
     u->shard = s;
+    u->ns = net_shard_of(s);
+    u->multishot = u->ns->buf_ring;
+    hd_timer_init(&u->nobufs_timer, udp_nobufs_retry);
     u->fd = fd;
     u->fn = fn;
     u->arg = arg;
@@ -116,7 +311,15 @@ static int udp_begin(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg,
     for (unsigned i = 0; i < NET_UDP_SLOTS; i++) {
         u->slots[i].u = u;
         hd_op_init(s, &u->slots[i].op, udp_send_done);
+        u->free_slots[i] = (uint16_t)(NET_UDP_SLOTS - 1 - i);
     }
+    u->free_count = NET_UDP_SLOTS;
+    for (unsigned i = 0; i < NET_UDP_GSO_GROUPS; i++) {
+        u->groups[i].u = u;
+        hd_op_init(s, &u->groups[i].op, udp_group_done);
+    }
+    hd_flush_init(&u->flush, udp_flush);
+    u->gso = true;
     udp_recv_arm(u);
     *out = u;
     return 0;
@@ -158,24 +361,18 @@ int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct n
         return -EPIPE;
     if (len > NET_UDP_SEND_MAX)
         return -EMSGSIZE;
-    for (unsigned i = 0; i < NET_UDP_SLOTS; i++) {
-        struct net_udp_slot *sl = &u->slots[i];
-        if (sl->busy)
-            continue;
-        struct io_uring_sqe *sqe = hd_op_sqe(u->shard, &sl->op);
-        if (sqe == NULL)
-            return -EBUSY;
-        memcpy(sl->data, data, len);
-        sl->to = *to;
-        sl->iov = (struct iovec){.iov_base = sl->data, .iov_len = len};
-        sl->msg = (struct msghdr){
-            .msg_name = &sl->to.ss, .msg_namelen = to->len, .msg_iov = &sl->iov, .msg_iovlen = 1};
-        io_uring_prep_sendmsg(sqe, u->fd, &sl->msg, 0);
-        sl->busy = true;
-        return 0;
+    if (u->free_count == 0) {
+        u->stats.send_dropped++;
+        return -ENOBUFS;
     }
-    u->stats.send_dropped++;
-    return -ENOBUFS;
+    struct net_udp_slot *sl = &u->slots[u->free_slots[--u->free_count]];
+    memcpy(sl->data, data, len);
+    sl->to = *to;
+    sl->iov = (struct iovec){.iov_base = sl->data, .iov_len = len};
+    sl->busy = true;
+    u->pending[u->pending_count++] = (uint16_t)(sl - u->slots);
+    hd_flush_request(u->shard, &u->flush);
+    return 0;
 }
 
 void net_udp_close(struct net_udp *u)
@@ -183,6 +380,7 @@ void net_udp_close(struct net_udp *u)
     if (u->closing)
         return;
     u->closing = true;
+    hd_timer_stop(u->shard, &u->nobufs_timer);
     if (hd_op_busy(&u->recv_op))
         hd_op_cancel(u->shard, &u->recv_op);
     udp_maybe_free(u);

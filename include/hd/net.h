@@ -312,16 +312,23 @@ typedef void net_udp_recv_fn(struct net_udp *u, const uint8_t *data, size_t len,
                              const struct net_addr *from, void *arg);
 struct net_udp_stats {
     uint64_t received, sent, recv_errors, send_errors, send_dropped;
+    uint64_t recv_nobufs; /* the shard's buffer ring was empty (receive paused 1 ms) */
+    uint64_t truncated;   /* a datagram larger than a ring buffer (NET_BUF_SIZE), dropped */
+    uint64_t gso_sends;   /* sendmsgs that carried several datagrams (UDP GSO) */
 };
 /* A UDP socket bound to addr on shard s (SO_REUSEPORT: one per shard on the same address).
- * Returns 0 or -errno (-EADDRINUSE, -EACCES, -ENOMEM). */
+ * Datagrams arrive through a multishot recvmsg into the shard's buffer ring (a burst in one
+ * tick), or one recvmsg at a time where the shard has no ring. Returns 0 or -errno
+ * (-EADDRINUSE, -EACCES, -ENOMEM). */
 int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
                  struct net_udp **out);
 /* A UDP socket on fd, handed over by another process; taken in every case (closed on failure).
  * Returns 0, -EINVAL (not a datagram socket), -ENOMEM. */
 int net_udp_adopt(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg, struct net_udp **out);
-/* Copy a datagram (at most NET_UDP_SEND_MAX bytes) and send it to `to`. Returns 0, -EMSGSIZE,
- * -ENOBUFS (every send slot in flight: dropped and counted), -EBUSY, -EPIPE (closing). */
+/* Copy a datagram (at most NET_UDP_SEND_MAX bytes) and send it to `to` at the end of the tick:
+ * the datagrams of a tick to one address with one size go as one sendmsg (UDP GSO), the others
+ * one sendmsg each, in the order queued. Returns 0, -EMSGSIZE, -ENOBUFS (every send slot in
+ * flight: dropped and counted), -EPIPE (closing). */
 int net_udp_send(struct net_udp *u, const void *data, size_t len, const struct net_addr *to);
 /* Close; freed once the kernel returned every op. */
 void net_udp_close(struct net_udp *u);

@@ -58,10 +58,20 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_NOBUFS_RETRY_MS 1
 
 /* UDP: the largest datagram received (IPv4/IPv6 payload limit), the largest one sent through
- * the copy slots (STUN replies are 32 or 44 bytes) and the sends in flight per socket. */
+ * the copy slots (STUN replies are 32 or 44 bytes; a WireGuard packet fits a 1500 MTU) and the
+ * sends in flight per socket: a relay forwards a tick's burst (up to a buffer ring's worth of
+ * datagrams) before the first of its sends completes. 256 slots: ~400 KiB per socket. */
 #define NET_UDP_DATAGRAM_MAX 65536u
 #define NET_UDP_SEND_MAX     1500u
-#define NET_UDP_SLOTS        32u
+#define NET_UDP_SLOTS        256u
+_Static_assert(NET_UDP_SLOTS >= NET_BUF_RING_ENTRIES, "a received burst can be forwarded whole");
+/* UDP GSO: datagrams queued in one tick for one address with one size go as one sendmsg (the
+ * kernel's UDP_MAX_SEGMENTS is 64; a UDP payload is at most 65,507 bytes), from at most
+ * NET_UDP_GSO_GROUPS such sends in flight per socket (beyond them: one sendmsg per datagram). */
+#define NET_UDP_GSO_SEGS      64u
+#define NET_UDP_GSO_BYTES_MAX 65000u
+#define NET_UDP_GSO_GROUPS    16u
+_Static_assert(NET_UDP_SLOTS <= 65535u, "slot numbers are u16");
 
 /* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);
  * a control frame's payload at most 125 bytes (section 5.5), a close reason 125 - 2 (status).

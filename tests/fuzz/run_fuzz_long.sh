@@ -10,7 +10,7 @@ set -u
 tests=$1 seeds=$2 work=$3
 secs=${FUZZ_SECONDS:-600}
 jobs=${FUZZ_JOBS:-1}
-targets=${FUZZ_TARGETS:-"fuzz_http_parse fuzz_ws_decode fuzz_derp_frames fuzz_derp_info fuzz_derp_stun fuzz_tls_record fuzz_ws_roundtrip fuzz_parsers fuzz_proxy_parse fuzz_mesh_with fuzz_http_chunked"}
+targets=${FUZZ_TARGETS:-"fuzz_http_parse fuzz_ws_decode fuzz_derp_frames fuzz_derp_info fuzz_derp_stun fuzz_tls_record fuzz_ws_roundtrip fuzz_parsers fuzz_proxy_parse fuzz_mesh_with fuzz_http_chunked fuzz_wgrelay"}
 mkdir -p "$work"
 
 # One target: its run, then its summary line in WORK_DIR/<target>/summary.
