@@ -226,10 +226,15 @@ _Static_assert(sizeof(struct hd_msg) == 32, "two messages per cache line");
 /* Queue m for shard dst; published at the end of this tick (batched, at most one wake-up per
  * sleeping destination). When dst's ring is full the message waits in a bounded per-destination
  * overflow; when that is full too: -EAGAIN, nothing queued — the caller applies backpressure
- * (stop reading the source) or drops by its policy and counts. -EINVAL: dst is this shard or
- * out of range. Ownership of what m points to moves only on success. */
+ * (stop reading the source) or drops by its policy and counts. dst may be this shard: the
+ * message waits in the shard's own queue (HD_BUS_SELF_SIZE) and runs at its next bus drain,
+ * never inside this call, so a sender in a connection's callback is not re-entered; same
+ * -EAGAIN when that queue is full. Messages from one shard to one shard run in send order.
+ * Returns 0, -EAGAIN, -EINVAL (dst out of range). Ownership of what m points to moves only on
+ * success. m->fn must be set. */
 int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
-/* Messages this shard could still queue for dst right now (ring space + overflow space). */
+/* Messages this shard could still queue for dst right now (ring space + overflow space, or
+ * its own queue's space when dst is this shard); 0 when dst is out of range. */
 unsigned hd_bus_room(struct hd_shard *s, unsigned dst);
 
 /* ---------------------------------------------------------------- posts from other threads */

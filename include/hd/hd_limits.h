@@ -38,6 +38,11 @@ _Static_assert(HD_IS_POW2(HD_BUS_RING_SIZE), "ring index masks");
 _Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
 _Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");
 _Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the overflow");
+/* Messages a shard sends itself (hd_bus_send to its own id) wait in a queue of their own, run at
+ * the shard's next bus drain: 4096 x 32 B = 128 KiB per shard. */
+#define HD_BUS_SELF_SIZE HD_BUS_RING_SIZE
+_Static_assert(HD_IS_POW2(HD_BUS_SELF_SIZE), "self queue index masks");
+_Static_assert(HD_BUS_SELF_SIZE > HD_BUS_RESERVED, "apps get most of the self queue");
 
 /* Posts (hd_runtime_post): slots in each shard's inbox for threads that are not shards. The main
  * thread posts a handful of messages per reload (one per shard per snapshot), so 64 is plenty;

@@ -29,9 +29,10 @@
 uint64_t kit_key_hash(const void *key, size_t len);
 /* The shard that owns key among shards_count (> 0). */
 unsigned kit_owner_shard(const void *key, size_t len, unsigned shards_count);
-/* Run m on key's owner shard: at once (m->fn(s, m)) when that is s, else queued with
- * hd_bus_send. Ownership of what m points to moves on success only, as with hd_bus_send.
- * Returns 0 or -EAGAIN (the owner's bus is full: nothing queued). */
+/* Run m on key's owner shard through hd_bus_send, also when that is s: the message then runs
+ * at s's next bus drain, never inside this call (a caller in on_data is not re-entered).
+ * Ownership of what m points to moves on success only, as with hd_bus_send.
+ * Returns 0 or -EAGAIN (the owner's queue is full: nothing queued). */
 int kit_route(struct hd_shard *s, const void *key, size_t len, const struct hd_msg *m);
 
 /* ---------------------------------------------------------------- fan-out */
