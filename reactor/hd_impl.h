@@ -66,9 +66,17 @@ struct hd_wheel {
 };
 
 struct hd_task {
-    hd_task_fn *fn;
+    union {
+        hd_task_fn *fn;         /* hd_defer */
+        hd_handle_task_fn *hfn; /* hd_defer_handle */
+    };
     void *arg;
+    uint64_t handle; /* by_handle: the struct hd_handle's value */
+    bool by_handle;
 };
+int hd_defer_task(struct hd_shard *s, struct hd_task t); /* 0 or -EAGAIN */
+struct hd_handle_slot;
+void hd_handles_fini(struct hd_shard *s);
 
 struct hd_frame_pool {
     struct hd_slab *slab;
@@ -118,6 +126,9 @@ struct hd_shard {
     _Alignas(HD_CACHELINE) uint32_t tasks_head, tasks_tail;
     struct hd_task tasks[HD_DEFER_RING_SIZE];
     struct hd_flush *flush_head, *flush_running;
+    /* handle.c: chunks of slots, never moved while the shard lives; free list of slot + 1 */
+    struct hd_handle_slot **handle_chunks;
+    uint32_t handle_chunks_count, handle_free, handles_open;
     struct hd_wheel wheel;
 
     /* bus, producer side: rings[dst] is rt->rings[id][dst]; dirty = unpublished writes */

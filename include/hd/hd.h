@@ -62,6 +62,38 @@ typedef void hd_task_fn(void *arg);
  * Returns 0 or -EAGAIN when the shard's task ring (HD_DEFER_RING_SIZE) is full. */
 int hd_defer(struct hd_shard *s, hd_task_fn *fn, void *arg);
 
+/* A generation-checked handle to an object a shard owns (a connection, a session): shard, slot
+ * and generation in 64 bits, so it can travel in a bus message's u64 and be held anywhere.
+ * Once the object closes its handle, every copy of it is stale: lookups return NULL, on the
+ * owner shard and forever (the generation moved on). {0} is no handle. */
+struct hd_handle {
+    uint64_t v;
+};
+static inline unsigned hd_handle_shard(struct hd_handle h)
+{
+    return (unsigned)(h.v >> 56);
+}
+static inline bool hd_handle_eq(struct hd_handle a, struct hd_handle b)
+{
+    return a.v == b.v;
+}
+/* Register obj (non-NULL) on shard s (its thread). Returns 0 (*out: the handle), -ENOSPC
+ * (HD_HANDLES_MAX open on this shard), -ENOMEM (growing the table). */
+int hd_handle_open(struct hd_shard *s, void *obj, struct hd_handle *out);
+/* The object h names, or NULL: stale (closed), {0}, or another shard's handle. On s. */
+void *hd_handle_get(struct hd_shard *s, struct hd_handle h);
+/* Make h and every copy of it stale (the object is going away). On s. Returns 0 or -ENOENT
+ * (already stale or not this shard's). */
+int hd_handle_close(struct hd_shard *s, struct hd_handle h);
+/* Handles open on s now (leak checks). */
+unsigned hd_shard_handles_open(const struct hd_shard *s);
+typedef void hd_handle_task_fn(struct hd_shard *s, void *obj);
+/* Like hd_defer, on a handle instead of a bare pointer: when the task runs, fn(s, obj) is called
+ * only if h is still live; a task whose object closed meanwhile is dropped and counted
+ * (hd_shard_stats.tasks_stale). Returns 0, -EAGAIN (task ring full), -EINVAL (h is {0} or
+ * another shard's: send it a message instead). */
+int hd_defer_handle(struct hd_shard *s, hd_handle_task_fn *fn, struct hd_handle h);
+
 /* An end-of-tick flush: queued once per tick however often it is requested, run just before the
  * shard submits (net/ uses it to send one sendmsg per connection per tick). Embedded in owner. */
 struct hd_flush;
@@ -323,14 +355,15 @@ uint64_t hd_hist_bucket_upper(unsigned bucket);
 
 struct hd_shard_stats {
     uint64_t ticks;
-    uint64_t enters;     /* io_uring_enter calls that waited or submitted */
-    uint64_t sleeps;     /* of those, waits that could block (the shard had nothing to do) */
-    uint64_t min_waits;  /* of those, waits with the kernel's min-wait (completions batched) */
-    uint64_t sqes;       /* SQEs submitted */
-    uint64_t cqes;       /* CQEs dispatched */
-    uint64_t cqes_stale; /* completions of an op's previous life: dropped */
-    uint64_t sqe_full;   /* hd_op prep found no SQE even after submitting */
-    uint64_t tasks_run;  /* deferred tasks */
+    uint64_t enters;      /* io_uring_enter calls that waited or submitted */
+    uint64_t sleeps;      /* of those, waits that could block (the shard had nothing to do) */
+    uint64_t min_waits;   /* of those, waits with the kernel's min-wait (completions batched) */
+    uint64_t sqes;        /* SQEs submitted */
+    uint64_t cqes;        /* CQEs dispatched */
+    uint64_t cqes_stale;  /* completions of an op's previous life: dropped */
+    uint64_t sqe_full;    /* hd_op prep found no SQE even after submitting */
+    uint64_t tasks_run;   /* deferred tasks */
+    uint64_t tasks_stale; /* of those, hd_defer_handle tasks dropped: their handle was stale */
     uint64_t timers_fired;
     uint64_t bus_sent;       /* messages accepted by hd_bus_send */
     uint64_t bus_received;   /* messages run on this shard */
