@@ -44,7 +44,18 @@ static void deadline_fired(struct hd_timer *t)
     struct net_conn *c = hd_container_of(t, struct net_conn, deadline_timer);
     c->deadline_at_ms = 0;
     c->closed_by = NET_CONN_TIMER_DEADLINE;
-    net_conn_close(c, -ETIMEDOUT, false);
+    if (c->h->on_deadline == NULL || c->state != NET_CONN_OPEN) {
+        net_conn_close(c, -ETIMEDOUT, false);
+        return;
+    }
+    /* The app's last word first (a timer, not a completion: a close from it is finished by
+     * the end-of-tick flush), then a bounded flush and the close. */
+    c->h->on_deadline(c);
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_FLUSH_CLOSE))
+        return;
+    if (c->write_timeout_ms == 0)
+        c->write_timeout_ms = NET_DEADLINE_FLUSH_MS;
+    net_conn_close(c, -ETIMEDOUT, true);
 }
 
 static void conn_flush_cb(struct hd_flush *f)
@@ -68,6 +79,10 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
         return NULL;
     HD_ASSERT(fd >= 0 && h != NULL);
     memset(c, 0, sizeof(*c));
+    if (hd_handle_open(s, c, &c->handle) < 0) {
+        hd_slab_put(ns->conns, c);
+        return NULL;
+    }
     c->shard = s;
     c->ns = ns;
     c->fd = fd;
@@ -613,6 +628,9 @@ void net_conn_release(struct net_conn *c, bool notify)
     net_conn_tail_drop(c, &c->rx_tail);
     net_conn_tail_drop(c, &c->raw_tail);
     net_conn_tail_drop(c, &c->recv_frame);
+    int hrc = hd_handle_close(s, c->handle); /* copies held anywhere are stale from now */
+    HD_ASSERT(hrc == 0);
+    (void)hrc;
     if (notify && c->h->on_close)
         c->h->on_close(c, c->close_reason);
     *c->all_pprev = c->all_next;

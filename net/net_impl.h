@@ -73,6 +73,7 @@ enum net_conn_flag {
     NET_F_IN_DATA = 1u << 14,    /* inside on_data */
     NET_F_UPPER_IN = 1u << 15,   /* inside upper->decode: deliveries go to the app */
     NET_F_UPPER_ENC = 1u << 16,  /* inside upper->encode: plain -> mid */
+    NET_F_REOFFER = 1u << 17,    /* net_conn_reoffer: an offer of the kept bytes is deferred */
 };
 
 struct net_conn {
@@ -118,6 +119,7 @@ struct net_conn {
     struct net_recv_msg *rmsg;              /* record-typed receive only: from its first read */
     struct net_migration *migration;        /* while NET_F_MIGRATING */
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
+    struct hd_handle handle;                /* net_conn_handle: closed just before on_close */
 };
 
 struct net_shard {
@@ -129,7 +131,8 @@ struct net_shard {
     uint32_t rx_tail_max; /* the shard's default for its connections */
     uint32_t conns_count;
     struct net_conn *all; /* every live connection (for net_shard_close_all) */
-    uint32_t br_pending;  /* buffers returned since the last tail publish */
+    struct net_shard_counters counters;
+    uint32_t br_pending; /* buffers returned since the last tail publish */
     /* Buffers a paused connection holds, chained per connection in arrival order. */
     uint16_t held_next[NET_BUF_RING_ENTRIES];
     uint32_t held_len[NET_BUF_RING_ENTRIES];
