@@ -414,8 +414,18 @@ static int pending_drain(struct net_conn *c, bool deliver)
     return rc;
 }
 
+/* The peer's end of stream, for the app: on_eof, or close (-ECONNRESET) without one. */
+static int eof_in(struct net_conn *c)
+{
+    if (c->h->on_eof == NULL)
+        return -ECONNRESET;
+    c->h->on_eof(c);
+    return 0;
+}
+
 /* Offer, in arrival order, everything received but not yet given to the app: the app's tail,
- * the codec's tail, pending frames, held ring buffers. Stops where the app pauses. */
+ * the codec's tail, pending frames, held ring buffers, then the peer's end if it came after
+ * them (NET_F_EOF_HELD). Stops where the app pauses. */
 int net_conn_replay(struct net_conn *c)
 {
     int rc = net_conn_tails_replay(c);
@@ -423,6 +433,13 @@ int net_conn_replay(struct net_conn *c)
         rc = pending_drain(c, true);
     if (rc == 0)
         rc = held_drain(c, true);
+    if (rc == 0 && (c->flags & NET_F_EOF_HELD) && c->state == NET_CONN_OPEN &&
+        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) && c->held_head == NET_BID_NONE &&
+        c->pending_head == NULL) {
+        /* Every byte before the peer's end is delivered: now the end, and no more recv. */
+        c->flags = (c->flags & ~NET_F_EOF_HELD) | NET_F_RECV_PAUSED;
+        rc = eof_in(c);
+    }
     return rc;
 }
 
@@ -491,12 +508,11 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
     } else if (res > 0) {
         rc = recv_bytes(c, res, flags);
     } else if (res == 0) {
-        if (counts) {
-            if (c->h->on_eof)
-                c->h->on_eof(c);
-            else
-                rc = -ECONNRESET;
-        }
+        /* Bytes that came before the end but wait (paused, quiet) go first: the end waits. */
+        if (counts && (c->held_head != NET_BID_NONE || c->pending_head != NULL))
+            c->flags |= NET_F_EOF_HELD;
+        else if (counts)
+            rc = eof_in(c);
         if (!(flags & IORING_CQE_F_MORE) && c->state == NET_CONN_OPEN)
             c->flags |= NET_F_RECV_PAUSED; /* no more bytes will come: stop re-arming */
     } else if (res == -ENOBUFS && c->state == NET_CONN_OPEN) {
@@ -646,6 +662,13 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
 {
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
         return;
+    /* A graceful close through the codec first (TLS: close_notify), once. */
+    if (flush && c->state == NET_CONN_OPEN && c->codec && c->codec->close &&
+        !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING))) {
+        c->flags |= NET_F_CODEC_CLOSE;
+        if (c->codec->close(c, c->codec_state, reason) == 0)
+            return;
+    }
     if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {
         /* Stop reading, send what is queued (bounded by the write timeout), then close. */
         c->flags |= NET_F_FLUSH_CLOSE;

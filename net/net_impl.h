@@ -63,17 +63,19 @@ enum net_conn_flag {
     NET_F_WR_SHUT = 1u << 4,     /* write side is shut */
     NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
     NET_F_FD_CLOSED = 1u << 6,
-    NET_F_MIGRATING = 1u << 7,   /* moving to another shard once its ops are done */
-    NET_F_ENCODING = 1u << 8,    /* inside codec->encode (a flush is running) */
-    NET_F_QUIET = 1u << 9,       /* a layer holds the socket still (net_conn_quiet_begin) */
-    NET_F_QUIET_WAIT = 1u << 10, /* ... and waits for codec->quiesced */
-    NET_F_QUIET_READ = 1u << 11, /* recv_op is a net_conn_quiet_read */
-    NET_F_ENCODE_DUE = 1u << 12, /* the codec holds plaintext of its own: encode at the flush */
-    NET_F_CODEC_REST = 1u << 13, /* net_conn_switch_codec in on_data: the rest is codec input */
-    NET_F_IN_DATA = 1u << 14,    /* inside on_data */
-    NET_F_UPPER_IN = 1u << 15,   /* inside upper->decode: deliveries go to the app */
-    NET_F_UPPER_ENC = 1u << 16,  /* inside upper->encode: plain -> mid */
-    NET_F_REOFFER = 1u << 17,    /* net_conn_reoffer: an offer of the kept bytes is deferred */
+    NET_F_MIGRATING = 1u << 7,    /* moving to another shard once its ops are done */
+    NET_F_ENCODING = 1u << 8,     /* inside codec->encode (a flush is running) */
+    NET_F_QUIET = 1u << 9,        /* a layer holds the socket still (net_conn_quiet_begin) */
+    NET_F_QUIET_WAIT = 1u << 10,  /* ... and waits for codec->quiesced */
+    NET_F_QUIET_READ = 1u << 11,  /* recv_op is a net_conn_quiet_read */
+    NET_F_ENCODE_DUE = 1u << 12,  /* the codec holds plaintext of its own: encode at the flush */
+    NET_F_CODEC_REST = 1u << 13,  /* net_conn_switch_codec in on_data: the rest is codec input */
+    NET_F_IN_DATA = 1u << 14,     /* inside on_data */
+    NET_F_UPPER_IN = 1u << 15,    /* inside upper->decode: deliveries go to the app */
+    NET_F_UPPER_ENC = 1u << 16,   /* inside upper->encode: plain -> mid */
+    NET_F_REOFFER = 1u << 17,     /* net_conn_reoffer: an offer of the kept bytes is deferred */
+    NET_F_CODEC_CLOSE = 1u << 18, /* codec->close was asked: the next graceful close is its */
+    NET_F_EOF_HELD = 1u << 19,    /* the peer's end came while bytes before it were held */
 };
 
 struct net_conn {

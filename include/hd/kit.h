@@ -7,6 +7,7 @@
  *   a metrics endpoint           kit_metrics_start (GET /metrics from every shard's counters)
  *   command lines                kit_flags_parse / kit_flags_usage (a table of flags)
  *   a program's start-up         kit_app_main (flags, logging, runtime, signals, tear-down)
+ *   two connections piped        kit_pipe_start (both ways, with backpressure and half closes)
  * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
  *
  * Threading: as net/ (a shard's own objects on that shard); the flags parser, kit_port_hold and
@@ -193,5 +194,41 @@ int kit_app_main(struct kit_app *a, int argc, char **argv);
 /* In setup: kit_port_hold(addr, type) (*addr gets the port chosen for port 0), closed by the kit
  * once hd_runtime_start returned. Returns 0, -ENOSPC (KIT_APP_HOLDS_MAX), bind's -errno. */
 int kit_app_hold(struct kit_app *a, struct net_addr *addr, int type);
+
+/* ---------------------------------------------------------------- piping two connections */
+
+/* Two connections of one shard piped into each other (a TCP relay's data phase): what one
+ * receives is queued on the other (copied into pool frames); a side stops receiving while the
+ * other's send queue is above its high watermark (on_send_pressure) and resumes under its low
+ * one, so a slow reader holds at most its send_high_bytes plus a read; an EOF on one side shuts
+ * the other's write side once its queue is sent, both EOFs close both; a close on one side
+ * closes the other after its queue is sent; done(p, arg) runs once both have closed (then p is
+ * the caller's again). Connections on different shards: move one to the other's shard first
+ * (net_conn_migrate), then pipe in the adopt callback. Embed struct kit_pipe in the session;
+ * its fields are the kit's (stats may be read). */
+struct kit_pipe;
+typedef void kit_pipe_done_fn(struct kit_pipe *p, void *arg);
+struct kit_pipe_stats {
+    uint64_t bytes[2]; /* bytes received on c[i] and queued on the other */
+    uint64_t pauses;   /* times a side was paused for the other's send queue */
+    uint64_t dropped;  /* bytes received after the other side had gone */
+};
+struct kit_pipe {
+    struct net_conn *c[2]; /* NULL once that side has closed */
+    kit_pipe_done_fn *done;
+    void *arg;
+    int reason; /* the first close's reason */
+    uint8_t eof;
+    struct kit_pipe_stats stats;
+};
+/* Pipe a and b (open, on the calling shard, not the same connection). Takes over both
+ * connections' handlers and app pointers (net_conn_set_app: the old ones get no callback, not
+ * even on_close). Bytes either side kept unconsumed flow: a side the caller paused (to keep a
+ * fast sender within rx_tail_max while it waited for its peer) is resumed, its kept bytes
+ * offered inside this call; the others' are offered on the next tick (net_conn_reoffer).
+ * Returns 0, -EINVAL (one connection twice, or two shards), -EPIPE (one is not open: nothing
+ * changed), -EAGAIN (the shard's task ring is full: piped, but kept bytes wait for new ones). */
+int kit_pipe_start(struct kit_pipe *p, struct net_conn *a, struct net_conn *b,
+                   kit_pipe_done_fn *done, void *arg);
 
 #endif /* HD_KIT_H */
