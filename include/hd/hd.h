@@ -16,6 +16,8 @@
 #include <stdint.h>
 
 #include <hd/hd_base.h>
+#include <hd/hd_bus.h>
+#include <hd/hd_handle.h>
 #include <hd/hd_limits.h>
 
 struct hd_runtime;
@@ -61,38 +63,6 @@ typedef void hd_task_fn(void *arg);
 /* Run fn(arg) on this shard's next tick (continuations without recursion).
  * Returns 0 or -EAGAIN when the shard's task ring (HD_DEFER_RING_SIZE) is full. */
 int hd_defer(struct hd_shard *s, hd_task_fn *fn, void *arg);
-
-/* A generation-checked handle to an object a shard owns (a connection, a session): shard, slot
- * and generation in 64 bits, so it can travel in a bus message's u64 and be held anywhere.
- * Once the object closes its handle, every copy of it is stale: lookups return NULL, on the
- * owner shard and forever (the generation moved on). {0} is no handle. */
-struct hd_handle {
-    uint64_t v;
-};
-static inline unsigned hd_handle_shard(struct hd_handle h)
-{
-    return (unsigned)(h.v >> 56);
-}
-static inline bool hd_handle_eq(struct hd_handle a, struct hd_handle b)
-{
-    return a.v == b.v;
-}
-/* Register obj (non-NULL) on shard s (its thread). Returns 0 (*out: the handle), -ENOSPC
- * (HD_HANDLES_MAX open on this shard), -ENOMEM (growing the table). */
-int hd_handle_open(struct hd_shard *s, void *obj, struct hd_handle *out);
-/* The object h names, or NULL: stale (closed), {0}, or another shard's handle. On s. */
-void *hd_handle_get(struct hd_shard *s, struct hd_handle h);
-/* Make h and every copy of it stale (the object is going away). On s. Returns 0 or -ENOENT
- * (already stale or not this shard's). */
-int hd_handle_close(struct hd_shard *s, struct hd_handle h);
-/* Handles open on s now (leak checks). */
-unsigned hd_shard_handles_open(const struct hd_shard *s);
-typedef void hd_handle_task_fn(struct hd_shard *s, void *obj);
-/* Like hd_defer, on a handle instead of a bare pointer: when the task runs, fn(s, obj) is called
- * only if h is still live; a task whose object closed meanwhile is dropped and counted
- * (hd_shard_stats.tasks_stale). Returns 0, -EAGAIN (task ring full), -EINVAL (h is {0} or
- * another shard's: send it a message instead). */
-int hd_defer_handle(struct hd_shard *s, hd_handle_task_fn *fn, struct hd_handle h);
 
 /* An end-of-tick flush: queued once per tick however often it is requested, run just before the
  * shard submits (net/ uses it to send one sendmsg per connection per tick). Embedded in owner. */
@@ -242,32 +212,6 @@ const struct hd_pool_stats *hd_frame_class_counters(const struct hd_shard *s, un
 /* Called on the owner shard for each frame whose app_u64 is non-zero just before it goes back
  * to its pool (the app's accounting of who holds frames: hd_runtime_config.frame_release). */
 typedef void hd_frame_release_fn(struct hd_shard *s, struct hd_frame *f);
-
-/* ---------------------------------------------------------------- bus */
-
-struct hd_msg;
-/* Runs on the destination shard. The message is borrowed for the call. */
-typedef void hd_msg_fn(struct hd_shard *dst, const struct hd_msg *m);
-struct hd_msg {
-    hd_msg_fn *fn;
-    void *ptr;
-    uint64_t u64[2];
-};
-_Static_assert(sizeof(struct hd_msg) == 32, "two messages per cache line");
-
-/* Queue m for shard dst; published at the end of this tick (batched, at most one wake-up per
- * sleeping destination). When dst's ring is full the message waits in a bounded per-destination
- * overflow; when that is full too: -EAGAIN, nothing queued — the caller applies backpressure
- * (stop reading the source) or drops by its policy and counts. dst may be this shard: the
- * message waits in the shard's own queue (HD_BUS_SELF_SIZE) and runs at its next bus drain,
- * never inside this call, so a sender in a connection's callback is not re-entered; same
- * -EAGAIN when that queue is full. Messages from one shard to one shard run in send order.
- * Returns 0, -EAGAIN, -EINVAL (dst out of range). Ownership of what m points to moves only on
- * success. m->fn must be set. */
-int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
-/* Messages this shard could still queue for dst right now (ring space + overflow space, or
- * its own queue's space when dst is this shard); 0 when dst is out of range. */
-unsigned hd_bus_room(struct hd_shard *s, unsigned dst);
 
 /* ---------------------------------------------------------------- posts from other threads */
 
