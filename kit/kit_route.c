@@ -30,12 +30,9 @@ unsigned kit_owner_shard(const void *key, size_t len, unsigned shards_count)
 
 int kit_route(struct hd_shard *s, const void *key, size_t len, const struct hd_msg *m)
 {
-    unsigned owner = kit_owner_shard(key, len, hd_shard_count(s));
-    if (owner == hd_shard_id(s)) {
-        m->fn(s, m);
-        return 0;
-    }
-    return hd_bus_send(s, owner, m);
+    /* The owner may be this shard: the bus queues it for the next drain all the same, so the
+     * handler never runs inside the caller (one semantics wherever the owner lives). */
+    return hd_bus_send(s, kit_owner_shard(key, len, hd_shard_count(s)), m);
 }
 
 unsigned kit_fanout_conns(struct net_conn *const *conns, unsigned count, struct hd_frame *f,

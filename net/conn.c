@@ -44,7 +44,18 @@ static void deadline_fired(struct hd_timer *t)
     struct net_conn *c = hd_container_of(t, struct net_conn, deadline_timer);
     c->deadline_at_ms = 0;
     c->closed_by = NET_CONN_TIMER_DEADLINE;
-    net_conn_close(c, -ETIMEDOUT, false);
+    if (c->h->on_deadline == NULL || c->state != NET_CONN_OPEN) {
+        net_conn_close(c, -ETIMEDOUT, false);
+        return;
+    }
+    /* The app's last word first (a timer, not a completion: a close from it is finished by
+     * the end-of-tick flush), then a bounded flush and the close. */
+    c->h->on_deadline(c);
+    if (c->state != NET_CONN_OPEN || (c->flags & NET_F_FLUSH_CLOSE))
+        return;
+    if (c->write_timeout_ms == 0)
+        c->write_timeout_ms = NET_DEADLINE_FLUSH_MS;
+    net_conn_close(c, -ETIMEDOUT, true);
 }
 
 static void conn_flush_cb(struct hd_flush *f)
@@ -68,6 +79,10 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
         return NULL;
     HD_ASSERT(fd >= 0 && h != NULL);
     memset(c, 0, sizeof(*c));
+    if (hd_handle_open(s, c, &c->handle) < 0) {
+        hd_slab_put(ns->conns, c);
+        return NULL;
+    }
     c->shard = s;
     c->ns = ns;
     c->fd = fd;
@@ -399,8 +414,18 @@ static int pending_drain(struct net_conn *c, bool deliver)
     return rc;
 }
 
+/* The peer's end of stream, for the app: on_eof, or close (-ECONNRESET) without one. */
+static int eof_in(struct net_conn *c)
+{
+    if (c->h->on_eof == NULL)
+        return -ECONNRESET;
+    c->h->on_eof(c);
+    return 0;
+}
+
 /* Offer, in arrival order, everything received but not yet given to the app: the app's tail,
- * the codec's tail, pending frames, held ring buffers. Stops where the app pauses. */
+ * the codec's tail, pending frames, held ring buffers, then the peer's end if it came after
+ * them (NET_F_EOF_HELD). Stops where the app pauses. */
 int net_conn_replay(struct net_conn *c)
 {
     int rc = net_conn_tails_replay(c);
@@ -408,6 +433,13 @@ int net_conn_replay(struct net_conn *c)
         rc = pending_drain(c, true);
     if (rc == 0)
         rc = held_drain(c, true);
+    if (rc == 0 && (c->flags & NET_F_EOF_HELD) && c->state == NET_CONN_OPEN &&
+        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) && c->held_head == NET_BID_NONE &&
+        c->pending_head == NULL) {
+        /* Every byte before the peer's end is delivered: now the end, and no more recv. */
+        c->flags = (c->flags & ~NET_F_EOF_HELD) | NET_F_RECV_PAUSED;
+        rc = eof_in(c);
+    }
     return rc;
 }
 
@@ -476,12 +508,11 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
     } else if (res > 0) {
         rc = recv_bytes(c, res, flags);
     } else if (res == 0) {
-        if (counts) {
-            if (c->h->on_eof)
-                c->h->on_eof(c);
-            else
-                rc = -ECONNRESET;
-        }
+        /* Bytes that came before the end but wait (paused, quiet) go first: the end waits. */
+        if (counts && (c->held_head != NET_BID_NONE || c->pending_head != NULL))
+            c->flags |= NET_F_EOF_HELD;
+        else if (counts)
+            rc = eof_in(c);
         if (!(flags & IORING_CQE_F_MORE) && c->state == NET_CONN_OPEN)
             c->flags |= NET_F_RECV_PAUSED; /* no more bytes will come: stop re-arming */
     } else if (res == -ENOBUFS && c->state == NET_CONN_OPEN) {
@@ -613,6 +644,9 @@ void net_conn_release(struct net_conn *c, bool notify)
     net_conn_tail_drop(c, &c->rx_tail);
     net_conn_tail_drop(c, &c->raw_tail);
     net_conn_tail_drop(c, &c->recv_frame);
+    int hrc = hd_handle_close(s, c->handle); /* copies held anywhere are stale from now */
+    HD_ASSERT(hrc == 0);
+    (void)hrc;
     if (notify && c->h->on_close)
         c->h->on_close(c, c->close_reason);
     *c->all_pprev = c->all_next;
@@ -628,6 +662,13 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
 {
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
         return;
+    /* A graceful close through the codec first (TLS: close_notify), once. */
+    if (flush && c->state == NET_CONN_OPEN && c->codec && c->codec->close &&
+        !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING))) {
+        c->flags |= NET_F_CODEC_CLOSE;
+        if (c->codec->close(c, c->codec_state, reason) == 0)
+            return;
+    }
     if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {
         /* Stop reading, send what is queued (bounded by the write timeout), then close. */
         c->flags |= NET_F_FLUSH_CLOSE;

@@ -74,6 +74,9 @@ enum net_conn_flag {
     NET_F_UPPER_IN = 1u << 15,    /* inside upper->decode: deliveries go to the app */
     NET_F_UPPER_ENC = 1u << 16,   /* inside upper->encode: plain -> mid */
     NET_F_SEND_BACKED = 1u << 17, /* the last send went in part: the next covers backed_kib */
+    NET_F_REOFFER = 1u << 18,     /* net_conn_reoffer: an offer of the kept bytes is deferred */
+    NET_F_CODEC_CLOSE = 1u << 19, /* codec->close was asked: the next graceful close is its */
+    NET_F_EOF_HELD = 1u << 20,    /* the peer's end came while bytes before it were held */
 };
 
 struct net_conn {
@@ -120,6 +123,7 @@ struct net_conn {
     struct net_recv_msg *rmsg;              /* record-typed receive only: from its first read */
     struct net_migration *migration;        /* while NET_F_MIGRATING */
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
+    struct hd_handle handle;                /* net_conn_handle: closed just before on_close */
 };
 
 struct net_shard {
@@ -131,7 +135,8 @@ struct net_shard {
     uint32_t rx_tail_max; /* the shard's default for its connections */
     uint32_t conns_count;
     struct net_conn *all; /* every live connection (for net_shard_close_all) */
-    uint32_t br_pending;  /* buffers returned since the last tail publish */
+    struct net_shard_counters counters;
+    uint32_t br_pending; /* buffers returned since the last tail publish */
     /* Buffers a paused connection holds, chained per connection in arrival order. */
     uint16_t held_next[NET_BUF_RING_ENTRIES];
     uint32_t held_len[NET_BUF_RING_ENTRIES];

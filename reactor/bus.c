@@ -15,6 +15,7 @@
 
 #define RING_MASK (HD_BUS_RING_SIZE - 1u)
 #define OVF_MASK  (HD_BUS_OVERFLOW_SIZE - 1u)
+#define SELF_MASK (HD_BUS_SELF_SIZE - 1u)
 
 static inline struct hd_bus_ring *ring_to(struct hd_shard *s, unsigned dst)
 {
@@ -30,13 +31,16 @@ int hd_bus_init(struct hd_shard *s)
 {
     HD_ASSERT(s->count <= 64); /* bus_dirty is one bitmap word */
     s->overflow = calloc(s->count, sizeof(*s->overflow));
-    return s->overflow ? 0 : -ENOMEM;
+    s->self_q = calloc(HD_BUS_SELF_SIZE, sizeof(*s->self_q));
+    return s->overflow && s->self_q ? 0 : -ENOMEM;
 }
 
 void hd_bus_fini(struct hd_shard *s)
 {
     free(s->overflow);
+    free(s->self_q);
     s->overflow = NULL;
+    s->self_q = NULL;
 }
 
 /* Free slots in the ring to dst as the producer sees them (refreshing the consumer's head). */
@@ -53,8 +57,12 @@ static uint32_t ring_space(struct hd_bus_ring *r)
 
 unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
 {
-    if (dst >= s->count || dst == s->id)
+    if (dst >= s->count)
         return 0;
+    if (dst == s->id) {
+        uint32_t free_slots = HD_BUS_SELF_SIZE - (s->self_tail - s->self_head);
+        return free_slots > HD_BUS_RESERVED ? free_slots - HD_BUS_RESERVED : 0;
+    }
     struct hd_bus_ring *r = ring_to(s, dst);
     struct hd_bus_overflow *ov = &s->overflow[dst];
     r->head_cached = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -66,11 +74,28 @@ unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
 
 /* reserve: slots (of ring + overflow) left free for the reactor's own messages (frames going
  * home, collect requests), so an app that fills the bus cannot starve them. */
+/* A message to this shard itself: queued for the next drain, the same order and bounds as a
+ * message to another shard (never run inside the send: the caller may be mid-callback). */
+static int self_enqueue(struct hd_shard *s, const struct hd_msg *m, uint32_t reserve)
+{
+    if (s->self_tail - s->self_head + reserve >= HD_BUS_SELF_SIZE) {
+        s->stats.bus_full++;
+        return -EAGAIN;
+    }
+    s->self_q[s->self_tail & SELF_MASK] = *m;
+    s->self_tail++;
+    s->stats.bus_sent++;
+    return 0;
+}
+
 static int bus_enqueue(struct hd_shard *s, unsigned dst, const struct hd_msg *m, uint32_t reserve,
                        bool lazy)
 {
-    if (hd_unlikely(dst >= s->count || dst == s->id))
+    if (hd_unlikely(dst >= s->count))
         return -EINVAL;
+    HD_ASSERT(m->fn != NULL);
+    if (hd_unlikely(dst == s->id))
+        return self_enqueue(s, m, reserve);
     struct hd_bus_ring *r = ring_to(s, dst);
     struct hd_bus_overflow *ov = &s->overflow[dst];
     uint32_t ovf_used = ov->tail - ov->head;
@@ -181,8 +206,30 @@ void hd_bus_publish(struct hd_shard *s)
     }
 }
 
+/* The messages this shard sent itself before this pass (one queued by a handler here runs at the
+ * next drain: the loop always moves on). */
+void hd_bus_drain_self(struct hd_shard *s, unsigned budget)
+{
+    uint32_t n = s->self_tail - s->self_head;
+    if (n > budget)
+        n = budget;
+    for (uint32_t i = 0; i < n; i++) {
+        struct hd_msg m = s->self_q[s->self_head & SELF_MASK];
+        s->self_head++; /* before the call: a handler may queue more (the slot is free) */
+        hd_running(s, HD_RUN_BUS, (const void *)m.fn);
+        m.fn(s, &m);
+    }
+    s->stats.bus_received += n;
+}
+
+bool hd_bus_self_pending(const struct hd_shard *s)
+{
+    return s->self_tail != s->self_head;
+}
+
 void hd_bus_drain(struct hd_shard *s, unsigned budget)
 {
+    hd_bus_drain_self(s, budget);
     for (unsigned src = 0; src < s->count; src++) {
         if (src == s->id)
             continue;

@@ -66,9 +66,17 @@ struct hd_wheel {
 };
 
 struct hd_task {
-    hd_task_fn *fn;
+    union {
+        hd_task_fn *fn;         /* hd_defer */
+        hd_handle_task_fn *hfn; /* hd_defer_handle */
+    };
     void *arg;
+    uint64_t handle; /* by_handle: the struct hd_handle's value */
+    bool by_handle;
 };
+int hd_defer_task(struct hd_shard *s, struct hd_task t); /* 0 or -EAGAIN */
+struct hd_handle_slot;
+void hd_handles_fini(struct hd_shard *s);
 
 struct hd_frame_pool {
     struct hd_slab *slab;
@@ -121,14 +129,20 @@ struct hd_shard {
     _Alignas(HD_CACHELINE) uint32_t tasks_head, tasks_tail;
     struct hd_task tasks[HD_DEFER_RING_SIZE];
     struct hd_flush *flush_head, *flush_running;
+    /* handle.c: chunks of slots, never moved while the shard lives; free list of slot + 1 */
+    struct hd_handle_slot **handle_chunks;
+    uint32_t handle_chunks_count, handle_free, handles_open;
     struct hd_wheel wheel;
 
     /* bus, producer side: rings[dst] is rt->rings[id][dst]; dirty = unpublished writes */
     uint64_t bus_dirty;               /* bitmap of destinations (shards < 64) */
     uint64_t bus_urgent;              /* of those, destinations owed a wake-up */
     struct hd_bus_overflow *overflow; /* [count] */
-    struct hd_frame **frames_back;    /* [count]: frames to return to their owner shard */
-    uint64_t frames_back_dirty;       /* bitmap: owners with frames in frames_back */
+    /* Messages to this shard itself: run at the next drain, never inside hd_bus_send. */
+    struct hd_msg *self_q; /* [HD_BUS_SELF_SIZE] */
+    uint32_t self_head, self_tail;
+    struct hd_frame **frames_back; /* [count]: frames to return to their owner shard */
+    uint64_t frames_back_dirty;    /* bitmap: owners with frames in frames_back */
 
     struct hd_frame_pool frame_pools[HD_FRAME_CLASSES_MAX];
     unsigned frame_classes_count;
@@ -199,6 +213,8 @@ void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms);
 /* ms until the next timer is due (0 = now), or UINT64_MAX when none is armed. */
 uint64_t hd_wheel_next_ms(const struct hd_wheel *w, uint64_t now_ms);
 void hd_tasks_run(struct hd_shard *s);
+bool hd_bus_self_pending(const struct hd_shard *s); /* messages this shard sent itself wait */
+void hd_bus_drain_self(struct hd_shard *s, unsigned budget); /* those queued before the call */
 void hd_flushes_run(struct hd_shard *s);
 int hd_bus_init(struct hd_shard *s);
 void hd_bus_fini(struct hd_shard *s);

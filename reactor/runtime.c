@@ -344,6 +344,7 @@ static void shard_free(struct hd_shard *s)
     hd_slabs_destroy_all(s);
     hd_frames_fini(s);
     hd_bus_fini(s);
+    hd_handles_fini(s);
     free(s->module_states);
     if (s->wake_fd >= 0)
         close(s->wake_fd);

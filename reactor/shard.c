@@ -178,7 +178,7 @@ static void phase_step(struct hd_shard *s)
 
 static bool work_pending(const struct hd_shard *s)
 {
-    return s->tasks_head != s->tasks_tail || s->flush_head != NULL;
+    return s->tasks_head != s->tasks_tail || s->flush_head != NULL || hd_bus_self_pending(s);
 }
 
 static bool backlog_pending(const struct hd_shard *s)
@@ -565,6 +565,7 @@ void *hd_shard_main(void *arg)
         /* Tasks deferred by the last callbacks still run (bounded: tasks may defer tasks). */
         for (unsigned pass = 0; pass < 64 && work_pending(s); pass++) {
             hd_tasks_run(s);
+            hd_bus_drain_self(s, HD_BUS_DRAIN_BUDGET);
             hd_flushes_run(s);
         }
     }

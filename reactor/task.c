@@ -6,13 +6,36 @@
 
 #define TASK_MASK (HD_DEFER_RING_SIZE - 1u)
 
-int hd_defer(struct hd_shard *s, hd_task_fn *fn, void *arg)
+int hd_defer_task(struct hd_shard *s, struct hd_task t)
 {
     if (s->tasks_tail - s->tasks_head == HD_DEFER_RING_SIZE)
         return -EAGAIN;
-    s->tasks[s->tasks_tail & TASK_MASK] = (struct hd_task){.fn = fn, .arg = arg};
+    s->tasks[s->tasks_tail & TASK_MASK] = t;
     s->tasks_tail++;
     return 0;
+}
+
+int hd_defer(struct hd_shard *s, hd_task_fn *fn, void *arg)
+{
+    HD_ASSERT(fn != NULL);
+    return hd_defer_task(s, (struct hd_task){.fn = fn, .arg = arg});
+}
+
+/* A task on a handle: the object if the handle is still live, else dropped and counted. */
+static void task_run(struct hd_shard *s, const struct hd_task *t)
+{
+    if (!t->by_handle) {
+        hd_running(s, HD_RUN_TASK, (const void *)t->fn);
+        t->fn(t->arg);
+        return;
+    }
+    void *obj = hd_handle_get(s, (struct hd_handle){t->handle});
+    if (obj == NULL) {
+        s->stats.tasks_stale++;
+        return;
+    }
+    hd_running(s, HD_RUN_TASK, (const void *)t->hfn);
+    t->hfn(s, obj);
 }
 
 void hd_tasks_run(struct hd_shard *s)
@@ -24,8 +47,7 @@ void hd_tasks_run(struct hd_shard *s)
         struct hd_task t = s->tasks[s->tasks_head & TASK_MASK];
         s->tasks_head++;
         s->stats.tasks_run++;
-        hd_running(s, HD_RUN_TASK, (const void *)t.fn);
-        t.fn(t.arg);
+        task_run(s, &t);
     }
 }
 

@@ -386,6 +386,16 @@ static void rec_move_drop(struct hd_shard *s, void *moved)
     free(m);
 }
 
+/* The app's graceful close (net_conn_close with flush): close_notify after the queued bytes. */
+static int tls_codec_close(struct net_conn *c, void *state, int reason)
+{
+    struct tls_conn *t = state;
+    HD_ASSERT(t != NULL);
+    if (t->closed_notify || (t->todo & TLS_TODO_CLOSE))
+        return -EALREADY; /* ending already: net_conn_close goes on */
+    return close_notify_out(c, t, reason);
+}
+
 const struct net_codec tls_record_codec = {
     .name = "tls-records",
     .decode = rec_decode,
@@ -395,6 +405,7 @@ const struct net_codec tls_record_codec = {
     .move_in = rec_move_in,
     .move_drop = rec_move_drop,
     .quiesced = tls_quiesced,
+    .close = tls_codec_close,
 };
 
 /* ---------------------------------------------------------------- kTLS */
@@ -470,6 +481,7 @@ const struct net_codec tls_ktls_codec = {
     .move_drop = rec_move_drop,
     .record = ktls_record,
     .quiesced = tls_quiesced,
+    .close = tls_codec_close,
 };
 
 /* Our close_notify: userspace seals it behind what is queued and closes after the flush; kTLS

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "derp_client.h"
+#include <hd/kit.h>
 #include "echo.h"
 #include "echo_obs.h"
 
@@ -119,43 +120,57 @@ static int load_keys(void)
     return derp_keypair_from_privkey(&keypair, &priv);
 }
 
+static int echo_parse(struct kit_app *a, int argc, char **argv)
+{
+    (void)a;
+    return echo_opts_parse(argc, argv, &o);
+}
+
+static int echo_setup(struct kit_app *a)
+{
+    if (derp_crypto_init() < 0 || load_keys() < 0)
+        return -EINVAL;
+    if (o.url.tls) { /* tls_module (with net before it) only for an https server */
+        struct tls_client_options to = {.ca_file = o.ca_file, .insecure = o.insecure};
+        int rc = tls_client_ctx_create(&to, &client_tls);
+        if (rc < 0) {
+            fprintf(stderr, "hderp-echo: TLS set-up failed: %s\n", strerror(-rc));
+            return rc;
+        }
+        a->layer = &tls_module;
+    }
+    return 0;
+}
+
+static int echo_finish(struct kit_app *a, int rc)
+{
+    (void)a;
+    if (rc < 0)
+        exit_code = 1;
+    if (strcmp(o.mode, "ping") == 0 && exit_code == 0)
+        exit_code = echo_ping_report(&ping, &o) < 0 ? 1 : 0;
+    return exit_code;
+}
+
+static void echo_teardown(struct kit_app *a)
+{
+    (void)a;
+    if (client_tls)
+        tls_ctx_destroy(client_tls);
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "observe") == 0)
         return echo_obs_main(argc, argv);
-    int rc = echo_opts_parse(argc, argv, &o);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2;
-    if (derp_crypto_init() < 0 || load_keys() < 0)
-        return 1;
-    if (o.url.tls) {
-        struct tls_client_options to = {.ca_file = o.ca_file, .insecure = o.insecure};
-        if ((rc = tls_client_ctx_create(&to, &client_tls)) < 0) {
-            fprintf(stderr, "hderp-echo: TLS set-up failed: %s\n", strerror(-rc));
-            return 1;
-        }
-    }
-    /* tls_module (with net before it) only for an https server. */
-    static const struct hd_module *const modules[] = {&tls_module, &echo_module};
-    unsigned first = client_tls ? 0 : 1;
-    struct hd_runtime_config cfg = {.shards_count = 1,
-                                    .pin = false,
-                                    .handle_signals = true,
-                                    .frame_classes = derp_client_frame_classes,
-                                    .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
-                                    .modules = modules + first,
-                                    .modules_count = 2 - first};
-    struct hd_runtime *rt;
-    if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
-        fprintf(stderr, "hderp-echo: %s\n", strerror(-rc));
-        return 1;
-    }
-    if ((rc = hd_runtime_run(rt)) < 0)
-        exit_code = 1;
-    if (strcmp(o.mode, "ping") == 0 && exit_code == 0)
-        exit_code = echo_ping_report(&ping, &o) < 0 ? 1 : 0;
-    hd_runtime_destroy(rt);
-    if (client_tls)
-        tls_ctx_destroy(client_tls);
-    return exit_code;
+    struct kit_app app = {.name = "hderp-echo",
+                          .parse = echo_parse,
+                          .rt = {.shards_count = 1,
+                                 .frame_classes = derp_client_frame_classes,
+                                 .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT},
+                          .module = &echo_module,
+                          .setup = echo_setup,
+                          .finish = echo_finish,
+                          .teardown = echo_teardown};
+    return kit_app_main(&app, argc, argv);
 }

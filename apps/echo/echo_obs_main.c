@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "echo_obs.h"
+#include <hd/kit.h>
 
 static struct echo_obs_opts opts;
 static struct echo_obs obs;
@@ -129,51 +130,64 @@ static int make_tls(struct echo_obs *ob)
     return rc;
 }
 
-int echo_obs_main(int argc, char **argv)
+static int obs_parse(struct kit_app *a, int argc, char **argv)
 {
-    int rc = echo_obs_opts_parse(argc, argv, &opts);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2;
+    (void)a;
+    return echo_obs_opts_parse(argc, argv, &opts);
+}
+
+static int obs_setup(struct kit_app *a)
+{
     obs.o = &opts;
     double interval = 1000.0 / opts.rate_pps;
     obs.tick_ms = interval < ECHO_OBS_TICK_MIN_MS ? ECHO_OBS_TICK_MIN_MS : (uint32_t)interval;
     if (derp_crypto_init() < 0 || make_tls(&obs) < 0)
-        return 1;
+        return -EINVAL;
+    int rc;
     if (opts.map_url == NULL && (rc = echo_obs_paths_build(&obs)) < 0) {
         fprintf(stderr, "hderp-echo: observe: %s\n",
                 rc == -E2BIG ? "too many paths (at most 512)" : strerror(-rc));
-        return 1;
+        return rc;
     }
     if (opts.map_url == NULL)
         log_paths(&obs);
-    /* tls_module (net before it) only when some node speaks https. */
-    static const struct hd_module *const modules[] = {&tls_module, &obs_module};
-    void *const args[] = {NULL, &obs};
-    unsigned first = obs.tls_verify || obs.tls_insecure ? 0 : 1;
-    struct hd_runtime_config cfg = {.shards_count = 1,
-                                    .pin = false,
-                                    .handle_signals = true,
-                                    .frame_classes = derp_client_frame_classes,
-                                    .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
-                                    .modules = modules + first,
-                                    .modules_count = 2 - first,
-                                    .modules_args = args + first};
-    struct hd_runtime *rt;
-    if ((rc = hd_runtime_create(&cfg, &rt)) < 0) {
-        fprintf(stderr, "hderp-echo: %s\n", strerror(-rc));
-        return 1;
-    }
-    rc = hd_runtime_run(rt);
+    if (obs.tls_verify || obs.tls_insecure) /* tls_module (net before it): some node is https */
+        a->layer = &tls_module;
+    return 0;
+}
+
+static int obs_finish(struct kit_app *a, int rc)
+{
+    (void)a;
     int code = rc < 0 || start_error ? 1 : 0;
     if (code == 0 && opts.once)
         code = echo_obs_report(&obs, hd_clock_ns() / 1000000, stdout);
-    hd_runtime_destroy(rt);
+    return code;
+}
+
+static void obs_teardown(struct kit_app *a)
+{
+    (void)a;
     if (obs.tls_verify)
         tls_ctx_destroy(obs.tls_verify);
     if (obs.tls_insecure)
         tls_ctx_destroy(obs.tls_insecure);
     free(obs.paths);
-    return code;
+}
+
+int echo_obs_main(int argc, char **argv)
+{
+    struct kit_app app = {.name = "hderp-echo",
+                          .parse = obs_parse,
+                          .rt = {.shards_count = 1,
+                                 .frame_classes = derp_client_frame_classes,
+                                 .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT},
+                          .module = &obs_module,
+                          .module_arg = &obs,
+                          .setup = obs_setup,
+                          .finish = obs_finish,
+                          .teardown = obs_teardown};
+    return kit_app_main(&app, argc, argv);
 }
 
 /* ---------------------------------------------------------------- --once */

@@ -41,7 +41,6 @@ struct ps_topic {
 struct ps_config {
     struct net_addr listen;
     bool tls;
-    uint32_t shards;
     struct tls_ctx *tls_ctx;
 };
 
@@ -228,59 +227,60 @@ static const struct hd_module ps_module = {
     .shard_fini = shard_fini,
 };
 
+static int ps_setup(struct kit_app *a)
+{
+    struct ps_config *cfg = a->module_arg;
+    if (cfg->tls) { /* TLS with a self-signed certificate: tls_module goes before the app */
+        struct tls_server_options tso = {.self_signed_host = "127.0.0.1"};
+        int rc = tls_server_ctx_create(&tso, &cfg->tls_ctx);
+        if (rc < 0) {
+            fprintf(stderr, "pubsub: TLS context: %s\n", strerror(-rc));
+            return rc;
+        }
+        a->layer = &tls_module;
+    }
+    /* Port 0: every shard's listener shares the one port the kernel picks here. */
+    int rc = kit_app_hold(a, &cfg->listen, SOCK_STREAM);
+    if (rc < 0)
+        fprintf(stderr, "pubsub: cannot bind: %s\n", strerror(-rc));
+    return rc;
+}
+
+static int ps_started(struct kit_app *a, struct hd_runtime *rt)
+{
+    (void)rt;
+    const struct ps_config *cfg = a->module_arg;
+    char buf[64];
+    printf("pubsub: listening on %s%s\n", net_addr_format(&cfg->listen, buf, sizeof(buf)),
+           cfg->tls ? " (tls)" : "");
+    fflush(stdout);
+    return 0;
+}
+
+static void ps_teardown(struct kit_app *a)
+{
+    struct ps_config *cfg = a->module_arg;
+    if (cfg->tls_ctx)
+        tls_ctx_destroy(cfg->tls_ctx);
+}
+
 int main(int argc, char **argv)
 {
-    struct ps_config cfg = {.shards = 2};
+    static struct ps_config cfg;
     net_addr_parse("127.0.0.1:7400", &cfg.listen);
     const struct kit_flag flags[] = {
         {"listen", KIT_FLAG_ADDR, &cfg.listen, 0, 0, "address (default 127.0.0.1:7400; port 0)"},
         {"tls", KIT_FLAG_BOOL, &cfg.tls, 0, 0, "TLS with a self-signed certificate"},
-        {"shards", KIT_FLAG_U32, &cfg.shards, 1, 64, "shards (default 2)"},
     };
-    unsigned flags_count = sizeof(flags) / sizeof(flags[0]);
-    char err[160];
-    int rc = kit_flags_parse(flags, flags_count, argc, argv, err, sizeof(err));
-    if (rc < 0) {
-        if (rc != -ECANCELED)
-            fprintf(stderr, "pubsub: %s\n", err);
-        kit_flags_usage(rc == -ECANCELED ? stdout : stderr, "pubsub", flags, flags_count);
-        return rc == -ECANCELED ? 0 : 2;
-    }
-    struct tls_server_options tso = {.self_signed_host = "127.0.0.1"};
-    if (cfg.tls && (rc = tls_server_ctx_create(&tso, &cfg.tls_ctx)) < 0) {
-        fprintf(stderr, "pubsub: TLS context: %s\n", strerror(-rc));
-        return 1;
-    }
-    int hold = kit_port_hold(&cfg.listen, SOCK_STREAM);
-    if (hold < 0) {
-        fprintf(stderr, "pubsub: cannot bind: %s\n", strerror(-hold));
-        return 1;
-    }
-    const struct hd_module *mods[] = {&tls_module, &ps_module};
-    void *args[] = {NULL, &cfg};
-    unsigned skip = cfg.tls ? 0 : 1; /* plain TCP: no TLS layer */
-    struct hd_runtime_config rc_cfg = {.shards_count = cfg.shards,
-                                       .handle_signals = true,
-                                       .modules = mods + skip,
-                                       .modules_args = args + skip,
-                                       .modules_count = 2 - skip};
-    struct hd_runtime *rt = NULL;
-    rc = hd_runtime_create(&rc_cfg, &rt);
-    if (rc == 0)
-        rc = hd_runtime_start(rt);
-    close(hold); /* every shard has its own socket on the port now (or start failed) */
-    if (rc == 0) {
-        char buf[64];
-        printf("pubsub: listening on %s%s\n", net_addr_format(&cfg.listen, buf, sizeof(buf)),
-               cfg.tls ? " (tls)" : "");
-        fflush(stdout);
-        rc = hd_runtime_wait(rt);
-    }
-    if (rt)
-        hd_runtime_destroy(rt);
-    if (cfg.tls_ctx)
-        tls_ctx_destroy(cfg.tls_ctx);
-    if (rc < 0)
-        fprintf(stderr, "pubsub: %s\n", strerror(-rc));
-    return rc < 0 ? 1 : 0;
+    struct kit_app app = {.name = "pubsub",
+                          .flags = flags,
+                          .flags_count = HD_ARRAY_SIZE(flags),
+                          .shards_flag = true,
+                          .rt = {.shards_count = 2},
+                          .module = &ps_module,
+                          .module_arg = &cfg,
+                          .setup = ps_setup,
+                          .started = ps_started,
+                          .teardown = ps_teardown};
+    return kit_app_main(&app, argc, argv);
 }

@@ -47,7 +47,6 @@ _Static_assert(sizeof(struct udpr_stats) == sizeof(udpr_stat_names) / sizeof(cha
 
 struct udpr_config {
     struct net_addr listen, metrics; /* metrics.len 0: no metrics endpoint */
-    uint32_t shards;
 };
 
 struct udpr_shard {
@@ -242,57 +241,48 @@ static const struct hd_module udpr_module = {
     .shard_fini = shard_fini,
 };
 
+static int udpr_setup(struct kit_app *a)
+{
+    struct udpr_config *cfg = a->module_arg;
+    /* Port 0: every shard's socket shares the port held here (closed before it is announced:
+     * the held UDP socket would get its share of datagrams). */
+    int rc = kit_app_hold(a, &cfg->listen, SOCK_DGRAM);
+    if (rc == 0 && cfg->metrics.len > 0)
+        rc = kit_app_hold(a, &cfg->metrics, SOCK_STREAM);
+    if (rc < 0)
+        fprintf(stderr, "udprelay: cannot bind: %s\n", strerror(-rc));
+    return rc;
+}
+
+static int udpr_started(struct kit_app *a, struct hd_runtime *rt)
+{
+    (void)rt;
+    const struct udpr_config *cfg = a->module_arg;
+    char l[64], m[64] = "";
+    if (cfg->metrics.len > 0)
+        net_addr_format(&cfg->metrics, m, sizeof(m));
+    printf("udprelay: listening on %s%s%s\n", net_addr_format(&cfg->listen, l, sizeof(l)),
+           m[0] ? " metrics " : "", m);
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    struct udpr_config cfg = {.shards = 2};
+    static struct udpr_config cfg;
     net_addr_parse("127.0.0.1:7500", &cfg.listen);
     const struct kit_flag flags[] = {
         {"listen", KIT_FLAG_ADDR, &cfg.listen, 0, 0, "UDP address (default 127.0.0.1:7500)"},
         {"metrics", KIT_FLAG_ADDR, &cfg.metrics, 0, 0, "GET /metrics on this TCP address"},
-        {"shards", KIT_FLAG_U32, &cfg.shards, 1, 64, "shards (default 2)"},
     };
-    unsigned flags_count = sizeof(flags) / sizeof(flags[0]);
-    char err[160];
-    int rc = kit_flags_parse(flags, flags_count, argc, argv, err, sizeof(err));
-    if (rc < 0) {
-        if (rc != -ECANCELED)
-            fprintf(stderr, "udprelay: %s\n", err);
-        kit_flags_usage(rc == -ECANCELED ? stdout : stderr, "udprelay", flags, flags_count);
-        return rc == -ECANCELED ? 0 : 2;
-    }
-    int hold = kit_port_hold(&cfg.listen, SOCK_DGRAM), mhold = -1;
-    if (hold >= 0 && cfg.metrics.len > 0 && (mhold = kit_port_hold(&cfg.metrics, SOCK_STREAM)) < 0)
-        close(hold), hold = mhold;
-    if (hold < 0) {
-        fprintf(stderr, "udprelay: cannot bind: %s\n", strerror(-hold));
-        return 1;
-    }
-    const struct hd_module *mods[] = {&udpr_module};
-    void *args[] = {&cfg};
-    struct hd_runtime_config rc_cfg = {.shards_count = cfg.shards,
-                                       .handle_signals = true,
-                                       .modules = mods,
-                                       .modules_args = args,
-                                       .modules_count = 1};
-    struct hd_runtime *rt = NULL;
-    rc = hd_runtime_create(&rc_cfg, &rt);
-    if (rc == 0)
-        rc = hd_runtime_start(rt);
-    close(hold); /* before the port is announced: it would get its share of datagrams */
-    if (mhold >= 0)
-        close(mhold);
-    if (rc == 0) {
-        char a[64], b[64] = "";
-        if (cfg.metrics.len > 0)
-            net_addr_format(&cfg.metrics, b, sizeof(b));
-        printf("udprelay: listening on %s%s%s\n", net_addr_format(&cfg.listen, a, sizeof(a)),
-               b[0] ? " metrics " : "", b);
-        fflush(stdout);
-        rc = hd_runtime_wait(rt);
-    }
-    if (rt)
-        hd_runtime_destroy(rt);
-    if (rc < 0)
-        fprintf(stderr, "udprelay: %s\n", strerror(-rc));
-    return rc < 0 ? 1 : 0;
+    struct kit_app app = {.name = "udprelay",
+                          .flags = flags,
+                          .flags_count = HD_ARRAY_SIZE(flags),
+                          .shards_flag = true,
+                          .rt = {.shards_count = 2},
+                          .module = &udpr_module,
+                          .module_arg = &cfg,
+                          .setup = udpr_setup,
+                          .started = udpr_started};
+    return kit_app_main(&app, argc, argv);
 }

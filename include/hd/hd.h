@@ -16,6 +16,8 @@
 #include <stdint.h>
 
 #include <hd/hd_base.h>
+#include <hd/hd_bus.h>
+#include <hd/hd_handle.h>
 #include <hd/hd_limits.h>
 
 struct hd_runtime;
@@ -211,27 +213,6 @@ const struct hd_pool_stats *hd_frame_class_counters(const struct hd_shard *s, un
  * to its pool (the app's accounting of who holds frames: hd_runtime_config.frame_release). */
 typedef void hd_frame_release_fn(struct hd_shard *s, struct hd_frame *f);
 
-/* ---------------------------------------------------------------- bus */
-
-struct hd_msg;
-/* Runs on the destination shard. The message is borrowed for the call. */
-typedef void hd_msg_fn(struct hd_shard *dst, const struct hd_msg *m);
-struct hd_msg {
-    hd_msg_fn *fn;
-    void *ptr;
-    uint64_t u64[2];
-};
-_Static_assert(sizeof(struct hd_msg) == 32, "two messages per cache line");
-
-/* Queue m for shard dst; published at the end of this tick (batched, at most one wake-up per
- * sleeping destination). When dst's ring is full the message waits in a bounded per-destination
- * overflow; when that is full too: -EAGAIN, nothing queued — the caller applies backpressure
- * (stop reading the source) or drops by its policy and counts. -EINVAL: dst is this shard or
- * out of range. Ownership of what m points to moves only on success. */
-int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
-/* Messages this shard could still queue for dst right now (ring space + overflow space). */
-unsigned hd_bus_room(struct hd_shard *s, unsigned dst);
-
 /* ---------------------------------------------------------------- posts from other threads */
 
 /* The bus links shards to shards; a post is how a thread that is not a shard (the main thread
@@ -327,6 +308,7 @@ struct hd_shard_stats {
     uint64_t cqes_stale;       /* completions of an op's previous life: dropped */
     uint64_t sqe_full;         /* hd_op prep found no SQE even after submitting */
     uint64_t tasks_run, timers_fired; /* deferred tasks run; timers fired */
+    uint64_t tasks_stale; /* of those tasks, hd_defer_handle's dropped: their handle was stale */
     uint64_t bus_sent;                /* messages accepted by hd_bus_send */
     uint64_t bus_received;            /* messages run on this shard */
     uint64_t bus_overflowed;          /* messages that went through the overflow */

@@ -22,6 +22,11 @@ _Static_assert(HD_CQE_BATCH <= HD_CQE_BUDGET_MAX, "a batch fits in the budget");
 /* Deferred tasks per shard: a fixed ring, -EAGAIN when full (no hidden malloc). */
 #define HD_DEFER_RING_SIZE 4096
 _Static_assert(HD_IS_POW2(HD_DEFER_RING_SIZE), "ring index masks");
+/* Generation-checked handles (hd_handle_open) per shard: the table grows by HD_HANDLE_CHUNK
+ * slots (16 B each) as they are needed, up to HD_HANDLES_MAX (then -ENOSPC), and keeps its
+ * chunks until the shard is freed (a stale handle's slot is always there to check). */
+#define HD_HANDLE_CHUNK 4096u
+#define HD_HANDLES_MAX  (1u << 22)
 
 /* Bus: SPSC ring slots per (producer, consumer) pair and the producer-side overflow that absorbs
  * short bursts when a ring is full. 4096 x 32 B = 128 KiB per pair. */
@@ -38,6 +43,11 @@ _Static_assert(HD_IS_POW2(HD_BUS_RING_SIZE), "ring index masks");
 _Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
 _Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");
 _Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the overflow");
+/* Messages a shard sends itself (hd_bus_send to its own id) wait in a queue of their own, run at
+ * the shard's next bus drain: 4096 x 32 B = 128 KiB per shard. */
+#define HD_BUS_SELF_SIZE HD_BUS_RING_SIZE
+_Static_assert(HD_IS_POW2(HD_BUS_SELF_SIZE), "self queue index masks");
+_Static_assert(HD_BUS_SELF_SIZE > HD_BUS_RESERVED, "apps get most of the self queue");
 
 /* Posts (hd_runtime_post): slots in each shard's inbox for threads that are not shards. The main
  * thread posts a handful of messages per reload (one per shard per snapshot), so 64 is plenty;

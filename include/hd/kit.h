@@ -6,6 +6,8 @@
  *                                kit_port_file_write (the ports chosen, for who started it)
  *   a metrics endpoint           kit_metrics_start (GET /metrics from every shard's counters)
  *   command lines                kit_flags_parse / kit_flags_usage (a table of flags)
+ *   a program's start-up         kit_app_main (flags, logging, runtime, signals, tear-down)
+ *   two connections piped        kit_pipe_start (both ways, with backpressure and half closes)
  * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
  *
  * Threading: as net/ (a shard's own objects on that shard); the flags parser, kit_port_hold and
@@ -29,9 +31,10 @@
 uint64_t kit_key_hash(const void *key, size_t len);
 /* The shard that owns key among shards_count (> 0). */
 unsigned kit_owner_shard(const void *key, size_t len, unsigned shards_count);
-/* Run m on key's owner shard: at once (m->fn(s, m)) when that is s, else queued with
- * hd_bus_send. Ownership of what m points to moves on success only, as with hd_bus_send.
- * Returns 0 or -EAGAIN (the owner's bus is full: nothing queued). */
+/* Run m on key's owner shard through hd_bus_send, also when that is s: the message then runs
+ * at s's next bus drain, never inside this call (a caller in on_data is not re-entered).
+ * Ownership of what m points to moves on success only, as with hd_bus_send.
+ * Returns 0 or -EAGAIN (the owner's queue is full: nothing queued). */
 int kit_route(struct hd_shard *s, const void *key, size_t len, const struct hd_msg *m);
 
 /* ---------------------------------------------------------------- fan-out */
@@ -136,5 +139,96 @@ int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char
                     size_t err_size);
 /* "usage: prog [flags]" and one line per flag with its help. */
 void kit_flags_usage(FILE *out, const char *prog, const struct kit_flag *flags, unsigned count);
+
+/* ---------------------------------------------------------------- a program's start-up */
+
+/* The block every program's main repeats, as one call: parse the command line (the app's flags
+ * and the kit's -shards, -log-level, -log-format), set the logging level and format, run the
+ * app's setup (its configuration, TLS contexts, port holds), create and start the runtime with
+ * the app's module (after an optional layer such as tls_module), close the port holds once
+ * every shard listens, call started (print the address, write a port file), wait for
+ * SIGINT/SIGTERM (SIGHUP/SIGUSR2 go to the module's on_signal), then finish and teardown.
+ *
+ *   static struct kit_app app = {.name = "myrelay", .flags = flags, .flags_count = n,
+ *                                .shards_flag = true, .module = &my_module, .module_arg = &cfg,
+ *                                .setup = my_setup, .started = my_started};
+ *   int main(int argc, char **argv) { return kit_app_main(&app, argc, argv); }
+ */
+#define KIT_APP_FLAGS_MAX 64 /* the app's own flags */
+#define KIT_APP_HOLDS_MAX 8
+struct kit_app {
+    const char *name; /* for usage and messages: "name: what went wrong" */
+    const struct kit_flag *flags;
+    unsigned flags_count;
+    bool shards_flag; /* add -shards N (into rt.shards_count, whose value is the default) */
+    /* A parser of the app's own instead of the flag table (a sub-command, positional words):
+     * 0 to go on, > 0 to exit 0 (help printed), < 0 to exit 2 (it printed why). The kit's
+     * flags are then not added. */
+    int (*parse)(struct kit_app *a, int argc, char **argv);
+    /* The runtime's configuration: shards_count, pin, frame classes, ... (modules and
+     * handle_signals are set by the kit: signals handled unless no_signals). */
+    struct hd_runtime_config rt;
+    bool no_signals;
+    const struct hd_module *module; /* the app */
+    void *module_arg;
+    const struct hd_module *layer; /* listed before the app when set (setup may set it) */
+    void *layer_arg;
+    /* After the flags, before the runtime: build the configuration, create what is shared,
+     * hold ports (kit_app_hold). 0, or -errno having printed why (exit 1). */
+    int (*setup)(struct kit_app *a);
+    /* Every shard runs (shard_init done) and the holds are closed: announce. 0 or -errno (the
+     * runtime is stopped, exit 1). */
+    int (*started)(struct kit_app *a, struct hd_runtime *rt);
+    /* The runtime has stopped (rc: 0 or the first error, already printed) and is still there
+     * (a->runtime: read statistics): the exit code to return. Optional (0 or 1 by rc). */
+    int (*finish)(struct kit_app *a, int rc);
+    void (*teardown)(struct kit_app *a); /* free what setup made (always after a setup) */
+    void *arg;                           /* the app's */
+    /* The kit's: */
+    int holds[KIT_APP_HOLDS_MAX];
+    unsigned holds_count;
+    struct hd_runtime *runtime; /* during finish */
+};
+/* Run the program. Returns the exit code: 0, 1 (set-up or runtime failed), 2 (usage). */
+int kit_app_main(struct kit_app *a, int argc, char **argv);
+/* In setup: kit_port_hold(addr, type) (*addr gets the port chosen for port 0), closed by the kit
+ * once hd_runtime_start returned. Returns 0, -ENOSPC (KIT_APP_HOLDS_MAX), bind's -errno. */
+int kit_app_hold(struct kit_app *a, struct net_addr *addr, int type);
+
+/* ---------------------------------------------------------------- piping two connections */
+
+/* Two connections of one shard piped into each other (a TCP relay's data phase): what one
+ * receives is queued on the other (copied into pool frames); a side stops receiving while the
+ * other's send queue is above its high watermark (on_send_pressure) and resumes under its low
+ * one, so a slow reader holds at most its send_high_bytes plus a read; an EOF on one side shuts
+ * the other's write side once its queue is sent, both EOFs close both; a close on one side
+ * closes the other after its queue is sent; done(p, arg) runs once both have closed (then p is
+ * the caller's again). Connections on different shards: move one to the other's shard first
+ * (net_conn_migrate), then pipe in the adopt callback. Embed struct kit_pipe in the session;
+ * its fields are the kit's (stats may be read). */
+struct kit_pipe;
+typedef void kit_pipe_done_fn(struct kit_pipe *p, void *arg);
+struct kit_pipe_stats {
+    uint64_t bytes[2]; /* bytes received on c[i] and queued on the other */
+    uint64_t pauses;   /* times a side was paused for the other's send queue */
+    uint64_t dropped;  /* bytes received after the other side had gone */
+};
+struct kit_pipe {
+    struct net_conn *c[2]; /* NULL once that side has closed */
+    kit_pipe_done_fn *done;
+    void *arg;
+    int reason; /* the first close's reason */
+    uint8_t eof;
+    struct kit_pipe_stats stats;
+};
+/* Pipe a and b (open, on the calling shard, not the same connection). Takes over both
+ * connections' handlers and app pointers (net_conn_set_app: the old ones get no callback, not
+ * even on_close). Bytes either side kept unconsumed flow: a side the caller paused (to keep a
+ * fast sender within rx_tail_max while it waited for its peer) is resumed, its kept bytes
+ * offered inside this call; the others' are offered on the next tick (net_conn_reoffer).
+ * Returns 0, -EINVAL (one connection twice, or two shards), -EPIPE (one is not open: nothing
+ * changed), -EAGAIN (the shard's task ring is full: piped, but kept bytes wait for new ones). */
+int kit_pipe_start(struct kit_pipe *p, struct net_conn *a, struct net_conn *b,
+                   kit_pipe_done_fn *done, void *arg);
 
 #endif /* HD_KIT_H */

@@ -114,6 +114,11 @@ struct net_conn_handler {
     /* Last call for this connection: no callback follows; free the app state here. reason is 0
      * for a local close or -errno (-ECONNRESET, -ETIMEDOUT, -EPROTO, ...). */
     void (*on_close)(struct net_conn *c, int reason);
+    /* The deadline (net_conn_set_deadline) passed. Optional: when set it runs first and may
+     * queue a last message (`ERR timeout`); then the connection closes with -ETIMEDOUT once
+     * what is queued is sent (bounded by the write timeout, or NET_DEADLINE_FLUSH_MS when the
+     * connection has none), unless the app closed it itself. Without it the close is at once. */
+    void (*on_deadline)(struct net_conn *c);
 };
 
 struct net_conn_options {
@@ -195,12 +200,51 @@ void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
                        uint32_t *write_timeout_ms);
 /* An absolute deadline: close (-ETIMEDOUT) ms from now, however many bytes arrive meanwhile
  * (the idle timeout restarts on each read; a client sending a byte a second would keep it
- * forever). 0 clears it; a new call replaces it; a move keeps what is left of it. */
+ * forever). 0 clears it; a new call replaces it; a move keeps what is left of it. With the
+ * handler's on_deadline the app hears it first and may write a last line. */
 void net_conn_set_deadline(struct net_conn *c, uint32_t ms);
 /* Change the send watermarks and cap (see struct net_conn_options). */
 void net_conn_set_limits(struct net_conn *c, uint32_t high, uint32_t low, uint32_t max);
 /* Change the entry watermarks (send_high_frames / send_low_frames; 0, 0: none). */
 void net_conn_set_frame_limits(struct net_conn *c, uint32_t high, uint32_t low);
+
+/* ---------------------------------------------------------------- handles, from any shard */
+
+/* The connection's handle: (shard, slot, generation) in 64 bits, which any shard may hold (in
+ * its tables, in a bus message's u64) instead of a pointer. It goes stale when the connection
+ * closes (just before on_close) or moves (the connection on the new shard has a new one: ask
+ * it in the adopt callback). Constant while the connection lives; on its shard. */
+struct hd_handle net_conn_handle(const struct net_conn *c);
+/* The connection h names if it lives on s, else NULL (stale, {0}, another shard's). On s. */
+struct net_conn *net_conn_by_handle(struct hd_shard *s, struct hd_handle h);
+/* From any shard s (h's own included): queue len bytes at f->data + off on h's connection. It
+ * travels as a bus message to h's shard (the own shard too: it runs at the next bus drain, never
+ * inside this call), which does net_conn_send there; a connection gone by then, or refusing the
+ * bytes (over its send cap, closing), drops them and counts (net_shard_counters on that shard).
+ * Takes its own reference of f on success (the caller's stays the caller's). Returns 0, -EAGAIN
+ * (the bus to that shard is full: nothing queued; the caller pauses its source or drops),
+ * -EINVAL (h is {0} or names a shard out of range). Shard s's thread. */
+int net_conn_send_to(struct hd_shard *s, struct hd_handle h, struct hd_frame *f, uint32_t off,
+                     uint32_t len);
+/* From any shard s: net_conn_close(c, reason, flush) on h's connection, through the bus as
+ * net_conn_send_to; a connection gone by then is counted (handle_stale). Returns 0, -EAGAIN,
+ * -EINVAL (as net_conn_send_to). */
+int net_conn_close_to(struct hd_shard *s, struct hd_handle h, int reason, bool flush);
+/* Per-shard counters of the calls by handle that arrived on this shard. On s. */
+struct net_shard_counters {
+    uint64_t handle_stale;   /* sends or closes for a connection gone (closed, moved) */
+    uint64_t handle_refused; /* sends the connection refused (net_conn_send's error) */
+};
+const struct net_shard_counters *net_shard_counters(struct hd_shard *s);
+
+/* Offer the bytes the app left unconsumed (on_data's tail) to on_data again, without new bytes
+ * and without toggling pause: for an app that returned 0 because something else was not ready
+ * (a peer not yet paired, a bus full) and now is. The offer runs at the shard's next tick (never
+ * inside this call, so it is safe from on_data); several calls before it make one offer; it
+ * does nothing if the connection is paused by then (resuming offers them) or closed. With no
+ * bytes kept, on_data is not called. Returns 0, -EPIPE (closing), -EAGAIN (task ring full). On
+ * the connection's shard. */
+int net_conn_reoffer(struct net_conn *c);
 
 /* ---------------------------------------------------------------- migration */
 

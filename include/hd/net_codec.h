@@ -39,6 +39,11 @@ struct net_codec {
     int (*record)(struct net_conn *c, void *state, uint8_t type, uint8_t *data, size_t len);
     /* Optional: the connection became quiet after net_conn_quiet_begin (see there). */
     void (*quiesced)(struct net_conn *c, void *state);
+    /* Optional: the app asked for a graceful close (net_conn_close with flush) of an open
+     * connection: end the protocol cleanly (TLS: close_notify after the queued bytes) and
+     * close with net_conn_close(c, reason, ...) once done (that call does not come here again).
+     * Return 0 (the codec closes), or -errno to let net_conn_close go on as without it. */
+    int (*close)(struct net_conn *c, void *state, int reason);
 };
 
 /* The record type of application data (RFC 8446 §5.1 ContentType): reads of this type are

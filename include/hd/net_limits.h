@@ -56,6 +56,9 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_ACCEPT_BACKOFF_MS 100
 /* After a recv found the buffer ring empty, re-arm after this pause (never spin). */
 #define NET_NOBUFS_RETRY_MS 1
+/* A deadline with on_deadline on a connection without a write timeout: the last message's
+ * flush gets this long before the close is forced. */
+#define NET_DEADLINE_FLUSH_MS 5000u
 
 /* UDP: the largest datagram received (IPv4/IPv6 payload limit), the largest one sent through
  * the copy slots (STUN replies are 32 or 44 bytes; a WireGuard packet fits a 1500 MTU) and the

@@ -156,9 +156,11 @@ int tls_conn_start(struct net_conn *c, struct tls_ctx *ctx, const struct tls_con
 
 /* Ends a finished connection cleanly: the plaintext queued so far goes out, then close_notify,
  * then the connection closes (on_close reason 0); the peer sees a clean end of stream. What
- * the app queues afterwards is dropped. Returns 0 (also when already ending), -ENOTCONN (the
- * handshake has not finished: the connection is closed at once, without close_notify), -EPIPE
- * (closed or closing). */
+ * the app queues afterwards is dropped. An app needs no TLS call for this: net_conn_close(c,
+ * reason, true) on a TLS connection does the same (with that reason), through the codec's close
+ * hook; net_conn_close(c, reason, false) stays an abrupt close (no close_notify). Returns 0 (also
+ * when already ending), -ENOTCONN (the handshake has not finished: the connection is closed at
+ * once, without close_notify), -EPIPE (closed or closing). */
 int tls_conn_close_notify(struct net_conn *c);
 
 /* KeyUpdate (RFC 8446 §4.6.3): rekeys our sending direction, and asks the peer to rekey its own

@@ -177,6 +177,62 @@ Test(test_tlsconn_peers, curl_https_get)
     cr_assert_eq(atomic_load(&ts.reasons[0]), 0);
 }
 
+/* net_conn_close(c, 0, true) on a TLS connection ends it with close_notify (issue 27): Python's
+ * ssl client, told not to forgive a TCP close without one (suppress_ragged_eofs=False), reads
+ * the whole answer and then a clean end of stream. Before, the close was a bare FIN and the
+ * peer saw "EOF occurred in violation of protocol". */
+static const char py_clean_eof[] =
+    "import socket, ssl, sys\n"
+    "ctx = ssl.create_default_context()\n"
+    "ctx.check_hostname = False\n"
+    "ctx.verify_mode = ssl.CERT_NONE\n"
+    "s = ctx.wrap_socket(socket.create_connection(('127.0.0.1', int(sys.argv[1])), 10),\n"
+    "                    suppress_ragged_eofs=False)\n"
+    "s.sendall(b'GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n')\n"
+    "got = b''\n"
+    "try:\n"
+    "    while True:\n"
+    "        b = s.recv(4096)\n"
+    "        if not b:\n"
+    "            break\n"
+    "        got += b\n"
+    "    print('CLEAN' if got.endswith(b'hello from hderp\\n') else 'SHORT', flush=True)\n"
+    "except ssl.SSLEOFError:\n"
+    "    print('RAGGED', flush=True)\n";
+
+static void drive_py_close_notify(void)
+{
+    char port[16], buf[256];
+    size_t len = 0;
+    snprintf(port, sizeof(port), "%u", ts.port);
+    char *argv[] = {"python3", "-c", (char *)py_clean_eof, port, NULL};
+    int out;
+    pid_t pid = tu_spawn(argv, NULL, &out);
+    bool got = tu_read_until(out, buf, sizeof(buf), &len, "\n", 15000);
+    int st = tu_wait(pid, 15000);
+    if (st < 0)
+        tu_stop(pid);
+    atomic_store(&result, got && st == 0 && strcmp(buf, "CLEAN\n") == 0 ? 1 : -1);
+    if (atomic_load(&result) != 1)
+        fprintf(stderr, "python ssl client said: %.*s (exit %d)\n", (int)len, buf, st);
+    close(out);
+}
+
+Test(test_tlsconn_peers, graceful_close_sends_close_notify)
+{
+    if (!tu_have("python3"))
+        cr_skip_test("python3 missing");
+    ts_reset();
+    ts.http = true;
+    struct tls_server_options so = {.self_signed_host = "127.0.0.1"};
+    cr_assert_eq(tls_server_ctx_create(&so, &ts.ctx), 0);
+    atomic_store(&result, 0);
+    ts_run(1, drive_py_close_notify, 1);
+    tls_ctx_destroy(ts.ctx);
+    cr_assert_eq(atomic_load(&result), 1, "the peer did not see close_notify before the end");
+    cr_assert_eq(atomic_load(&ts.reasons[0]), 0);
+}
+
 /* ---------------------------------------------------------------- our client, s_server */
 
 static void cl_handshake(struct net_conn *c, const struct tls_conn_info *info)
