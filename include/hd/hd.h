@@ -308,12 +308,12 @@ struct hd_shard_stats {
     uint64_t cqes_stale;       /* completions of an op's previous life: dropped */
     uint64_t sqe_full;         /* hd_op prep found no SQE even after submitting */
     uint64_t tasks_run, timers_fired; /* deferred tasks run; timers fired */
-    uint64_t tasks_stale; /* of those tasks, hd_defer_handle's dropped: their handle was stale */
-    uint64_t bus_sent;                /* messages accepted by hd_bus_send */
-    uint64_t bus_received;            /* messages run on this shard */
-    uint64_t bus_overflowed;          /* messages that went through the overflow */
-    uint64_t bus_full;                /* hd_bus_send returned -EAGAIN */
-    uint64_t wakes_sent;              /* wake-ups this shard sent to sleeping shards */
+    uint64_t tasks_stale;    /* of those tasks, hd_defer_handle's dropped: their handle was stale */
+    uint64_t bus_sent;       /* messages accepted by hd_bus_send */
+    uint64_t bus_received;   /* messages run on this shard */
+    uint64_t bus_overflowed; /* messages that went through the overflow */
+    uint64_t bus_full;       /* hd_bus_send returned -EAGAIN */
+    uint64_t wakes_sent;     /* wake-ups this shard sent to sleeping shards */
     uint64_t wakes_received;
     uint64_t wakes_skipped;   /* publishes of only lazy messages (frames going home) */
     uint64_t frames_returned; /* frames freed here that belonged to another shard */
