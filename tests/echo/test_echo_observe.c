@@ -100,3 +100,48 @@ Test(echo_observe, windows_expire_and_sum)
     echo_obs_summarise(ring, ECHO_OBS_SHORT_SLOTS, slot, later, 1, &s);
     cr_assert_eq(s.sent, 1, "the reused slot forgot slot 1000's ten");
 }
+
+/* Durations as every program of the project takes them (Go's spelling), bare numbers in the
+ * unit each flag had (issue 23: --duration 10s was "expected a number"). */
+Test(echo_observe, durations_in_go_style_and_bare)
+{
+    char *argv[] = {"hderp-echo",
+                    "observe",
+                    "--server",
+                    "http://127.0.0.1:1",
+                    "--duration",
+                    "10s",
+                    "--down-after",
+                    "1.5s",
+                    "--alert-window",
+                    "1m",
+                    "--alert-p99-ms",
+                    "250ms",
+                    NULL};
+    cr_assert_eq(echo_obs_opts_parse(12, argv, &o), 0);
+    cr_assert_eq(o.duration_s, 10);
+    cr_assert_eq(o.down_after_ms, 1500);
+    cr_assert_eq(o.alert_window_s, 60);
+    cr_assert_float_eq(o.alert_p99_ms, 250, 1e-9);
+    char *bare[] = {"hderp-echo",
+                    "observe",
+                    "--server",
+                    "http://127.0.0.1:1",
+                    "--duration",
+                    "45",
+                    "--down-after",
+                    "700",
+                    "--alert-window",
+                    "20",
+                    "--alert-p99-ms",
+                    "12.5",
+                    NULL};
+    cr_assert_eq(echo_obs_opts_parse(12, bare, &o), 0);
+    cr_assert_eq(o.duration_s, 45, "bare: seconds");
+    cr_assert_eq(o.down_after_ms, 700, "bare: milliseconds");
+    cr_assert_eq(o.alert_window_s, 20);
+    cr_assert_float_eq(o.alert_p99_ms, 12.5, 1e-9);
+    char *over[] = {"hderp-echo", "observe", "--server", "http://127.0.0.1:1",
+                    "--duration", "25h",     NULL};
+    cr_assert_eq(echo_obs_opts_parse(6, over, &o), -1, "over a day");
+}

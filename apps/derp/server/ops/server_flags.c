@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_limits.h"
+#include <hd/kit.h>
+
 #include "ops/server_flags.h"
 #include "server_limits.h"
 
@@ -176,35 +177,8 @@ static void usage(FILE *out)
 
 int64_t srv_parse_duration_ms(const char *t)
 {
-    if (strcmp(t, "0") == 0)
-        return 0;
-    double total = 0;
-    const char *p = t;
-    if (*p == '\0')
-        return -1;
-    while (*p) {
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p || v < 0)
-            return -1;
-        p = end;
-        double unit;
-        if (strncmp(p, "ms", 2) == 0) {
-            unit = 1, p += 2;
-        } else if (strncmp(p, "us", 2) == 0) {
-            unit = 0.001, p += 2;
-        } else if (*p == 's') {
-            unit = 1000, p++;
-        } else if (*p == 'm') {
-            unit = 60000, p++;
-        } else if (*p == 'h') {
-            unit = 3600000, p++;
-        } else {
-            return -1;
-        }
-        total += v * unit;
-    }
-    return (int64_t)total;
+    int64_t ns;
+    return kit_duration_parse(t, 0, &ns) < 0 ? -1 : ns / 1000000; /* the kit's, in every program */
 }
 
 static int parse_bool(const char *v, bool *out)

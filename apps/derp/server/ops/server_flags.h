@@ -79,7 +79,8 @@ int srv_derpmap_print(const struct srv_flags *f, FILE *out);
 /* derper: TLS iff the port is 443 (or "https") or -certmode manual; hderp also when
  * -certmode letsencrypt comes with -acme-directory (its own flag), on any port. */
 bool srv_flags_tls_mode(const struct srv_flags *f);
-/* Go's time.ParseDuration subset: "0", "1.5s", "500ms", "10m", "1h30m". -1 if malformed. */
+/* A duration as Go writes it (kit_duration_parse: "0", "1.5s", "500ms", "10m", "1h30m"; no bare
+ * numbers), in whole milliseconds; -1 if malformed. */
 int64_t srv_parse_duration_ms(const char *text);
 
 #endif
