@@ -433,6 +433,44 @@ static int apply_limit(struct srv_flags *f, const char *name, const char *v)
     return 1;
 }
 
+/* The flags with a value that the tables above do not hold (apply_number, apply_limit, apply):
+ * a new flag goes here too, or given last without its value it reads as unknown
+ * (test_integration_flag_errors checks every flag --help names). */
+static const char *const other_value_flags[] = {
+    "http-port",
+    "stun-port",
+    "accept-connection-limit",
+    "accept-connection-burst",
+    "shards",
+    "min-wait-us",
+    "http-deadline",
+    "login-deadline",
+    "prelogin-max",
+    "prelogin-per-addr-max",
+    "frame-pool-mib",
+    "pack-low",
+    "pack-high",
+    "certmode",
+    "stall-threshold",
+    "sender-wait",
+    "mesh-conns-max",
+};
+
+/* Whether name is a flag at all (given without its value, it is told apart from a typo). */
+static bool is_known_flag(const char *name)
+{
+    for (size_t i = 0; i < COUNT(other_value_flags); i++)
+        if (strcmp(name, other_value_flags[i]) == 0)
+            return true;
+    for (size_t i = 0; i < COUNT(unsupported); i++)
+        if (strcmp(name, unsupported[i]) == 0)
+            return true;
+    return field_find(string_flags, COUNT(string_flags), name) ||
+           field_find(bool_flags, COUNT(bool_flags), name) ||
+           field_find(duration_flags, COUNT(duration_flags), name) || is_bool_flag(name) ||
+           srv_flags_deploy_is_known(name);
+}
+
 /* One flag with its value (NULL for a bare boolean). */
 static int apply(struct srv_flags *f, const char *name, const char *v, bool *version)
 {
@@ -470,7 +508,7 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
     return 0;
 }
 
-int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
+static void set_defaults(struct srv_flags *f)
 {
     *f = (struct srv_flags){.addr = ":443",
                             .certmode = "letsencrypt",
@@ -500,6 +538,11 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT,
                             .sender_wait_ms = SRV_SENDER_WAIT_MS_DEFAULT,
                             .upgrade_timeout_ms = SRV_UPGRADE_TIMEOUT_MS_DEFAULT};
+}
+
+int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
+{
+    set_defaults(f);
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -520,6 +563,10 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
             usage(stdout);
             return 1;
         }
+        if (!is_known_flag(name)) {
+            fprintf(stderr, "hderp-server: unknown flag %s (see --help)\n", arg);
+            return -1;
+        }
         if (v == NULL && !is_bool_flag(name)) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "hderp-server: -%s needs a value\n", name);
@@ -538,6 +585,14 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
     }
     if (f->dev && !addr_given)
         f->addr = "127.0.0.1:3340";
+    struct net_addr a; /* a flag error (exit 2), not a start-up failure */
+    if (net_addr_parse(f->addr, &a) < 0) {
+        fprintf(stderr,
+                "hderp-server: -a %s: not a numeric address like :3340, 127.0.0.1:3340 or "
+                "[::1]:3340\n",
+                f->addr);
+        return -1;
+    }
     return 0;
 }
 

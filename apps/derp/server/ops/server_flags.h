@@ -70,9 +70,11 @@ struct srv_flags {
  * exit 2). */
 int srv_flags_parse(int argc, char **argv, struct srv_flags *out);
 /* server_flags_deploy.c: the flags above, for apply's unknown names (0, or -1 with a message:
- * bad value or unknown flag); which of them are booleans; their --help lines. */
+ * bad value or unknown flag); which of them are booleans, which names are theirs; their --help
+ * lines. */
 int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v);
 bool srv_flags_deploy_is_bool(const char *name);
+bool srv_flags_deploy_is_known(const char *name);
 extern const char srv_flags_deploy_usage[];
 /* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
 int srv_derpmap_print(const struct srv_flags *f, FILE *out);

@@ -48,6 +48,19 @@ bool srv_flags_deploy_is_bool(const char *name)
     return strcmp(name, "print-derpmap") == 0;
 }
 
+bool srv_flags_deploy_is_known(const char *name)
+{
+    static const char *const names[] = {
+        "proxy-protocol-from", "print-derpmap",       "acme-directory", "acme-email",
+        "acme-renew-before",   "acme-check-interval", "pid-file",       "upgrade-timeout",
+        "log-format",          "derpmap-region-id",   "derpmap-port",   "derpmap-region-code",
+        "derpmap-region-name", "derpmap-node-name",   "derpmap-ipv4",   "derpmap-ipv6"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
+}
+
 static int derpmap_flag(struct srv_flags *f, const char *name, const char *v)
 {
     if (strcmp(name, "derpmap-region-id") == 0) {

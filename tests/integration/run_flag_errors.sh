@@ -1,0 +1,63 @@
+#!/bin/bash
+# run_flag_errors.sh BIN WORK - the command lines of every program say what was wrong with a flag
+# and exit 2 (issue 23): an unknown flag is "unknown flag" even at the end of the line (where it
+# looked like a flag missing its value), a known flag without its value "needs a value", a bad
+# value names the flag; hderp-server, its check and upgrade subcommands, hderp-echo ping and
+# observe. Every flag --help lists is known to the parser. Durations in Go's spelling are taken
+# where a program wants one. Nothing here starts a server: each program is bounded by timeout(1).
+set -u
+bin=$1 work=$2
+rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/lib.sh"
+
+# expect CODE TEXT CMD...: CMD exits CODE and its stderr has TEXT.
+expect() {
+    local code=$1 want=$2
+    shift 2
+    timeout 20 "$@" >"$work/out.log" 2>&1
+    local rc=$?
+    [ "$rc" = "$code" ] || fail "$*: exit code $rc, expected $code"
+    grep -qF -- "$want" "$work/out.log" || fail "$*: no \"$want\" in: $(cat "$work/out.log")"
+}
+srv=$bin/hderp-server echo=$bin/hderp-echo
+key=0000000000000000000000000000000000000000000000000000000000000001
+
+expect 2 "unknown flag -verbos" "$srv" -verbos
+expect 2 "unknown flag -verbos" "$srv" -stun=false -verbos
+expect 2 "unknown flag --nonsense" "$srv" --nonsense 3
+expect 2 "-c needs a value" "$srv" -c
+expect 2 "-a 1.2.3.4.5:80: not a numeric address" "$srv" -a 1.2.3.4.5:80 -c "$work/key"
+expect 2 "-tcp-keepalive-time 10: not a duration" "$srv" -tcp-keepalive-time 10
+expect 2 "unexpected argument stray" "$srv" stray
+expect 2 "unknown flag --verbos" "$srv" check --verbos
+expect 2 "--timeout needs a value" "$srv" check http://127.0.0.1:1/derp --timeout
+expect 2 "--timeout 5x: expected a duration" "$srv" check --timeout 5x http://127.0.0.1:1/derp
+expect 2 "unknown flag --pidfile" "$srv" upgrade --pidfile x
+expect 2 "--pid-file needs a value" "$srv" upgrade --pid-file
+expect 2 "unknown flag --serv" "$echo" ping --serv
+expect 2 "--interval 2x: expected a duration" "$echo" ping --server http://127.0.0.1:1 \
+    --peer "$key" --interval 2x
+expect 2 "unrecognized option '--nosuch'" "$echo" observe --server http://127.0.0.1:1 --nosuch
+expect 2 "requires an argument" "$echo" observe --server http://127.0.0.1:1 --duration
+expect 2 "--duration 10x: expected a duration" "$echo" observe --server http://127.0.0.1:1 \
+    --duration 10x
+
+# Every flag --help names is one the parser knows: given last without a value, it is never
+# "unknown flag" (a boolean runs on to another error or to a start, cut by the bad -a).
+"$srv" --help >"$work/help.txt" || fail "--help: exit code $?"
+names=$(grep -oE '^ +--?[a-z][a-z0-9-]*' "$work/help.txt" | tr -d ' ' | sed 's/^-*//' | sort -u)
+[ "$(echo "$names" | wc -l)" -gt 40 ] || fail "too few flags read from --help: $names"
+for n in $names; do
+    timeout 20 "$srv" -a bad -"$n" >"$work/out.log" 2>&1
+    ! grep -q "unknown flag" "$work/out.log" || fail "--help lists -$n, the parser does not know it"
+done
+
+# Durations in Go's spelling, bare numbers in their old unit: the flags parse (the programs then
+# fail to reach the closed port: exit 1, not 2).
+expect 1 "" "$echo" ping --server http://127.0.0.1:1 --peer "$key" --interval 2ms \
+    --timeout 1s --count 2 --warmup 0
+expect 1 "" "$echo" ping --server http://127.0.0.1:1 --peer "$key" --interval 2 \
+    --timeout 1000 --count 2 --warmup 0
+expect 1 "" "$echo" observe --server http://127.0.0.1:1 --once --duration 1s --down-after 500ms
+expect 1 "" "$srv" check --timeout 2s --stun-port 0 http://127.0.0.1:1/derp
+echo "PASS: flag errors named, exit 2, every --help flag known, Go durations"
