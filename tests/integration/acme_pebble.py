@@ -3,20 +3,22 @@
 and pebble-challtestsrv (its DNS, answering 127.0.0.1 for every name), all on loopback: hderp
 starts with a self-signed stand-in, gets a certificate for derp.test through the http-01
 challenge on its -http-port, and serves the issued chain, verified against pebble's root; the
-account and certificate keys are 0600; with a renewal window longer than the certificate's
+account and certificate keys are 0600, in a -certdir hderp created (0700, with its parent: it
+did not exist yet); with a renewal window longer than the certificate's
 life it renews every --acme-check-interval and swaps each new certificate in without a restart
 while a connection made before stays usable; with pebble stopped, renewal fails, the log says
 so and the previous certificate keeps being served; SIGTERM stops it cleanly. Stopped by PID."""
-import json, os, re, socket, ssl, stat, struct, subprocess, sys, time
+import json, os, re, shutil, socket, ssl, stat, struct, subprocess, sys, time
 
 import testlib
 from testlib import Server, hold_port
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 HOST = "derp.test"
-os.makedirs(WORK + "/certs", exist_ok=True)
-for f in os.listdir(WORK + "/certs"):
-    os.unlink(WORK + "/certs/" + f)
+# -certdir does not exist yet: hderp makes it (and its parent) 0700, as derper does.
+shutil.rmtree(WORK + "/certs", ignore_errors=True)
+os.makedirs(WORK, exist_ok=True)
+CERTDIR = WORK + "/certs/acme"
 
 
 # pebble-challtestsrv starts tried on fresh ports when one lost its DNS port (see start_dns).
@@ -144,7 +146,7 @@ def start(procs, holds):
     srv = Server(BIN, WORK, "server", [
         "-a", "127.0.0.1:0", "-certmode", "letsencrypt", "-acme-directory",
         "https://127.0.0.1:%d/dir" % api, "-acme-email", "ops@derp.test", "-hostname", HOST,
-        "-certdir", WORK + "/certs", "-http-port", str(hp), "-c", WORK + "/derper.key",
+        "-certdir", CERTDIR, "-http-port", str(hp), "-c", WORK + "/derper.key",
         "-stun=false", "--shards", "2", "--acme-renew-before", "1000000h",
         "--acme-check-interval", "2s"], env=senv)
     procs["hderp"] = srv
@@ -158,8 +160,11 @@ def checks(procs, p, mgmt):
     wait_for(lambda: "TLS: reloaded" in log_text(), "the reload")
     first = served_cert(p, root)  # verifies the chain against pebble's root, for derp.test
     for name in ("acme_account+key", HOST + ".key"):
-        mode = stat.S_IMODE(os.stat(WORK + "/certs/" + name).st_mode)
+        mode = stat.S_IMODE(os.stat(CERTDIR + "/" + name).st_mode)
         assert mode == 0o600, "%s is %o, not 0600" % (name, mode)
+    for d in (WORK + "/certs", CERTDIR):
+        mode = stat.S_IMODE(os.stat(d).st_mode)
+        assert mode == 0o700, "%s is %o, not 0700" % (d, mode)
     # renewal: a new certificate every check, swapped in; an older connection keeps working
     ctx = ssl.create_default_context(cafile=root)
     old = ctx.wrap_socket(socket.create_connection(("127.0.0.1", p), timeout=5),

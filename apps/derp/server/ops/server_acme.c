@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -406,6 +407,27 @@ static void *acme_thread(void *arg)
     return NULL;
 }
 
+/* mkdir -p dir, each directory it creates 0700 (derper's autocert.DirCache: os.MkdirAll(dir,
+ * 0700)): the account and certificate keys go there. 0 or -errno (mkdir's, -ENAMETOOLONG). */
+static int mkdir_all(const char *dir)
+{
+    char path[1024];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (stat(path, &st) != 0 && mkdir(path, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
 int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir)
 {
     if (!cfg->sni_required) {
@@ -430,9 +452,17 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
                                                    : ACME_CHECK_INTERVAL_DEFAULT_S;
     if (A.check_interval_s == 0)
         A.check_interval_s = 1;
+    int rc = mkdir_all(certdir); /* a -certdir that does not exist yet is made, as derper does */
+    if (rc < 0) {
+        fprintf(stderr,
+                "hderp-server: -certdir %s: cannot create it: %s (create it, or give a "
+                "-certdir this user may write)\n",
+                certdir, strerror(-rc));
+        return -1;
+    }
     snprintf(A.account_path, sizeof(A.account_path), "%s/acme_account+key", certdir);
     bool created;
-    int rc = acme_key_load_or_create(A.account_path, &A.account, &created);
+    rc = acme_key_load_or_create(A.account_path, &A.account, &created);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: ACME account key %s: %s\n", A.account_path, strerror(-rc));
         return -1;
