@@ -5,12 +5,14 @@
  * only read afterwards (SSL_new from any shard is safe on a const SSL_CTX). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/ec_key.h>
@@ -82,16 +84,33 @@ static SSL_CTX *ctx_new_common(void)
 }
 
 /* The error the last failing BoringSSL file/PEM call left, as an errno. */
+/* BoringSSL's error queue as an errno: a system error anywhere in it (the fopen under a PEM
+ * read: ENOENT, EACCES) wins over fallback; the last entry is logged. */
 static int err_to_errno(int fallback)
 {
-    uint32_t e = ERR_peek_last_error();
+    uint32_t e, last = 0;
     int rc = fallback;
-    if (ERR_GET_LIB(e) == ERR_LIB_SYS)
-        rc = -ERR_GET_REASON(e);
+    while ((e = ERR_get_error()) != 0) {
+        if (ERR_GET_LIB(e) == ERR_LIB_SYS && ERR_GET_REASON(e) > 0)
+            rc = -ERR_GET_REASON(e);
+        last = e;
+    }
     char buf[160];
-    ERR_error_string_n(e, buf, sizeof(buf));
+    ERR_error_string_n(last, buf, sizeof(buf));
     hd_log(HD_LOG_ERROR, "tls: %s", buf);
-    ERR_clear_error();
+    return rc;
+}
+
+/* A PEM file the server reads: 0, or why it cannot be (open's errno, -EISDIR), before
+ * BoringSSL's error queue would say only "system library". */
+static int file_readable(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? -EISDIR : 0;
+    close(fd);
     return rc;
 }
 
@@ -184,6 +203,11 @@ static int use_files(SSL_CTX *c, const char *cert_file, const char *key_file)
 {
     if (key_file == NULL)
         return -EINVAL;
+    int rc = file_readable(cert_file);
+    if (rc == 0)
+        rc = file_readable(key_file);
+    if (rc < 0)
+        return rc;
     if (!SSL_CTX_use_certificate_chain_file(c, cert_file))
         return err_to_errno(-EBADMSG);
     if (!SSL_CTX_use_PrivateKey_file(c, key_file, SSL_FILETYPE_PEM))

@@ -64,8 +64,8 @@ struct tls_server_options {
 
 /* Creates a server context (TLS 1.3 only, no session tickets, ALPN: http/1.1 if the client
  * offers it, nothing otherwise). Main thread. Returns 0, -EINVAL (no cert and no host, bad
- * host), -ENOENT / -EACCES (files), -EBADMSG (PEM does not parse or key does not match),
- * -ENOMEM. */
+ * host), open(2)'s errno for a file that cannot be read (-ENOENT, -EACCES, ...; -EISDIR),
+ * -EBADMSG (PEM does not parse or key does not match), -ENOMEM. */
 int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **out);
 
 /* How the client trusts the server: ca_file, system_roots or insecure (ca_file wins over
