@@ -1,7 +1,8 @@
 /* echo_obs_opts.c - hderp-echo observe's command line and the DERP map reader (the JSON a
  * Tailscale policy file's derpMap or Headscale serves: {"Regions": {"ID": {"RegionID",
  * "RegionCode", "Nodes": [{"Name", "HostName", "IPv4", "IPv6", "DERPPort", "STUNPort",
- * "STUNOnly", "InsecureForTests"}]}}}). Main thread, before the runtime starts. */
+ * "STUNOnly", "InsecureForTests"}]}}}, or that inside {"derpMap": ...} as a policy file and
+ * hderp-server --print-derpmap write it). Main thread, before the runtime starts. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "echo_obs.h"
 #include <hd/kit.h>
@@ -362,8 +364,17 @@ int echo_obs_derpmap_parse(const char *text, size_t len, bool plain_http, struct
     }
     int rc = -EINVAL;
     json_t *regions = json_object_get(root, "Regions");
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (regions == NULL && strcasecmp(key, "derpMap") == 0 && json_is_object(v))
+            regions = json_object_get(v, "Regions"); /* a policy file's {"derpMap": {...}} */
+    }
     if (!json_is_object(regions)) {
-        snprintf(err, err_size, "no \"Regions\" object");
+        snprintf(err, err_size,
+                 "no \"Regions\" object (at the top, or in \"derpMap\" as --print-derpmap and "
+                 "policy files have it)");
         goto out;
     }
     const char *id;

@@ -122,7 +122,9 @@ struct tls_conn_info {
 };
 
 /* The handshake finished (info borrowed for the call). The app may send from here. If it fails,
- * the connection closes instead and on_close reports the reason (-EPROTO, -ETIMEDOUT, ...). */
+ * the connection closes instead and on_close reports the reason (-EPROTO, -ETIMEDOUT, ...;
+ * -EPROTOTYPE on a client whose server answered in plain HTTP: "HTTP/" where the first record
+ * header was due, a plain-HTTP port dialled with TLS). */
 typedef void tls_handshake_fn(struct net_conn *c, const struct tls_conn_info *info);
 
 struct tls_conn_options {

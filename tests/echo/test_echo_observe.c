@@ -54,6 +54,21 @@ Test(echo_observe, map_plain_http_defaults)
     cr_assert_eq(net_addr_port(&o.nodes[0].stun), 3478, "STUNPort 0: 3478");
 }
 
+/* What hderp-server --print-derpmap prints and a policy file holds: the map under "derpMap"
+ * (issue 23: "no Regions object"). */
+Test(echo_observe, map_inside_derpmap_key)
+{
+    const char *map = "{\"derpMap\": {\"Regions\":{\"900\":{\"RegionID\":900,\"RegionCode\":"
+                      "\"hderp\",\"Nodes\":[{\"Name\":\"900a\",\"RegionID\":900,"
+                      "\"HostName\":\"127.0.0.1\",\"IPv4\":\"127.0.0.1\",\"DERPPort\":3340}]}}}}";
+    cr_assert_eq(parse(map, true), 0, "%s", err);
+    cr_assert_eq(o.nodes_count, 1);
+    cr_assert_str_eq(o.nodes[0].name, "900a");
+    cr_assert_eq(net_addr_port(&o.nodes[0].url.addr), 3340);
+    cr_assert_lt(parse("{\"derpMap\": {\"regions\": {}}}", false), 0);
+    cr_assert(strstr(err, "derpMap"), "%s", err);
+}
+
 Test(echo_observe, map_errors_are_named)
 {
     cr_assert_lt(parse("{\"Regions\": 3", false), 0);
