@@ -42,6 +42,24 @@ expect 2 "requires an argument" "$echo" observe --server http://127.0.0.1:1 --du
 expect 2 "--duration 10x: expected a duration" "$echo" observe --server http://127.0.0.1:1 \
     --duration 10x
 
+# derper's flags hderp-server does not implement: refused by name with what to do (exit 2),
+# unless given derper's default (then the bad -a is what stops it); -home as derper checks it.
+expect 2 "-certmode gcp: a derper mode hderp-server does not support" "$srv" -certmode gcp
+for flag in -acme-ip-certs "-acme-eab-kid k" "-acme-eab-key k" "-secrets-url http://s" \
+    "-bootstrap-dns-names a.example" "-unpublished-bootstrap-dns-names a" -ace -derp=false; do
+    name=${flag%% *} name=${name%%=*}
+    expect 2 "$name: a derper flag hderp-server does not support: " "$srv" $flag
+done
+for flag in -acme-ip-certs=false "-acme-eab-kid=" "-secrets-url=" -ace=false -derp \
+    "-secrets-path-prefix prod/derp" "-secrets-cache-dir /nowhere"; do
+    expect 2 "-a bad: not a numeric address" "$srv" $flag -a bad
+done
+expect 2 "-home foo: expected" "$srv" -home foo
+expect 2 "-home http://a b: expected" "$srv" -home "http://a b"
+for home in "" blank https://example.com/derp; do
+    expect 2 "-a bad: not a numeric address" "$srv" -home "$home" -a bad
+done
+
 # Every flag --help names is one the parser knows: given last without a value, it is never
 # "unknown flag" (a boolean runs on to another error or to a start, cut by the bad -a).
 "$srv" --help >"$work/help.txt" || fail "--help: exit code $?"

@@ -14,20 +14,32 @@
 #include "ops/server_flags.h"
 #include "server_limits.h"
 
-/* derper flags that exist but are not implemented here: refused with a clear message. */
-static const char *const unsupported[] = {
-    "bootstrap-dns-names",
-    "unpublished-bootstrap-dns-names",
-    "acme-ip-certs",
-    "acme-eab-kid",
-    "acme-eab-key",
-    "secrets-url",
-    "secrets-path-prefix",
-    "secrets-cache-dir",
-    "ace",
-    "derp",
+/* derper's flags (v1.102.5) that hderp-server does not implement: refused by name, each with
+ * what to do instead (docs/DERPER-PARITY.md), unless given derper's default (ok: the value that
+ * does nothing; "*": ignored whatever it is, as derper does without -secrets-url). */
+static const struct {
+    const char *name, *ok, *why;
+} unsupported[] = {
+    {"bootstrap-dns-names", "",
+     "/bootstrap-dns serves no names here (it answers empty, as derper "
+     "without this flag); clients fall back to their other resolvers"},
+    {"unpublished-bootstrap-dns-names", "", "/bootstrap-dns serves no names here"},
+    {"acme-ip-certs", "false",
+     "no ACME certificates for IP addresses yet: use -certmode manual with the IP as -hostname "
+     "(a self-signed certificate kept in -certdir; the DERP map pins it by CertName, logged at "
+     "start) or certificate files of your own"},
+    {"acme-eab-kid", "", "no ACME External Account Binding (-certmode gcp) yet"},
+    {"acme-eab-key", "", "no ACME External Account Binding (-certmode gcp) yet"},
+    {"secrets-url", "",
+     "no setec client: put the mesh key (64 hex digits) in a file for "
+     "-mesh-psk-file"},
+    {"secrets-path-prefix", "*", ""},
+    {"secrets-cache-dir", "*", ""},
+    {"ace", "false", "no embedded CONNECT proxy (ACE)"},
+    {"derp", "true",
+     "-derp=false (STUN and bootstrap DNS only) is not supported: run a "
+     "STUN-only server instead, or keep DERP on"},
 };
-
 /* derper's flags (spec §11) as this server takes them. */
 static void usage_derper(FILE *out)
 {
@@ -164,9 +176,12 @@ static void usage_own(FILE *out)
         "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
-        "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
-        "-unpublished-bootstrap-dns-names, -acme-ip-certs, -acme-eab-*, -secrets-*, -ace, "
-        "-derp=false.\n";
+        "derper flags not supported yet (refused by name, with what to do instead, unless\n"
+        "given derper's default): -certmode gcp, -acme-eab-kid, -acme-eab-key,\n"
+        "-acme-ip-certs, -secrets-url, -bootstrap-dns-names,\n"
+        "-unpublished-bootstrap-dns-names, -ace, -derp=false; -secrets-path-prefix and\n"
+        "-secrets-cache-dir are ignored, as derper does without -secrets-url\n"
+        "(docs/DERPER-PARITY.md).\n";
     fprintf(out, text, srv_flags_deploy_usage);
 }
 
@@ -238,19 +253,20 @@ static int set_duration(const char *name, const char *v, uint64_t *out)
     return 0;
 }
 
-/* A derper flag this server does not implement: 1 when it may pass anyway (-derp=true is what
- * we do), -1 refused, 0 not one of them. */
+/* A derper flag this server does not implement: 1 when it may pass anyway (its default, or
+ * ignored), -1 refused, 0 not one of them. v: NULL for a bare boolean. */
 static int refuse_unsupported(const char *name, const char *v)
 {
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
-        if (strcmp(name, unsupported[i]) != 0)
+        if (strcmp(name, unsupported[i].name) != 0)
             continue;
-        bool on = true;
-        if (strcmp(name, "derp") == 0 && parse_bool(v, &on) == 0 && on)
+        const char *ok = unsupported[i].ok;
+        bool b, is_bool = strcmp(ok, "true") == 0 || strcmp(ok, "false") == 0;
+        if (strcmp(ok, "*") == 0 || (!is_bool && v && strcmp(v, ok) == 0) ||
+            (is_bool && parse_bool(v, &b) == 0 && b == (ok[0] == 't')))
             return 1;
-        fprintf(stderr,
-                "hderp-server: -%s is a derper flag this hderp-server does not support yet\n",
-                name);
+        fprintf(stderr, "hderp-server: -%s: a derper flag hderp-server does not support: %s\n",
+                name, unsupported[i].why);
         return -1;
     }
     return 0;
@@ -464,7 +480,7 @@ static bool is_known_flag(const char *name)
         if (strcmp(name, other_value_flags[i]) == 0)
             return true;
     for (size_t i = 0; i < COUNT(unsupported); i++)
-        if (strcmp(name, unsupported[i]) == 0)
+        if (strcmp(name, unsupported[i].name) == 0)
             return true;
     return field_find(string_flags, COUNT(string_flags), name) ||
            field_find(bool_flags, COUNT(bool_flags), name) ||
@@ -485,7 +501,13 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
     if (rc != 0)
         return rc < 0 ? -1 : 0;
     if (strcmp(name, "certmode") == 0) {
-        if (strcmp(v, "letsencrypt") && strcmp(v, "manual") && strcmp(v, "gcp")) {
+        if (strcmp(v, "gcp") == 0) { /* derper: Google's ACME CA, with EAB */
+            fprintf(stderr, "hderp-server: -certmode gcp: a derper mode hderp-server does not "
+                            "support (no ACME External Account Binding yet): use -certmode "
+                            "letsencrypt, or manual with files from your CA\n");
+            return -1;
+        }
+        if (strcmp(v, "letsencrypt") && strcmp(v, "manual")) {
             fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt or manual\n", v);
             return -1;
         }
@@ -507,6 +529,23 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
         return srv_flags_apply_deploy(f, name, v); /* server_flags_deploy.c */
     }
     return 0;
+}
+
+/* derper's -home: "" (the default page), "blank", or an http(s) URL to redirect to; anything
+ * else is refused (derper: "unknown --home value"). The URL goes into a Location header. */
+static int check_home(const char *home)
+{
+    bool url = strncmp(home, "http://", 7) == 0 || strncmp(home, "https://", 8) == 0;
+    bool clean = strlen(home) <= SRV_HOME_URL_MAX;
+    for (const char *p = home; *p; p++)
+        clean &= (unsigned char)*p > ' ' && *p != 0x7f;
+    if (home[0] == '\0' || strcmp(home, "blank") == 0 || (url && clean))
+        return 0;
+    fprintf(stderr,
+            "hderp-server: -home %s: expected \"\" (the default page), \"blank\", or an http:// or "
+            "https:// URL to redirect to (no spaces, at most %d characters)\n",
+            home, SRV_HOME_URL_MAX);
+    return -1;
 }
 
 static void set_defaults(struct srv_flags *f)
@@ -586,6 +625,8 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
     }
     if (f->dev && !addr_given)
         f->addr = "127.0.0.1:3340";
+    if (check_home(f->home) < 0)
+        return -1;
     struct net_addr a; /* a flag error (exit 2), not a start-up failure */
     if (net_addr_parse(f->addr, &a) < 0) {
         fprintf(stderr,
