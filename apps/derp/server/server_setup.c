@@ -104,13 +104,30 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
     return 0;
 }
 
-/* The mesh key (spec §7): -mesh-psk-file, or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+/* derper's -mesh-psk-file default: the first of these that exists (not in -dev mode). */
+static const char *default_mesh_psk_file(char *buf, size_t size)
+{
+    const char *home = getenv("HOME");
+    if (access("/home/derp/keys/derp-mesh.key", F_OK) == 0)
+        return "/home/derp/keys/derp-mesh.key";
+    if (home && snprintf(buf, size, "%s/keys/derp-mesh.key", home) < (int)size &&
+        access(buf, F_OK) == 0)
+        return buf;
+    return NULL;
+}
+
+/* The mesh key (spec §7): -mesh-psk-file (derper's default file when not given; "" none), or
+ * in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
 static int configure_mesh_key(struct srv_config *cfg, const struct srv_flags *f)
 {
-    if (f->mesh_psk_file) {
+    char dflt[1024];
+    const char *path = f->mesh_psk_file;
+    if (path == NULL && !f->dev && (path = default_mesh_psk_file(dflt, sizeof(dflt))))
+        hd_log(HD_LOG_INFO, "mesh key from %s (derper's default -mesh-psk-file)", path);
+    if (path && path[0]) {
         char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &cfg->mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+        if (derp_mesh_key_load_file(path, &cfg->mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", path, err);
             return -EINVAL;
         }
         cfg->have_mesh_key = true;

@@ -1,0 +1,48 @@
+#!/bin/bash
+# run_derper_parity.sh BIN WORK - behaviours of derper v1.102.5 that hderp-server matches
+# (docs/DERPER-PARITY.md): /bootstrap-dns answers as derper without -bootstrap-dns-names (200,
+# JSON, empty, closed); CONNECT is refused as derper without -ace (403 "CONNECT not enabled");
+# the mesh key is read from derper's default -mesh-psk-file ($HOME/keys/derp-mesh.key) when the
+# flag is not given, and -mesh-psk-file "" turns that off. Servers stopped by PID.
+set -u
+bin=$1 work=$2
+rm -rf "$work" && mkdir -p "$work/home/keys"
+source "$(dirname "$0")/lib.sh"
+
+server_start plain -a 127.0.0.1:0 -stun=false -c "$work/derper.key"
+p=$srv_port
+curl -s -D "$work/bdns.head" -o "$work/bdns.body" "http://127.0.0.1:$p/bootstrap-dns?q=a.example" ||
+    fail "/bootstrap-dns: curl $?"
+head -1 "$work/bdns.head" | grep -q "^HTTP/1.1 200" || fail "/bootstrap-dns: $(head -1 "$work/bdns.head")"
+grep -qi "^Content-Type: application/json" "$work/bdns.head" || fail "/bootstrap-dns: not JSON"
+grep -qi "^Connection: close" "$work/bdns.head" || fail "/bootstrap-dns: connection kept"
+[ ! -s "$work/bdns.body" ] || fail "/bootstrap-dns: a body: $(cat "$work/bdns.body")"
+printf 'CONNECT controlplane.tailscale.com:443 HTTP/1.1\r\nHost: controlplane.tailscale.com\r\n\r\n' |
+    timeout 10 python3 -c '
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.sendall(sys.stdin.buffer.read())
+out = b""
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    out += b
+sys.stdout.write(out.decode(errors="replace"))' "$p" >"$work/connect.out" || fail "CONNECT: no answer"
+head -1 "$work/connect.out" | grep -q "^HTTP/1.1 403" || fail "CONNECT: $(head -1 "$work/connect.out")"
+grep -q "CONNECT not enabled" "$work/connect.out" || fail "CONNECT: $(cat "$work/connect.out")"
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
+
+# derper's default -mesh-psk-file: $HOME/keys/derp-mesh.key (/home/derp/keys/... first).
+[ -e /home/derp/keys/derp-mesh.key ] && fail "/home/derp/keys/derp-mesh.key exists here: it wins"
+echo 00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff >"$work/home/keys/derp-mesh.key"
+HOME=$work/home server_start meshdefault -a 127.0.0.1:0 -stun=false -c "$work/derper.key"
+grep -q "mesh key from $work/home/keys/derp-mesh.key (derper's default" "$work/meshdefault.log" ||
+    fail "the default mesh key file was not read"
+grep -q "mesh key set" "$work/meshdefault.log" || fail "no mesh key with the default file"
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
+HOME=$work/home server_start meshoff -a 127.0.0.1:0 -stun=false -c "$work/derper.key" \
+    -mesh-psk-file ""
+grep -q "mesh key none" "$work/meshoff.log" || fail "-mesh-psk-file \"\" did not turn it off"
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
+echo "PASS: /bootstrap-dns, CONNECT, the default mesh key file, as derper v1.102.5"
