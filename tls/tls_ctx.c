@@ -20,7 +20,9 @@
 #include <openssl/evp.h>
 #include <openssl/nid.h>
 #include <openssl/obj.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
@@ -214,6 +216,59 @@ static int use_files(SSL_CTX *c, const char *cert_file, const char *key_file)
         return err_to_errno(-EBADMSG);
     if (!SSL_CTX_check_private_key(c))
         return err_to_errno(-EBADMSG);
+    return 0;
+}
+
+/* PEM to a new file of this mode: 0 or -errno. */
+static int pem_write_new(const char *path, mode_t mode, X509 *x, EVP_PKEY *pk)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    FILE *f = fdopen(fd, "w");
+    if (f == NULL) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    bool ok = x ? PEM_write_X509(f, x)
+                : PEM_write_ECPrivateKey(f, EVP_PKEY_get0_EC_KEY(pk), NULL, NULL, 0, NULL, NULL);
+    int rc = fclose(f) != 0 ? -errno : ok ? 0 : -ENOMEM;
+    ERR_clear_error();
+    if (rc < 0)
+        unlink(path);
+    return rc;
+}
+
+int tls_self_signed_write(const char *host, const char *cert_path, const char *key_path)
+{
+    if (host == NULL || host[0] == '\0' || strlen(host) >= TLS_SERVER_NAME_MAX)
+        return -EINVAL;
+    EVP_PKEY *pk = p256_key_new();
+    X509 *x = pk ? self_signed_new(pk, host) : NULL;
+    int rc = x ? pem_write_new(key_path, 0600, NULL, pk) : -ENOMEM;
+    if (rc == 0 && (rc = pem_write_new(cert_path, 0644, x, NULL)) < 0)
+        unlink(key_path);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    return rc;
+}
+
+int tls_cert_file_sha256(const char *path, uint8_t out[32])
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -errno;
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    uint8_t *der = NULL;
+    int len = x ? i2d_X509(x, &der) : -1;
+    X509_free(x);
+    ERR_clear_error();
+    if (len <= 0)
+        return -EBADMSG;
+    SHA256(der, (size_t)len, out);
+    OPENSSL_free(der);
     return 0;
 }
 

@@ -102,6 +102,15 @@ void tls_ctx_destroy(struct tls_ctx *ctx);
 int tls_server_ctx_add_extra_cert(struct tls_ctx *ctx, const char *common_name, long serial,
                                   long validity_s);
 
+/* A self-signed ECDSA P-256 certificate for host (a DNS name or an IP literal, in the SAN),
+ * valid for a year, written as PEM to cert_path (0644) and its key to key_path (0600), each
+ * created new (O_EXCL: an existing file is never overwritten). Main thread. Returns 0, -EINVAL
+ * (bad host), -ENOMEM, or open/write's errno (-EEXIST, -EACCES, ...). */
+int tls_self_signed_write(const char *host, const char *cert_path, const char *key_path);
+/* SHA-256 of the first certificate in the PEM file at path, over its DER bytes (what a pin
+ * such as "sha256-raw:<hex>" names). Returns 0, open's errno, or -EBADMSG. */
+int tls_cert_file_sha256(const char *path, uint8_t out[32]);
+
 /* ---------------------------------------------------------------- connections */
 
 /* How a connection's records are protected after the handshake. */

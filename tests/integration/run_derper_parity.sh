@@ -3,7 +3,9 @@
 # (docs/DERPER-PARITY.md): /bootstrap-dns answers as derper without -bootstrap-dns-names (200,
 # JSON, empty, closed); CONNECT is refused as derper without -ace (403 "CONNECT not enabled");
 # the mesh key is read from derper's default -mesh-psk-file ($HOME/keys/derp-mesh.key) when the
-# flag is not given, and -mesh-psk-file "" turns that off. Servers stopped by PID.
+# flag is not given, and -mesh-psk-file "" turns that off; an IP -hostname in -certmode manual
+# gets a self-signed certificate kept in -certdir and pinned by the CertName it logs.
+# Servers stopped by PID.
 set -u
 bin=$1 work=$2
 rm -rf "$work" && mkdir -p "$work/home/keys"
@@ -45,4 +47,33 @@ HOME=$work/home server_start meshoff -a 127.0.0.1:0 -stun=false -c "$work/derper
     -mesh-psk-file ""
 grep -q "mesh key none" "$work/meshoff.log" || fail "-mesh-psk-file \"\" did not turn it off"
 stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
-echo "PASS: /bootstrap-dns, CONNECT, the default mesh key file, as derper v1.102.5"
+
+# -certmode manual with an IP -hostname and no files: a self-signed certificate written to
+# -certdir (made 0700; key 0600), the same across a restart, its CertName logged as derper does
+# and printed by --print-derpmap, and it is the certificate served (its DER's SHA-256).
+ipargs=(-certmode manual -certdir "$work/ipcerts/sub" -hostname 127.0.0.1 -http-port -1
+    -stun=false -c "$work/derper.key")
+server_start ip1 -a 127.0.0.1:0 "${ipargs[@]}"
+p=$srv_port
+[ "$(stat -c %a "$work/ipcerts/sub")" = 700 ] || fail "-certdir not made 0700"
+[ "$(stat -c %a "$work/ipcerts/sub/127.0.0.1.key")" = 600 ] || fail "the key is not 0600"
+pin=$(grep -o 'sha256-raw:[0-9a-f]\{64\}' "$work/ip1.log" | head -1)
+[ -n "$pin" ] || fail "no CertName logged for the IP certificate"
+grep -q '"HostName":"127.0.0.1","CertName":"sha256-raw:' "$work/ip1.log" ||
+    fail "the DERPMap line is not logged"
+served=$(python3 -c '
+import hashlib, socket, ssl, sys
+ctx = ssl._create_unverified_context()
+with ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))),
+                     server_hostname="127.0.0.1") as t:
+    print("sha256-raw:" + hashlib.sha256(t.getpeercert(binary_form=True)).hexdigest())' "$p")
+[ "$served" = "$pin" ] || fail "served $served, logged $pin"
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
+server_start ip2 -a 127.0.0.1:0 "${ipargs[@]}"
+grep -q "$pin" "$work/ip2.log" || fail "a restart changed the certificate"
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
+"$bin/hderp-server" --print-derpmap -a 127.0.0.1:443 "${ipargs[@]}" >"$work/ipmap.json" \
+    2>"$work/ipmap.log" || fail "--print-derpmap: exit code $?"
+grep -q "\"CertName\": \"$pin\"" "$work/ipmap.json" || fail "--print-derpmap: no $pin"
+echo "PASS: /bootstrap-dns, CONNECT, the default mesh key file, the IP certificate and its" \
+    "CertName, as derper v1.102.5"

@@ -407,9 +407,7 @@ static void *acme_thread(void *arg)
     return NULL;
 }
 
-/* mkdir -p dir, each directory it creates 0700 (derper's autocert.DirCache: os.MkdirAll(dir,
- * 0700)): the account and certificate keys go there. 0 or -errno (mkdir's, -ENAMETOOLONG). */
-static int mkdir_all(const char *dir)
+int srv_mkdir_all(const char *dir)
 {
     char path[1024];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
@@ -452,7 +450,8 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
                                                    : ACME_CHECK_INTERVAL_DEFAULT_S;
     if (A.check_interval_s == 0)
         A.check_interval_s = 1;
-    int rc = mkdir_all(certdir); /* a -certdir that does not exist yet is made, as derper does */
+    int rc =
+        srv_mkdir_all(certdir); /* a -certdir that does not exist yet is made, as derper does */
     if (rc < 0) {
         fprintf(stderr,
                 "hderp-server: -certdir %s: cannot create it: %s (create it, or give a "

@@ -48,6 +48,9 @@ struct srv_config;
 struct srv_flags;
 /* The letsencrypt part of configure: files, flags; 0 or -1 (message printed). Main thread. */
 int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir);
+/* mkdir -p dir, each directory it creates 0700 (derper's autocert.DirCache and self-signed IP
+ * certificate: os.MkdirAll(dir, 0700)): keys go there. 0 or -errno (mkdir's, -ENAMETOOLONG). */
+int srv_mkdir_all(const char *dir);
 /* Start / stop the ACME thread (after the runtime started; before it is destroyed). */
 int srv_acme_start(struct srv_config *cfg);
 void srv_acme_stop(void);

@@ -76,6 +76,11 @@ int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v)
 bool srv_flags_deploy_is_bool(const char *name);
 bool srv_flags_deploy_is_known(const char *name);
 extern const char srv_flags_deploy_usage[];
+/* derper's certificate files (spec §1.2): dir = -certdir or derper's default
+ * ($XDG_CACHE_HOME/tailscale/derper-certs, else ~/.cache/...), crt and key = <dir>/<H>.crt and
+ * .key, H = -hostname without characters outside [A-Za-z0-9.-]; each buffer size bytes. 0, or
+ * -1 (no -certdir and no $HOME, or too long). */
+int srv_flags_cert_paths(const struct srv_flags *f, char *dir, char *crt, char *key, size_t size);
 /* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
 int srv_derpmap_print(const struct srv_flags *f, FILE *out);
 /* derper: TLS iff the port is 443 (or "https") or -certmode manual; hderp also when

@@ -43,6 +43,30 @@ const char srv_flags_deploy_usage[] =
     "  hderp-server check URL  a self-test of any DERP server instead of running one (TLS,\n"
     "                          HTTP, logins, packets, ping, STUN, mesh): check --help\n";
 
+int srv_flags_cert_paths(const struct srv_flags *f, char *dir, char *crt, char *key, size_t size)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (f->certdir && f->certdir[0])
+        snprintf(dir, size, "%s", f->certdir);
+    else if (xdg && xdg[0]) /* derper's default: tsweb.DefaultCertDir("derper-certs") */
+        snprintf(dir, size, "%s/tailscale/derper-certs", xdg);
+    else if (home)
+        snprintf(dir, size, "%s/.cache/tailscale/derper-certs", home);
+    else
+        return -1;
+    char host[256];
+    size_t n = 0;
+    for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '.' || *p == '-')
+            host[n++] = *p;
+    host[n] = '\0';
+    if (snprintf(crt, size, "%s/%s.crt", dir, host) >= (int)size ||
+        snprintf(key, size, "%s/%s.key", dir, host) >= (int)size)
+        return -1;
+    return 0;
+}
+
 bool srv_flags_deploy_is_bool(const char *name)
 {
     return strcmp(name, "print-derpmap") == 0;
