@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""acme_pebble.py BIN WORK - -certmode letsencrypt against Debian's pebble (the ACME test CA)
+"""acme_pebble.py BIN WORK [gcp] - -certmode letsencrypt (or gcp: pebble then requires an
+External Account Binding, given by -acme-eab-kid/-acme-eab-key as for Google's CA) against
+Debian's pebble (the ACME test CA)
 and pebble-challtestsrv (its DNS, answering 127.0.0.1 for every name), all on loopback: hderp
 starts with a self-signed stand-in, gets a certificate for derp.test through the http-01
 challenge on its -http-port, and serves the issued chain, verified against pebble's root; the
@@ -14,6 +16,9 @@ import testlib
 from testlib import Server, hold_port
 
 BIN, WORK = sys.argv[1], sys.argv[2]
+GCP = len(sys.argv) > 3 and sys.argv[3] == "gcp"
+# pebble's example EAB key (base64url, 48 bytes) under the key id hderp is given.
+EAB_KID, EAB_KEY = "kid-1", "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W"
 HOST = "derp.test"
 # -certdir does not exist yet: hderp makes it (and its parent) 0700, as derper does.
 shutil.rmtree(WORK + "/certs", ignore_errors=True)
@@ -134,7 +139,8 @@ def start(procs, holds):
                       "managementListenAddress": "127.0.0.1:%d" % mgmt,
                       "certificate": WORK + "/pebble.crt", "privateKey": WORK + "/pebble.key",
                       "httpPort": hp, "tlsPort": tp, "ocspResponderURL": "",
-                      "externalAccountBindingRequired": False}}
+                      "externalAccountBindingRequired": GCP,
+                      "externalAccountMACKeys": {EAB_KID: EAB_KEY} if GCP else {}}}
     with open(WORK + "/pebble.json", "w") as f:
         json.dump(cfg, f)
     env = dict(os.environ, PEBBLE_VA_NOSLEEP="1", PEBBLE_WFE_NONCEREJECT="0")
@@ -143,8 +149,10 @@ def start(procs, holds):
         env=env, stdout=open(WORK + "/pebble.log", "w"), stderr=subprocess.STDOUT)
     wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", api)) == 0, "pebble")
     senv = dict(os.environ, SSL_CERT_FILE=WORK + "/ca.crt")  # hderp trusts pebble's API
-    srv = Server(BIN, WORK, "server", [
-        "-a", "127.0.0.1:0", "-certmode", "letsencrypt", "-acme-directory",
+    mode = ["-certmode", "gcp", "-acme-eab-kid", EAB_KID, "-acme-eab-key", EAB_KEY] if GCP \
+        else ["-certmode", "letsencrypt"]
+    srv = Server(BIN, WORK, "server", ["-a", "127.0.0.1:0"] + mode + [
+        "-acme-directory",
         "https://127.0.0.1:%d/dir" % api, "-acme-email", "ops@derp.test", "-hostname", HOST,
         "-certdir", CERTDIR, "-http-port", str(hp), "-c", WORK + "/derper.key",
         "-stun=false", "--shards", "2", "--acme-renew-before", "1000000h",
@@ -197,8 +205,8 @@ def main():
     procs, holds = {}, []
     try:
         checks(procs, *start(procs, holds))
-        print("ok: ACME certificate from pebble issued, served, renewed live, kept with the CA "
-              "down")
+        print("ok: ACME certificate from pebble issued%s, served, renewed live, kept with the "
+              "CA down" % (" with an External Account Binding (-certmode gcp)" if GCP else ""))
     except Exception:
         for name in ("server.log", "pebble.log"):
             print("--- " + name)

@@ -44,16 +44,23 @@ expect 2 "--duration 10x: expected a duration" "$echo" observe --server http://1
 
 # derper's flags hderp-server does not implement: refused by name with what to do (exit 2),
 # unless given derper's default (then the bad -a is what stops it); -home as derper checks it.
-expect 2 "-certmode gcp: a derper mode hderp-server does not support" "$srv" -certmode gcp
-for flag in -acme-ip-certs "-acme-eab-kid k" "-acme-eab-key k" "-secrets-url http://s" \
+for flag in -acme-ip-certs "-secrets-url http://s" \
     "-bootstrap-dns-names a.example" "-unpublished-bootstrap-dns-names a" -ace -derp=false; do
     name=${flag%% *} name=${name%%=*}
     expect 2 "$name: a derper flag hderp-server does not support: " "$srv" $flag
 done
-for flag in -acme-ip-certs=false "-acme-eab-kid=" "-secrets-url=" -ace=false -derp \
+for flag in -acme-ip-certs=false "-secrets-url=" -ace=false -derp \
     "-secrets-path-prefix prod/derp" "-secrets-cache-dir /nowhere"; do
     expect 2 "-a bad: not a numeric address" "$srv" $flag -a bad
 done
+# -certmode gcp as derper checks it: the EAB key id and key, a contact, the key's base64.
+expect 2 "-certmode gcp requires -acme-eab-kid and -acme-eab-key" "$srv" -certmode gcp
+expect 2 "-certmode gcp requires -acme-email" "$srv" -certmode gcp -acme-eab-kid k \
+    -acme-eab-key c2VjcmV0
+expect 2 "-acme-eab-key: invalid base64" "$srv" -certmode gcp -acme-eab-kid k -acme-eab-key '%%' \
+    -acme-email ops@example.com
+expect 2 "-a bad: not a numeric address" "$srv" -certmode gcp -acme-eab-kid k \
+    -acme-eab-key c2VjcmV0 -acme-email ops@example.com -a bad
 expect 2 "-home foo: expected" "$srv" -home foo
 expect 2 "-home http://a b: expected" "$srv" -home "http://a b"
 for home in "" blank https://example.com/derp; do

@@ -89,7 +89,8 @@ static int self_signed_ip_cert(struct srv_config *cfg, const char *certdir)
  * certificate written there; letsencrypt: server_acme.c keeps them current. */
 static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
 {
-    bool acme = strcmp(f->certmode, "letsencrypt") == 0; /* server_acme.c */
+    bool acme = strcmp(f->certmode, "letsencrypt") == 0 || /* server_acme.c */
+                strcmp(f->certmode, "gcp") == 0;
     if (!acme && strcmp(f->certmode, "manual") != 0) {
         fprintf(stderr,
                 "hderp-server: -certmode %s is not implemented: use letsencrypt or manual\n",

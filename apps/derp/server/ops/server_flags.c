@@ -11,6 +11,7 @@
 
 #include <hd/kit.h>
 
+#include "ops/server_acme.h"
 #include "ops/server_flags.h"
 #include "server_limits.h"
 
@@ -28,8 +29,6 @@ static const struct {
      "no ACME certificates for IP addresses yet: use -certmode manual with the IP as -hostname "
      "(a self-signed certificate kept in -certdir; the DERP map pins it by CertName, logged at "
      "start) or certificate files of your own"},
-    {"acme-eab-kid", "", "no ACME External Account Binding (-certmode gcp) yet"},
-    {"acme-eab-key", "", "no ACME External Account Binding (-certmode gcp) yet"},
     {"secrets-url", "",
      "no setec client: put the mesh key (64 hex digits) in a file for "
      "-mesh-psk-file"},
@@ -40,6 +39,7 @@ static const struct {
      "-derp=false (STUN and bootstrap DNS only) is not supported: run a "
      "STUN-only server instead, or keep DERP on"},
 };
+
 /* derper's flags (spec §11) as this server takes them. */
 static void usage_derper(FILE *out)
 {
@@ -58,9 +58,11 @@ static void usage_derper(FILE *out)
         "                          without them gets a self-signed certificate); SIGHUP\n"
         "                          re-reads the files (a bad file keeps the old certificate);\n"
         "                          letsencrypt (default): ACME keeps those files current\n"
-        "                          (http-01 on -http-port; see -acme-directory)\n"
-        "  -certdir DIR            certificates (default $XDG_CACHE_HOME/tailscale/derper-\n"
-        "                          certs); letsencrypt creates it (0700) when missing\n"
+        "                          (http-01 on -http-port; see -acme-directory); gcp: the\n"
+        "                          same from Google's CA (-acme-eab-kid, -acme-eab-key and\n"
+        "                          -acme-email required)\n"
+        "  -certdir DIR            certificate directory, created 0700 when hderp writes\n"
+        "                          there; default $XDG_CACHE_HOME/tailscale/derper-certs\n"
         "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
         "                          must be the clients' SNI\n"
         "  -http-port N            plain HTTP port in TLS mode (default 80; -1 off; 0: the\n"
@@ -85,7 +87,14 @@ static void usage_derper(FILE *out)
         "  -accept-connection-limit R  accepted connections per second (default +Inf: off);\n"
         "                          over it a new connection is closed at once (split per shard)\n"
         "  -accept-connection-burst N  token bucket burst for the above (default math.MaxInt)\n"
-        "  -version                print the version and exit\n"
+        "  -version                print the version and exit\n";
+    fputs(text, out);
+}
+
+/* derper's admission and rate flags. */
+static void usage_derper_admit(FILE *out)
+{
+    static const char text[] =
         "  -verify-client-url URL  admission: POST {\"NodePublic\",\"Source\"} to URL for each\n"
         "                          client (mesh peers exempt), admit on 200 {\"Allow\": true}\n"
         "                          within 5s; a host name is resolved once at start-up;\n"
@@ -178,8 +187,7 @@ static void usage_own(FILE *out)
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused by name, with what to do instead, unless\n"
-        "given derper's default): -certmode gcp, -acme-eab-kid, -acme-eab-key,\n"
-        "-acme-ip-certs, -secrets-url, -bootstrap-dns-names,\n"
+        "given derper's default): -acme-ip-certs, -secrets-url, -bootstrap-dns-names,\n"
         "-unpublished-bootstrap-dns-names, -ace, -derp=false; -secrets-path-prefix and\n"
         "-secrets-cache-dir are ignored, as derper does without -secrets-url\n"
         "(docs/DERPER-PARITY.md).\n";
@@ -189,6 +197,7 @@ static void usage_own(FILE *out)
 static void usage(FILE *out)
 {
     usage_derper(out);
+    usage_derper_admit(out);
     usage_own(out);
 }
 
@@ -502,14 +511,8 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
     if (rc != 0)
         return rc < 0 ? -1 : 0;
     if (strcmp(name, "certmode") == 0) {
-        if (strcmp(v, "gcp") == 0) { /* derper: Google's ACME CA, with EAB */
-            fprintf(stderr, "hderp-server: -certmode gcp: a derper mode hderp-server does not "
-                            "support (no ACME External Account Binding yet): use -certmode "
-                            "letsencrypt, or manual with files from your CA\n");
-            return -1;
-        }
-        if (strcmp(v, "letsencrypt") && strcmp(v, "manual")) {
-            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt or manual\n", v);
+        if (strcmp(v, "letsencrypt") && strcmp(v, "manual") && strcmp(v, "gcp")) {
+            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt, manual or gcp\n", v);
             return -1;
         }
         f->certmode = v;
@@ -547,6 +550,29 @@ static int check_home(const char *home)
             "https:// URL to redirect to (no spaces, at most %d characters)\n",
             home, SRV_HOME_URL_MAX);
     return -1;
+}
+
+/* derper's -certmode gcp rules (cert.go): the EAB key id and MAC key and a contact. */
+static int check_gcp(const struct srv_flags *f)
+{
+    uint8_t key[256];
+    size_t len;
+    if (strcmp(f->certmode, "gcp") != 0)
+        return 0;
+    if (!f->acme_eab_kid || !f->acme_eab_kid[0] || !f->acme_eab_key || !f->acme_eab_key[0]) {
+        fprintf(stderr, "hderp-server: -certmode gcp requires -acme-eab-kid and -acme-eab-key "
+                        "(gcloud publicca external-account-keys create)\n");
+        return -1;
+    }
+    if (!f->acme_email || !f->acme_email[0]) {
+        fprintf(stderr, "hderp-server: -certmode gcp requires -acme-email\n");
+        return -1;
+    }
+    if (acme_eab_key_decode(f->acme_eab_key, key, sizeof(key), &len) < 0) {
+        fprintf(stderr, "hderp-server: -acme-eab-key: invalid base64 encoding for EAB key\n");
+        return -1;
+    }
+    return 0;
 }
 
 static void set_defaults(struct srv_flags *f)
@@ -626,7 +652,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
     }
     if (f->dev && !addr_given)
         f->addr = "127.0.0.1:3340";
-    if (check_home(f->home) < 0)
+    if (check_home(f->home) < 0 || check_gcp(f) < 0)
         return -1;
     struct net_addr a; /* a flag error (exit 2), not a start-up failure */
     if (net_addr_parse(f->addr, &a) < 0) {
@@ -645,5 +671,5 @@ bool srv_flags_tls_mode(const struct srv_flags *f)
     const char *port = colon ? colon + 1 : f->addr;
     return strcmp(port, "443") == 0 || strcmp(port, "https") == 0 ||
            strcmp(f->certmode, "manual") == 0 ||
-           (strcmp(f->certmode, "letsencrypt") == 0 && f->acme_directory != NULL);
+           (strcmp(f->certmode, "manual") != 0 && f->acme_directory != NULL);
 }

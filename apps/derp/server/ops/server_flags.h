@@ -63,6 +63,7 @@ struct srv_flags {
     /* -certmode letsencrypt (server_acme.c): -acme-directory (hderp only; NULL: Let's Encrypt),
      * -acme-email, --acme-renew-before and --acme-check-interval (0: 30 days, 12 hours) */
     const char *acme_directory, *acme_email;
+    const char *acme_eab_kid, *acme_eab_key; /* -certmode gcp's External Account Binding */
     uint64_t acme_renew_before_ms, acme_check_interval_ms; /* --log-format json */
 };
 
@@ -84,7 +85,7 @@ int srv_flags_cert_paths(const struct srv_flags *f, char *dir, char *crt, char *
 /* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
 int srv_derpmap_print(const struct srv_flags *f, FILE *out);
 /* derper: TLS iff the port is 443 (or "https") or -certmode manual; hderp also when
- * -certmode letsencrypt comes with -acme-directory (its own flag), on any port. */
+ * -certmode letsencrypt or gcp comes with -acme-directory (its own flag), on any port. */
 bool srv_flags_tls_mode(const struct srv_flags *f);
 /* A duration as Go writes it (kit_duration_parse: "0", "1.5s", "500ms", "10m", "1h30m"; no bare
  * numbers), in whole milliseconds; -1 if malformed. */

@@ -28,7 +28,10 @@ const char srv_flags_deploy_usage[] =
     "                          --proxy-protocol-from, where -a is the inside address)\n"
     "  -acme-directory URL     -certmode letsencrypt: the ACME CA (default Let's Encrypt's\n"
     "                          production directory); given, TLS on any -a port (hderp)\n"
-    "  -acme-email ADDR        the ACME account's contact (derper's flag)\n"
+    "  -acme-email ADDR        the ACME account's contact (derper's flag; gcp needs it)\n"
+    "  -acme-eab-kid ID, -acme-eab-key KEY  -certmode gcp: the External Account Binding's\n"
+    "                          key id and its MAC key (base64 or base64url), from\n"
+    "                          gcloud publicca external-account-keys create (derper's)\n"
     "  --acme-renew-before D   renew this long before expiry (default 720h)\n"
     "  --acme-check-interval D look at the certificate this often (default 12h)\n"
     "  --log-format text|json  log lines as text (default) or one JSON object a line\n"
@@ -75,10 +78,12 @@ bool srv_flags_deploy_is_bool(const char *name)
 bool srv_flags_deploy_is_known(const char *name)
 {
     static const char *const names[] = {
-        "proxy-protocol-from", "print-derpmap",       "acme-directory", "acme-email",
-        "acme-renew-before",   "acme-check-interval", "pid-file",       "upgrade-timeout",
-        "log-format",          "derpmap-region-id",   "derpmap-port",   "derpmap-region-code",
-        "derpmap-region-name", "derpmap-node-name",   "derpmap-ipv4",   "derpmap-ipv6"};
+        "proxy-protocol-from", "print-derpmap",       "acme-directory",
+        "acme-email",          "acme-eab-kid",        "acme-eab-key",
+        "acme-renew-before",   "acme-check-interval", "pid-file",
+        "upgrade-timeout",     "log-format",          "derpmap-region-id",
+        "derpmap-port",        "derpmap-region-code", "derpmap-region-name",
+        "derpmap-node-name",   "derpmap-ipv4",        "derpmap-ipv6"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(name, names[i]) == 0)
             return true;
@@ -137,6 +142,8 @@ int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v)
         }
     } else if (strcmp(name, "acme-directory") == 0 || strcmp(name, "acme-email") == 0) {
         *(name[5] == 'd' ? &f->acme_directory : &f->acme_email) = v;
+    } else if (strcmp(name, "acme-eab-kid") == 0 || strcmp(name, "acme-eab-key") == 0) {
+        *(name[11] == 'd' ? &f->acme_eab_kid : &f->acme_eab_key) = v; /* checked for gcp */
     } else if (strcmp(name, "acme-renew-before") == 0 || strcmp(name, "acme-check-interval") == 0) {
         int64_t ms = srv_parse_duration_ms(v);
         if (ms <= 0) {
