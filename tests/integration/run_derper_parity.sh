@@ -4,7 +4,8 @@
 # JSON, empty, closed); CONNECT is refused as derper without -ace (403 "CONNECT not enabled");
 # the mesh key is read from derper's default -mesh-psk-file ($HOME/keys/derp-mesh.key) when the
 # flag is not given, and -mesh-psk-file "" turns that off; an IP -hostname in -certmode manual
-# gets a self-signed certificate kept in -certdir and pinned by the CertName it logs.
+# gets a self-signed certificate kept in -certdir and pinned by the CertName it logs; a client's
+# TCP round trip is counted in derp_tcp_rtt every 10 s (not with TS_DERP_DISABLE_RTT_STATS).
 # Servers stopped by PID.
 set -u
 bin=$1 work=$2
@@ -75,5 +76,27 @@ stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
 "$bin/hderp-server" --print-derpmap -a 127.0.0.1:443 "${ipargs[@]}" >"$work/ipmap.json" \
     2>"$work/ipmap.log" || fail "--print-derpmap: exit code $?"
 grep -q "\"CertName\": \"$pin\"" "$work/ipmap.json" || fail "--print-derpmap: no $pin"
+
+# derp_tcp_rtt: a logged-in client's TCP_INFO round trip every 10 s (loopback: the 10ms
+# bucket); none with TS_DERP_DISABLE_RTT_STATS. The server without it gets its client first, so
+# when the other has counted one, this one's client has been logged in longer.
+# echo_client NAME PORT: hderp-echo echo logged in to the server on PORT (its key printed).
+echo_client() {
+    "$bin/hderp-echo" echo --server "http://127.0.0.1:$2/derp" >"$work/$1.out" 2>"$work/$1.log" &
+    pids+=($!)
+    wait_for 30 test -s "$work/$1.out" || fail "$1: the echo client did not log in"
+}
+TS_DERP_DISABLE_RTT_STATS=true server_start rttoff -a 127.0.0.1:0 -stun=false \
+    -c "$work/derper.key"
+off_port=$srv_port off_pid=$srv_pid
+echo_client echooff "$off_port"
+server_start rtt -a 127.0.0.1:0 -stun=false -c "$work/derper.key"
+echo_client echoon "$srv_port"
+rtt_counted() { [ "$(varz "http://127.0.0.1:$srv_port" 'derp_tcp_rtt{le="10ms"}')" -ge 1 ] 2>/dev/null; }
+wait_for 60 rtt_counted || fail "no derp_tcp_rtt{le=\"10ms\"} after a client was logged in 10 s"
+curl -s "http://127.0.0.1:$off_port/debug/varz" | grep -q '^derp_tcp_rtt{' &&
+    fail "derp_tcp_rtt counted with TS_DERP_DISABLE_RTT_STATS"
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
+stop_pid "$off_pid" || fail "exit code $? after SIGTERM (rtt off)"
 echo "PASS: /bootstrap-dns, CONNECT, the default mesh key file, the IP certificate and its" \
-    "CertName, as derper v1.102.5"
+    "CertName, derp_tcp_rtt, as derper v1.102.5"

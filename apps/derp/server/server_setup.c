@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -240,6 +241,9 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->account_window_ms = f->account_window_ms;
     cfg->keepalive_jitter_ms =
         f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
+    const char *rtt_off = getenv("TS_DERP_DISABLE_RTT_STATS"); /* Go's strconv.ParseBool */
+    cfg->rtt_stats_off = rtt_off && (strcmp(rtt_off, "1") == 0 || strcasecmp(rtt_off, "t") == 0 ||
+                                     strcasecmp(rtt_off, "true") == 0);
     cfg->tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
     cfg->tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
     cfg->home = f->home;

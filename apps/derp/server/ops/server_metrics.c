@@ -156,6 +156,13 @@ static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned 
     put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
     put_metric(o, "watchers", "gauge", SUM(watchers));
     put_metric(o, "websocket_accepts", "counter", SUM(websocket_accepts)); /* §1.5 */
+    static const char *const rtt_names[SRV_RTT_LABELS] = {
+        "10ms", "20ms", "50ms", "100ms", "150ms", "250ms", "500ms", "inf", "error"};
+    srv_text_put(o, "# TYPE derp_tcp_rtt counter\n"); /* derper: the labels counted so far */
+    for (unsigned i = 0; i < SRV_RTT_LABELS; i++)
+        if (SUM(tcp_rtt[i]))
+            srv_text_put(o, "derp_tcp_rtt{le=\"%s\"} %lld\n", rtt_names[i],
+                         (long long)SUM(tcp_rtt[i]));
     srv_text_put(o, "# TYPE derp_packets_dropped counter\n");
     for (unsigned r = 0; r < SRV_DROPS; r++)
         for (unsigned k = 0; k < SRV_KINDS; k++)
