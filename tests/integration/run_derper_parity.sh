@@ -5,7 +5,8 @@
 # the mesh key is read from derper's default -mesh-psk-file ($HOME/keys/derp-mesh.key) when the
 # flag is not given, and -mesh-psk-file "" turns that off; an IP -hostname in -certmode manual
 # gets a self-signed certificate kept in -certdir and pinned by the CertName it logs; a client's
-# TCP round trip is counted in derp_tcp_rtt every 10 s (not with TS_DERP_DISABLE_RTT_STATS).
+# TCP round trip is counted in derp_tcp_rtt every 10 s (not with TS_DERP_DISABLE_RTT_STATS);
+# derp_current_file_descriptors counts the process's descriptors.
 # Servers stopped by PID.
 set -u
 bin=$1 work=$2
@@ -96,7 +97,13 @@ rtt_counted() { [ "$(varz "http://127.0.0.1:$srv_port" 'derp_tcp_rtt{le="10ms"}'
 wait_for 60 rtt_counted || fail "no derp_tcp_rtt{le=\"10ms\"} after a client was logged in 10 s"
 curl -s "http://127.0.0.1:$off_port/debug/varz" | grep -q '^derp_tcp_rtt{' &&
     fail "derp_tcp_rtt counted with TS_DERP_DISABLE_RTT_STATS"
+# derp_current_file_descriptors: the process's open descriptors, as /proc lists them (give or
+# take the scrape's own connection and the listing's).
+fds=$(varz "http://127.0.0.1:$srv_port" derp_current_file_descriptors)
+now=$(ls "/proc/$srv_pid/fd" | wc -l)
+[ -n "$fds" ] && [ "$fds" -gt 0 ] && [ "$fds" -ge $((now - 4)) ] && [ "$fds" -le $((now + 4)) ] ||
+    fail "derp_current_file_descriptors '$fds', /proc/$srv_pid/fd lists $now"
 stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
 stop_pid "$off_pid" || fail "exit code $? after SIGTERM (rtt off)"
 echo "PASS: /bootstrap-dns, CONNECT, the default mesh key file, the IP certificate and its" \
-    "CertName, derp_tcp_rtt, as derper v1.102.5"
+    "CertName, derp_tcp_rtt, derp_current_file_descriptors, as derper v1.102.5"
