@@ -33,6 +33,90 @@ static const struct kit_flag *find(const struct kit_flag *flags, unsigned count,
     return NULL;
 }
 
+/* "12.5" at *p times unit_ns, added to *total; *p moves past the digits. Exact integer
+ * arithmetic as Go's: the whole part times the unit plus the fraction's (up to 18 digits). */
+static int number_times(const char **p, int64_t unit_ns, unsigned __int128 *total)
+{
+    const char *s = *p;
+    unsigned __int128 whole = 0, frac = 0, scale = 1;
+    bool digits = false;
+    for (; *s >= '0' && *s <= '9'; s++, digits = true) {
+        whole = whole * 10 + (unsigned)(*s - '0');
+        if (whole > INT64_MAX)
+            return -ERANGE;
+    }
+    if (*s == '.') {
+        for (s++; *s >= '0' && *s <= '9'; s++, digits = true) {
+            if (scale < 1000000000000000000ull) { /* further digits are below 1 ns */
+                frac = frac * 10 + (unsigned)(*s - '0');
+                scale *= 10;
+            }
+        }
+    }
+    if (!digits)
+        return -EINVAL;
+    *total += whole * (unsigned __int128)unit_ns + frac * (unsigned __int128)unit_ns / scale;
+    *p = s;
+    return *total > INT64_MAX ? -ERANGE : 0;
+}
+
+/* The unit at *p (Go's: ns, us and its two micro signs, ms, s, m, h) in ns, *p past it; 0 if none.
+ */
+static int64_t unit_ns(const char **p)
+{
+    static const struct {
+        const char *name;
+        int64_t ns;
+    } units[] = {{"ns", 1},
+                 {"us", 1000},
+                 {"\xc2\xb5s", 1000}, /* U+00B5 micro sign */
+                 {"\xce\xbcs", 1000}, /* U+03BC Greek mu */
+                 {"ms", 1000000},
+                 {"s", 1000000000},
+                 {"m", 60 * 1000000000ll},
+                 {"h", 3600 * 1000000000ll}};
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
+        size_t len = strlen(units[i].name);
+        if (strncmp(*p, units[i].name, len) == 0) {
+            *p += len;
+            return units[i].ns;
+        }
+    }
+    return 0;
+}
+
+int kit_duration_parse(const char *text, int64_t bare_unit_ns, int64_t *out_ns)
+{
+    unsigned __int128 total = 0;
+    const char *p = text;
+    int rc;
+    if (strcmp(text, "0") == 0) {
+        *out_ns = 0;
+        return 0;
+    }
+    if (text[strspn(text, "0123456789.")] == '\0') { /* a bare number */
+        if (bare_unit_ns <= 0)
+            return -EINVAL;
+        if ((rc = number_times(&p, bare_unit_ns, &total)) < 0)
+            return rc;
+        *out_ns = (int64_t)total;
+        return *p == '\0' ? 0 : -EINVAL;
+    }
+    while (*p != '\0') {
+        const char *unit = p + strspn(p, "0123456789."), *next = unit;
+        int64_t ns = unit_ns(&next);
+        if (ns == 0)
+            return -EINVAL; /* every number has its unit */
+        if ((rc = number_times(&p, ns, &total)) < 0)
+            return rc;
+        if (p != unit)
+            return -EINVAL; /* "1.2.3s" */
+        p = next;
+    }
+    *out_ns = (int64_t)total;
+    return 0;
+}
+
 /* dash: "-" or "--", as the flag was given, for the messages. */
 static int set_value(const struct kit_flag *f, const char *dash, const char *v, char *err,
                      size_t err_size)
@@ -69,6 +153,14 @@ static int set_value(const struct kit_flag *f, const char *dash, const char *v, 
     case KIT_FLAG_FN: {
         const struct kit_flag_call *call = f->dst;
         return call->fn(v, call->arg, err, err_size) < 0 ? -EINVAL : 0;
+    }
+    case KIT_FLAG_MS: {
+        int64_t ns;
+        if (kit_duration_parse(v, 1000000, &ns) < 0 || !(ns / 1e6 >= f->min && ns / 1e6 <= f->max))
+            return fail(err, err_size, "%s%s %s: expected %s, %.0fms..%.0fms", dash, f->name, v,
+                        KIT_DURATION_HINT, f->min, f->max);
+        *(uint32_t *)f->dst = (uint32_t)(ns / 1000000);
+        return 0;
     }
     case KIT_FLAG_STR:
         *(const char **)f->dst = v;
@@ -115,7 +207,8 @@ void kit_flags_usage(FILE *out, const char *prog, const struct kit_flag *flags, 
 {
     static const char *const value[] = {
         [KIT_FLAG_BOOL] = "",  [KIT_FLAG_U32] = " N",          [KIT_FLAG_F64] = " X",
-        [KIT_FLAG_STR] = " S", [KIT_FLAG_ADDR] = " HOST:PORT", [KIT_FLAG_FN] = " V"};
+        [KIT_FLAG_STR] = " S", [KIT_FLAG_ADDR] = " HOST:PORT", [KIT_FLAG_FN] = " V",
+        [KIT_FLAG_MS] = " D"};
     fprintf(out, "usage: %s [flags]\n", prog);
     for (unsigned i = 0; i < count; i++) {
         char head[64];

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <hd/kit.h>
 #include "bench_relay_impl.h"
 
 static void usage(FILE *out)
@@ -29,7 +30,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hderp-bench --server http[s]|ws[s]://HOST:PORT/derp [--server URL]...\n"
             "         [--pairs K | --pair-file F [--instance I]] [--peers P] [--size BYTES]\n"
-            "         [--rate-mbps R] [--duration S] [--warmup S] [--start-at T] [--shards N]\n"
+            "         [--rate-mbps R] [--duration D] [--warmup D] [--start-at T] [--shards N]\n"
             "         [--relay-pid PID] [--relay-cpu N] [--relay-syscalls] [--latency]\n"
             "         [--load batched|client] [--json]\n"
             "         [--insecure | --ca FILE] [--tls-name NAME]\n"
@@ -50,8 +51,8 @@ static void usage(FILE *out)
             "  --size BYTES    payload per packet, %d..%d (default 1400)\n"
             "  --rate-mbps R   offered payload Mbit/s over all senders of the experiment (each\n"
             "                  sender gets R / K); 0 = unpaced (default 0)\n"
-            "  --duration S    measured window in seconds (default 15)\n"
-            "  --warmup S      seconds of load before the window (default 3)\n"
+            "  --duration D    measured window (default 15s; 500ms, 2m; bare: seconds)\n"
+            "  --warmup D      load before the window (default 3s)\n"
             "  --start-at T    unix time (float seconds): connect and log in every peer first,\n"
             "                  then start the warm-up at T (several generators in step); a T\n"
             "                  more than 1 s in the past is refused; if logging in ends after\n"
@@ -79,11 +80,16 @@ static void usage(FILE *out)
             BENCH_SHARDS_MAX, BENCH_LATENCY_PPS, BENCH_LATENCY_SIZE);
 }
 
+/* --duration and --warmup: Go's durations (kit), a bare number in seconds. */
 static int parse_num(const char *name, const char *v, double lo, double hi, double *out)
 {
     char *end;
     errno = 0;
     double x = strtod(v, &end);
+    int64_t ns;
+    if ((strcmp(name, "duration") == 0 || strcmp(name, "warmup") == 0) && *end != '\0' &&
+        kit_duration_parse(v, 1000000000, &ns) == 0)
+        x = ns / 1e9, end = (char *)v + strlen(v);
     if (errno || end == v || *end || !(x >= lo && x <= hi)) {
         fprintf(stderr, "hderp-bench: --%s %s: expected %g..%g\n", name, v, lo, hi);
         return -1;

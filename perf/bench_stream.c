@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <hd/net.h>
+#include <hd/kit.h>
 #include <hd/tls.h>
 #include "tls_keys.h"
 #include "tls_record.h"
@@ -655,8 +656,9 @@ static void summary(const struct bench_result *r, const bool *done, double small
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: hd-bench-stream [--duration S] [--conns N] [--only NAME]\n"
-            "  --duration S  measured seconds per mode, %.1f..%.0f (default %.0f)\n"
+            "usage: hd-bench-stream [--duration D] [--conns N] [--only NAME]\n"
+            "  --duration D  measured time per mode, %.1fs..%.0fs (default %.0fs; 500ms, 10s;\n"
+            "                a bare number is seconds)\n"
             "  --conns N     connections streaming at once, 1..%u (default %u)\n"
             "  --only NAME   one mode (for perf record / callgrind), or 'aead'; modes:\n",
             BENCH_DURATION_MS_MIN / 1000.0, BENCH_DURATION_MS_MAX / 1000.0,
@@ -680,9 +682,11 @@ static int parse_args(int argc, char **argv, struct bench_args *a)
         char *end;
         double v = strtod(argv[i + 1], &end);
         bool num = end != argv[i + 1] && *end == '\0';
-        if (strcmp(argv[i], "--duration") == 0 && num && v * 1000 >= BENCH_DURATION_MS_MIN &&
-            v * 1000 <= BENCH_DURATION_MS_MAX)
-            a->duration_ms = (uint32_t)(v * 1000);
+        int64_t ns = -1; /* Go's spelling as everywhere (kit); a bare number is seconds */
+        if (strcmp(argv[i], "--duration") == 0 &&
+            kit_duration_parse(argv[i + 1], 1000000000, &ns) == 0 &&
+            ns / 1000000 >= BENCH_DURATION_MS_MIN && ns / 1000000 <= BENCH_DURATION_MS_MAX)
+            a->duration_ms = (uint32_t)(ns / 1000000);
         else if (strcmp(argv[i], "--conns") == 0 && num && v >= 1 && v <= BENCH_CONNS_MAX)
             a->conns = (unsigned)v;
         else if (strcmp(argv[i], "--only") == 0)

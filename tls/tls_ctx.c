@@ -5,12 +5,14 @@
  * only read afterwards (SSL_new from any shard is safe on a const SSL_CTX). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <openssl/ec_key.h>
@@ -18,7 +20,9 @@
 #include <openssl/evp.h>
 #include <openssl/nid.h>
 #include <openssl/obj.h>
+#include <openssl/pem.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
@@ -82,16 +86,33 @@ static SSL_CTX *ctx_new_common(void)
 }
 
 /* The error the last failing BoringSSL file/PEM call left, as an errno. */
+/* BoringSSL's error queue as an errno: a system error anywhere in it (the fopen under a PEM
+ * read: ENOENT, EACCES) wins over fallback; the last entry is logged. */
 static int err_to_errno(int fallback)
 {
-    uint32_t e = ERR_peek_last_error();
+    uint32_t e, last = 0;
     int rc = fallback;
-    if (ERR_GET_LIB(e) == ERR_LIB_SYS)
-        rc = -ERR_GET_REASON(e);
+    while ((e = ERR_get_error()) != 0) {
+        if (ERR_GET_LIB(e) == ERR_LIB_SYS && ERR_GET_REASON(e) > 0)
+            rc = -ERR_GET_REASON(e);
+        last = e;
+    }
     char buf[160];
-    ERR_error_string_n(e, buf, sizeof(buf));
+    ERR_error_string_n(last, buf, sizeof(buf));
     hd_log(HD_LOG_ERROR, "tls: %s", buf);
-    ERR_clear_error();
+    return rc;
+}
+
+/* A PEM file the server reads: 0, or why it cannot be (open's errno, -EISDIR), before
+ * BoringSSL's error queue would say only "system library". */
+static int file_readable(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) < 0 ? -errno : S_ISDIR(st.st_mode) ? -EISDIR : 0;
+    close(fd);
     return rc;
 }
 
@@ -184,12 +205,70 @@ static int use_files(SSL_CTX *c, const char *cert_file, const char *key_file)
 {
     if (key_file == NULL)
         return -EINVAL;
+    int rc = file_readable(cert_file);
+    if (rc == 0)
+        rc = file_readable(key_file);
+    if (rc < 0)
+        return rc;
     if (!SSL_CTX_use_certificate_chain_file(c, cert_file))
         return err_to_errno(-EBADMSG);
     if (!SSL_CTX_use_PrivateKey_file(c, key_file, SSL_FILETYPE_PEM))
         return err_to_errno(-EBADMSG);
     if (!SSL_CTX_check_private_key(c))
         return err_to_errno(-EBADMSG);
+    return 0;
+}
+
+/* PEM to a new file of this mode: 0 or -errno. */
+static int pem_write_new(const char *path, mode_t mode, X509 *x, EVP_PKEY *pk)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -errno;
+    FILE *f = fdopen(fd, "w");
+    if (f == NULL) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    bool ok = x ? PEM_write_X509(f, x)
+                : PEM_write_ECPrivateKey(f, EVP_PKEY_get0_EC_KEY(pk), NULL, NULL, 0, NULL, NULL);
+    int rc = fclose(f) != 0 ? -errno : ok ? 0 : -ENOMEM;
+    ERR_clear_error();
+    if (rc < 0)
+        unlink(path);
+    return rc;
+}
+
+int tls_self_signed_write(const char *host, const char *cert_path, const char *key_path)
+{
+    if (host == NULL || host[0] == '\0' || strlen(host) >= TLS_SERVER_NAME_MAX)
+        return -EINVAL;
+    EVP_PKEY *pk = p256_key_new();
+    X509 *x = pk ? self_signed_new(pk, host) : NULL;
+    int rc = x ? pem_write_new(key_path, 0600, NULL, pk) : -ENOMEM;
+    if (rc == 0 && (rc = pem_write_new(cert_path, 0644, x, NULL)) < 0)
+        unlink(key_path);
+    X509_free(x);
+    EVP_PKEY_free(pk);
+    return rc;
+}
+
+int tls_cert_file_sha256(const char *path, uint8_t out[32])
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return -errno;
+    X509 *x = PEM_read_X509(f, NULL, NULL, NULL);
+    fclose(f);
+    uint8_t *der = NULL;
+    int len = x ? i2d_X509(x, &der) : -1;
+    X509_free(x);
+    ERR_clear_error();
+    if (len <= 0)
+        return -EBADMSG;
+    SHA256(der, (size_t)len, out);
+    OPENSSL_free(der);
     return 0;
 }
 

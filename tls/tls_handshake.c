@@ -435,6 +435,16 @@ static ssize_t hs_decode(struct net_conn *c, void *state, uint8_t *in, size_t le
                 return (ssize_t)len;
             }
         }
+        bool first = !t->hs->input_seen;
+        t->hs->input_seen = true;
+        if (first && !SSL_is_server(t->hs->ssl) && memcmp(in, "HTTP/", 5) == 0) {
+            /* A client's first bytes are a plain HTTP answer (to the ClientHello) */
+            hs_fail(c, t,
+                    "the peer answered in plain HTTP where TLS was expected (a plain-HTTP "
+                    "port dialled with TLS? dial it with http://)",
+                    -EPROTOTYPE);
+            return (ssize_t)len;
+        }
         size_t rec = TLS_RECORD_HEADER_LEN + ((size_t)in[off + 3] << 8 | in[off + 4]);
         if (rec > TLS_RECORD_WIRE_MAX) {
             hs_fail(c, t, "oversized record", -EMSGSIZE);

@@ -26,6 +26,7 @@ struct tls_handshake {
     struct net_conn *c;
     struct hd_timer timer; /* the handshake's deadline */
     uint8_t secrets_seen;  /* bit 0: client traffic secret, bit 1: server */
+    bool input_seen;       /* a record header came in (a client checks the first: HTTP?) */
     struct tls_keylog_entry client_secret, server_secret;
 };
 

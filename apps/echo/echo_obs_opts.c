@@ -1,7 +1,8 @@
 /* echo_obs_opts.c - hderp-echo observe's command line and the DERP map reader (the JSON a
  * Tailscale policy file's derpMap or Headscale serves: {"Regions": {"ID": {"RegionID",
  * "RegionCode", "Nodes": [{"Name", "HostName", "IPv4", "IPv6", "DERPPort", "STUNPort",
- * "STUNOnly", "InsecureForTests"}]}}}). Main thread, before the runtime starts. */
+ * "STUNOnly", "InsecureForTests"}]}}}, or that inside {"derpMap": ...} as a policy file and
+ * hderp-server --print-derpmap write it). Main thread, before the runtime starts. */
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
@@ -10,8 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "echo_obs.h"
+#include <hd/kit.h>
 
 static void usage(FILE *out)
 {
@@ -30,16 +33,18 @@ static void usage(FILE *out)
             "  --size B            probe size in bytes (default 64, %u..%u)\n"
             "  --metrics-listen A  serve /metrics (Prometheus), /status.json and / on A\n"
             "                      (e.g. 127.0.0.1:9464; port 0 picks one, logged at start)\n"
-            "  --alert-p99-ms MS   log an alert when a path's p99 goes over MS, and when back\n"
+            "  --alert-p99-ms D    log an alert when a path's p99 goes over D, and when back\n"
             "  --alert-loss-pct P  log an alert when a path loses more than P %% of probes\n"
-            "  --alert-window S    the window alerts judge (default 60 s, 10..60)\n"
-            "  --down-after MS     no echo for this long while pinging: down (default 3000)\n"
+            "  --alert-window D    the window alerts judge (default 60s, 10s..60s)\n"
+            "  --down-after D      no echo for this long while pinging: down (default 3s)\n"
             "  --once              measure for --duration, print a table, exit 1 if any path\n"
             "                      was down at the end or over an alert threshold\n"
-            "  --duration S        with --once (default 30)\n"
+            "  --duration D        with --once (default 30s)\n"
             "  --json              with --once: the result as JSON\n"
             "  --insecure          https without certificate checks (tests)\n"
-            "  --ca F              https: CA file (default: the system's roots)\n",
+            "  --ca F              https: CA file (default: the system's roots)\n"
+            "Durations as in Go (500ms, 10s, 5m, 1h30m); a bare number keeps its old unit\n"
+            "(milliseconds for --alert-p99-ms and --down-after, seconds for the others).\n",
             ECHO_OBS_RATE_MAX, ECHO_OBS_SIZE_MIN, ECHO_OBS_SIZE_MAX);
 }
 
@@ -49,6 +54,24 @@ static int parse_num(const char *flag, const char *v, double lo, double hi, doub
     double x = strtod(v, &end);
     if (*v == '\0' || *end || !(x >= lo && x <= hi)) {
         fprintf(stderr, "hderp-echo: %s %s: expected a number in %g..%g\n", flag, v, lo, hi);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* A duration as every program takes them (kit_duration_parse), a bare number in bare_unit_ns
+ * as before; in [lo, hi] seconds; *out in seconds. */
+static int parse_duration(const char *flag, const char *v, int64_t bare_unit_ns, double lo,
+                          double hi, double *out)
+{
+    int64_t ns;
+    double x = 0;
+    if (kit_duration_parse(v, bare_unit_ns, &ns) == 0)
+        x = (double)ns / 1e9;
+    if (!(x >= lo && x <= hi)) {
+        fprintf(stderr, "hderp-echo: %s %s: expected %s, %gs..%gs (a bare number: %s)\n", flag, v,
+                KIT_DURATION_HINT, lo, hi, bare_unit_ns == 1000000 ? "milliseconds" : "seconds");
         return -1;
     }
     *out = x;
@@ -136,21 +159,24 @@ static int apply(struct echo_obs_opts *o, int opt, const char *v)
         }
         return 0;
     case 'P':
-        return parse_num("--alert-p99-ms", v, 0.001, 1e6, &o->alert_p99_ms);
+        if (parse_duration("--alert-p99-ms", v, 1000000, 1e-6, 1e3, &x) < 0)
+            return -1;
+        o->alert_p99_ms = x * 1e3;
+        return 0;
     case 'L':
         return parse_num("--alert-loss-pct", v, 0.001, 100, &o->alert_loss_pct);
     case 'W':
-        if (parse_num("--alert-window", v, 10, 60, &x) < 0)
+        if (parse_duration("--alert-window", v, 1000000000, 10, 60, &x) < 0)
             return -1;
         o->alert_window_s = (uint32_t)x;
         return 0;
     case 'D':
-        if (parse_num("--down-after", v, 100, 600000, &x) < 0)
+        if (parse_duration("--down-after", v, 1000000, 0.1, 600, &x) < 0)
             return -1;
-        o->down_after_ms = (uint32_t)x;
+        o->down_after_ms = (uint32_t)(x * 1e3 + 0.5);
         return 0;
     case 'd':
-        if (parse_num("--duration", v, 1, 86400, &x) < 0)
+        if (parse_duration("--duration", v, 1000000000, 1, 86400, &x) < 0)
             return -1;
         o->duration_s = (uint32_t)x;
         return 0;
@@ -338,8 +364,17 @@ int echo_obs_derpmap_parse(const char *text, size_t len, bool plain_http, struct
     }
     int rc = -EINVAL;
     json_t *regions = json_object_get(root, "Regions");
+    const char *key;
+    json_t *v;
+    json_object_foreach(root, key, v)
+    {
+        if (regions == NULL && strcasecmp(key, "derpMap") == 0 && json_is_object(v))
+            regions = json_object_get(v, "Regions"); /* a policy file's {"derpMap": {...}} */
+    }
     if (!json_is_object(regions)) {
-        snprintf(err, err_size, "no \"Regions\" object");
+        snprintf(err, err_size,
+                 "no \"Regions\" object (at the top, or in \"derpMap\" as --print-derpmap and "
+                 "policy files have it)");
         goto out;
     }
     const char *id;

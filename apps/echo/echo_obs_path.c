@@ -201,6 +201,12 @@ static void on_close(struct derp_client *k, int reason)
         return;
     if (was_ready)
         sd->reconnects++;
+    if (reason == -EPROTOTYPE && sd->failures % 10 == 0) /* tls.h: plain HTTP came back */
+        hd_log(HD_LOG_WARN,
+               "observe: %s answered in plain HTTP where TLS was expected: is its DERPPort a "
+               "plain-HTTP port? Give --derp-http (as TS_DEBUG_USE_DERP_HTTP) or an http:// "
+               "--server for it, or serve TLS there",
+               sd->node->name);
     if (was_ready || sd->failures++ % 10 == 0)
         hd_log(HD_LOG_WARN, "observe: %s %s on %s: %s; reconnecting in %u ms", sd->path->label,
                side_name(sd), sd->node->name,

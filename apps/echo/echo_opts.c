@@ -13,7 +13,7 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: hderp-echo echo --server URL [--key-file F] [--insecure | --ca F]\n"
             "       hderp-echo ping --server URL --peer KEY [--count N] [--warmup N] [--size B]\n"
-            "                       [--interval MS | --rate PPS] [--timeout MS] [--json]\n"
+            "                       [--interval D | --rate PPS] [--timeout D] [--json]\n"
             "                       [--key-file F] [--insecure | --ca F]\n"
             "       hderp-echo observe (--server URL ... | --derp-map FILE) [...]\n"
             "                       (hderp-echo observe --help)\n\n"
@@ -28,14 +28,15 @@ static void usage(FILE *out)
             "  --count N        packets to send (default 5000, at most %u)\n"
             "  --warmup N       first packets not measured (default 500)\n"
             "  --size B         packet size in bytes (default 64, %d..%d)\n"
-            "  --interval MS    one packet every MS milliseconds (default 1)\n"
+            "  --interval D     one packet every D (default 1ms)\n"
             "  --rate PPS       packets per second instead of --interval\n"
-            "  --timeout MS     wait this long for the last echoes (default 1000)\n"
+            "  --timeout D      wait this long for the last echoes (default 1s)\n"
             "  --key-file F     key file in derper's JSON format (created if missing);\n"
             "                   default: a fresh key\n"
             "  --insecure       https without certificate checks (tests)\n"
             "  --ca F           https: CA file to verify the server against\n"
-            "  --json           machine-readable result\n",
+            "  --json           machine-readable result\n"
+            "Durations as in Go (500ms, 10s, 5m, 1h30m); a bare number is milliseconds.\n",
             ECHO_COUNT_MAX, ECHO_HEADER_LEN, ECHO_SIZE_MAX);
 }
 
@@ -94,9 +95,9 @@ int echo_opts_parse(int argc, char **argv, struct echo_opts *o)
         {"count", KIT_FLAG_U32, &o->count, 1, ECHO_COUNT_MAX, NULL},
         {"warmup", KIT_FLAG_U32, &o->warmup, 0, ECHO_COUNT_MAX, NULL},
         {"size", KIT_FLAG_U32, &o->size, ECHO_HEADER_LEN, ECHO_SIZE_MAX, NULL},
-        {"interval", KIT_FLAG_U32, &o->interval_ms, 1, 60000, NULL},
+        {"interval", KIT_FLAG_MS, &o->interval_ms, 1, 60000, NULL},
         {"rate", KIT_FLAG_FN, &rate, 0, 0, NULL},
-        {"timeout", KIT_FLAG_U32, &o->timeout_ms, 1, 600000, NULL},
+        {"timeout", KIT_FLAG_MS, &o->timeout_ms, 1, 600000, NULL},
         {"key-file", KIT_FLAG_STR, &o->key_file, 0, 0, NULL},
         {"ca", KIT_FLAG_STR, &o->ca_file, 0, 0, NULL},
         {"insecure", KIT_FLAG_BOOL, &o->insecure, 0, 0, NULL},

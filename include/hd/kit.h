@@ -5,7 +5,8 @@
  *   port 0 on many shards        kit_port_hold (one SO_REUSEPORT port for every shard),
  *                                kit_port_file_write (the ports chosen, for who started it)
  *   a metrics endpoint           kit_metrics_start (GET /metrics from every shard's counters)
- *   command lines                kit_flags_parse / kit_flags_usage (a table of flags)
+ *   command lines                kit_flags_parse / kit_flags_usage (a table of flags),
+ *                                kit_duration_parse (durations as Go writes them)
  *   a program's start-up         kit_app_main (flags, logging, runtime, signals, tear-down)
  *   two connections piped        kit_pipe_start (both ways, with backpressure and half closes)
  * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
@@ -115,6 +116,8 @@ enum kit_flag_type {
     KIT_FLAG_STR,  /* -name S; dst: const char ** (points into argv) */
     KIT_FLAG_ADDR, /* -name HOST:PORT (net_addr_parse); dst: struct net_addr * */
     KIT_FLAG_FN,   /* -name V handed to a function; dst: struct kit_flag_call * */
+    KIT_FLAG_MS,   /* -name D, a duration (kit_duration_parse; a bare number is milliseconds)
+                    * in [min, max] ms; dst: uint32_t * (milliseconds) */
 };
 /* A KIT_FLAG_FN value (URLs, keys, repeated flags, ...): store it (v points into argv) or
  * return -EINVAL with a reason in err. */
@@ -137,6 +140,14 @@ struct kit_flag {
  * with a one-line reason in err (err_size bytes, may be 0). */
 int kit_flags_parse(const struct kit_flag *flags, unsigned count, int argc, char **argv, char *err,
                     size_t err_size);
+/* A duration as Go's time.ParseDuration writes it, the one way every program of the project
+ * takes them: "500ms", "10s", "5m", "1h30m", "1.5s", "250us"; units ns, us (or with a micro sign),
+ * ms, s, m, h; "0" alone. No sign. A bare number ("30") means that many bare_unit_ns (for the flags
+ * that took bare numbers before); bare_unit_ns 0 refuses it. Returns 0 with *out_ns set, -EINVAL
+ * (malformed) or -ERANGE (more than INT64_MAX ns, about 292 years). */
+int kit_duration_parse(const char *text, int64_t bare_unit_ns, int64_t *out_ns);
+#define KIT_DURATION_HINT "a duration like 500ms, 10s, 5m or 1h30m"
+
 /* "usage: prog [flags]" and one line per flag with its help. */
 void kit_flags_usage(FILE *out, const char *prog, const struct kit_flag *flags, unsigned count);
 

@@ -64,8 +64,8 @@ struct tls_server_options {
 
 /* Creates a server context (TLS 1.3 only, no session tickets, ALPN: http/1.1 if the client
  * offers it, nothing otherwise). Main thread. Returns 0, -EINVAL (no cert and no host, bad
- * host), -ENOENT / -EACCES (files), -EBADMSG (PEM does not parse or key does not match),
- * -ENOMEM. */
+ * host), open(2)'s errno for a file that cannot be read (-ENOENT, -EACCES, ...; -EISDIR),
+ * -EBADMSG (PEM does not parse or key does not match), -ENOMEM. */
 int tls_server_ctx_create(const struct tls_server_options *o, struct tls_ctx **out);
 
 /* How the client trusts the server: ca_file, system_roots or insecure (ca_file wins over
@@ -102,6 +102,15 @@ void tls_ctx_destroy(struct tls_ctx *ctx);
 int tls_server_ctx_add_extra_cert(struct tls_ctx *ctx, const char *common_name, long serial,
                                   long validity_s);
 
+/* A self-signed ECDSA P-256 certificate for host (a DNS name or an IP literal, in the SAN),
+ * valid for a year, written as PEM to cert_path (0644) and its key to key_path (0600), each
+ * created new (O_EXCL: an existing file is never overwritten). Main thread. Returns 0, -EINVAL
+ * (bad host), -ENOMEM, or open/write's errno (-EEXIST, -EACCES, ...). */
+int tls_self_signed_write(const char *host, const char *cert_path, const char *key_path);
+/* SHA-256 of the first certificate in the PEM file at path, over its DER bytes (what a pin
+ * such as "sha256-raw:<hex>" names). Returns 0, open's errno, or -EBADMSG. */
+int tls_cert_file_sha256(const char *path, uint8_t out[32]);
+
 /* ---------------------------------------------------------------- connections */
 
 /* How a connection's records are protected after the handshake. */
@@ -122,7 +131,9 @@ struct tls_conn_info {
 };
 
 /* The handshake finished (info borrowed for the call). The app may send from here. If it fails,
- * the connection closes instead and on_close reports the reason (-EPROTO, -ETIMEDOUT, ...). */
+ * the connection closes instead and on_close reports the reason (-EPROTO, -ETIMEDOUT, ...;
+ * -EPROTOTYPE on a client whose server answered in plain HTTP: "HTTP/" where the first record
+ * header was due, a plain-HTTP port dialled with TLS). */
 typedef void tls_handshake_fn(struct net_conn *c, const struct tls_conn_info *info);
 
 struct tls_conn_options {

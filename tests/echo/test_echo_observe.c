@@ -54,6 +54,21 @@ Test(echo_observe, map_plain_http_defaults)
     cr_assert_eq(net_addr_port(&o.nodes[0].stun), 3478, "STUNPort 0: 3478");
 }
 
+/* What hderp-server --print-derpmap prints and a policy file holds: the map under "derpMap"
+ * (issue 23: "no Regions object"). */
+Test(echo_observe, map_inside_derpmap_key)
+{
+    const char *map = "{\"derpMap\": {\"Regions\":{\"900\":{\"RegionID\":900,\"RegionCode\":"
+                      "\"hderp\",\"Nodes\":[{\"Name\":\"900a\",\"RegionID\":900,"
+                      "\"HostName\":\"127.0.0.1\",\"IPv4\":\"127.0.0.1\",\"DERPPort\":3340}]}}}}";
+    cr_assert_eq(parse(map, true), 0, "%s", err);
+    cr_assert_eq(o.nodes_count, 1);
+    cr_assert_str_eq(o.nodes[0].name, "900a");
+    cr_assert_eq(net_addr_port(&o.nodes[0].url.addr), 3340);
+    cr_assert_lt(parse("{\"derpMap\": {\"regions\": {}}}", false), 0);
+    cr_assert(strstr(err, "derpMap"), "%s", err);
+}
+
 Test(echo_observe, map_errors_are_named)
 {
     cr_assert_lt(parse("{\"Regions\": 3", false), 0);
@@ -99,4 +114,49 @@ Test(echo_observe, windows_expire_and_sum)
     echo_obs_window_note(ring, ECHO_OBS_SHORT_SLOTS, slot, later, ECHO_OBS_NOTE_SENT, 0);
     echo_obs_summarise(ring, ECHO_OBS_SHORT_SLOTS, slot, later, 1, &s);
     cr_assert_eq(s.sent, 1, "the reused slot forgot slot 1000's ten");
+}
+
+/* Durations as every program of the project takes them (Go's spelling), bare numbers in the
+ * unit each flag had (issue 23: --duration 10s was "expected a number"). */
+Test(echo_observe, durations_in_go_style_and_bare)
+{
+    char *argv[] = {"hderp-echo",
+                    "observe",
+                    "--server",
+                    "http://127.0.0.1:1",
+                    "--duration",
+                    "10s",
+                    "--down-after",
+                    "1.5s",
+                    "--alert-window",
+                    "1m",
+                    "--alert-p99-ms",
+                    "250ms",
+                    NULL};
+    cr_assert_eq(echo_obs_opts_parse(12, argv, &o), 0);
+    cr_assert_eq(o.duration_s, 10);
+    cr_assert_eq(o.down_after_ms, 1500);
+    cr_assert_eq(o.alert_window_s, 60);
+    cr_assert_float_eq(o.alert_p99_ms, 250, 1e-9);
+    char *bare[] = {"hderp-echo",
+                    "observe",
+                    "--server",
+                    "http://127.0.0.1:1",
+                    "--duration",
+                    "45",
+                    "--down-after",
+                    "700",
+                    "--alert-window",
+                    "20",
+                    "--alert-p99-ms",
+                    "12.5",
+                    NULL};
+    cr_assert_eq(echo_obs_opts_parse(12, bare, &o), 0);
+    cr_assert_eq(o.duration_s, 45, "bare: seconds");
+    cr_assert_eq(o.down_after_ms, 700, "bare: milliseconds");
+    cr_assert_eq(o.alert_window_s, 20);
+    cr_assert_float_eq(o.alert_p99_ms, 12.5, 1e-9);
+    char *over[] = {"hderp-echo", "observe", "--server", "http://127.0.0.1:1",
+                    "--duration", "25h",     NULL};
+    cr_assert_eq(echo_obs_opts_parse(6, over, &o), -1, "over a day");
 }

@@ -1,10 +1,11 @@
 /* fuzz_parsers.c - libFuzzer target for the small parsers of configuration and addresses: URLs
  * (net_url_parse: -verify-client-url, hderp-echo/-bench servers), keys (node, private and mesh
  * keys in text), derper's key file, hderp-server's --allow-keys file and -rate-config file (the
- * server's own code, compiled in). Input: a mode byte, then the text. Files are handed over as
- * /proc/self/fd paths of a memfd, so nothing touches the disk. Invariants: what parses formats
- * and parses back to the same value; errors are the documented ones; a rate that loads has a
- * burst of at least one frame. */
+ * server's own code, compiled in), and durations (kit_duration_parse: every program's flags).
+ * Input: a mode byte, then the text. Files are handed over as /proc/self/fd paths of a memfd, so
+ * nothing touches the disk. Invariants: what parses formats and parses back to the same value;
+ * errors are the documented ones; a rate that loads has a burst of at least one frame; a duration
+ * that parses is >= 0 and reads back in ns the same. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "derp_keys.h"
 #include "fuzz_util.h"
 #include "ops/server_account.h"
+#include <hd/kit.h>
 #include <hd/net.h>
 
 static char text[70000];
@@ -95,6 +97,23 @@ static void rate_file(const uint8_t *data, size_t len)
     close(fd);
 }
 
+static void duration(void)
+{
+    int64_t ns = -1, again = -1, bare = -1;
+    int rc = kit_duration_parse(text, 0, &ns);
+    CHECK(rc == 0 || rc == -EINVAL || rc == -ERANGE);
+    if (rc == 0) {
+        char out[32];
+        CHECK(ns >= 0);
+        snprintf(out, sizeof(out), "%lldns", (long long)ns);
+        CHECK(kit_duration_parse(out, 0, &again) == 0 && again == ns);
+        CHECK(kit_duration_parse(text, 1000000, &bare) == 0 && bare == ns); /* had a unit */
+    }
+    rc = kit_duration_parse(text, 1000000, &bare); /* bare numbers in milliseconds */
+    CHECK(rc == 0 || rc == -EINVAL || rc == -ERANGE);
+    CHECK(rc != 0 || bare >= 0);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1 || size > sizeof(text) - 1)
@@ -104,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t len = size - 1;
     memcpy(text, p, len);
     text[len] = '\0';
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
     case 0:
         url();
         break;
@@ -117,8 +136,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3:
         allow_file(p, len);
         break;
-    default:
+    case 4:
         rate_file(p, len);
+        break;
+    default:
+        duration();
         break;
     }
     return 0;

@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""acme_pebble.py BIN WORK - -certmode letsencrypt against Debian's pebble (the ACME test CA)
+"""acme_pebble.py BIN WORK [gcp] - -certmode letsencrypt (or gcp: pebble then requires an
+External Account Binding, given by -acme-eab-kid/-acme-eab-key as for Google's CA) against
+Debian's pebble (the ACME test CA)
 and pebble-challtestsrv (its DNS, answering 127.0.0.1 for every name), all on loopback: hderp
 starts with a self-signed stand-in, gets a certificate for derp.test through the http-01
 challenge on its -http-port, and serves the issued chain, verified against pebble's root; the
-account and certificate keys are 0600; with a renewal window longer than the certificate's
+account and certificate keys are 0600, in a -certdir hderp created (0700, with its parent: it
+did not exist yet); with a renewal window longer than the certificate's
 life it renews every --acme-check-interval and swaps each new certificate in without a restart
 while a connection made before stays usable; with pebble stopped, renewal fails, the log says
 so and the previous certificate keeps being served; SIGTERM stops it cleanly. Stopped by PID."""
-import json, os, re, socket, ssl, stat, struct, subprocess, sys, time
+import json, os, re, shutil, socket, ssl, stat, struct, subprocess, sys, time
 
 import testlib
 from testlib import Server, hold_port
 
 BIN, WORK = sys.argv[1], sys.argv[2]
+GCP = len(sys.argv) > 3 and sys.argv[3] == "gcp"
+# pebble's example EAB key (base64url, 48 bytes) under the key id hderp is given.
+EAB_KID, EAB_KEY = "kid-1", "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W"
 HOST = "derp.test"
-os.makedirs(WORK + "/certs", exist_ok=True)
-for f in os.listdir(WORK + "/certs"):
-    os.unlink(WORK + "/certs/" + f)
+# -certdir does not exist yet: hderp makes it (and its parent) 0700, as derper does.
+shutil.rmtree(WORK + "/certs", ignore_errors=True)
+os.makedirs(WORK, exist_ok=True)
+CERTDIR = WORK + "/certs/acme"
 
 
 # pebble-challtestsrv starts tried on fresh ports when one lost its DNS port (see start_dns).
@@ -132,7 +139,8 @@ def start(procs, holds):
                       "managementListenAddress": "127.0.0.1:%d" % mgmt,
                       "certificate": WORK + "/pebble.crt", "privateKey": WORK + "/pebble.key",
                       "httpPort": hp, "tlsPort": tp, "ocspResponderURL": "",
-                      "externalAccountBindingRequired": False}}
+                      "externalAccountBindingRequired": GCP,
+                      "externalAccountMACKeys": {EAB_KID: EAB_KEY} if GCP else {}}}
     with open(WORK + "/pebble.json", "w") as f:
         json.dump(cfg, f)
     env = dict(os.environ, PEBBLE_VA_NOSLEEP="1", PEBBLE_WFE_NONCEREJECT="0")
@@ -141,10 +149,12 @@ def start(procs, holds):
         env=env, stdout=open(WORK + "/pebble.log", "w"), stderr=subprocess.STDOUT)
     wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", api)) == 0, "pebble")
     senv = dict(os.environ, SSL_CERT_FILE=WORK + "/ca.crt")  # hderp trusts pebble's API
-    srv = Server(BIN, WORK, "server", [
-        "-a", "127.0.0.1:0", "-certmode", "letsencrypt", "-acme-directory",
+    mode = ["-certmode", "gcp", "-acme-eab-kid", EAB_KID, "-acme-eab-key", EAB_KEY] if GCP \
+        else ["-certmode", "letsencrypt"]
+    srv = Server(BIN, WORK, "server", ["-a", "127.0.0.1:0"] + mode + [
+        "-acme-directory",
         "https://127.0.0.1:%d/dir" % api, "-acme-email", "ops@derp.test", "-hostname", HOST,
-        "-certdir", WORK + "/certs", "-http-port", str(hp), "-c", WORK + "/derper.key",
+        "-certdir", CERTDIR, "-http-port", str(hp), "-c", WORK + "/derper.key",
         "-stun=false", "--shards", "2", "--acme-renew-before", "1000000h",
         "--acme-check-interval", "2s"], env=senv)
     procs["hderp"] = srv
@@ -158,8 +168,11 @@ def checks(procs, p, mgmt):
     wait_for(lambda: "TLS: reloaded" in log_text(), "the reload")
     first = served_cert(p, root)  # verifies the chain against pebble's root, for derp.test
     for name in ("acme_account+key", HOST + ".key"):
-        mode = stat.S_IMODE(os.stat(WORK + "/certs/" + name).st_mode)
+        mode = stat.S_IMODE(os.stat(CERTDIR + "/" + name).st_mode)
         assert mode == 0o600, "%s is %o, not 0600" % (name, mode)
+    for d in (WORK + "/certs", CERTDIR):
+        mode = stat.S_IMODE(os.stat(d).st_mode)
+        assert mode == 0o700, "%s is %o, not 0700" % (d, mode)
     # renewal: a new certificate every check, swapped in; an older connection keeps working
     ctx = ssl.create_default_context(cafile=root)
     old = ctx.wrap_socket(socket.create_connection(("127.0.0.1", p), timeout=5),
@@ -192,8 +205,8 @@ def main():
     procs, holds = {}, []
     try:
         checks(procs, *start(procs, holds))
-        print("ok: ACME certificate from pebble issued, served, renewed live, kept with the CA "
-              "down")
+        print("ok: ACME certificate from pebble issued%s, served, renewed live, kept with the "
+              "CA down" % (" with an External Account Binding (-certmode gcp)" if GCP else ""))
     except Exception:
         for name in ("server.log", "pebble.log"):
             print("--- " + name)

@@ -121,6 +121,62 @@ Test(kit_flags, usage_lists_every_flag)
     cr_assert(strstr(buf, "-rate X") != NULL && strstr(buf, "-server V") != NULL);
 }
 
+/* Go's time.ParseDuration spellings, and bare numbers only where a unit is given for them. */
+Test(kit_duration, go_style_and_bare_numbers)
+{
+    static const struct {
+        const char *text;
+        int64_t bare_unit_ns, want_ns;
+    } good[] = {
+        {"0", 0, 0},
+        {"500ms", 0, 500000000},
+        {"10s", 0, 10000000000},
+        {"5m", 0, 300000000000},
+        {"1h30m", 0, 5400000000000},
+        {"1.5s", 0, 1500000000},
+        {"250us", 0, 250000},
+        {"250\xc2\xb5s", 0, 250000},
+        {"7ns", 0, 7},
+        {"2h45m30.5s", 0, 9930500000000},
+        {".5s", 0, 500000000},
+        {"30", 1000000000, 30000000000}, /* a bare number in the flag's old unit */
+        {"1.5", 1000000, 1500000},
+        {"2562047h", 0, 2562047 * 3600000000000ll},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        int64_t ns = -1;
+        cr_assert_eq(kit_duration_parse(good[i].text, good[i].bare_unit_ns, &ns), 0, "%s",
+                     good[i].text);
+        cr_assert_eq(ns, good[i].want_ns, "%s: %lld", good[i].text, (long long)ns);
+    }
+    static const char *const bad[] = {"",   "s",    "10",  "10x", "-1s", "1.2.3s", "1s2",
+                                      "ms", "1e3s", "inf", "1 s", "5M",  "3d"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t ns;
+        cr_assert_eq(kit_duration_parse(bad[i], 0, &ns), -EINVAL, "%s", bad[i]);
+    }
+    int64_t ns;
+    cr_assert_eq(kit_duration_parse("2562048h", 0, &ns), -ERANGE);
+    cr_assert_eq(kit_duration_parse("10s", 1000000000, &ns), 0);
+    cr_assert_eq(ns, 10000000000);
+}
+
+Test(kit_flags, duration_flag_in_ms)
+{
+    uint32_t ms = 1000;
+    const struct kit_flag flags[] = {{"timeout", KIT_FLAG_MS, &ms, 1, 600000, "wait"}};
+    char err[160] = "";
+    char *argv[] = {"p", "-timeout", "10s", NULL};
+    cr_assert_eq(kit_flags_parse(flags, 1, 3, argv, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ms, 10000);
+    char *argv2[] = {"p", "--timeout=250", NULL}; /* bare: milliseconds, as before */
+    cr_assert_eq(kit_flags_parse(flags, 1, 2, argv2, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(ms, 250);
+    char *argv3[] = {"p", "-timeout", "11m", NULL};
+    cr_assert_eq(kit_flags_parse(flags, 1, 3, argv3, err, sizeof(err)), -EINVAL);
+    cr_assert(strstr(err, "-timeout 11m: expected a duration like 500ms") != NULL, "%s", err);
+}
+
 Test(kit_route, hash_vectors_and_owner)
 {
     /* FNV-1a 64 reference values (draft-eastlake-fnv: "" and "a"). */

@@ -18,6 +18,9 @@ Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
   server-layers    apps/derp/server's subsystems call and include only downwards: the root
                    (composition) > upgrade/ > ops/ > admit/ > relay/ (the core hears nothing
                    above it but through cfg->hooks), so no two subsystems form a cycle
+  fuzz-targets     every tests/fuzz/fuzz_*.c is an hd_add_fuzz_target, and a list of fuzz
+                   targets written out in tests/fuzz (a line naming two or more) names them all
+                   (make fuzz once ran 11 of 12: issue 23)
 
 Each finding is printed as path:line: rule: what, and the run exits 1 if there was any.
 No allowlist: a rule that does not hold is fixed in the code, or the rule is changed here
@@ -298,6 +301,38 @@ def rule_ctest_labels(build, ctest):
             yield "ctest", 1, f"{t['name']} has no LABELS (unit, integration, fuzz, tsan, ...)"
 
 
+FUZZ_DIR = "tests/fuzz/"
+FUZZ_NAME = re.compile(r"\bfuzz_[a-z0-9_]+\b")
+FUZZ_REGISTERED = re.compile(r"hd_add_fuzz_target\(\s*(fuzz_[a-z0-9_]+)")
+
+
+def rule_fuzz_targets(src, files):
+    cmake = FUZZ_DIR + "CMakeLists.txt"
+    if cmake not in files:
+        return
+    text = "\n".join(read_lines(src, cmake))
+    registered = set(FUZZ_REGISTERED.findall(text))
+    for f in files:
+        name = os.path.basename(f)
+        if f.startswith(FUZZ_DIR) and name.startswith("fuzz_") and name.endswith(".c"):
+            if name[:-2] not in registered:
+                yield f, 1, f"{name[:-2]} is not registered with hd_add_fuzz_target in {cmake}"
+    for f in files:
+        if not f.startswith(FUZZ_DIR) or not f.endswith((".txt", ".sh", ".cmake")):
+            continue
+        listed = {}
+        for i, line in enumerate(read_lines(src, f), 1):
+            names = set(FUZZ_NAME.findall(line))
+            if len(names) >= 2:
+                for n in names & registered:
+                    listed.setdefault(n, i)
+        if listed:
+            first = min(listed.values())
+            for n in sorted(registered - set(listed)):
+                yield f, first, (f"its list of fuzz targets leaves out {n} (take the list "
+                                 "hd_add_fuzz_target builds)")
+
+
 RULES = {
     "file-lines": rule_file_lines,
     "function-lines": rule_function_lines,
@@ -307,6 +342,7 @@ RULES = {
     "doc-refs": rule_doc_refs,
     "no-libc-rand": rule_no_libc_rand,
     "server-layers": rule_server_layers,
+    "fuzz-targets": rule_fuzz_targets,
 }
 
 
@@ -344,15 +380,21 @@ def selftest():
         "apps/derp/server/admit/up.c": "int srv_up(void)\n{\n    return 1;\n}\n",
         "apps/derp/server/relay/core.c": ('#include "admit/up.h"\n'
                                           "int srv_core(void)\n{\n    return srv_up();\n}\n"),
+        "tests/fuzz/CMakeLists.txt": ("hd_add_fuzz_target(fuzz_a CORPUS a)\n"
+                                      "hd_add_fuzz_target(fuzz_b CORPUS b)\n"),
+        "tests/fuzz/fuzz_a.c": "", "tests/fuzz/fuzz_b.c": "", "tests/fuzz/fuzz_c.c": "",
+        "tests/fuzz/run.sh": "targets=${T:-\"fuzz_a fuzz_c\"}\n",
     }
     expect = {"file-lines": 2, "function-lines": 1, "columns": 1, "layers-no-derp": 1,
               "private-headers": 1, "doc-refs": 5, "no-libc-rand": 2,
-              "server-layers": 2}
+              "server-layers": 2, "fuzz-targets": 2}
     good = {"apps/a/fn.c": ok_fn, "apps/a/ok.h": "/* ok */\n" * HEADER_LINES_MAX, "docs/DESIGN.md": "# d\n", "README.md": "docs/DESIGN.md\n",
             "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n',
             "apps/derp/server/relay/core.c": "int srv_core(void)\n{\n    return 1;\n}\n",
             "apps/derp/server/admit/up.c": ('#include "relay/core.h"\n'
-                                            "int srv_up(void)\n{\n    return srv_core();\n}\n")}
+                                            "int srv_up(void)\n{\n    return srv_core();\n}\n"),
+            "tests/fuzz/CMakeLists.txt": "hd_add_fuzz_target(fuzz_a CORPUS a)\n",
+            "tests/fuzz/fuzz_a.c": "", "tests/fuzz/run.sh": "t=${T:-$*}  # fuzz_a\n"}
     failed = False
     for tree, want in ((bad, expect), (good, {r: 0 for r in RULES})):
         with tempfile.TemporaryDirectory() as d:

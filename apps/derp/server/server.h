@@ -93,6 +93,8 @@ struct srv_client {
     struct hd_flush writer;
     struct hd_timer keepalive;
     uint32_t keepalive_ms;      /* its KeepAlive period: the interval + its own jitter (derper) */
+    struct hd_timer rtt_timer;  /* derp_tcp_rtt: TCP_INFO every SRV_RTT_INTERVAL_MS */
+    bool rtt_checked, rtt_off;  /* the first look done; it failed ("error": no more looks) */
     struct hd_tbucket not_here; /* NotHere replies (DERP_NOT_HERE_BURST, 1 per interval) */
     /* -rate-config (server_rate.c): this connection's bucket; reading paused until read_timer
      * while a frame waits for its tokens; paid: the current frame has its tokens. */

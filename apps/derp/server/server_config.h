@@ -67,6 +67,7 @@ struct srv_config {
     uint32_t sender_wait_ms;      /* --sender-wait: a sender's wait for its receiver (0: none) */
     uint32_t keepalive_ms;        /* DERP KeepAlive frame period (60 s) */
     uint32_t keepalive_jitter_ms; /* + random [0, jitter) per connection */
+    bool rtt_stats_off;           /* $TS_DERP_DISABLE_RTT_STATS (derper's knob): no derp_tcp_rtt */
     int tcp_user_timeout_ms;      /* -tcp-user-timeout */
     int tcp_keepalive_s;          /* -tcp-keepalive-time */
     const char *home;             /* -home: "", "blank" or a URL */

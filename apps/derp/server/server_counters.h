@@ -20,6 +20,12 @@ enum srv_drop {
 };
 extern const char *const srv_drop_names[SRV_DROPS];
 
+/* derp_tcp_rtt's labels: the buckets' upper bounds (derper's durationToLabel), "inf", then
+ * "error" (SRV_RTT_ERROR). Names in server_metrics.c. */
+#define SRV_RTT_BUCKETS 8
+#define SRV_RTT_ERROR   SRV_RTT_BUCKETS
+#define SRV_RTT_LABELS  (SRV_RTT_BUCKETS + 1)
+
 struct srv_counters {
     uint64_t accepts;
     uint64_t accepts_refused; /* closed by -accept-connection-limit */
@@ -74,7 +80,10 @@ struct srv_counters {
     uint64_t multiforwarder_created, multiforwarder_deleted;
     uint64_t packet_forwarder_delete_other_value;
     uint64_t mesh_forward_dropped;
-    uint64_t rate_limit_waited;     /* frames that waited for -rate-config tokens */
+    uint64_t rate_limit_waited; /* frames that waited for -rate-config tokens */
+    /* derper's counter_tcp_rtt{le}: a client's TCP_INFO round trip every 10 s, by bucket
+     * (srv_rtt_names: 10ms .. 500ms, inf), and "error" for a socket that could not tell */
+    uint64_t tcp_rtt[SRV_RTT_LABELS];
     uint64_t sender_waits;          /* senders paused for a backed-up receiver (server_wait.c) */
     uint64_t sender_wait_timeouts;  /* of those, waits that ran out (--sender-wait) */
     uint64_t rate_limit_waited_key; /* of those, at a key's own rate (-rate-config Keys) */

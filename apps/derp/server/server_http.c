@@ -42,6 +42,20 @@ static void reply_text(struct net_conn *c, uint16_t status, const char *text, bo
     reply(c, buf, n);
 }
 
+/* derper's /bootstrap-dns without -bootstrap-dns-names: 200, JSON, an empty body, and the
+ * connection closed (bootstrap queries are one-off and cross-region). */
+static void serve_bootstrap_dns(struct net_conn *c)
+{
+    char buf[256];
+    struct net_http_hdr type = {"Content-Type", NET_HTTP_LIT("application/json")};
+    struct net_http_resp_spec spec = {.status = 200,
+                                      .headers = &type,
+                                      .headers_count = 1,
+                                      .content_length = 0,
+                                      .connection = NET_HTTP_CONN_CLOSE};
+    reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
+}
+
 static bool peer_is_loopback(const struct net_conn *c)
 {
     const struct net_addr *a = net_conn_peer(c);
@@ -279,6 +293,12 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
     bool head_only = req.method == NET_HTTP_METHOD_HEAD;
     if (port80 && serve_port80(c, &req, keep)) {
         /* answered */
+    } else if (req.method == NET_HTTP_METHOD_CONNECT) { /* derper: ACE's, off without -ace */
+        reply_text(c, 403, "CONNECT not enabled\n", false, false);
+        keep = false;
+    } else if (net_http_str_eq(req.path, "/bootstrap-dns")) {
+        serve_bootstrap_dns(c);
+        keep = false;
     } else if (net_http_str_eq(req.path, "/derp")) {
         if (serve_derp(c, ds, &req))
             return (ssize_t)used; /* what follows the head is DERP: the new handler gets it */

@@ -41,6 +41,12 @@ _Static_assert(SRV_WAIT_RUN_MIN <= SRV_QUEUE_DEPTH, "a run fits in the queue it 
 #define SRV_HTTP_DEADLINE_MS_DEFAULT  SRV_HTTP_READ_TIMEOUT_MS
 #define SRV_LOGIN_DEADLINE_MS_DEFAULT DERP_HANDSHAKE_TIMEOUT_MS
 #define SRV_DEADLINE_MS_MIN           100u
+/* -home URL: it goes into a Location header of serve_home's 2 KiB answer buffer, with room for
+ * the status line and the other headers. */
+#define SRV_HOME_URL_MAX 1024
+/* derper's stats loop (derpserver_linux.go statsInterval = 10 s): a client's TCP round-trip
+ * time is read from TCP_INFO this often into derp_tcp_rtt. */
+#define SRV_RTT_INTERVAL_MS 10000u
 /* An upgrade's successor must say it accepts within this (--upgrade-timeout) or it is killed
  * and the old process serves on: a start-up (flags, key, certificates, shards) takes well
  * under a second; 30 s leaves room for a slow disk or a loaded machine. */

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <sodium.h>
@@ -50,12 +51,47 @@ static bool is_ip_literal(const char *host)
     return inet_pton(AF_INET, host, &a4) == 1 || inet_pton(AF_INET6, host, &a6) == 1;
 }
 
+/* derper's manual mode with an IP -hostname and neither file (cert.go createSelfSignedIPCert): a
+ * self-signed certificate written to them (the directory made 0700), so it stays the same
+ * across restarts and upgrades, and the DERP map line that pins it by CertName, logged (also
+ * when the files were there). 0 or -1 (printed). */
+static int self_signed_ip_cert(struct srv_config *cfg, const char *certdir)
+{
+    if (access(cfg->cert_file, F_OK) != 0 && access(cfg->key_file, F_OK) != 0) {
+        int rc = srv_mkdir_all(certdir);
+        if (rc == 0)
+            rc = tls_self_signed_write(cfg->hostname, cfg->cert_file, cfg->key_file);
+        if (rc < 0) {
+            fprintf(stderr,
+                    "hderp-server: -certmode manual: cannot write a self-signed certificate for "
+                    "%s to %s: %s (give a -certdir this user may write, or put the files "
+                    "there)\n",
+                    cfg->hostname, cfg->cert_file, strerror(-rc));
+            return -1;
+        }
+        hd_log(HD_LOG_INFO, "created a self-signed certificate for %s in %s", cfg->hostname,
+               cfg->cert_file);
+    }
+    uint8_t sum[32];
+    char hex[65];
+    if (tls_cert_file_sha256(cfg->cert_file, sum) < 0)
+        return 0; /* the certificate load says what is wrong with it */
+    sodium_bin2hex(hex, sizeof(hex), sum, sizeof(sum));
+    hd_log(HD_LOG_INFO,
+           "Using self-signed certificate for IP address %s. Configure it in DERPMap using: "
+           "{\"Name\":\"custom\",\"RegionID\":900,\"HostName\":\"%s\",\"CertName\":"
+           "\"sha256-raw:%s\"} (or hderp-server --print-derpmap with the same flags)",
+           cfg->hostname, cfg->hostname, hex);
+    return 0;
+}
+
 /* derper's manual mode (spec §1.2): <certdir>/<H>.crt and <certdir>/<H>.key, H = -hostname
- * without characters outside [A-Za-z0-9.-]. An IP hostname without the files gets a
- * self-signed certificate (not written to disk yet). ACME modes are not implemented. */
+ * without characters outside [A-Za-z0-9.-]; an IP hostname without them gets a self-signed
+ * certificate written there; letsencrypt: server_acme.c keeps them current. */
 static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
 {
-    bool acme = strcmp(f->certmode, "letsencrypt") == 0; /* server_acme.c */
+    bool acme = strcmp(f->certmode, "letsencrypt") == 0 || /* server_acme.c */
+                strcmp(f->certmode, "gcp") == 0;
     if (!acme && strcmp(f->certmode, "manual") != 0) {
         fprintf(stderr,
                 "hderp-server: -certmode %s is not implemented: use letsencrypt or manual\n",
@@ -63,36 +99,17 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
         return -1;
     }
     char certdir[1024];
-    if (f->certdir && f->certdir[0]) {
-        snprintf(certdir, sizeof(certdir), "%s", f->certdir);
-    } else if (getenv("XDG_CACHE_HOME") && getenv("XDG_CACHE_HOME")[0]) { /* derper's default */
-        snprintf(certdir, sizeof(certdir), "%s/tailscale/derper-certs", getenv("XDG_CACHE_HOME"));
-    } else if (getenv("HOME")) {
-        snprintf(certdir, sizeof(certdir), "%s/.cache/tailscale/derper-certs", getenv("HOME"));
-    } else {
-        fprintf(stderr, "hderp-server: -certmode manual needs -certdir\n");
+    if (srv_flags_cert_paths(f, certdir, cfg->cert_file, cfg->key_file, sizeof(certdir)) < 0) {
+        fprintf(stderr, "hderp-server: TLS mode needs -certdir (no $HOME for derper's default, "
+                        "or the path is too long)\n");
         return -1;
     }
-    char host[256];
-    size_t n = 0;
-    for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            *p == '.' || *p == '-')
-            host[n++] = *p;
-    host[n] = '\0';
-    snprintf(cfg->cert_file, sizeof(cfg->cert_file), "%s/%s.crt", certdir, host);
-    snprintf(cfg->key_file, sizeof(cfg->key_file), "%s/%s.key", certdir, host);
     cfg->sni_required = !is_ip_literal(f->hostname); /* a DNS name: SNI must equal it */
     snprintf(cfg->hostname, sizeof(cfg->hostname), "%s", f->hostname);
     if (acme && srv_acme_configure(cfg, f, certdir) < 0)
         return -1;
-    if (!acme && access(cfg->cert_file, R_OK) != 0 && !cfg->sni_required) {
-        hd_log(HD_LOG_WARN,
-               "%s missing: using a self-signed certificate for %s (clients must "
-               "pin it or skip verification)",
-               cfg->cert_file, f->hostname);
-        cfg->self_signed = true;
-    }
+    if (!acme && !cfg->sni_required && self_signed_ip_cert(cfg, certdir) < 0)
+        return -1;
     cfg->tls = true; /* the context is built once the key is known (srv_configure) */
     cfg->meta_cert = true;
     cfg->http_port = f->http_port;
@@ -104,13 +121,30 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
     return 0;
 }
 
-/* The mesh key (spec §7): -mesh-psk-file, or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+/* derper's -mesh-psk-file default: the first of these that exists (not in -dev mode). */
+static const char *default_mesh_psk_file(char *buf, size_t size)
+{
+    const char *home = getenv("HOME");
+    if (access("/home/derp/keys/derp-mesh.key", F_OK) == 0)
+        return "/home/derp/keys/derp-mesh.key";
+    if (home && snprintf(buf, size, "%s/keys/derp-mesh.key", home) < (int)size &&
+        access(buf, F_OK) == 0)
+        return buf;
+    return NULL;
+}
+
+/* The mesh key (spec §7): -mesh-psk-file (derper's default file when not given; "" none), or
+ * in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
 static int configure_mesh_key(struct srv_config *cfg, const struct srv_flags *f)
 {
-    if (f->mesh_psk_file) {
+    char dflt[1024];
+    const char *path = f->mesh_psk_file;
+    if (path == NULL && !f->dev && (path = default_mesh_psk_file(dflt, sizeof(dflt))))
+        hd_log(HD_LOG_INFO, "mesh key from %s (derper's default -mesh-psk-file)", path);
+    if (path && path[0]) {
         char err[256];
-        if (derp_mesh_key_load_file(f->mesh_psk_file, &cfg->mesh_key, err, sizeof(err)) < 0) {
-            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", f->mesh_psk_file, err);
+        if (derp_mesh_key_load_file(path, &cfg->mesh_key, err, sizeof(err)) < 0) {
+            fprintf(stderr, "hderp-server: -mesh-psk-file %s: %s\n", path, err);
             return -EINVAL;
         }
         cfg->have_mesh_key = true;
@@ -207,6 +241,9 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->account_window_ms = f->account_window_ms;
     cfg->keepalive_jitter_ms =
         f->keepalive_ms == DERP_KEEPALIVE_INTERVAL_MS ? DERP_KEEPALIVE_JITTER_MS : 0;
+    const char *rtt_off = getenv("TS_DERP_DISABLE_RTT_STATS"); /* Go's strconv.ParseBool */
+    cfg->rtt_stats_off = rtt_off && (strcmp(rtt_off, "1") == 0 || strcasecmp(rtt_off, "t") == 0 ||
+                                     strcasecmp(rtt_off, "true") == 0);
     cfg->tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
     cfg->tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
     cfg->home = f->home;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,8 +26,11 @@
 #include "ops/server_acme.h"
 #include "ops/server_flags.h"
 
-/* Let's Encrypt's production directory: derper's default CA. */
+/* Let's Encrypt's production directory: derper's default CA; -certmode gcp's (derper's). */
 #define ACME_DIRECTORY_DEFAULT "https://acme-v02.api.letsencrypt.org/directory"
+#define ACME_DIRECTORY_GCP     "https://dv.acme-v02.api.pki.goog/directory"
+/* An EAB MAC key: Google's are 32 bytes (base64url); room for a CA's longer ones. */
+#define ACME_EAB_KEY_MAX 128
 /* Renew 30 days before expiry (Let's Encrypt's advice for its 90-day certificates, what
  * derper's autocert does); look at the certificate twice a day. */
 #define ACME_RENEW_BEFORE_DEFAULT_S   (30u * 86400u)
@@ -45,6 +49,9 @@
 struct acme {
     struct srv_config *cfg;
     char directory[ACME_URL_MAX], email[256], account_path[ACME_PATH_MAX];
+    char eab_kid[256]; /* -certmode gcp: the External Account Binding ("" none) */
+    uint8_t eab_key[ACME_EAB_KEY_MAX];
+    size_t eab_len;
     uint64_t renew_before_s, check_interval_s;
     EVP_PKEY *account;
     char kid[ACME_URL_MAX], nonce[256];
@@ -164,12 +171,20 @@ static int directory(char *err, size_t err_size)
 
 static int account(char *err, size_t err_size)
 {
-    char payload[512];
+    char payload[4096], eab[2048] = "";
+    if (A.eab_kid[0] && acme_eab_jws(A.account, A.eab_kid, A.eab_key, A.eab_len, A.new_account, eab,
+                                     sizeof(eab)) < 0) {
+        snprintf(err, err_size, "cannot sign the external account binding");
+        return -EIO;
+    }
+    int n = snprintf(payload, sizeof(payload), "{\"termsOfServiceAgreed\":true");
     if (A.email[0])
-        snprintf(payload, sizeof(payload),
-                 "{\"termsOfServiceAgreed\":true,\"contact\":[\"mailto:%s\"]}", A.email);
-    else
-        snprintf(payload, sizeof(payload), "{\"termsOfServiceAgreed\":true}");
+        n += snprintf(payload + n, sizeof(payload) - (size_t)n, ",\"contact\":[\"mailto:%s\"]",
+                      A.email);
+    if (eab[0])
+        n += snprintf(payload + n, sizeof(payload) - (size_t)n, ",\"externalAccountBinding\":%s",
+                      eab);
+    snprintf(payload + n, sizeof(payload) - (size_t)n, "}");
     struct acme_resp r;
     json_t *j;
     int rc = post(A.new_account, payload, true, &r, &j, err, err_size);
@@ -406,13 +421,32 @@ static void *acme_thread(void *arg)
     return NULL;
 }
 
+int srv_mkdir_all(const char *dir)
+{
+    char path[1024];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (stat(path, &st) != 0 && mkdir(path, 0700) != 0 && errno != EEXIST)
+            return -errno;
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
 int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir)
 {
     if (!cfg->sni_required) {
         fprintf(stderr,
-                "hderp-server: -certmode letsencrypt needs a DNS -hostname (ACME does "
+                "hderp-server: -certmode %s needs a DNS -hostname (ACME does "
                 "not issue for %s here); use -certmode manual\n",
-                f->hostname);
+                f->certmode, f->hostname);
         return -1;
     }
     if (f->http_port <= 0)
@@ -421,8 +455,16 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
                "reach this server (certificates will not be issued)",
                f->hostname);
     A.cfg = cfg;
+    bool gcp = strcmp(f->certmode, "gcp") == 0; /* checked by srv_flags_parse */
     snprintf(A.directory, sizeof(A.directory), "%s",
-             f->acme_directory ? f->acme_directory : ACME_DIRECTORY_DEFAULT);
+             f->acme_directory ? f->acme_directory
+             : gcp             ? ACME_DIRECTORY_GCP
+                               : ACME_DIRECTORY_DEFAULT);
+    if (gcp) {
+        snprintf(A.eab_kid, sizeof(A.eab_kid), "%s", f->acme_eab_kid);
+        if (acme_eab_key_decode(f->acme_eab_key, A.eab_key, sizeof(A.eab_key), &A.eab_len) < 0)
+            return -1;
+    }
     snprintf(A.email, sizeof(A.email), "%s", f->acme_email ? f->acme_email : "");
     A.renew_before_s =
         f->acme_renew_before_ms ? f->acme_renew_before_ms / 1000 : ACME_RENEW_BEFORE_DEFAULT_S;
@@ -430,9 +472,18 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
                                                    : ACME_CHECK_INTERVAL_DEFAULT_S;
     if (A.check_interval_s == 0)
         A.check_interval_s = 1;
+    int rc =
+        srv_mkdir_all(certdir); /* a -certdir that does not exist yet is made, as derper does */
+    if (rc < 0) {
+        fprintf(stderr,
+                "hderp-server: -certdir %s: cannot create it: %s (create it, or give a "
+                "-certdir this user may write)\n",
+                certdir, strerror(-rc));
+        return -1;
+    }
     snprintf(A.account_path, sizeof(A.account_path), "%s/acme_account+key", certdir);
     bool created;
-    int rc = acme_key_load_or_create(A.account_path, &A.account, &created);
+    rc = acme_key_load_or_create(A.account_path, &A.account, &created);
     if (rc < 0) {
         fprintf(stderr, "hderp-server: ACME account key %s: %s\n", A.account_path, strerror(-rc));
         return -1;

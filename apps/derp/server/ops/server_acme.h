@@ -1,4 +1,5 @@
-/* server_acme.h - -certmode letsencrypt: an ACME (RFC 8555) client on a thread of its own
+/* server_acme.h - -certmode letsencrypt (and gcp: Google's CA, with an External Account
+ * Binding): an ACME (RFC 8555) client on a thread of its own
  * (server_acme.c: the protocol, renewal, http-01 tokens; server_acme_jws.c: keys, JWS, CSR;
  * server_acme_http.c: blocking HTTPS requests to the CA). */
 #ifndef SERVER_ACME_H
@@ -26,6 +27,13 @@ int acme_thumbprint(EVP_PKEY *k, char *out, size_t size); /* base64url SHA-256 o
 char *acme_jws(EVP_PKEY *k, const char *kid, const char *nonce, const char *url,
                const char *payload);
 int acme_csr(EVP_PKEY *k, const char *host, char *out, size_t size); /* base64url DER */
+/* The newAccount payload's externalAccountBinding (RFC 8555 section 7.3.4: the JWK signed with
+ * the CA's MAC key, HS256) into out; 0 or -ENOSPC. */
+/* -acme-eab-key: base64url without padding or standard base64 (derper's decodeEABKey) into
+ * out; 0 or -EINVAL. */
+int acme_eab_key_decode(const char *text, uint8_t *out, size_t size, size_t *len);
+int acme_eab_jws(EVP_PKEY *k, const char *eab_kid, const uint8_t *mac_key, size_t mac_len,
+                 const char *url, char *out, size_t size);
 
 /* ---- server_acme_http.c */
 struct acme_resp {
@@ -46,8 +54,12 @@ void acme_resp_free(struct acme_resp *r);
 /* ---- server_acme.c */
 struct srv_config;
 struct srv_flags;
-/* The letsencrypt part of configure: files, flags; 0 or -1 (message printed). Main thread. */
+/* The letsencrypt and gcp part of configure: files, flags; 0 or -1 (message printed). Main
+ * thread. */
 int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir);
+/* mkdir -p dir, each directory it creates 0700 (derper's autocert.DirCache and self-signed IP
+ * certificate: os.MkdirAll(dir, 0700)): keys go there. 0 or -errno (mkdir's, -ENAMETOOLONG). */
+int srv_mkdir_all(const char *dir);
 /* Start / stop the ACME thread (after the runtime started; before it is destroyed). */
 int srv_acme_start(struct srv_config *cfg);
 void srv_acme_stop(void);

@@ -1,6 +1,7 @@
 /* server_acme_jws.c - the cryptography of -certmode letsencrypt's ACME client (RFC 8555 on RFC
  * 7515/7517/7638): P-256 keys kept as PEM files (created 0600), base64url, the account's JWK and
- * its thumbprint, ES256-signed flattened JWS request bodies, and the CSR for -hostname. Pure
+ * its thumbprint, ES256-signed flattened JWS request bodies, the External Account Binding
+ * (-certmode gcp) and the CSR for -hostname. Pure
  * apart from the key files; runs on the ACME thread (server_acme.c). */
 #include <errno.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <openssl/ec_key.h>
 #include <openssl/ecdsa.h>
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <openssl/nid.h>
 #include <openssl/pem.h>
 #include <openssl/sha.h>
@@ -19,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <sodium.h>
 
 #include "ops/server_acme.h"
 
@@ -187,6 +191,48 @@ fail:
     free(input);
     free(out);
     return NULL;
+}
+
+/* RFC 8555 section 7.3.4: the account key (its JWK) signed with the CA's MAC key by HS256,
+ * kid the CA's key identifier, url the newAccount URL. out: the JWS object, NUL-terminated. */
+int acme_eab_jws(EVP_PKEY *k, const char *eab_kid, const uint8_t *mac_key, size_t mac_len,
+                 const char *url, char *out, size_t size)
+{
+    char jwk[256], prot[ACME_URL_MAX + 512], input[2 * (ACME_URL_MAX + 512) + 512], sig[64];
+    uint8_t mac[EVP_MAX_MD_SIZE];
+    unsigned mac_size = 0;
+    int n = snprintf(prot, sizeof(prot), "{\"alg\":\"HS256\",\"kid\":\"%s\",\"url\":\"%s\"}",
+                     eab_kid, url);
+    if (acme_jwk(k, jwk, sizeof(jwk)) < 0 || n < 0 || (size_t)n >= sizeof(prot))
+        return -ENOSPC;
+    size_t a = acme_b64url((const uint8_t *)prot, (size_t)n, input, sizeof(input));
+    if (a == 0 || a + 2 >= sizeof(input))
+        return -ENOSPC;
+    input[a] = '.';
+    size_t b = acme_b64url((const uint8_t *)jwk, strlen(jwk), input + a + 1, sizeof(input) - a - 1);
+    if (b == 0 || HMAC(EVP_sha256(), mac_key, mac_len, (const uint8_t *)input, a + 1 + b, mac,
+                       &mac_size) == NULL)
+        return -ENOSPC;
+    if (acme_b64url(mac, mac_size, sig, sizeof(sig)) == 0)
+        return -ENOSPC;
+    input[a] = '\0';
+    n = snprintf(out, size, "{\"protected\":\"%s\",\"payload\":\"%s\",\"signature\":\"%s\"}", input,
+                 input + a + 1, sig);
+    return n < 0 || (size_t)n >= size ? -ENOSPC : 0;
+}
+
+int acme_eab_key_decode(const char *text, uint8_t *out, size_t size, size_t *len)
+{
+    const char *end;
+    size_t n = strlen(text);
+    if (n > 0 &&
+        (sodium_base642bin(out, size, text, n, NULL, len, &end,
+                           sodium_base64_VARIANT_URLSAFE_NO_PADDING) == 0 ||
+         sodium_base642bin(out, size, text, n, NULL, len, &end, sodium_base64_VARIANT_ORIGINAL) ==
+             0) &&
+        *len > 0)
+        return 0;
+    return -EINVAL;
 }
 
 /* subjectAltName with one dNSName. */

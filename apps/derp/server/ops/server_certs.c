@@ -6,9 +6,11 @@
  * its SSL_CTX). A file that does not load on reload is logged and the previous certificate stays.
  * Builds run on the main thread; the last shard to drop a snapshot frees it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "server.h"
@@ -23,6 +25,43 @@ static void tls_snap_free(struct hd_snap *sn)
     struct srv_tls_snap *t = hd_container_of(sn, struct srv_tls_snap, snap);
     tls_ctx_destroy(t->ctx);
     free(t);
+}
+
+/* What tls_server_ctx_create's rc means for the operator: which file, why, what to do. */
+static void explain(const struct srv_config *cfg, int rc, char *err, size_t err_size)
+{
+    const char *mode = cfg->acme ? "-certmode letsencrypt" : "-certmode manual";
+    if (cfg->self_signed) {
+        snprintf(err, err_size, "self-signed certificate for %s: %s", cfg->hostname, strerror(-rc));
+        return;
+    }
+    if (rc == -EBADMSG || rc == -ENOMEM) {
+        snprintf(err, err_size,
+                 "%s: certificate %s / key %s: %s (the .crt must be a PEM certificate chain, "
+                 "the .key the PEM private key of its first certificate; see the line above)",
+                 mode, cfg->cert_file, cfg->key_file,
+                 rc == -ENOMEM ? strerror(-rc) : "not PEM, or the key is not the certificate's");
+        return;
+    }
+    /* A file that cannot be read: the certificate first, as the TLS layer tries it. */
+    int fd = open(cfg->cert_file, O_RDONLY | O_CLOEXEC);
+    bool cert = fd < 0;
+    if (fd >= 0) {
+        struct stat st;
+        cert = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+        close(fd);
+    }
+    const char *path = cert ? cfg->cert_file : cfg->key_file;
+    char what[160];
+    if (rc == -ENOENT)
+        snprintf(what, sizeof(what), "put the PEM %s there (%s reads <certdir>/<hostname>%s)",
+                 cert ? "certificate chain" : "private key", mode, cert ? ".crt" : ".key");
+    else if (rc == -EACCES)
+        snprintf(what, sizeof(what), "make it readable by this user (uid %u)", (unsigned)geteuid());
+    else
+        snprintf(what, sizeof(what), "it must be a readable file");
+    snprintf(err, err_size, "%s: %s %s: %s: %s", mode, cert ? "certificate" : "private key", path,
+             strerror(-rc), what);
 }
 
 /* A new server context with the meta certificate; err says what failed. */
@@ -40,8 +79,7 @@ static int build(const struct srv_config *cfg, struct srv_tls_snap **out, char *
     }
     int rc = tls_server_ctx_create(&o, &t->ctx);
     if (rc < 0) {
-        snprintf(err, err_size, "TLS certificate %s / key %s: %s", cfg->cert_file, cfg->key_file,
-                 strerror(-rc));
+        explain(cfg, rc, err, err_size);
         free(t);
         return rc;
     }

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/kit.h>
+
 #include "ops/server_check.h"
 #include "ops/server_flags.h"
 
@@ -107,12 +109,17 @@ static int parse_args(int argc, char **argv, struct chk_opts *o)
         } else if (strcmp(name, "timeout") == 0 && has_value) {
             int64_t ms = srv_parse_duration_ms(argv[++i]);
             if (ms <= 0 || ms > 600000) {
-                fprintf(stderr, "hderp-server check: --timeout %s: 1ms..10m\n", argv[i]);
+                fprintf(stderr, "hderp-server check: --timeout %s: expected %s, 1ms..10m\n",
+                        argv[i], KIT_DURATION_HINT);
                 return -1;
             }
             o->timeout_ms = (uint32_t)ms;
+        } else if (!has_value && (strcmp(name, "ca") == 0 || strcmp(name, "varz") == 0 ||
+                                  strcmp(name, "stun-port") == 0 || strcmp(name, "timeout") == 0)) {
+            fprintf(stderr, "hderp-server check: %s needs a value (see --help)\n", a);
+            return -1;
         } else {
-            fprintf(stderr, "hderp-server check: unknown flag or missing value: %s\n", a);
+            fprintf(stderr, "hderp-server check: unknown flag %s (see --help)\n", a);
             return -1;
         }
     }

@@ -4,7 +4,8 @@
  * -hostname when they name one), DERPPort (--derpmap-port, else -a's port; behind a proxy,
  * --proxy-protocol-from, 443 and no address from -a: those are the inside ones), STUNPort
  * (-stun-port; -1 with -stun=false, as derper's map disables STUN), CanPort80 (TLS mode with
- * -http-port 80) and InsecureForTests for plain HTTP. As JSON for a Tailscale policy file's
+ * -http-port 80), InsecureForTests for plain HTTP, and CertName for an IP -hostname's
+ * certificate in -certmode manual. As JSON for a Tailscale policy file's
  * "derpMap", or as YAML for a Headscale derp.paths file (its keys are the Go field names in lower
  * case). Main thread, instead of starting. */
 #include <arpa/inet.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include <hd/net.h>
+#include <hd/tls.h>
 #include "ops/server_flags.h"
 
 #define DERPMAP_REGION_ID_DEFAULT 900 /* the first of the ids Tailscale leaves to custom maps */
@@ -27,6 +29,7 @@ struct node {
     char ipv4[INET_ADDRSTRLEN], ipv6[INET6_ADDRSTRLEN];
     int derp_port, stun_port;
     bool can80, insecure;
+    char cert_name[80]; /* "sha256-raw:<hex>": an IP -hostname's self-signed certificate */
 };
 
 /* The -a address when it names one host (not the wildcard). */
@@ -48,6 +51,25 @@ static int ip_flag(const char *flag, const char *v, int family, char *out, size_
     }
     inet_ntop(family, buf, out, (socklen_t)size);
     return 0;
+}
+
+/* The CertName that pins an IP -hostname's certificate (derper logs it at start; the server
+ * writes a self-signed one on its first start: server_setup.c). */
+static void cert_name(const struct srv_flags *f, struct node *n)
+{
+    char dir[1024], crt[1400], key[1400];
+    uint8_t sum[32];
+    if (srv_flags_cert_paths(f, dir, crt, key, sizeof(dir)) < 0 ||
+        tls_cert_file_sha256(crt, sum) < 0) {
+        fprintf(stderr,
+                "hderp-server: note: no certificate in %s yet: start the server once "
+                "(it writes a self-signed one) and print again for its CertName\n",
+                dir);
+        return;
+    }
+    int len = snprintf(n->cert_name, sizeof(n->cert_name), "sha256-raw:");
+    for (size_t i = 0; i < sizeof(sum); i++)
+        len += snprintf(n->cert_name + len, sizeof(n->cert_name) - (size_t)len, "%02x", sum[i]);
 }
 
 static int node_from_flags(const struct srv_flags *f, struct node *n)
@@ -89,6 +111,9 @@ static int node_from_flags(const struct srv_flags *f, struct node *n)
     n->stun_port = f->stun ? f->stun_port : -1;
     n->can80 = tls && f->http_port == 80;
     n->insecure = !tls;
+    if (tls && strcmp(f->certmode, "manual") == 0 && (n->ipv4[0] || n->ipv6[0]) &&
+        (inet_pton(AF_INET, f->hostname, ip) == 1 || inet_pton(AF_INET6, f->hostname, ip) == 1))
+        cert_name(f, n);
     return 0;
 }
 
@@ -105,6 +130,8 @@ static json_t *node_json(const struct node *n)
     json_object_set_new(o, "DERPPort", json_integer(n->derp_port));
     json_object_set_new(o, "STUNPort", json_integer(n->stun_port));
     json_object_set_new(o, "CanPort80", json_boolean(n->can80));
+    if (n->cert_name[0])
+        json_object_set_new(o, "CertName", json_string(n->cert_name));
     if (n->insecure)
         json_object_set_new(o, "InsecureForTests", json_true());
     return o;
@@ -157,6 +184,8 @@ static int print_yaml(const struct node *n, FILE *out)
         yaml_str(out, "ipv6", n->ipv6, "        ");
     fprintf(out, "        derpport: %d\n        stunport: %d\n        canport80: %s\n",
             n->derp_port, n->stun_port, n->can80 ? "true" : "false");
+    if (n->cert_name[0])
+        yaml_str(out, "certname", n->cert_name, "        ");
     if (n->insecure)
         fprintf(out, "        insecurefortests: true\n");
     return ferror(out) ? -1 : 0;

@@ -9,22 +9,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server_limits.h"
+#include <hd/kit.h>
+
+#include "ops/server_acme.h"
 #include "ops/server_flags.h"
 #include "server_limits.h"
 
-/* derper flags that exist but are not implemented here: refused with a clear message. */
-static const char *const unsupported[] = {
-    "bootstrap-dns-names",
-    "unpublished-bootstrap-dns-names",
-    "acme-ip-certs",
-    "acme-eab-kid",
-    "acme-eab-key",
-    "secrets-url",
-    "secrets-path-prefix",
-    "secrets-cache-dir",
-    "ace",
-    "derp",
+/* derper's flags (v1.102.5) that hderp-server does not implement: refused by name, each with
+ * what to do instead (docs/DERPER-PARITY.md), unless given derper's default (ok: the value that
+ * does nothing; "*": ignored whatever it is, as derper does without -secrets-url). */
+static const struct {
+    const char *name, *ok, *why;
+} unsupported[] = {
+    {"bootstrap-dns-names", "",
+     "/bootstrap-dns serves no names here (it answers empty, as derper "
+     "without this flag); clients fall back to their other resolvers"},
+    {"unpublished-bootstrap-dns-names", "", "/bootstrap-dns serves no names here"},
+    {"acme-ip-certs", "false",
+     "no ACME certificates for IP addresses yet: use -certmode manual with the IP as -hostname "
+     "(a self-signed certificate kept in -certdir; the DERP map pins it by CertName, logged at "
+     "start) or certificate files of your own"},
+    {"secrets-url", "",
+     "no setec client: put the mesh key (64 hex digits) in a file for "
+     "-mesh-psk-file"},
+    {"secrets-path-prefix", "*", ""},
+    {"secrets-cache-dir", "*", ""},
+    {"ace", "false", "no embedded CONNECT proxy (ACE)"},
+    {"derp", "true",
+     "-derp=false (STUN and bootstrap DNS only) is not supported: run a "
+     "STUN-only server instead, or keep DERP on"},
 };
 
 /* derper's flags (spec §11) as this server takes them. */
@@ -45,9 +58,11 @@ static void usage_derper(FILE *out)
         "                          without them gets a self-signed certificate); SIGHUP\n"
         "                          re-reads the files (a bad file keeps the old certificate);\n"
         "                          letsencrypt (default): ACME keeps those files current\n"
-        "                          (http-01 on -http-port; see -acme-directory)\n"
-        "  -certdir DIR            certificate directory (default\n"
-        "                          $XDG_CACHE_HOME/tailscale/derper-certs)\n"
+        "                          (http-01 on -http-port; see -acme-directory); gcp: the\n"
+        "                          same from Google's CA (-acme-eab-kid, -acme-eab-key and\n"
+        "                          -acme-email required)\n"
+        "  -certdir DIR            certificate directory, created 0700 when hderp writes\n"
+        "                          there; default $XDG_CACHE_HOME/tailscale/derper-certs\n"
         "  -hostname NAME          TLS host name (default derp.tailscale.com); a DNS name\n"
         "                          must be the clients' SNI\n"
         "  -http-port N            plain HTTP port in TLS mode (default 80; -1 off; 0: the\n"
@@ -56,7 +71,9 @@ static void usage_derper(FILE *out)
         "  -stun-port N            STUN UDP port (default 3478; 0: the kernel picks one)\n"
         "  -home VALUE             home page: \"\" default, \"blank\", or a URL to redirect to\n"
         "  -mesh-psk-file FILE     mesh pre-shared key (64 hex digits): clients presenting it\n"
-        "                          may watch, forward and close peers\n"
+        "                          may watch, forward and close peers (default, as derper:\n"
+        "                          /home/derp/keys/derp-mesh.key or $HOME/keys/derp-mesh.key\n"
+        "                          if one exists; \"\" none)\n"
         "  -mesh-with LIST         the region's other nodes, comma-separated\n"
         "                          host[:port][/dialhost]: a watch link to https://host/derp\n"
         "                          each (dialing dialhost, same port; SSL_CERT_FILE replaces\n"
@@ -70,7 +87,14 @@ static void usage_derper(FILE *out)
         "  -accept-connection-limit R  accepted connections per second (default +Inf: off);\n"
         "                          over it a new connection is closed at once (split per shard)\n"
         "  -accept-connection-burst N  token bucket burst for the above (default math.MaxInt)\n"
-        "  -version                print the version and exit\n"
+        "  -version                print the version and exit\n";
+    fputs(text, out);
+}
+
+/* derper's admission and rate flags. */
+static void usage_derper_admit(FILE *out)
+{
+    static const char text[] =
         "  -verify-client-url URL  admission: POST {\"NodePublic\",\"Source\"} to URL for each\n"
         "                          client (mesh peers exempt), admit on 200 {\"Allow\": true}\n"
         "                          within 5s; a host name is resolved once at start-up;\n"
@@ -163,49 +187,25 @@ static void usage_own(FILE *out)
         "                          /debug/varz); default 50ms, 0 turns the watchdog off\n"
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
-        "derper flags not supported yet (refused if given): -bootstrap-dns-names,\n"
-        "-unpublished-bootstrap-dns-names, -acme-ip-certs, -acme-eab-*, -secrets-*, -ace, "
-        "-derp=false.\n";
+        "derper flags not supported yet (refused by name, with what to do instead, unless\n"
+        "given derper's default): -acme-ip-certs, -secrets-url, -bootstrap-dns-names,\n"
+        "-unpublished-bootstrap-dns-names, -ace, -derp=false; -secrets-path-prefix and\n"
+        "-secrets-cache-dir are ignored, as derper does without -secrets-url\n"
+        "(docs/DERPER-PARITY.md).\n";
     fprintf(out, text, srv_flags_deploy_usage);
 }
 
 static void usage(FILE *out)
 {
     usage_derper(out);
+    usage_derper_admit(out);
     usage_own(out);
 }
 
 int64_t srv_parse_duration_ms(const char *t)
 {
-    if (strcmp(t, "0") == 0)
-        return 0;
-    double total = 0;
-    const char *p = t;
-    if (*p == '\0')
-        return -1;
-    while (*p) {
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p || v < 0)
-            return -1;
-        p = end;
-        double unit;
-        if (strncmp(p, "ms", 2) == 0) {
-            unit = 1, p += 2;
-        } else if (strncmp(p, "us", 2) == 0) {
-            unit = 0.001, p += 2;
-        } else if (*p == 's') {
-            unit = 1000, p++;
-        } else if (*p == 'm') {
-            unit = 60000, p++;
-        } else if (*p == 'h') {
-            unit = 3600000, p++;
-        } else {
-            return -1;
-        }
-        total += v * unit;
-    }
-    return (int64_t)total;
+    int64_t ns;
+    return kit_duration_parse(t, 0, &ns) < 0 ? -1 : ns / 1000000; /* the kit's, in every program */
 }
 
 static int parse_bool(const char *v, bool *out)
@@ -264,19 +264,20 @@ static int set_duration(const char *name, const char *v, uint64_t *out)
     return 0;
 }
 
-/* A derper flag this server does not implement: 1 when it may pass anyway (-derp=true is what
- * we do), -1 refused, 0 not one of them. */
+/* A derper flag this server does not implement: 1 when it may pass anyway (its default, or
+ * ignored), -1 refused, 0 not one of them. v: NULL for a bare boolean. */
 static int refuse_unsupported(const char *name, const char *v)
 {
     for (size_t i = 0; i < sizeof(unsupported) / sizeof(unsupported[0]); i++) {
-        if (strcmp(name, unsupported[i]) != 0)
+        if (strcmp(name, unsupported[i].name) != 0)
             continue;
-        bool on = true;
-        if (strcmp(name, "derp") == 0 && parse_bool(v, &on) == 0 && on)
+        const char *ok = unsupported[i].ok;
+        bool b, is_bool = strcmp(ok, "true") == 0 || strcmp(ok, "false") == 0;
+        if (strcmp(ok, "*") == 0 || (!is_bool && v && strcmp(v, ok) == 0) ||
+            (is_bool && parse_bool(v, &b) == 0 && b == (ok[0] == 't')))
             return 1;
-        fprintf(stderr,
-                "hderp-server: -%s is a derper flag this hderp-server does not support yet\n",
-                name);
+        fprintf(stderr, "hderp-server: -%s: a derper flag hderp-server does not support: %s\n",
+                name, unsupported[i].why);
         return -1;
     }
     return 0;
@@ -460,6 +461,44 @@ static int apply_limit(struct srv_flags *f, const char *name, const char *v)
     return 1;
 }
 
+/* The flags with a value that the tables above do not hold (apply_number, apply_limit, apply):
+ * a new flag goes here too, or given last without its value it reads as unknown
+ * (test_integration_flag_errors checks every flag --help names). */
+static const char *const other_value_flags[] = {
+    "http-port",
+    "stun-port",
+    "accept-connection-limit",
+    "accept-connection-burst",
+    "shards",
+    "min-wait-us",
+    "http-deadline",
+    "login-deadline",
+    "prelogin-max",
+    "prelogin-per-addr-max",
+    "frame-pool-mib",
+    "pack-low",
+    "pack-high",
+    "certmode",
+    "stall-threshold",
+    "sender-wait",
+    "mesh-conns-max",
+};
+
+/* Whether name is a flag at all (given without its value, it is told apart from a typo). */
+static bool is_known_flag(const char *name)
+{
+    for (size_t i = 0; i < COUNT(other_value_flags); i++)
+        if (strcmp(name, other_value_flags[i]) == 0)
+            return true;
+    for (size_t i = 0; i < COUNT(unsupported); i++)
+        if (strcmp(name, unsupported[i].name) == 0)
+            return true;
+    return field_find(string_flags, COUNT(string_flags), name) ||
+           field_find(bool_flags, COUNT(bool_flags), name) ||
+           field_find(duration_flags, COUNT(duration_flags), name) || is_bool_flag(name) ||
+           srv_flags_deploy_is_known(name);
+}
+
 /* One flag with its value (NULL for a bare boolean). */
 static int apply(struct srv_flags *f, const char *name, const char *v, bool *version)
 {
@@ -474,7 +513,7 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
         return rc < 0 ? -1 : 0;
     if (strcmp(name, "certmode") == 0) {
         if (strcmp(v, "letsencrypt") && strcmp(v, "manual") && strcmp(v, "gcp")) {
-            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt or manual\n", v);
+            fprintf(stderr, "hderp-server: -certmode %s: expected letsencrypt, manual or gcp\n", v);
             return -1;
         }
         f->certmode = v;
@@ -497,7 +536,47 @@ static int apply(struct srv_flags *f, const char *name, const char *v, bool *ver
     return 0;
 }
 
-int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
+/* derper's -home: "" (the default page), "blank", or an http(s) URL to redirect to; anything
+ * else is refused (derper: "unknown --home value"). The URL goes into a Location header. */
+static int check_home(const char *home)
+{
+    bool url = strncmp(home, "http://", 7) == 0 || strncmp(home, "https://", 8) == 0;
+    bool clean = strlen(home) <= SRV_HOME_URL_MAX;
+    for (const char *p = home; *p; p++)
+        clean &= (unsigned char)*p > ' ' && *p != 0x7f;
+    if (home[0] == '\0' || strcmp(home, "blank") == 0 || (url && clean))
+        return 0;
+    fprintf(stderr,
+            "hderp-server: -home %s: expected \"\" (the default page), \"blank\", or an http:// or "
+            "https:// URL to redirect to (no spaces, at most %d characters)\n",
+            home, SRV_HOME_URL_MAX);
+    return -1;
+}
+
+/* derper's -certmode gcp rules (cert.go): the EAB key id and MAC key and a contact. */
+static int check_gcp(const struct srv_flags *f)
+{
+    uint8_t key[256];
+    size_t len;
+    if (strcmp(f->certmode, "gcp") != 0)
+        return 0;
+    if (!f->acme_eab_kid || !f->acme_eab_kid[0] || !f->acme_eab_key || !f->acme_eab_key[0]) {
+        fprintf(stderr, "hderp-server: -certmode gcp requires -acme-eab-kid and -acme-eab-key "
+                        "(gcloud publicca external-account-keys create)\n");
+        return -1;
+    }
+    if (!f->acme_email || !f->acme_email[0]) {
+        fprintf(stderr, "hderp-server: -certmode gcp requires -acme-email\n");
+        return -1;
+    }
+    if (acme_eab_key_decode(f->acme_eab_key, key, sizeof(key), &len) < 0) {
+        fprintf(stderr, "hderp-server: -acme-eab-key: invalid base64 encoding for EAB key\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void set_defaults(struct srv_flags *f)
 {
     *f = (struct srv_flags){.addr = ":443",
                             .certmode = "letsencrypt",
@@ -527,6 +606,11 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
                             .frame_pool_mib = SRV_FRAME_POOL_MIB_DEFAULT,
                             .sender_wait_ms = SRV_SENDER_WAIT_MS_DEFAULT,
                             .upgrade_timeout_ms = SRV_UPGRADE_TIMEOUT_MS_DEFAULT};
+}
+
+int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
+{
+    set_defaults(f);
     bool version = false, addr_given = false;
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -547,6 +631,10 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
             usage(stdout);
             return 1;
         }
+        if (!is_known_flag(name)) {
+            fprintf(stderr, "hderp-server: unknown flag %s (see --help)\n", arg);
+            return -1;
+        }
         if (v == NULL && !is_bool_flag(name)) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "hderp-server: -%s needs a value\n", name);
@@ -565,6 +653,16 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
     }
     if (f->dev && !addr_given)
         f->addr = "127.0.0.1:3340";
+    if (check_home(f->home) < 0 || check_gcp(f) < 0)
+        return -1;
+    struct net_addr a; /* a flag error (exit 2), not a start-up failure */
+    if (net_addr_parse(f->addr, &a) < 0) {
+        fprintf(stderr,
+                "hderp-server: -a %s: not a numeric address like :3340, 127.0.0.1:3340 or "
+                "[::1]:3340\n",
+                f->addr);
+        return -1;
+    }
     return 0;
 }
 
@@ -574,5 +672,5 @@ bool srv_flags_tls_mode(const struct srv_flags *f)
     const char *port = colon ? colon + 1 : f->addr;
     return strcmp(port, "443") == 0 || strcmp(port, "https") == 0 ||
            strcmp(f->certmode, "manual") == 0 ||
-           (strcmp(f->certmode, "letsencrypt") == 0 && f->acme_directory != NULL);
+           (strcmp(f->certmode, "manual") != 0 && f->acme_directory != NULL);
 }

@@ -63,6 +63,7 @@ struct srv_flags {
     /* -certmode letsencrypt (server_acme.c): -acme-directory (hderp only; NULL: Let's Encrypt),
      * -acme-email, --acme-renew-before and --acme-check-interval (0: 30 days, 12 hours) */
     const char *acme_directory, *acme_email;
+    const char *acme_eab_kid, *acme_eab_key; /* -certmode gcp's External Account Binding */
     uint64_t acme_renew_before_ms, acme_check_interval_ms; /* --log-format json */
 };
 
@@ -70,16 +71,24 @@ struct srv_flags {
  * exit 2). */
 int srv_flags_parse(int argc, char **argv, struct srv_flags *out);
 /* server_flags_deploy.c: the flags above, for apply's unknown names (0, or -1 with a message:
- * bad value or unknown flag); which of them are booleans; their --help lines. */
+ * bad value or unknown flag); which of them are booleans, which names are theirs; their --help
+ * lines. */
 int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v);
 bool srv_flags_deploy_is_bool(const char *name);
+bool srv_flags_deploy_is_known(const char *name);
 extern const char srv_flags_deploy_usage[];
+/* derper's certificate files (spec §1.2): dir = -certdir or derper's default
+ * ($XDG_CACHE_HOME/tailscale/derper-certs, else ~/.cache/...), crt and key = <dir>/<H>.crt and
+ * .key, H = -hostname without characters outside [A-Za-z0-9.-]; each buffer size bytes. 0, or
+ * -1 (no -certdir and no $HOME, or too long). */
+int srv_flags_cert_paths(const struct srv_flags *f, char *dir, char *crt, char *key, size_t size);
 /* server_derpmap.c: --print-derpmap, from the flags as they would run. 0, or -1 (message). */
 int srv_derpmap_print(const struct srv_flags *f, FILE *out);
 /* derper: TLS iff the port is 443 (or "https") or -certmode manual; hderp also when
- * -certmode letsencrypt comes with -acme-directory (its own flag), on any port. */
+ * -certmode letsencrypt or gcp comes with -acme-directory (its own flag), on any port. */
 bool srv_flags_tls_mode(const struct srv_flags *f);
-/* Go's time.ParseDuration subset: "0", "1.5s", "500ms", "10m", "1h30m". -1 if malformed. */
+/* A duration as Go writes it (kit_duration_parse: "0", "1.5s", "500ms", "10m", "1h30m"; no bare
+ * numbers), in whole milliseconds; -1 if malformed. */
 int64_t srv_parse_duration_ms(const char *text);
 
 #endif

@@ -28,7 +28,10 @@ const char srv_flags_deploy_usage[] =
     "                          --proxy-protocol-from, where -a is the inside address)\n"
     "  -acme-directory URL     -certmode letsencrypt: the ACME CA (default Let's Encrypt's\n"
     "                          production directory); given, TLS on any -a port (hderp)\n"
-    "  -acme-email ADDR        the ACME account's contact (derper's flag)\n"
+    "  -acme-email ADDR        the ACME account's contact (derper's flag; gcp needs it)\n"
+    "  -acme-eab-kid ID, -acme-eab-key KEY  -certmode gcp: the External Account Binding's\n"
+    "                          key id and its MAC key (base64 or base64url), from\n"
+    "                          gcloud publicca external-account-keys create (derper's)\n"
     "  --acme-renew-before D   renew this long before expiry (default 720h)\n"
     "  --acme-check-interval D look at the certificate this often (default 12h)\n"
     "  --log-format text|json  log lines as text (default) or one JSON object a line\n"
@@ -43,9 +46,48 @@ const char srv_flags_deploy_usage[] =
     "  hderp-server check URL  a self-test of any DERP server instead of running one (TLS,\n"
     "                          HTTP, logins, packets, ping, STUN, mesh): check --help\n";
 
+int srv_flags_cert_paths(const struct srv_flags *f, char *dir, char *crt, char *key, size_t size)
+{
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (f->certdir && f->certdir[0])
+        snprintf(dir, size, "%s", f->certdir);
+    else if (xdg && xdg[0]) /* derper's default: tsweb.DefaultCertDir("derper-certs") */
+        snprintf(dir, size, "%s/tailscale/derper-certs", xdg);
+    else if (home)
+        snprintf(dir, size, "%s/.cache/tailscale/derper-certs", home);
+    else
+        return -1;
+    char host[256];
+    size_t n = 0;
+    for (const char *p = f->hostname; *p && n + 1 < sizeof(host); p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '.' || *p == '-')
+            host[n++] = *p;
+    host[n] = '\0';
+    if (snprintf(crt, size, "%s/%s.crt", dir, host) >= (int)size ||
+        snprintf(key, size, "%s/%s.key", dir, host) >= (int)size)
+        return -1;
+    return 0;
+}
+
 bool srv_flags_deploy_is_bool(const char *name)
 {
     return strcmp(name, "print-derpmap") == 0;
+}
+
+bool srv_flags_deploy_is_known(const char *name)
+{
+    static const char *const names[] = {
+        "proxy-protocol-from", "print-derpmap",       "acme-directory",
+        "acme-email",          "acme-eab-kid",        "acme-eab-key",
+        "acme-renew-before",   "acme-check-interval", "pid-file",
+        "upgrade-timeout",     "log-format",          "derpmap-region-id",
+        "derpmap-port",        "derpmap-region-code", "derpmap-region-name",
+        "derpmap-node-name",   "derpmap-ipv4",        "derpmap-ipv6"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(name, names[i]) == 0)
+            return true;
+    return false;
 }
 
 static int derpmap_flag(struct srv_flags *f, const char *name, const char *v)
@@ -100,6 +142,8 @@ int srv_flags_apply_deploy(struct srv_flags *f, const char *name, const char *v)
         }
     } else if (strcmp(name, "acme-directory") == 0 || strcmp(name, "acme-email") == 0) {
         *(name[5] == 'd' ? &f->acme_directory : &f->acme_email) = v;
+    } else if (strcmp(name, "acme-eab-kid") == 0 || strcmp(name, "acme-eab-key") == 0) {
+        *(name[11] == 'd' ? &f->acme_eab_kid : &f->acme_eab_key) = v; /* checked for gcp */
     } else if (strcmp(name, "acme-renew-before") == 0 || strcmp(name, "acme-check-interval") == 0) {
         int64_t ms = srv_parse_duration_ms(v);
         if (ms <= 0) {

@@ -2,6 +2,7 @@
  * over shards with hd_collect, plus hderp's own per-shard loop figures, the TLS layer's, and the
  * per-key accounting (server_account_out.c), which /debug/keys shows as JSON. Runs on the shard
  * that got the request; the answer is written once every shard has filled its slot. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,8 +115,25 @@ static void format_stun(struct srv_text *o, const struct varz_slot *v, unsigned 
     srv_text_put(o, "stun_addrfamily{family=\"ipv6\"} %lld\n", (long long)SUM(stun_ipv6));
 }
 
+/* derper's gauge_current_file_descriptors (metrics.CurrentFDs): the entries of /proc/self/fd,
+ * counted at the scrape (a cold path: one directory read). -1 if it cannot be read. */
+static int64_t current_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (d == NULL)
+        return -1;
+    int64_t n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned count)
 {
+    int64_t fds = current_fds();
+    if (fds >= 0)
+        put_metric(o, "current_file_descriptors", "gauge", fds);
     put_metric(o, "accepts", "counter", SUM(accepts));
     put_metric(o, "accepts_rate_limited", "counter", SUM(accepts_refused));
     put_metric(o, "proxy_headers", "counter", SUM(proxy_headers));
@@ -156,6 +174,13 @@ static void format_derp(struct srv_text *o, const struct varz_slot *v, unsigned 
     put_metric(o, "current_dup_client_conns", "gauge", SUM(current_dup_client_conns));
     put_metric(o, "watchers", "gauge", SUM(watchers));
     put_metric(o, "websocket_accepts", "counter", SUM(websocket_accepts)); /* §1.5 */
+    static const char *const rtt_names[SRV_RTT_LABELS] = {
+        "10ms", "20ms", "50ms", "100ms", "150ms", "250ms", "500ms", "inf", "error"};
+    srv_text_put(o, "# TYPE derp_tcp_rtt counter\n"); /* derper: the labels counted so far */
+    for (unsigned i = 0; i < SRV_RTT_LABELS; i++)
+        if (SUM(tcp_rtt[i]))
+            srv_text_put(o, "derp_tcp_rtt{le=\"%s\"} %lld\n", rtt_names[i],
+                         (long long)SUM(tcp_rtt[i]));
     srv_text_put(o, "# TYPE derp_packets_dropped counter\n");
     for (unsigned r = 0; r < SRV_DROPS; r++)
         for (unsigned k = 0; k < SRV_KINDS; k++)

@@ -4,8 +4,12 @@
  * the connection once per tick (§6.4), Ping/Pong, KeepAlive. Runs on the connection's shard;
  * owns its struct srv_client (heap: born on the accepting shard, freed on the owner). */
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <hd/hd_rand.h>
 
@@ -243,6 +247,56 @@ int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, 
     return net_conn_send_copy(c, buf, (size_t)n + (size_t)k);
 }
 
+/* derper's stats loop (derpserver_linux.go): the client's TCP round trip from TCP_INFO every
+ * SRV_RTT_INTERVAL_MS into derp_tcp_rtt's buckets (durationToLabel's bounds); a socket that
+ * cannot tell at the first look is counted "error" once and not asked again. Off with
+ * TS_DERP_DISABLE_RTT_STATS, as derper. */
+static unsigned rtt_bucket(uint32_t rtt_us)
+{
+    static const uint32_t le_ms[SRV_RTT_BUCKETS - 1] = {10, 20, 50, 100, 150, 250, 500};
+    unsigned i = 0;
+    while (i < SRV_RTT_BUCKETS - 1 && rtt_us > le_ms[i] * 1000u)
+        i++;
+    return i; /* SRV_RTT_BUCKETS - 1: inf */
+}
+
+static int rtt_read(const struct srv_client *cl, uint32_t *rtt_us)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    int fd = net_conn_fd(cl->conn);
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+        len < offsetof(struct tcp_info, tcpi_rtt) + sizeof(ti.tcpi_rtt))
+        return -1;
+    *rtt_us = ti.tcpi_rtt;
+    return 0;
+}
+
+static void rtt_fired(struct hd_timer *t)
+{
+    struct srv_client *cl = hd_container_of(t, struct srv_client, rtt_timer);
+    uint32_t us;
+    if (rtt_read(cl, &us) == 0)
+        cl->ds->ctr.tcp_rtt[rtt_bucket(us)]++;
+    hd_timer_start(cl->ds->s, t, SRV_RTT_INTERVAL_MS);
+}
+
+static void rtt_start(struct srv_shard *ds, struct srv_client *cl)
+{
+    uint32_t us;
+    hd_timer_init(&cl->rtt_timer, rtt_fired);
+    if (ds->cfg->rtt_stats_off)
+        return;
+    if (!cl->rtt_checked) {
+        cl->rtt_checked = true;
+        cl->rtt_off = rtt_read(cl, &us) < 0;
+        if (cl->rtt_off)
+            ds->ctr.tcp_rtt[SRV_RTT_ERROR]++;
+    }
+    if (!cl->rtt_off)
+        hd_timer_start(ds->s, &cl->rtt_timer, SRV_RTT_INTERVAL_MS);
+}
+
 /* What binds an active client to its shard: writer, keep-alive, rate bucket, the gauges. At
  * activation, and again on the shard a placed client moves to (server_place.c). */
 void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
@@ -251,6 +305,7 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
     hd_timer_init(&cl->read_timer, read_resume);
     hd_flush_init(&cl->writer, writer_run);
     keepalive_start(ds, cl);
+    rtt_start(ds, cl);
     /* A watcher has a client's write deadline (issue 24): it cannot keep up, it is closed. */
     net_conn_set_timeouts(cl->conn, 0,
                           cl->mesh && !cl->watcher ? DERP_MESH_WRITE_TIMEOUT_MS
@@ -274,6 +329,7 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
     hd_flush_cancel(ds->s, &cl->writer);
     hd_timer_stop(ds->s, &cl->keepalive);
     hd_timer_stop(ds->s, &cl->read_timer);
+    hd_timer_stop(ds->s, &cl->rtt_timer);
     srv_wait_leave(cl); /* its wait, and its waiting senders, end with its time here */
     ds->cfg->hooks->unsettle(cl);
     srv_frames_client_fini(cl);

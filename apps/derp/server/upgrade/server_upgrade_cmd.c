@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <hd/kit.h>
+
 #include "ops/server_flags.h"
 #include "server_limits.h"
 #include "upgrade/server_upgrade.h"
@@ -63,14 +65,26 @@ int srv_upgrade_cmd_main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         a += a[0] == '-' && a[1] == '-' ? 2 : a[0] == '-' ? 1 : 0;
-        if (strcmp(a, "pid-file") == 0 && i + 1 < argc) {
+        bool value_flag = strcmp(a, "pid-file") == 0 || strcmp(a, "timeout") == 0;
+        if (value_flag && i + 1 >= argc) {
+            fprintf(stderr, "hderp-server upgrade: %s needs a value\n", argv[i]);
+            return usage();
+        } else if (strcmp(a, "pid-file") == 0) {
             path = argv[++i];
-        } else if (strcmp(a, "timeout") == 0 && i + 1 < argc) {
+        } else if (strcmp(a, "timeout") == 0) {
             int64_t ms = srv_parse_duration_ms(argv[++i]);
-            if (ms <= 0)
+            if (ms <= 0) {
+                fprintf(stderr, "hderp-server upgrade: --timeout %s: expected %s\n", argv[i],
+                        KIT_DURATION_HINT);
                 return usage();
+            }
             wait_ms = (uint64_t)ms;
+        } else if (strcmp(a, "h") == 0 || strcmp(a, "help") == 0) {
+            usage();
+            return 0;
         } else {
+            fprintf(stderr, "hderp-server upgrade: %s %s\n",
+                    argv[i][0] == '-' ? "unknown flag" : "unexpected argument", argv[i]);
             return usage();
         }
     }
