@@ -159,7 +159,7 @@ class Checker:
         self.flags = flag_sections(src)
         self.targets = make_targets(src)
         self.errors, self.parsed = [], 0
-        self._runbench = None
+        self._runbench = self._wghelp = None
 
     def err(self, block, msg):
         self.errors.append("%s: %s" % (block.where() if block else "-", msg))
@@ -201,6 +201,16 @@ class Checker:
         elif prog == "hderp-echo":
             sub = "observe" if args and args[0] == "observe" else None
             self.check_flags(block, ("hderp-echo", sub), args[1:])
+        elif prog == "hderp-wgrelay":  # its flags as its --help names them
+            if self._wghelp is None:
+                self._wghelp = subprocess.run(
+                    [os.path.join(self.bin, "hderp-wgrelay"), "--help"],
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                    timeout=60).stdout
+            for a in args:  # its --help writes -flag; - or -- are both taken
+                if a.startswith("-") and not re.search(
+                        r"(^|\s)-%s\b" % re.escape(a.split("=")[0].lstrip("-")), self._wghelp):
+                    self.err(block, "hderp-wgrelay --help does not know %s" % a)
         elif prog == "make":
             for a in args:
                 if not a.startswith("-") and "=" not in a and a not in self.targets:
