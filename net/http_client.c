@@ -1,8 +1,10 @@
 /* http_client.c - one HTTP/1.1 request on an outgoing connection (TCP or unix socket): writes the
  * request, parses the response head with net_http_resp_parse, reads the body by Content-Length,
- * chunked coding (net_http_chunked_decode) or until close, bounded by resp_max, all within
- * timeout_ms. Runs on the shard that started it; owns its heap state (control path only, never
- * the data path) until done. */
+ * chunked coding (net_http_chunked_decode) or until close, bounded by resp_max (the first resp_max
+ * bytes are kept, then -EFBIG), all within timeout_ms. Once the head arrived, done gets it and the
+ * body read so far whatever ends the request. Runs on the shard that started it; owns its heap
+ * state (control path only, never the data path) until done. */
+#include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@ struct net_http_client {
     struct net_http_chunked chunked; /* the body's decoder, when it is chunked */
     size_t resp_max;
     size_t head_len; /* 0 until the head is parsed */
+    bool answered;   /* the head was parsed, or refused after a valid status line */
     size_t body_len; /* decoded body bytes in body[] */
     char *req;       /* the request bytes, until connected */
     size_t req_len;
@@ -36,7 +39,7 @@ static void finish(struct net_http_client *h, int err)
     if (done == NULL)
         return;
     struct net_http_result r = {.status = h->resp.status, .body = h->body, .body_len = h->body_len};
-    done(h->arg, err, err == 0 ? &r : NULL);
+    done(h->arg, err, h->answered ? &r : NULL); /* the answer arrived, maybe partial */
 }
 
 static ssize_t body_data(struct net_http_client *h, const uint8_t *d, size_t len)
@@ -52,10 +55,12 @@ static ssize_t body_data(struct net_http_client *h, const uint8_t *d, size_t len
         size_t want = h->resp.body == NET_HTTP_BODY_LENGTH
                           ? (size_t)h->resp.head.content_length - h->body_len
                           : len;
-        size_t n = len < want ? len : want;
-        if (n > h->resp_max - h->body_len)
+        size_t n = len < want ? len : want, room = h->resp_max - h->body_len;
+        memcpy(h->body + h->body_len, d, n < room ? n : room);
+        if (n > room) { /* the first resp_max bytes are kept for done */
+            h->body_len = h->resp_max;
             return -EFBIG;
-        memcpy(h->body + h->body_len, d, n);
+        }
         h->body_len += n;
         used = (ssize_t)n;
         complete = h->resp.body == NET_HTTP_BODY_NONE ||
@@ -69,6 +74,22 @@ static ssize_t body_data(struct net_http_client *h, const uint8_t *d, size_t len
     return used;
 }
 
+/* The status of a head that begins "HTTP/d.d ddd" followed by SP or CR, else 0: a head the parser
+ * refused after it is still a response (a peer that is not HTTP at all is not). */
+static uint16_t status_line(const uint8_t *d, size_t len)
+{
+    if (len < 13 || memcmp(d, "HTTP/", 5) != 0 || !isdigit(d[5]) || d[6] != '.' || !isdigit(d[7]) ||
+        d[8] != ' ' || (d[12] != ' ' && d[12] != '\r'))
+        return 0;
+    unsigned v = 0;
+    for (int i = 9; i < 12; i++) {
+        if (!isdigit(d[i]))
+            return 0;
+        v = v * 10 + (unsigned)(d[i] - '0');
+    }
+    return v >= 100 ? (uint16_t)v : 0;
+}
+
 static ssize_t conn_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct net_http_client *h = net_conn_app(c);
@@ -78,15 +99,17 @@ static ssize_t conn_data(struct net_conn *c, const uint8_t *data, size_t len)
         int rc = net_http_resp_parse(&h->resp, (const char *)data, len);
         if (rc == -EAGAIN)
             return 0; /* the head stays in the connection's buffer until complete */
-        if (rc < 0)
+        if (rc < 0) {
+            h->resp.status = status_line(data, len);
+            h->answered = h->resp.status != 0;
             return rc;
+        }
         if (h->resp.status < 200) { /* 1xx: the final response follows */
             net_http_resp_init(&h->resp, h->resp.head_request);
             return rc;
         }
-        if (h->resp.body == NET_HTTP_BODY_LENGTH && h->resp.head.content_length > h->resp_max)
-            return -EFBIG;
         h->head_len = (size_t)rc;
+        h->answered = true;
         net_http_chunked_init(&h->chunked);
         ssize_t b = body_data(h, data + rc, len - (size_t)rc);
         return b < 0 ? b : rc + b;

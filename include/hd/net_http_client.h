@@ -1,6 +1,7 @@
 /* net_http_client.h - one HTTP/1.1 request per connection, from a shard (control path: it
  * allocates). The response head is parsed by net_http_resp_parse; the body is read by
- * Content-Length, chunked coding or until close, refused beyond resp_max (-EFBIG). TLS: net does
+ * Content-Length, chunked coding or until close; beyond resp_max the first resp_max bytes are kept
+ * and the request ends with -EFBIG (a chunked body: the chunks that fit whole). TLS: net does
  * not know it; on_connect lets the app install a codec (tls_conn_start) before the request is
  * queued. Name lookups are the caller's (addr is numeric or a unix socket path). */
 #ifndef NET_HTTP_CLIENT_H
@@ -20,8 +21,13 @@ struct net_http_result {
     size_t body_len;
 };
 
-/* err 0 and r set: a complete response; else -errno (-ETIMEDOUT, -ECONNREFUSED, -EFBIG, -EPROTO,
- * ...) and r NULL. Called exactly once unless cancelled; the client is gone after it returns. */
+/* err 0 and r set: a complete response. err -errno and r NULL: no response arrived
+ * (-ETIMEDOUT, -ECONNREFUSED, -EPROTO a failed codec or bytes that are not HTTP, ...). err -errno
+ * and r set: a response arrived but is incomplete; r has its status and the body read so far:
+ * the head was refused after a valid status line ("HTTP/d.d ddd": -EPROTO, -EMSGSIZE over
+ * NET_HTTP_HEAD_SIZE_MAX, ...; no body), or the body is over resp_max (-EFBIG), timed out
+ * (-ETIMEDOUT), ended early (-ECONNRESET) or has bad chunked coding (-EPROTO). Called exactly
+ * once unless cancelled; the client is gone after it returns. */
 typedef void net_http_done_fn(void *arg, int err, const struct net_http_result *r);
 /* The connection is up; install a codec on c if needed. Return 0 or -errno (fails the request). */
 typedef int net_http_connect_fn(struct net_conn *c, void *arg);

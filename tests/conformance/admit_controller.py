@@ -5,7 +5,17 @@ usage: admit_controller.py PORT_FILE RULES_FILE [CERT_FILE KEY_FILE]
 Listens on 127.0.0.1, port 0, writes the port to PORT_FILE; with CERT_FILE and KEY_FILE (PEM) it
 serves https with that certificate (a client that refuses it is only a failed accept). Each POST body is appended (one line)
 to RULES_FILE.log; the answer depends on the NodePublic's line "nodekey:<hex> MODE" in RULES_FILE
-(read per request): allow, deny, slow (3 s, then allow), 500, junk; no line: deny.
+(read per request): allow, deny, slow (3 s, then allow), 500, junk; no line: deny. Answers
+derper judges from what it reads (the first 4 KiB of a 200's body, encoding/json):
+  longno    200 {"Allow": false, "Reason": <5,000 bytes>} (no whole value in 4 KiB: refused)
+  hugeno    200 {"Allow": false, "Reason": <4 MiB>}
+  hugeyes   200 {"Allow": true} then 4 MiB of spaces (the value fits: admitted)
+  chunkedno 200 chunked, {"Allow": false, "Reason": <5,000 bytes>} in 100-byte chunks
+  cut       200 Content-Length 100, then {"Allow": fa and the connection closed
+  500huge   500 with a 4 MiB body
+  bighead   200 with a 10 KiB header field, then {"Allow": true} (our head bound: refused)
+  redirect  307 to the same URL (derper follows redirects; hderp refuses them)
+  lower     200 {"allow": true} (encoding/json matches keys case-insensitively: admitted)
 """
 import json
 import os
@@ -41,6 +51,12 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             key = ""
         mode = mode_of(key)
+        try:
+            if self.odd(mode):
+                return
+        except (BrokenPipeError, ConnectionResetError):  # hderp stops reading at 4 KiB
+            self.close_connection = True
+            return
         if mode == "slow":
             time.sleep(3)
         status, text = 200, json.dumps({"Allow": mode in ("allow", "slow")})
@@ -53,6 +69,48 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+
+    def raw(self, status, body, headers=()):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        if not any(name == "Transfer-Encoding" for name, _ in headers):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def odd(self, mode):
+        long_reason = json.dumps({"Allow": False, "Reason": "x" * 5000}).encode()
+        if mode == "longno":
+            self.raw(200, long_reason)
+        elif mode == "hugeno":
+            self.raw(200, json.dumps({"Allow": False, "Reason": "x" * (4 << 20)}).encode())
+        elif mode == "hugeyes":
+            self.raw(200, b'{"Allow": true}' + b" " * (4 << 20))
+        elif mode == "chunkedno":
+            self.protocol_version = "HTTP/1.1"
+            self.raw(200, b"", [("Transfer-Encoding", "chunked"), ("Connection", "close")])
+            for i in range(0, len(long_reason), 100):
+                piece = long_reason[i:i + 100]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        elif mode == "cut":
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b'{"Allow": fa')
+            self.close_connection = True
+        elif mode == "500huge":
+            self.raw(500, b"x" * (4 << 20))
+        elif mode == "bighead":
+            self.raw(200, b'{"Allow": true}', [("X-Big", "b" * 10240)])
+        elif mode == "redirect":
+            self.raw(307, b"", [("Location", self.path)])
+        elif mode == "lower":
+            self.raw(200, b'{"allow": true}')
+        else:
+            return False
+        return True
 
     def log_message(self, fmt, *args):
         pass

@@ -1,7 +1,9 @@
 /* test_conformance_admit.c - spec §5 -verify-client-url against a real hderp-server and a
  * real controller process (admit_controller.py, python3 http.server on a free port) that answers
  * per NodePublic: admitted clients log in and exchange packets; "Allow": false, non-200 and bad
- * JSON refuse; an unreachable controller admits iff -verify-client-url-fail-open; a controller
+ * JSON refuse, and so do oversized, chunked, cut-short, redirected or big-headed answers (judged
+ * from the first 4 KiB as derper does, never "unreachable"); an unreachable controller admits
+ * iff -verify-client-url-fail-open; a controller
  * slow for one key does not hold up another client already in. https: the controller serves a
  * leaf from a test CA (openssl CLI) and the server trusts it through SSL_CERT_FILE (the system
  * roots as Go reads them); a controller whose CA is not trusted is a transport error. */
@@ -178,6 +180,42 @@ Test(test_conformance_admit, deny_non200_and_bad_json_refuse_even_fail_open)
     int64_t v = -1;
     CONF_OK(conf_varz(&srv, "hderp_admit_errors", false, &v));
     cr_assert_eq(v, 0, "answers are not transport errors");
+    conf_server_stop_clean(&srv);
+}
+
+/* Answers that arrived are judged as derper judges them (the first 4 KiB of a 200's body, a
+ * refusal for anything else), never taken as "unreachable" for fail-open to admit: an oversized
+ * refusal used to admit (issue 24). */
+Test(test_conformance_admit, oversized_or_cut_answers_refuse_even_fail_open)
+{
+    server_up(url, "-verify-client-url-fail-open=true");
+    const char *modes[] = {"longno",  "hugeno",  "chunkedno", "cut",
+                           "500huge", "bighead", "redirect"};
+    for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
+        refused(modes[i], (int64_t)i + 1);
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_admit_errors", false, &v));
+    cr_assert_eq(v, 0, "answers are not transport errors");
+    conf_server_stop_clean(&srv);
+}
+
+/* What derper admits from the same first 4 KiB, fail-closed: a whole {"Allow": true} before
+ * 4 MiB of padding, and a lower-case key (encoding/json matches case-insensitively). */
+Test(test_conformance_admit, answer_judged_from_its_first_4k_as_derper)
+{
+    server_up(url, "-verify-client-url-fail-open=false");
+    struct derp_keypair ka, kb;
+    struct conf_raw a, b;
+    keyed(&ka, "hugeyes");
+    keyed(&kb, "lower");
+    CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
+    CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
+    exchange(&a, &b, "judged from the first 4 KiB");
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, "hderp_admit_refused", false, &v));
+    cr_assert_eq(v, 0);
+    conf_raw_close(&a);
+    conf_raw_close(&b);
     conf_server_stop_clean(&srv);
 }
 

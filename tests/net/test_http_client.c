@@ -1,6 +1,7 @@
 /* test_http_client.c - net_http_client against a blocking server thread on a unix socket:
  * Content-Length body, chunked body (with and without trailers, and one chunk larger than the
- * connection's reassembly tail), oversized response refused, timeout. */
+ * connection's reassembly tail), an oversized body cut at resp_max (its first bytes and the status
+ * still reported), a body that ends early, timeout. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@ static struct {
     const char *answer; /* NULL: never answer */
     int lfd;
     int err;
+    bool answered; /* done got r */
     uint16_t status;
     char body[256]; /* the body's first bytes */
     size_t body_len;
@@ -53,6 +55,7 @@ static void done(void *arg, int err, const struct net_http_result *r)
     struct hd_shard *s = arg;
     g.err = err;
     if (r) {
+        g.answered = true;
         g.status = r->status;
         g.body_len = r->body_len;
         memcpy(g.body, r->body, r->body_len < sizeof(g.body) ? r->body_len : sizeof(g.body));
@@ -148,16 +151,43 @@ Test(test_http_client, chunked_trailers)
     cr_assert(memcmp(g.body, "abc", 3) == 0);
 }
 
-Test(test_http_client, oversized_refused)
+/* Over resp_max (64): the first 64 bytes and the status come with -EFBIG (a caller judges what
+ * arrived; it used to get no answer at all). */
+Test(test_http_client, oversized_cut)
 {
-    run("HTTP/1.1 200 OK\r\nContent-Length: 65\r\n\r\n");
+    run("HTTP/1.1 200 OK\r\nContent-Length: 65\r\n\r\n"
+        "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzy");
     cr_assert_eq(g.err, -EFBIG);
+    cr_assert(g.answered);
+    cr_assert_eq(g.status, 200);
+    cr_assert_eq(g.body_len, 64);
+    cr_assert(g.body_all_z);
+}
+
+Test(test_http_client, oversized_until_close_cut)
+{
+    run("HTTP/1.1 403 Forbidden\r\n\r\n"
+        "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz");
+    cr_assert_eq(g.err, -EFBIG);
+    cr_assert(g.answered);
+    cr_assert_eq(g.status, 403);
+    cr_assert_eq(g.body_len, 64);
+}
+
+Test(test_http_client, body_ends_early)
+{
+    run("HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n{\"Allow\": true}");
+    cr_assert_eq(g.err, -ECONNRESET);
+    cr_assert(g.answered);
+    cr_assert_eq(g.body_len, 15);
+    cr_assert(memcmp(g.body, "{\"Allow\": true}", 15) == 0);
 }
 
 Test(test_http_client, timeout)
 {
     run(NULL);
     cr_assert_eq(g.err, -ETIMEDOUT);
+    cr_assert(!g.answered);
 }
 
 /* A chunk longer than the connection keeps of unconsumed bytes (its 64 KiB reassembly tail):

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include <jansson.h>
 
@@ -61,11 +62,54 @@ bool srv_admit_needed(const struct srv_config *cfg)
     return cfg->verify_url != NULL || cfg->verify_local;
 }
 
-/* 200 with {"Allow": true}: admitted; anything else a reason for the log line. */
+/* An answer arrived (r set: at least a valid status line; its head or body may be refused, over
+ * the 4 KiB kept or cut short). No r is a transport error: "unreachable". */
+bool srv_admit_answered(int err, const struct net_http_result *r)
+{
+    (void)err;
+    return r != NULL;
+}
+
+/* The controller's whole answer, or one over the 4 KiB: the cache may keep its verdict (one cut
+ * short by a timeout, a reset or a malformed head is judged but not kept). */
+bool srv_admit_definite(int err, const struct net_http_result *r)
+{
+    return r != NULL && (err == 0 || err == -EFBIG);
+}
+
+/* The value decoded the way derper's encoding/json does into tailcfg.DERPAdmitClientResponse:
+ * keys match "Allow" case-insensitively, the last one wins, null leaves it false, anything
+ * but a boolean is an error; other keys are ignored; a top-level null is a refusal, any other
+ * non-object an error. */
+static const char *judge_value(json_t *v, bool *allow)
+{
+    if (json_is_null(v))
+        return "controller said no";
+    if (!json_is_object(v))
+        return "bad JSON (not an object)";
+    const char *k;
+    json_t *a;
+    json_object_foreach(v, k, a)
+    {
+        if (strcasecmp(k, "Allow") != 0 || json_is_null(a))
+            continue;
+        if (!json_is_boolean(a)) {
+            *allow = false;
+            return "bad JSON (Allow is not a boolean)";
+        }
+        *allow = json_is_true(a);
+    }
+    return *allow ? NULL : "controller said no";
+}
+
+/* derper's verifyClient: a transport error is "unreachable" (fail_open admits); an answer that
+ * arrived is judged, never taken as unreachable: a status other than 200 refuses; a 200 admits
+ * only when the first 4 KiB of its body (all derper reads) begin with a whole JSON value saying
+ * Allow true, whatever follows it (Go's json.Decoder stops after the value). */
 const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_open, bool *allow)
 {
     *allow = false;
-    if (err < 0) {
+    if (!srv_admit_answered(err, r)) {
         *allow = fail_open;
         return fail_open        ? NULL
                : err == -EPROTO ? "controller unreachable (TLS handshake failed)"
@@ -74,11 +118,15 @@ const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_
     if (r->status != 200)
         return "controller answered non-200";
     json_error_t je;
-    json_t *o = json_loadb((const char *)r->body, r->body_len, 0, &je);
-    json_t *a = json_is_object(o) ? json_object_get(o, "Allow") : NULL;
-    *allow = json_is_true(a);
-    const char *why = *allow ? NULL : json_is_boolean(a) ? "controller said no" : "bad JSON";
-    json_decref(o);
+    size_t len = r->body_len < SRV_ADMIT_BODY_MAX ? r->body_len : SRV_ADMIT_BODY_MAX;
+    json_t *v = json_loadb(
+        (const char *)r->body, len,
+        JSON_DECODE_ANY | JSON_DISABLE_EOF_CHECK | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
+    const char *why = v               ? judge_value(v, allow)
+                      : err == -EFBIG ? "bad JSON (no whole JSON value in the first 4 KiB)"
+                      : err < 0       ? "bad answer (malformed head, or cut short)"
+                                      : "bad JSON";
+    json_decref(v);
     return why;
 }
 
@@ -98,9 +146,9 @@ static void answered(void *arg, int err, const struct net_http_result *r)
     cl->admit = NULL;
     bool allow;
     const char *why = srv_admit_judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
-    if (err == 0) /* a definite answer (not an outage) */
+    if (srv_admit_definite(err, r)) /* the controller's verdict (not an outage) */
         srv_admit_cache_put(cl->ds, &cl->key, allow);
-    if (err < 0) {
+    if (!srv_admit_answered(err, r)) {
         cl->ds->ctr.admit_errors++;
         if (allow) { /* derper logs each; a dead controller must not flood the log */
             char key[DERP_PUBKEY_TEXT_SIZE];

@@ -35,9 +35,12 @@ void srv_admit_local_done(struct srv_client *cl, const char *why_refused);
 int srv_admit_start(struct srv_client *cl);
 void srv_admit_cancel(struct srv_client *cl);
 struct net_http_result;
-/* A controller's answer: NULL with *allow (200 {"Allow": true}; or err < 0 and fail_open), else
- * the reason it refuses. */
+/* A controller's answer: NULL with *allow (200 {"Allow": true}; or no answer arrived and
+ * fail_open), else the reason it refuses. An answer that arrived is never "unreachable". */
 const char *srv_admit_judge(int err, const struct net_http_result *r, bool fail_open, bool *allow);
+/* The answer arrived (judged as such), and is the controller's definite verdict (cacheable). */
+bool srv_admit_answered(int err, const struct net_http_result *r);
+bool srv_admit_definite(int err, const struct net_http_result *r);
 /* POST the key to -verify-client-url; done gets the answer. 0 or -errno (nothing started). */
 int srv_admit_url_request(struct srv_client *cl,
                           void (*done)(void *arg, int err, const struct net_http_result *r));

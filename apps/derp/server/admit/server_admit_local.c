@@ -2,10 +2,11 @@
  * -verify-clients): for each regular client, the shard asks tailscaled's LocalAPI over its unix
  * socket (-socket) `GET /localapi/v0/whois?addr=nodekey%3A<hex>` (Host local-tailscaled.sock,
  * Tailscale-Cap) with net_http_client, never blocking: 200 with a JSON object admits, 404 is
- * "not found in local tailscaled", anything else (another status, bad JSON, tailscaled not
- * running) refuses, as derper does; there is no fail-open for this check. The reasons are
- * derper's. The answer goes to srv_admit_local_done (server_admit.c), which runs the
- * -verify-client-url check next when it is on. Runs on the client's accepting shard. */
+ * "not found in local tailscaled", anything else (another status, bad JSON, a body over
+ * SRV_ADMIT_LOCAL_BODY_MAX or ended early, tailscaled not running) refuses, as derper does; there
+ * is no fail-open for this check. The reasons are derper's. The answer goes to srv_admit_local_done
+ * (server_admit.c), which runs the -verify-client-url check next when it is on. Runs on the
+ * client's accepting shard. */
 #define _GNU_SOURCE /* memmem */
 #include <errno.h>
 #include <stdio.h>
@@ -58,7 +59,7 @@ static const char *judge(const struct srv_client *cl, int err, const struct net_
     char key[DERP_PUBKEY_TEXT_SIZE];
     derp_pubkey_format(&cl->key, key);
     const char *path = cl->ds->cfg->verify_local_path;
-    if (err < 0) {
+    if (r == NULL) {
         snprintf(why, size,
                  "failed to query local tailscaled status for %s: cannot reach tailscaled at %s: "
                  "%s (not running?)",
@@ -79,6 +80,12 @@ static const char *judge(const struct srv_client *cl, int err, const struct net_
                      r->status);
         return why;
     }
+    if (err < 0) { /* a 200 refused in its head, over the bound or cut short */
+        snprintf(why, size,
+                 "failed to query local tailscaled status for %s: tailscaled's answer %s", key,
+                 err == -EFBIG ? "is over 256 KiB" : "is malformed or cut short");
+        return why;
+    }
     json_error_t je;
     json_t *o = json_loadb((const char *)r->body, r->body_len, 0, &je);
     bool ok = json_is_object(o);
@@ -94,7 +101,7 @@ static void answered(void *arg, int err, const struct net_http_result *r)
 {
     struct srv_client *cl = arg;
     cl->admit = NULL;
-    if (err < 0)
+    if (r == NULL)
         cl->ds->ctr.admit_errors++;
     char why[DERP_PUBKEY_TEXT_SIZE + 256 + sizeof(cl->ds->cfg->verify_local_addr.un.sun_path)];
     srv_admit_local_done(cl, judge(cl, err, r, why, sizeof(why)));

@@ -119,14 +119,15 @@ static void rechecked(void *arg, int err, const struct net_http_result *r)
     cl->rechecking = false;
     ds->rechecks_inflight--;
     uint64_t interval = ds->cfg->verify_recheck_ms;
-    if (err < 0) { /* the controller is away: the client stays, asked again next interval */
+    if (!srv_admit_answered(err, r)) { /* the controller is away: the client stays */
         ds->ctr.admit_recheck_errors++;
         recheck_again(cl, interval);
         return;
     }
-    bool allow;
-    const char *why = srv_admit_judge(0, r, false, &allow);
-    srv_admit_cache_put(ds, &cl->key, allow);
+    bool allow; /* an answer that arrived is judged, as at login (server_admit.c) */
+    const char *why = srv_admit_judge(err, r, false, &allow);
+    if (srv_admit_definite(err, r))
+        srv_admit_cache_put(ds, &cl->key, allow);
     if (allow) {
         recheck_again(cl, interval - interval / 8 + jitter(ds, interval / 4));
         return;
