@@ -104,7 +104,7 @@ static ssize_t conn_data(struct net_conn *c, const uint8_t *data, size_t len)
             h->answered = h->resp.status != 0;
             return rc;
         }
-        if (h->resp.status < 200) { /* 1xx: the final response follows */
+        if (h->resp.status < 200 && h->resp.status != 101) { /* the final response follows */
             net_http_resp_init(&h->resp, h->resp.head_request);
             return rc;
         }

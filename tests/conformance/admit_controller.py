@@ -16,6 +16,7 @@ derper judges from what it reads (the first 4 KiB of a 200's body, encoding/json
   bighead   200 with a 10 KiB header field, then {"Allow": true} (our head bound: refused)
   redirect  307 to the same URL (derper follows redirects; hderp refuses them)
   lower     200 {"allow": true} (encoding/json matches keys case-insensitively: admitted)
+  101       101 Switching Protocols, then nothing (final for Go's client, a non-200: refused)
 """
 import json
 import os
@@ -106,6 +107,11 @@ class Handler(BaseHTTPRequestHandler):
             self.raw(200, b'{"Allow": true}', [("X-Big", "b" * 10240)])
         elif mode == "redirect":
             self.raw(307, b"", [("Location", self.path)])
+        elif mode == "101":
+            self.send_response(101)
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(6)  # past hderp's 5 s: it must not wait for another response
         elif mode == "lower":
             self.raw(200, b'{"allow": true}')
         else:

@@ -190,7 +190,7 @@ Test(test_conformance_admit, oversized_or_cut_answers_refuse_even_fail_open)
 {
     server_up(url, "-verify-client-url-fail-open=true");
     const char *modes[] = {"longno",  "hugeno",  "chunkedno", "cut",
-                           "500huge", "bighead", "redirect"};
+                           "500huge", "bighead", "redirect",  "101"};
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
         refused(modes[i], (int64_t)i + 1);
     int64_t v = -1;

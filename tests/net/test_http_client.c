@@ -1,7 +1,7 @@
 /* test_http_client.c - net_http_client against a blocking server thread on a unix socket:
  * Content-Length body, chunked body (with and without trailers, and one chunk larger than the
  * connection's reassembly tail), an oversized body cut at resp_max (its first bytes and the status
- * still reported), a body that ends early, timeout. */
+ * still reported), a body that ends early, 101 as final, timeout. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
@@ -181,6 +181,16 @@ Test(test_http_client, body_ends_early)
     cr_assert(g.answered);
     cr_assert_eq(g.body_len, 15);
     cr_assert(memcmp(g.body, "{\"Allow\": true}", 15) == 0);
+}
+
+/* 101 is final (as for Go's client): no other response is waited for. */
+Test(test_http_client, switching_protocols_is_final)
+{
+    run("HTTP/1.1 101 Switching Protocols\r\n\r\n");
+    cr_assert_eq(g.err, 0, "err %d", g.err);
+    cr_assert(g.answered);
+    cr_assert_eq(g.status, 101);
+    cr_assert_eq(g.body_len, 0);
 }
 
 Test(test_http_client, timeout)
