@@ -344,6 +344,36 @@ int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_f
     return udp_begin(s, fd, fn, arg, out);
 }
 
+/* Binds a throw-away UDP socket on addr with the flags given: 0 or -errno. */
+static int udp_try_bind(const struct net_addr *addr, bool reuse_addr, bool reuse_port)
+{
+    int fd = socket(addr->sa.sa_family, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+    if (fd < 0)
+        return -errno;
+    int one = 1, zero = 0;
+    if (reuse_addr)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuse_port)
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+    if (addr->sa.sa_family == AF_INET6) /* as net_udp_open: ":port" is both families */
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    int rc = bind(fd, &addr->sa, addr->len) < 0 ? -errno : 0;
+    close(fd);
+    return rc;
+}
+
+int net_udp_claim(const struct net_addr *addr)
+{
+    int rc = udp_try_bind(addr, false, false);
+    if (rc != -EADDRINUSE)
+        return rc; /* free (0), or another error */
+    if (udp_try_bind(addr, false, true) == 0)
+        return -EADDRINUSE; /* a SO_REUSEPORT group (another server's shards) we would join */
+    if (udp_try_bind(addr, true, false) < 0)
+        return -EADDRINUSE; /* a socket that shares with nobody */
+    return 0; /* only SO_REUSEADDR sockets (a port hold): the shards bind beside them, as ever */
+}
+
 int net_udp_adopt(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg, struct net_udp **out)
 {
     int type = 0;

@@ -366,6 +366,15 @@ struct net_udp_stats {
  * (-EADDRINUSE, -EACCES, -ENOMEM). */
 int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
                  struct net_udp **out);
+/* Whether addr's UDP port may be taken before the shards bind it: net_udp_open's SO_REUSEPORT
+ * would let a second server of the same user join another's group and split its datagrams.
+ * Throw-away binds tell who is there: with no flag, nobody (free); with SO_REUSEPORT alone, a
+ * reuseport group (another server's shards: in use); with SO_REUSEADDR alone failing too, a
+ * socket that shares with nobody (in use). What is left, sockets with SO_REUSEADDR alone (a
+ * port hold, as tests keep), net_udp_open binds beside as it always did. Nothing stays held:
+ * once the shards bound, a later check fails. Returns 0 (nothing kept) or -errno: -EADDRINUSE.
+ * Limit: another user's server shares through SO_REUSEADDR and is not told from a hold. */
+int net_udp_claim(const struct net_addr *addr);
 /* A UDP socket on fd, handed over by another process; taken in every case (closed on failure).
  * Returns 0, -EINVAL (not a datagram socket), -ENOMEM. */
 int net_udp_adopt(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg, struct net_udp **out);

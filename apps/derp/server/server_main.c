@@ -52,25 +52,29 @@ static void log_start(const struct srv_config *cfg, struct hd_runtime *rt)
 }
 
 /* derper fails with "address in use" when another process listens on its address; our shards
- * share it through SO_REUSEPORT, which would let a second server in silently
- * (net_listener_claim, TCP only). Port 0: the kernel picks a port, held (kit_port_hold) so
- * that every shard binds that one, and written back into *addr. Returns the socket, or -2
- * (message printed). */
-static int claim(struct net_addr *addr, int type, const char *what)
+ * share it through SO_REUSEPORT, which would let a second server in silently (TCP:
+ * net_listener_claim, held; UDP: net_udp_claim, a check that holds nothing). Port 0: the kernel
+ * picks a port, held (kit_port_hold) so that every shard binds that one, and written back into
+ * *addr. 0 with *held the socket (-1: none), or -1 (message printed). */
+static int claim(struct net_addr *addr, int type, const char *what, int *held)
 {
-    int fd = net_addr_port(addr) == 0 ? kit_port_hold(addr, type) : net_listener_claim(addr);
-    if (fd >= 0)
-        return fd;
+    bool check_only = type == SOCK_DGRAM && net_addr_port(addr) != 0;
+    int rc = net_addr_port(addr) == 0 ? kit_port_hold(addr, type)
+             : check_only             ? net_udp_claim(addr)
+                                      : net_listener_claim(addr);
+    *held = rc >= 0 && !check_only ? rc : -1;
+    if (rc >= 0)
+        return 0;
     char text[64];
     net_addr_format(addr, text, sizeof(text));
-    if (fd == -EADDRINUSE)
+    if (rc == -EADDRINUSE)
         fprintf(stderr,
                 "hderp-server: %s %s: address in use: another process listens there (a second "
                 "hderp-server or derper?)\n",
                 what, text);
     else
-        fprintf(stderr, "hderp-server: %s %s: cannot bind: %s\n", what, text, strerror(-fd));
-    return -2;
+        fprintf(stderr, "hderp-server: %s %s: cannot bind: %s\n", what, text, strerror(-rc));
+    return -1;
 }
 
 /* -a, -http-port: held until exit; -stun-port 0's hold: closed once the shards bound it (a UDP
@@ -96,18 +100,18 @@ static struct net_addr stun_addr(const struct srv_config *cfg)
 static int claim_all(struct srv_config *cfg)
 {
     bool any_port = net_addr_port(&cfg->addr) == 0;
-    if ((claim_fds[0] = claim(&cfg->addr, SOCK_STREAM, "-a")) == -2)
+    if (claim(&cfg->addr, SOCK_STREAM, "-a", &claim_fds[0]) < 0)
         return -1;
     if (any_port) /* the start-up line names the port the kernel picked */
         net_addr_format(&cfg->addr, cfg->addr_text, sizeof(cfg->addr_text));
     if (cfg->tls && cfg->http_port >= 0) {
-        if ((claim_fds[1] = claim(&cfg->http_addr, SOCK_STREAM, "-http-port")) == -2)
+        if (claim(&cfg->http_addr, SOCK_STREAM, "-http-port", &claim_fds[1]) < 0)
             return -1;
         cfg->http_port = net_addr_port(&cfg->http_addr);
     }
-    if (cfg->stun && cfg->stun_port == 0) {
+    if (cfg->stun) { /* -stun-port N: checked free (issue 24); 0: picked and held */
         struct net_addr a = stun_addr(cfg);
-        if ((claim_fds[2] = claim(&a, SOCK_DGRAM, "-stun-port")) == -2)
+        if (claim(&a, SOCK_DGRAM, "-stun-port", &claim_fds[2]) < 0)
             return -1;
         cfg->stun_port = net_addr_port(&a);
     }

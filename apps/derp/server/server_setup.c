@@ -251,7 +251,9 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->accept_burst = (double)f->accept_burst;
     if (configure_limits(cfg, f) < 0)
         return -EINVAL;
-    cfg->stun = f->stun;
+    /* -stun-port -1: no STUN (derper's listen fails and it goes on without; the DERP map's
+     * STUNPort -1 says so). It used to bind port 65535. */
+    cfg->stun = f->stun && f->stun_port >= 0;
     cfg->stun_port = f->stun_port;
     if (configure_mesh_key(cfg, f) < 0)
         return -EINVAL;
