@@ -80,6 +80,12 @@ static ssize_t v1_parse(const uint8_t *buf, size_t len, struct net_proxy_header 
         *reason = "v1: CR without LF";
         return -EPROTO;
     }
+    for (const uint8_t *q = buf; q < (const uint8_t *)cr; q++) {
+        if (*q < 0x20 || *q > 0x7E) { /* a NUL would end an address early, as a C string */
+            *reason = "v1: a byte that is not printable US-ASCII in the line";
+            return -EPROTO;
+        }
+    }
     ssize_t total = (cr - s) + 2;
     h->version = 1;
     const char *p = s + sizeof(v1_sig) - 1;

@@ -3,7 +3,8 @@
  * it checks what the parser promises: an accepted header is at most its version's maximum and
  * no longer than the input; every strict prefix of an accepted header asks for more bytes
  * (-EAGAIN) and the same bytes with anything after them parse the same; an error names a reason;
- * accepted TLVs walk to their end; a non-local header has IPv4 or IPv6 addresses. */
+ * accepted TLVs walk to their end; a non-local header has IPv4 or IPv6 addresses; an accepted
+ * v1 line is printable US-ASCII up to its CRLF (no NUL to cut an address short). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     CHECK(h.version == 1 ? (size_t)n <= NET_PROXY_V1_LEN_MAX : (size_t)n <= NET_PROXY_V2_LEN_MAX);
     if (!h.local)
         CHECK(h.src.sa.sa_family == AF_INET || h.src.sa.sa_family == AF_INET6);
+    if (h.version == 1)
+        for (size_t k = 0; k + 2 < (size_t)n; k++)
+            CHECK(data[k] >= 0x20 && data[k] <= 0x7E);
     if (h.version == 2) {
         CHECK(h.tlv_off + h.tlv_len == (size_t)n);
         size_t off = 0;

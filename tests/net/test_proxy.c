@@ -113,6 +113,20 @@ Test(net_proxy, v1_refused)
         cr_assert_eq(parse(buf, n, &h, &why), -EPROTO, "accepted: %s", bad[i]);
         cr_assert_not_null(why);
     }
+    /* A NUL or another control byte inside the line (issue 24: "1.2.3.4\0junk" passed as
+     * 1.2.3.4, inet_pton stopping at the NUL), also in UNKNOWN's ignored rest. */
+    static const char nul_in_addr[] = "PROXY TCP4 1.2.3.4\0x 5.6.7.8 1 2\r\n";
+    static const char nul_in_port[] = "PROXY TCP4 1.2.3.4 5.6.7.8 1\0 2\r\n";
+    static const char tab_in_line[] = "PROXY TCP4 1.2.3.4 5.6.7.8\t1 2\r\n";
+    static const char nul_unknown[] = "PROXY UNKNOWN \0\r\n";
+    static const char high_byte[] = "PROXY TCP4 1.2.3.4 5.6.7.8 1 2\x80\r\n";
+    const char *ctl[] = {nul_in_addr, nul_in_port, tab_in_line, nul_unknown, high_byte};
+    size_t ctl_len[] = {sizeof(nul_in_addr) - 1, sizeof(nul_in_port) - 1, sizeof(tab_in_line) - 1,
+                        sizeof(nul_unknown) - 1, sizeof(high_byte) - 1};
+    for (size_t i = 0; i < sizeof(ctl) / sizeof(ctl[0]); i++) {
+        cr_assert_eq(parse(ctl[i], ctl_len[i], &h, &why), -EPROTO, "accepted control byte %zu", i);
+        cr_assert_str_eq(why, "v1: a byte that is not printable US-ASCII in the line");
+    }
     /* No CRLF within 107 bytes. */
     char longline[200] = "PROXY TCP4 ";
     memset(longline + 11, '1', sizeof(longline) - 12);
