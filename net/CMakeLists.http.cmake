@@ -4,6 +4,7 @@
 add_library(hd_net_http STATIC
   ${CMAKE_CURRENT_LIST_DIR}/http_chunked.c
   ${CMAKE_CURRENT_LIST_DIR}/http_parse.c
+  ${CMAKE_CURRENT_LIST_DIR}/http_path.c
   ${CMAKE_CURRENT_LIST_DIR}/http_write.c)
 # <hd/net_http.h>, <hd/http_limits.h> and <hd/hd_base.h> (HD_ASSERT; hd_assert_fail lives in reactor).
 target_include_directories(hd_net_http PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>

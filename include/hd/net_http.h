@@ -177,6 +177,13 @@ size_t net_http_header_count(const struct net_http_head *head, const char *name)
 bool net_http_header_has_token(const struct net_http_head *head, const char *name,
                                const char *token);
 
+/* The path's percent-escapes decoded into out[0..cap) as Go's net/url decodes URL.Path: "%XX"
+ * (hex, either case) is that byte, "+" stays. keep_slash: "%2F" stays as it is, so a router
+ * that matches segments (Go 1.22's ServeMux) does not take it for a separator. Returns the
+ * length (never more than path.len), -EPROTO for "%" without two hex digits after it (Go's
+ * server: 400 Bad Request), or -ENOSPC. Pure, any thread. */
+ssize_t net_http_path_unescape(struct net_http_str path, char *out, size_t cap, bool keep_slash);
+
 /* String helpers. */
 bool net_http_str_eq(struct net_http_str s, const char *lit);        /* exact */
 bool net_http_str_eq_nocase(struct net_http_str s, const char *lit); /* ASCII case-insensitive */

@@ -332,6 +332,39 @@ Test(test_conformance_proto, note_preferred)
     stop_clean();
 }
 
+/* The path is routed decoded, as Go's ServeMux does (issue 24: /debug/%76arz was a 404 where
+ * derper serves /debug/varz); a bad escape is Go's 400; "%2F" is no separator. */
+Test(test_conformance_proto, path_percent_decoded)
+{
+    char resp[65536];
+    cr_assert_gt(conf_http(&srv,
+                           "GET /debug/%76arz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                           resp, sizeof(resp)),
+                 0);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 200", 12), 0, "/debug/%%76arz: %.40s", resp);
+    cr_assert_not_null(strstr(resp, "derp_current_connections"), "not the varz page");
+    cr_assert_gt(conf_http(&srv,
+                           "GET /derp/prob%65 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                           resp, sizeof(resp)),
+                 0);
+    cr_assert_eq(strncmp(resp, "HTTP/1.1 200", 12), 0, "/derp/prob%%65: %.40s", resp);
+    cr_assert_null(strstr(resp, "<html"), "/derp/prob%%65 got the home page");
+    static const char *const bad[] = {"/debug/%zz", "/x%4", "/x%"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char rq[128];
+        snprintf(rq, sizeof(rq), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", bad[i]);
+        cr_assert_gt(conf_http(&srv, rq, resp, sizeof(resp)), 0);
+        cr_assert_eq(strncmp(resp, "HTTP/1.1 400", 12), 0, "%s: %.40s", bad[i], resp);
+    }
+    /* "/derp%2Fprobe" is one segment for Go's ServeMux: the home page, not the probe. */
+    cr_assert_gt(conf_http(&srv,
+                           "GET /derp%2Fprobe HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                           resp, sizeof(resp)),
+                 0);
+    cr_assert_not_null(strstr(resp, "<html"), "/derp%%2Fprobe: %.80s", resp);
+    stop_clean();
+}
+
 /* Row 36: /debug/varz from loopback, derp_current_connections counts logged-in clients. */
 Test(test_conformance_proto, varz_current_connections)
 {

@@ -626,3 +626,34 @@ Test(http_parse, string_helpers)
     cr_assert(net_http_host_valid(NET_HTTP_LIT("[::1]:443")));
     cr_assert(!net_http_host_valid(NET_HTTP_LIT("a@b")));
 }
+
+/* Percent-escapes in a path, as Go's net/url decodes URL.Path (issue 24). */
+Test(test_http_parse, path_unescape)
+{
+    char out[64];
+    struct {
+        const char *in, *want;
+        bool keep_slash;
+    } ok[] = {
+        {"/debug/%76arz", "/debug/varz", true},
+        {"/a%2fb%2Fc", "/a%2fb%2Fc", true},
+        {"/a%2fb", "/a/b", false},
+        {"/a+b%20c", "/a+b c", true},
+        {"/%41%4a%4A", "/AJJ", true},
+        {"/plain", "/plain", true},
+        {"", "", true},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        ssize_t n =
+            net_http_path_unescape(net_http_cstr(ok[i].in), out, sizeof(out), ok[i].keep_slash);
+        cr_assert_eq(n, (ssize_t)strlen(ok[i].want), "%s: %zd", ok[i].in, n);
+        cr_assert(memcmp(out, ok[i].want, (size_t)n) == 0, "%s", ok[i].in);
+    }
+    ssize_t n = net_http_path_unescape(net_http_cstr("/%00x"), out, sizeof(out), true);
+    cr_assert(n == 3 && out[1] == '\0' && out[2] == 'x');
+    const char *bad[] = {"/%", "/%4", "/%zz", "/%4g", "/x%g4", "%"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(net_http_path_unescape(net_http_cstr(bad[i]), out, sizeof(out), true), -EPROTO,
+                     "%s", bad[i]);
+    cr_assert_eq(net_http_path_unescape(net_http_cstr("/abcd"), out, 3, true), -ENOSPC);
+}

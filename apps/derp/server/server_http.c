@@ -269,6 +269,22 @@ static bool serve_port80(struct net_conn *c, const struct net_http_req *req, boo
     return true;
 }
 
+/* req->path decoded into path, as Go's ServeMux routes ("/debug/%76arz" is /debug/varz; "%2F"
+ * is no separator there): true, or false after Go's 400 for a bad escape (closing). */
+static bool decode_path(struct net_conn *c, struct net_http_req *req, char *path, size_t size)
+{
+    ssize_t n = net_http_path_unescape(req->path, path, size, true);
+    if (n >= 0) {
+        req->path = (struct net_http_str){path, (size_t)n};
+        return true;
+    }
+    char buf[256];
+    reply(c, buf, net_http_write_error(buf, sizeof(buf), 400, false));
+    hd_log_rl(HD_LOG_INFO, "http: bad request (invalid URL escape in the path): 400");
+    net_conn_close(c, 0, true);
+    return false;
+}
+
 static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len, bool port80)
 {
     struct srv_shard *ds = net_conn_app(c);
@@ -289,6 +305,9 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
         return 0; /* wait for the (small, bounded) body */
     size_t used = (size_t)n + req.body_size;
     ds->ctr.http_requests++;
+    char path[NET_HTTP_HEAD_SIZE_MAX];
+    if (!decode_path(c, &req, path, sizeof(path)))
+        return (ssize_t)len;
     bool keep = req.keep_alive;
     bool head_only = req.method == NET_HTTP_METHOD_HEAD;
     if (port80 && serve_port80(c, &req, keep)) {
