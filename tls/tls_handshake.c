@@ -119,6 +119,14 @@ static void hs_log_fail(struct net_conn *c, const char *what, int reason)
         ERR_error_string_n(e, ssl_err, sizeof(ssl_err));
     ERR_clear_error();
     net_addr_format(net_conn_peer(c), peer, sizeof(peer));
+    if (ERR_GET_LIB(e) == ERR_LIB_SSL && ERR_GET_REASON(e) == SSL_R_UNSUPPORTED_PROTOCOL) {
+        /* The peer's problem, said so: TLS 1.2 is not spoken here (docs/ARCHITECTURE.md). */
+        hd_log_rl(HD_LOG_INFO,
+                  "tls: s%u %s: refused a peer that offers only TLS 1.2 or older: this side "
+                  "speaks TLS 1.3 only (it got a protocol_version alert)",
+                  hd_shard_id(net_conn_shard(c)), peer);
+        return;
+    }
     hd_log_rl(HD_LOG_WARN, "tls: s%u %s: handshake failed: %s (%s) %s",
               hd_shard_id(net_conn_shard(c)), peer, what, strerror(-reason), ssl_err);
 }

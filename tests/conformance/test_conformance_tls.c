@@ -474,3 +474,45 @@ Test(test_conformance_tls, wrong_sni_handshake_alert)
     cr_assert_neq(status, 0, "s_client succeeded");
     stop_clean();
 }
+
+/* A client that offers only TLS 1.2 (Python's ssl on the system OpenSSL, maximum_version
+ * TLSv1_2) gets the protocol_version alert, which it reports in words, and the server log says
+ * why in words (issue 24: it said "UNSUPPORTED_PROTOCOL" at WARN); a TLS 1.3 client of the same
+ * script is served. hderp does not speak TLS 1.2: docs/ARCHITECTURE.md says why. */
+Test(test_conformance_tls, tls12_only_client_refused_in_words)
+{
+    static const char py[] =
+        "import socket, ssl, sys\n"
+        "for v in (ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3):\n"
+        "    c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)\n"
+        "    c.load_verify_locations(sys.argv[2])\n"
+        "    c.maximum_version = v\n"
+        "    try:\n"
+        "        raw = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+        "        with c.wrap_socket(raw, server_hostname=sys.argv[3]) as s:\n"
+        "            print(v.name, 'served', s.version())\n"
+        "    except ssl.SSLError as e:\n"
+        "        print(v.name, 'refused', e.reason)\n";
+    char port[8], log[320];
+    snprintf(port, sizeof(port), "%u", srv.port);
+    snprintf(log, sizeof(log), "%s/tls12.log", srv.dir);
+    const char *argv[] = {"python3", "-c", py, port, srv.cert_file, CONF_TLS_HOSTNAME, NULL};
+    int status = -1;
+    cr_assert_eq(conf_run(argv, log, CONF_START_TIMEOUT_MS, &status), 0);
+    cr_assert_eq(status, 0, "the python client failed: see %s", log);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char line[512];
+    bool refused = false, served = false;
+    while (fgets(line, sizeof(line), f)) {
+        refused |= strstr(line, "TLSv1_2 refused TLSV1_ALERT_PROTOCOL_VERSION") != NULL;
+        served |= strstr(line, "TLSv1_3 served TLSv1.3") != NULL;
+    }
+    fclose(f);
+    cr_assert(refused, "no protocol_version alert for the TLS 1.2 client in %s", log);
+    cr_assert(served, "the TLS 1.3 client was not served: see %s", log);
+    cr_assert(conf_log_wait(&srv, "offers only TLS 1.2 or older: this side speaks TLS 1.3 only",
+                            CONF_IO_TIMEOUT_MS),
+              "no readable refusal in the server log");
+    stop_clean();
+}
