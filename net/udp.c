@@ -27,15 +27,19 @@ struct net_udp_slot {
     uint8_t data[NET_UDP_SEND_MAX];
 };
 
+#define NET_UDP_CMSG_ROOM 32 /* >= CMSG_SPACE(sizeof(uint16_t)), asserted where it is used */
+
 /* One sendmsg carrying several datagrams to one address (UDP GSO: the kernel cuts them at
  * segment size). Its datagrams stay in their slots until it completes. */
 struct net_udp_group {
     struct hd_op op;
     struct net_udp *u;
     struct msghdr msg;
-    union {
-        char buf[CMSG_SPACE(sizeof(uint16_t))];
-        struct cmsghdr align;
+    union { /* UDP_SEGMENT's cmsg, CMSG_SPACE(sizeof(uint16_t)) bytes, aligned as a cmsghdr
+             * (size_t: glibc's struct cmsghdr ends in a flexible array, which clang refuses in
+             * a union that is not last) */
+        char buf[NET_UDP_CMSG_ROOM];
+        size_t align;
     } cmsg;
     unsigned count;
     bool busy;
@@ -263,7 +267,8 @@ static bool udp_send_group(struct net_udp *u, unsigned i, unsigned n)
                              .msg_iov = g->iov,
                              .msg_iovlen = n,
                              .msg_control = g->cmsg.buf,
-                             .msg_controllen = sizeof(g->cmsg.buf)};
+                             .msg_controllen = CMSG_SPACE(sizeof(uint16_t))};
+    HD_ASSERT(CMSG_SPACE(sizeof(uint16_t)) <= sizeof(g->cmsg.buf));
     struct cmsghdr *cm = CMSG_FIRSTHDR(&g->msg);
     cm->cmsg_level = SOL_UDP;
     cm->cmsg_type = UDP_SEGMENT;
