@@ -38,10 +38,10 @@ if [ "$mode" = tls ]; then # the meta certificate (spec §1.2) follows the chain
     awk '/BEGIN CERT/{n++} n==2' "$work/chain.txt" | sed -n '/BEGIN/,/END/p' >"$work/meta.pem"
     key=$(grep -o 'public key nodekey:[0-9a-f]*' "$work/server.log" | cut -d: -f2)
     meta=$(openssl x509 -in "$work/meta.pem" -noout -subject -serial -text)
-    echo "$meta" | grep -q "CN = derpkey$key" || fail "meta cert subject: $(echo "$meta" | head -1)"
-    echo "$meta" | grep -q '^serial=02$' || fail "meta cert serial"
+    grep -q "CN = derpkey$key" <<<"$meta" || fail "meta cert subject: $(echo "$meta" | head -1)"
+    grep -q '^serial=02$' <<<"$meta" || fail "meta cert serial"
     [ "$(echo "$meta" | grep -c 'X509v3 ')" = 2 ] || fail "meta cert: not exactly one extension"
-    echo "$meta" | grep -q 'CA:FALSE' || fail "meta cert: basicConstraints"
+    grep -q 'CA:FALSE' <<<"$meta" || fail "meta cert: basicConstraints"
     # Validity: now - 30 days .. now + 30 days (spec §1.2), within a minute of slack.
     nb=$(date -d "$(openssl x509 -in "$work/meta.pem" -noout -startdate | cut -d= -f2)" +%s)
     na=$(date -d "$(openssl x509 -in "$work/meta.pem" -noout -enddate | cut -d= -f2)" +%s)
@@ -54,7 +54,7 @@ fi
 code=$(curl -s "${curl_tls[@]}" -o /dev/null -w '%{http_code}' "$url/derp") || true
 [ "$code" = 426 ] || fail "GET /derp without Upgrade answered $code, want 426"
 resp=$(curl -s "${curl_tls[@]}" -D - -o /dev/null -H 'X-Tailscale-Challenge: ts_abc' "$url/generate_204")
-echo "$resp" | grep -q '^HTTP/1.1 204' || fail "generate_204: $resp"
+grep -q '^HTTP/1.1 204' <<<"$resp" || fail "generate_204: $resp"
 echo "$resp" | grep -qi '^X-Tailscale-Response: response ts_abc' || fail "no challenge response"
 timeout 60 python3 "$here/derp_smoke.py" "$p" $ca || fail "DERP client"
 # STUN (spec §10, Appendix B request): one XOR-MAPPED-ADDRESS with our own address and port,
@@ -80,8 +80,8 @@ except socket.timeout:
     pass
 PY
 varz=$(curl -s "${curl_tls[@]}" "$url/debug/varz")
-echo "$varz" | grep -q '^derp_packets_sent 100$' || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
-echo "$varz" | grep -q '^hderp_loop_stalls{shard="0"} [0-9]' || fail "varz has no stall counter"
+grep -q '^derp_packets_sent 100$' <<<"$varz" || fail "varz packets_sent: $(echo "$varz" | grep packets_sent)"
+grep -q '^hderp_loop_stalls{shard="0"} [0-9]' <<<"$varz" || fail "varz has no stall counter"
 # derp_smoke.py checked the NotHere count against the client's (3, more only if the server took
 # over a second for the 6 discos: the rate limit refills): here it is still there, at most 6.
 nh=$(echo "$varz" | awk '$1 == "derp_peer_gone_not_here_frames" {print $2}')
