@@ -93,6 +93,9 @@ int net_conn_send_urgent(struct net_conn *c, const void *data, size_t len)
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED ||
         (c->flags & (NET_F_FLUSH_CLOSE | NET_F_SHUT_WR)))
         return -EPIPE;
+    if (c->upper) /* a stacked codec (wss) frames its input: an entry put in its output queue
+                   * would skip that framing, so it queues as any other */
+        return net_conn_send_copy(c, data, len);
     if (net_conn_queued_bytes(c) + len > c->send_max)
         return -ENOBUFS;
     struct net_sendq *q = c->codec ? &c->plain : &c->wire;
