@@ -1,12 +1,22 @@
-/* bus.c - the cross-shard bus: one single-producer/single-consumer ring per ordered pair of
- * shards, written by the producer's thread and read by the consumer's. Producers write slots all
- * tick and publish each ring's tail once at the end of the tick; a consumer about to sleep
- * announces it, and the first producer that publishes to it afterwards wakes it once
- * (IORING_OP_MSG_RING, or an eventfd write without it); lazy messages (frames going home) wake
- * nobody unless the ring backs up, the consumer drains them whenever it next ticks. A full
- * ring spills into a bounded
- * per-destination overflow owned by the producer; when that is full the send fails with
- * -EAGAIN — never a spin, never a silent drop. */
+/* bus.c - the cross-shard bus: one single-producer/single-consumer ring of HD_BUS_RING_SIZE
+ * (4,096) 32-byte messages (fn, ptr, two u64) per ordered pair of shards, written by the
+ * producer's thread and read by the consumer's. Producers write slots all tick and publish each
+ * dirty ring's tail once, with release, at the end of the tick; the consumer reads the tail with
+ * acquire and releases its head after a batch. A full ring spills into a bounded per-destination
+ * overflow owned by the producer (HD_BUS_OVERFLOW_SIZE; order kept: while it holds anything, new
+ * messages go behind it); when that is full the send fails with -EAGAIN and counts bus_full —
+ * never a spin, never a silent drop. A message to the sending shard itself goes into that
+ * shard's own queue (HD_BUS_SELF_SIZE, no atomics: one thread), bounded the same way, and runs
+ * at the start of the next drain (only those queued before the pass), never inside
+ * hd_bus_send, so a local and a remote owner behave alike.
+ *
+ * Wake-ups: a shard about to sleep stores sleeping = 1, fences, and re-checks its inboxes; a
+ * producer, after publishing, fences and exchanges the destination's flag to 0, and only the one
+ * that sees 1 wakes it (IORING_OP_MSG_RING, or an eventfd write without it). So a sleeping shard
+ * gets at most one wake-up however many shards publish to it, and a busy one none. Lazy messages
+ * (hd_bus_send_lazy: frames going home) wake nobody: the consumer drains them on its next tick,
+ * whatever wakes it; only when the ring from this producer holds HD_BUS_LAZY_BACKLOG (a quarter)
+ * does the publish wake it anyway, so a long sleep cannot fill the ring for urgent messages. */
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>

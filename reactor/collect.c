@@ -1,7 +1,8 @@
-/* collect.c - gather per-shard data on one shard (metrics pages, tests). The requester sends a
- * fill message to every other shard; each fills its slot and counts down an atomic; the
- * requester notices the count reach zero on one of its ticks and runs done(). No reply message,
- * so nothing can be lost to a full bus after the request went out. */
+/* collect.c - gather per-shard data on one shard (metrics pages, tests). The requester checks
+ * that every other shard's ring has room (else -EAGAIN, nothing sent), sends a fill message to
+ * each; each fills its slot and counts down an atomic; the requester notices the count reach
+ * zero on one of its ticks and runs done(). No reply message, so nothing can be lost to a full
+ * bus after the request went out. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,21 @@
 /* fault.c - fault injection for tests (hd_fault.h): the HD_FAULTS settings, one generator per
  * shard thread, and failed submissions. A failed submission never reaches the kernel: the caller
  * preps a scratch SQE, a NOP tagged HD_TAG_FAULT goes in its place, and when the NOP completes
- * op.c's dispatch hands the op a CQE with the error, as the kernel does for an SQE it refuses.
- * The settings are written once before any shard runs; the rest is per thread. */
+ * op.c's dispatch hands the op a CQE with the error, as the kernel does for an SQE it refuses
+ * (so no fd or ring buffer a real op would have produced is lost). The settings are written
+ * once before any shard runs; the rest is per thread.
+ *
+ * The first hd_runtime_create reads HD_FAULTS (a bad spec fails it with -EINVAL);
+ * hd_runtime_start arms it once every shard ran its init; it is disarmed after the shards are
+ * joined, when one line reports the counts ("faults injected: sqe=N short_send=N reset=N
+ * alloc=N"). The hooks: sqe in hd_op_sqe (op.c: -EAGAIN, -ENOMEM or -EBUSY), short_send in
+ * net_conn_flush_now (net/conn_send.c: a sendmsg of n bytes sends 1..n-1), reset in recv_done
+ * (net/conn.c: part of the bytes, then ECONNRESET), alloc in hd_slab_get (slab.c: NULL as at the
+ * cap, counted in exhausted; every frame get goes through it). Bugs it found: a close SQE the
+ * ring refused left the socket open (close_done now closes the fd itself on -EAGAIN/-ENOMEM/
+ * -EBUSY); a connection closed while waiting to move kept its migrating flag and hit an
+ * assertion (net_conn_close drops the move); under ASan, a TLS connection whose destination
+ * shard could not take it leaked its exported record state (the codec's move_drop frees it). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

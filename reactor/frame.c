@@ -1,6 +1,13 @@
-/* frame.c - refcounted frame buffers in a few size classes, one slab per class per shard.
- * A frame's last reference may die on any shard: the owner frees it at once, any other shard
- * keeps a per-owner list and hands the whole list back in one bus message per tick. */
+/* frame.c - refcounted frame buffers in a few size classes, one slab per class per shard
+ * (default 2 KiB x 65,536 and 64 KiB x 1,024; an app with larger messages gives its own classes
+ * in hd_runtime_config.frame_classes). A frame is a 32-byte header before the data, born with one
+ * reference; hd_frame_ref/unref are atomics because references cross shards. A frame's last
+ * reference may die on any shard: the owner frees it at once, any other shard keeps a per-owner
+ * list and hands the whole list back in one lazy bus message per tick (kept for the next tick
+ * if the bus is full: never lost). Just before a frame whose app_u64 is set goes back to its
+ * pool, the owner runs the runtime's frame_release hook (apps account who holds frames);
+ * hd_frame_class_of and hd_frame_class_counters (the class's live counters, found once and read
+ * before each get) tell a policy how many frames a class can still hand out. */
 #include <errno.h>
 #include <stdlib.h>
 

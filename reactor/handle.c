@@ -1,8 +1,11 @@
 /* handle.c - generation-checked handles: a per-shard table of slots (object, generation) that
- * grows in chunks of HD_HANDLE_CHUNK slots up to HD_HANDLES_MAX and never moves or shrinks while
- * the shard lives, so a stale handle is always safe to look up (its slot's generation moved on).
- * A handle is (shard, slot, generation) in 64 bits; it crosses the bus in a message's u64.
- * Deferred tasks on a handle (hd_defer_handle) look the object up when they run. Owner shard only
+ * grows in chunks of HD_HANDLE_CHUNK (4,096) slots up to HD_HANDLES_MAX and never moves or
+ * shrinks while the shard lives, so a stale handle is always safe to look up (its slot's
+ * generation moved on). A handle is shard (8 bits), slot (24) and generation (32) in one u64; it
+ * crosses the bus in a message's u64. hd_handle_close bumps the slot's generation (never to 0: a
+ * zero handle is "none") and puts the slot on a LIFO free list. Deferred tasks on a handle
+ * (hd_defer_handle) look the object up when they run; a stale one is dropped and counted
+ * (tasks_stale, task.c). net/ opens one per connection (net_conn_handle). Owner shard only
  * (lookups of another shard's handle return NULL). */
 #include <errno.h>
 #include <stdlib.h>

@@ -1,6 +1,8 @@
-/* log.c - leveled log lines to stderr, one write() each (whole lines never interleave), with
- * the shard id, as text or as JSON objects (log_json.c), and a per-call-site rate limit. Any
- * thread. */
+/* log.c - leveled log lines to stderr, one write() each (whole lines never interleave), with UTC
+ * time, level and the shard id (s0, or main), as text or as JSON objects (log_json.c), and a
+ * per-call-site rate limit: hd_log_rl lets a call site write HD_LOG_RL_BURST (5) lines per
+ * HD_LOG_RL_WINDOW_MS (10 s) per thread, and the first line of a later window reports how many
+ * it suppressed (every line a peer can trigger goes through it). Any thread. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,15 @@
 /* op.c - ops: tagging SQEs with (op pointer, generation), dispatching CQEs to callbacks,
- * cancellation. Runs on the owning shard's thread; owns nothing (ops live in their owners). */
+ * cancellation. Runs on the owning shard's thread; owns nothing (ops live in their owners).
+ *
+ * struct hd_op (16 bytes: callback, 16-bit generation, in-flight count) is embedded in its
+ * owner. hd_op_sqe takes an SQE (submitting first if the SQ is full), writes the tag
+ * pointer | generation << 48 into user_data and counts the op in flight; the caller then preps
+ * the SQE. Dispatch decodes the tag; a completion whose generation no longer matches (the owner
+ * re-initialised the op: hd_op_init takes a shard-wide counter) is counted in cqes_stale and
+ * dropped. A CQE without IORING_CQE_F_MORE ends the op's SQE; multishot ops stay in flight until
+ * then. hd_op_cancel submits ASYNC_CANCEL (ALL) for the tag; the callback then sees -ECANCELED.
+ * Reserved tags (hd_impl.h): 0 (our cancels and MSG_RING source completions), 1 (a wake-up) and
+ * 2 (fault injection's stand-in NOP, fault.c). */
 #include <errno.h>
 #include <string.h>
 

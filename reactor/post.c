@@ -1,10 +1,14 @@
-/* post.c - each shard's inbox for threads that are not shards (hd_runtime_post): a bounded ring
+/* post.c - each shard's inbox for threads that are not shards (hd_runtime_post(rt, shard, fn,
+ * arg): the main thread in on_signal, a test): a bounded ring of HD_POST_INBOX_SIZE (64) slots
  * with many producers serialised by a mutex (posts are rare: reloads, tests) and one consumer,
- * the shard, which drains it every tick without the lock. A producer that publishes wakes a
- * sleeping shard exactly as a bus producer does (bus.c): the seq_cst fence after publishing pairs
- * with the one in the shard between announcing sleep and looking at its inboxes again, and the
- * producer that wins the exchange of `sleeping` writes the shard's eventfd (a foreign thread has
- * no ring to send a MSG_RING from). Producers run on any thread; drain and close on the shard. */
+ * the shard, which drains it every tick without the lock (step 2 of the tick). A full inbox
+ * returns -EAGAIN (nothing queued). A producer that publishes wakes a sleeping shard exactly as
+ * a bus producer does (bus.c): the seq_cst fence after publishing pairs with the one in the shard
+ * between announcing sleep and looking at its inboxes again, and the producer that wins the
+ * exchange of `sleeping` writes the shard's eventfd (a foreign thread has no ring to send a
+ * MSG_RING from). When a shard exits it closes its inbox under the mutex (later posts get
+ * -ESHUTDOWN) and runs what was accepted, before shard_fini: an accepted post runs exactly once.
+ * Producers run on any thread; drain and close on the shard. */
 #include <errno.h>
 
 #include "hd_impl.h"

@@ -1,9 +1,12 @@
-/* ring.c - io_uring set-up for one shard, probing what the kernel offers: SINGLE_ISSUER |
- * DEFER_TASKRUN (6.1+; DEFER_TASKRUN needs SINGLE_ISSUER), else COOP_TASKRUN, else plain (the
- * first three with TASKRUN_FLAG: IORING_SQ_TASKRUN tells a spinning shard that completions wait
- * in the kernel's task work, shard.c); and
- * whether IORING_OP_MSG_RING exists for wake-ups, and the min-wait (IORING_FEAT_MIN_TIMEOUT, 6.12).
- * Runs on the shard's own thread (SINGLE_ISSUER binds the ring to the thread that creates it). */
+/* ring.c - io_uring set-up for one shard, probing what the kernel offers, best first:
+ * SINGLE_ISSUER | DEFER_TASKRUN | SUBMIT_ALL (6.1+; DEFER_TASKRUN needs SINGLE_ISSUER), else
+ * SINGLE_ISSUER | COOP_TASKRUN | SUBMIT_ALL, else COOP_TASKRUN, else plain (all but the last with
+ * TASKRUN_FLAG: IORING_SQ_TASKRUN tells a spinning shard that completions wait in the kernel's
+ * task work, shard.c); whether IORING_OP_MSG_RING exists for wake-ups (io_uring_get_probe_ring);
+ * and the min-wait (IORING_FEAT_MIN_TIMEOUT, 6.12, used on DEFER_TASKRUN rings only:
+ * HD_FEAT_MIN_WAIT). hd_runtime_config.features_disable forces the fallbacks (tests use it for
+ * the eventfd wake-up path). Runs on the shard's own thread (SINGLE_ISSUER binds the ring to the
+ * thread that creates it). */
 #include <errno.h>
 #include <string.h>
 

@@ -1,7 +1,29 @@
 /* runtime.c - the set of shards: allocation, start-up (global hooks, one pinned thread per
  * shard, wait until each ran its init), stop (any thread, async-signal-safe), wait (signals via
  * signalfd on the main thread) and destruction. Runs on the main thread, except hd_runtime_stop.
- * Owns the shards, the bus rings and the eventfds. */
+ * Owns the shards, the bus rings and the eventfds.
+ *
+ * hd_runtime_create allocates every shard struct, every bus ring (N x (N-1)) and one eventfd per
+ * shard up front, so hd_runtime_stop can wake any shard from any thread, a signal handler
+ * included (it only stores an atomic and writes eventfds). It also resolves the module list:
+ * each requirement is placed before its first user, once however many modules need it, with arg
+ * NULL (its defaults) unless the layer is also listed, in which case the listed entry's arg is
+ * used; a listed module otherwise is one more instance (two relays with two configurations); a
+ * cycle or more than HD_MODULES_MAX modules is -EINVAL. Instances are told apart by their place
+ * in the resolved list (hd_runtime_module_index, hd_shard_instance_state; the relay keeps it in
+ * srv_shard.instance and sends it in its bus messages and moves).
+ *
+ * hd_runtime_start runs the modules' global_init in that order, blocks SIGINT/SIGTERM/SIGHUP/
+ * SIGUSR2 when handle_signals is set (the threads inherit the mask), starts one thread per shard
+ * and waits until every shard ran its set-up and shard_init; only then are the shards released
+ * into their loops, so every ring fd exists before any shard can send a wake-up. A shard_init
+ * that fails gives the modules before it on that shard shard_fini in reverse (their state is
+ * cleared: hd_shard_module_state returns NULL); the other shards stop and finish normally, and
+ * start returns the error. hd_runtime_wait polls a "shard exited" eventfd and a signalfd:
+ * SIGINT or SIGTERM stops the runtime (a second one exits at once), SIGHUP and SIGUSR2 go to
+ * the modules' on_signal. hd_runtime_destroy frees rings, pools and bus memory after every
+ * thread was joined; messages still in rings are dropped, and frames they carried go with their
+ * pools' chunks. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>

@@ -1,15 +1,35 @@
 /* shard.c - one shard's thread: set-up, the tick, and the stop sequence.
  *
- * The tick (DESIGN.md), in this order, each stage bounded:
+ * The tick (docs/ARCHITECTURE.md "The tick"), in this order, each stage bounded:
  *   deferred tasks (those queued before the pass) -> bus inboxes (HD_BUS_DRAIN_BUDGET each) ->
- *   posts from other threads (what was in the inbox, <= HD_POST_INBOX_SIZE) -> finished collects ->
- * timers due -> stop phase -> end-of-tick flushes -> frames back to their owners -> bus publish (+
- * wake-ups) -> one io_uring enter that submits everything and waits for a CQE until the next timer
- * (after a bounded spin where work came lately within a sleep's cost) -> CQE dispatch
- * (HD_CQE_BUDGET_MAX). Stop: RUNNING -> STOPPING (modules' shard_stop; apps close what they own;
- * wait for their ops up to stop_grace_ms)
- * -> CANCELLING (cancel every op left, wait up to HD_STOP_CANCEL_MS) -> DONE. The thread owns its
- * struct hd_shard; see runtime.c for start-up and the main thread. */
+ *   posts from other threads (what was in the inbox, <= HD_POST_INBOX_SIZE) -> finished collects
+ *   -> timers due -> stop phase -> end-of-tick flushes -> frames back to their owners -> bus
+ *   publish (+ wake-ups) -> one io_uring enter that submits everything and waits for a CQE until
+ *   the next timer (after a bounded spin where work came lately within a sleep's cost) -> bus
+ *   inboxes again if anything arrived during the wait (a message published before the I/O that
+ *   caused a completion is handled before that completion) -> CQE dispatch (HD_CQE_BATCH at a
+ *   time, HD_CQE_BUDGET_MAX). The clock is read at the start of the tick and again after the
+ *   wait, so timers armed by completion callbacks count from then.
+ *
+ * The wait (docs/ARCHITECTURE.md "The wait policy"): the recent gap is a moving average
+ * (1/HD_SPIN_GAP_WEIGHT) of how long waits lasted until work came, each counted up to
+ * HD_SPIN_GAP_CAP_NS; a shard starts as if idle (no spin until waits were short). The min-wait
+ * is not used when the next timer is due within its window (the kernel would stretch the
+ * timeout to it); a sleep with no timer carries a HD_MIN_WAIT_IDLE_TS_MS timeout (without one
+ * the kernel ends the wait at the window). Wake-ups from other shards (MSG_RING / eventfd CQEs)
+ * count as completions, so under load they too can wait up to the window. How the tick's own
+ * SQEs meet a min-wait (in the same enter while min-waits gather input, else submitted first)
+ * is said at min_wait_enter. Until 2026-12-07 the window was capped at min_wait_us instead of
+ * being sized to gather (it held each packet of a 56-224 Mbit/s client-like load up to 100 us,
+ * +100-150 us on a ping's round trip; issue 25). The number of sleeps is the lever, not how they
+ * are armed (a periodic timer armed once cost as much per wake-up). The thread's timer slack is
+ * HD_TIMER_SLACK_NS, so the kernel does not end a min-wait 50 us late.
+ *
+ * Stop: RUNNING -> STOPPING (modules' shard_stop; apps close what they own; wait for their ops
+ * up to stop_grace_ms) -> CANCELLING (one ASYNC_CANCEL_ANY|ALL per tick until nothing is in
+ * flight, at most HD_STOP_CANCEL_MS) -> DONE (remaining tasks run, shard_fini hooks in reverse,
+ * the thread exits). The thread owns its struct hd_shard; see runtime.c for start-up and the
+ * main thread. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>

@@ -1,9 +1,18 @@
 /* slab.c - fixed-size object pools. A pool belongs to one shard (its thread gets and puts);
- * it owns its chunks: HD_SLAB_CHUNK_SIZE-aligned blocks whose header points back at the pool, so
- * owner checks are one mask. Objects are carved lazily; freed ones go on their chunk's intrusive
- * free list; every HD_SLAB_TRIM_MS the shard frees empty chunks beyond what the pool's peak over
- * that interval needed (plus HD_SLAB_SPARE_CHUNKS), so a pool shrinks after a burst. Growth
- * allocates (start-up, warm-up, a burst); steady state never does. */
+ * it owns its chunks: HD_SLAB_CHUNK_SIZE-aligned (2 MiB) blocks whose header (magic + pool
+ * pointer) points back at the pool, so hd_slab_of / hd_slab_owns are one mask. Objects are carved
+ * lazily with a bump pointer; freed ones go on their chunk's intrusive free list (with the
+ * chunk's in-use count), and gets take from the head of the pool's list of chunks that have
+ * something to give. A pool grows chunk by chunk up to its object cap; a get at the cap returns
+ * NULL and counts exhausted: there is no malloc fallback. Every HD_SLAB_TRIM_MS the shard frees
+ * empty chunks beyond what the pool's peak over that interval needed (plus
+ * HD_SLAB_SPARE_CHUNKS), so a pool shrinks after a burst (an idle shard with such chunks wakes
+ * for it). Growth allocates (start-up, warm-up, a burst); steady state never does. A put checks
+ * in O(1) that the pool owns the object: chunk magic and pool, and that its offset is a whole
+ * carved slot (a multiply by the inverse of the object size's odd part, no division).
+ * Counters: capacity, cap, in use, high water, exhausted, gets, puts, chunks, chunks freed.
+ * Under ASan freed objects are poisoned (hd_poison.h) and, in debug and ASan builds, filled
+ * with 0xdb. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

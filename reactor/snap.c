@@ -1,9 +1,15 @@
-/* snap.c - immutable snapshots shared by every shard (a reloaded config): a refcount embedded in
- * the app's object and a per-shard slot array (struct hd_snap_var). Publishing posts the
- * snapshot to every shard (post.c); each shard, on its own thread, swaps it into its slot and
- * drops its reference to the previous one, so a shard never sees a snapshot change during a
- * callback and the last shard to let go frees the old one. Publish runs on a thread that is not
- * a shard; get and the swap on the shard that owns the slot; unref on any thread. */
+/* snap.c - immutable snapshots shared by every shard (a reloaded config): struct hd_snap (an
+ * atomic refcount and a free function, embedded in the app's object) and struct hd_snap_var (one
+ * cache-line slot per shard holding that shard's current snapshot). The main thread builds a new
+ * object and publishes it: one reference per shard, posted to each (post.c; a full inbox is
+ * retried every millisecond for up to HD_POST_RETRY_MS, and a shard still full keeps its old
+ * snapshot until the next publish, which then says -EAGAIN). Each shard, on its own thread, swaps
+ * it into its slot between callbacks and drops its reference to the previous one, so a shard
+ * never sees a snapshot change during a callback; the last unref (acq_rel) frees it on whichever
+ * thread dropped it. A reader may use what hd_snap_var_get returned until it returns to the
+ * loop; across an asynchronous wait it takes a reference. Posts are FIFO, so the last publish
+ * wins. Publish runs on a thread that is not a shard; get and the swap on the shard that owns
+ * the slot; unref on any thread. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>

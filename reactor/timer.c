@@ -1,10 +1,14 @@
-/* timer.c - the per-shard hierarchical timer wheel: 4 levels x 64 slots, 1 ms resolution.
- * Runs on the owning shard's thread; timers are embedded in their owners (intrusive lists).
+/* timer.c - the per-shard hierarchical timer wheel: 4 levels x 64 slots, 1 ms resolution, 64
+ * bits of occupancy per level. Runs on the owning shard's thread; timers are embedded in their
+ * owners (intrusive doubly-linked lists).
  *
  * A timer sits at the lowest level l where its expiry's level-l slot number is within 64 of the
  * current time's (so the slot is reached before it would alias). Level 0 slots fire; a higher
- * slot is cascaded (its timers re-inserted lower) when time reaches the slot's start. Start,
- * stop and re-arm are O(1); expiry is O(timers due + slots crossed). */
+ * slot is cascaded (its timers re-inserted lower) when time reaches the slot's start; timers
+ * beyond 64^4 ms park in the top level's farthest slot and cascade again. Start, stop and re-arm
+ * are O(1); expiry is O(timers due + slots crossed). The next event (the ring's wait timeout) is
+ * found from the occupancy bitmaps in O(levels), and time jumps straight to it, so an idle shard
+ * with a 60 s keep-alive timer does not walk 60,000 slots. */
 #include <time.h>
 
 #include "hd_impl.h"

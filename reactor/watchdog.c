@@ -1,10 +1,14 @@
-/* watchdog.c - the stall detector: one thread per runtime that samples every shard's beat (the
- * tick count, stored at the start of each tick's work and again after its wait), its sleeping
- * flag and the callback it is running (hd_running, one relaxed store per callback), every
- * stall_ms / HD_STALL_SAMPLES. A shard that is awake with the same beat for stall_ms has stalled
- * inside one stretch of work: the watchdog logs the callback running then (kind and symbol) and,
- * when the shard moves on, how long the stall lasted. It only reads the shards' atomics; its
- * counters are its own (hd_shard_stalls reads them). */
+/* watchdog.c - the stall detector: one thread per runtime (unless stall_ms is HD_STALL_OFF) that
+ * samples every shard's beat (the tick count, stored at the start of each tick's work and again
+ * after its wait), its sleeping flag and the callback it is running (hd_running, one relaxed
+ * store of the function pointer and its kind before every op callback, task, timer, flush and
+ * bus message), every stall_ms / HD_STALL_SAMPLES (default 50 ms / 5). A shard that is awake with
+ * the same beat for stall_ms has stalled inside one stretch of work: the watchdog logs "stall:
+ * shard N busy for X ms in one stretch, running <kind> <function>" (symbol.c names it) and, when
+ * the shard moves on, "stall: shard N went on after about Y ms", and counts it
+ * (hd_shard_stalls, hd_shard_stall_max_ms; hderp-server exports hderp_loop_stalls and
+ * hderp_loop_stall_max_ms per shard). It only reads the shards' atomics; its counters are its
+ * own, and it never touches a shard's data. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
