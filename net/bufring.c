@@ -1,6 +1,7 @@
 /* bufring.c - the shard's provided-buffer ring for multishot recv: NET_BUF_RING_ENTRIES buffers
- * of NET_BUF_SIZE registered with the kernel as group NET_BUF_GROUP. A buffer the kernel filled
- * is ours until we give it back; returns are batched and published once per tick. */
+ * of NET_BUF_SIZE (256 x 16 KiB) registered with the kernel as group NET_BUF_GROUP. A buffer the
+ * kernel filled is ours until we give it back; returns are batched and published once per tick.
+ * An empty ring makes a recv end with -ENOBUFS (conn.c retries after 1 ms). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

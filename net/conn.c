@@ -4,7 +4,27 @@
  * timeouts, and close — which frees the connection only after the kernel returned every op.
  * Runs on the connection's shard. What received bytes go through (codecs, tails, on_data) is in
  * conn_codec.c, sending in conn_send.c, quiet points in conn_quiet.c, accessors in
- * conn_access.c. */
+ * conn_access.c.
+ *
+ * States: CONNECTING (outgoing only: socket + IORING_OP_CONNECT, the write timer bounds it) ->
+ * OPEN -> CLOSING -> CLOSED. A connection owns three ops (recv, send, ctl = connect / shutdown /
+ * close), a flush, an idle timer, a write timer and an absolute deadline
+ * (net_conn_set_deadline); when one of them closes it (reason -ETIMEDOUT), net_conn_closed_by
+ * says which, so an app can tell its own timeouts from the kernel's -ETIMEDOUT
+ * (TCP_USER_TIMEOUT, a failed keepalive). Each transition and the invariants a reader relies on
+ * (no op in flight at free or move, depth balanced, one close, the fd closed once) are
+ * HD_ASSERTs. net_conn_close moves to CLOSING, cancels what is in flight and, once no op of it
+ * is in the kernel, closes the fd through the ring; only after that completion does on_close run
+ * and the struct go back to its pool. Completion handlers raise a depth counter so a connection
+ * is never freed under its own callback. With flush, close first stops reading and sends what is
+ * queued (bounded by the write timeout); a codec with a close hook (TLS) ends its protocol first
+ * (close_notify after the queued bytes). With on_deadline the deadline calls the app first and
+ * then closes with flush (bounded by the write timeout or NET_DEADLINE_FLUSH_MS).
+ *
+ * Receiving: while the app has paused receiving (backpressure, a move in progress), buffers
+ * that still arrive are held on the connection in order, not copied, and replayed on resume; the
+ * peer's end (a recv of 0) that comes while bytes before it are held waits until the replay has
+ * delivered them. An empty buffer ring (-ENOBUFS) retries after 1 ms, never in a loop. */
 #include <errno.h>
 #include <linux/tls.h>
 #include <netinet/tcp.h>

@@ -1,9 +1,14 @@
 /* conn_codec.c - what a connection's received bytes go through on their way to the app: the
  * codec's decode (and a second codec stacked above it by net_conn_switch_codec, such as WebSocket
  * over TLS), on_data, and the tails that keep what each layer left unconsumed (only a partial
- * tail is ever copied). A codec switch inside on_data hands the rest of the bytes to the new
- * codec. Runs on the connection's shard; owns nothing beyond the connection's tails. The recv
- * itself, held buffers and replay are in conn.c. */
+ * tail is ever copied, into a pool frame, and offered again with the next bytes). A codec switch
+ * inside on_data hands the rest of the bytes to the new codec. A connection holds at most two
+ * codecs: a switch on one that already has a codec stacks the new one above it; the upper codec
+ * decodes what the lower one delivers (from a copy in upper_tail), and what it encodes goes to a
+ * middle queue that the lower codec takes as its plaintext. What was queued before the switch
+ * (a 101) goes below the new codec. Both codecs and the middle queue move with a migrating
+ * connection. Runs on the connection's shard; owns nothing beyond the connection's tails. The
+ * recv itself, held buffers and replay are in conn.c. */
 #include <errno.h>
 #include <string.h>
 

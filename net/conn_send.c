@@ -1,7 +1,26 @@
 /* conn_send.c - a connection's sending: queue frames (plaintext for a codec, or wire bytes),
  * flush once per tick as one sendmsg of up to NET_IOV_MAX iovecs with one send in flight per
  * connection (order kept), partial sends, watermarks with hysteresis, the write timeout, and
- * half close. Runs on the connection's shard. */
+ * half close. Runs on the connection's shard.
+ *
+ * net_conn_send queues (frame, offset, length) with a reference (sendq.c: chunks of
+ * NET_SENDQ_CHUNK_ENTRIES from a pool). A codec's plaintext waits in a second queue until the
+ * flush asks the codec to encode it. Crossing send_high_bytes calls on_send_pressure(true),
+ * falling under send_low_bytes calls it with false; past send_max_bytes a send fails with
+ * -ENOBUFS; net_conn_drop_oldest lets an app's policy drop what waits longest.
+ *
+ * Small frames first: net_conn_send_urgent copies a control message (at most NET_URGENT_MAX,
+ * 64 bytes) and inserts it ahead of what the kernel does not have yet, behind the entries of the
+ * send in flight (without one, behind the first entry, which may be the rest of a partial send)
+ * and behind the small entries at the front of the rest (earlier urgent messages keep their
+ * order); on a codec's connection it goes ahead of the plaintext not yet encoded (what a codec
+ * sealed is wire bytes; userspace TLS seals the whole queue at each flush, so there it passes
+ * only what came in the same tick); under a stacked codec (wss) it queues as any other. The
+ * app's entries must be whole messages: it goes between two. So that there is a backlog left to
+ * pass, a send on a backed-up socket (the last sendmsg went in part) covers about what the last
+ * one took (NET_SEND_BACKED_MIN at least) instead of NET_IOV_MAX entries: a send waiting for
+ * room holds its entries, and a Pong queued behind them waited for ~260 KB of packets
+ * (test_net_send_urgent). */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>

@@ -1,12 +1,19 @@
 /* export.c - a live connection as bytes, for another process (an upgrade): the same quiet
  * point as a move between shards (migrate.c: receiving paused, no op in flight), then fd,
- * peer, settings, what is left of the deadline, the codec's state (an opaque blob from the
- * app's save callback), the tails, the bytes received but not offered yet and both send queues
- * (entry by entry) are written into one heap buffer, and the connection lets go of its fd
- * without closing it. net_conn_import rebuilds a connection from fd and bytes, checking every
- * length before it allocates anything (bad bytes: -EPROTO), paused until the app resumes it.
- * Runs on the connection's shard;
- * the blob is the caller's once done has it. Control path: it allocates. */
+ * peer, settings, what is left of the deadline, counters, the codec's state (an opaque blob from
+ * the app's save callback: TLS's record state; a connection with a stacked upper codec,
+ * WebSocket, cannot be exported yet), the app's and the codec's tails, the bytes received but
+ * not offered yet (held buffers and pending frames, in order) and both send queues (entry by
+ * entry; wire bytes already encoded go as they are) are written into one heap buffer, and the
+ * connection is released without on_close and without closing its fd; done(fd, bytes) gets
+ * both. net_conn_import parses the bytes completely first (net_export_parse: magic, version,
+ * every length against its bound and the total; anything else is -EPROTO and the fd stays the
+ * caller's), then builds the connection from its shard's pools, copies the tails, received bytes
+ * and queued entries into pool frames, lets load reinstall the codec and hands it over with
+ * receiving paused, so the app can register it first; net_conn_pause_recv(c, false) then offers
+ * the carried bytes to on_data and receives again. The queued entries go out at that tick's
+ * flush. Runs on the connection's shard; the blob is the caller's once done has it. Control
+ * path: it allocates. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

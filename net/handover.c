@@ -1,7 +1,18 @@
 /* handover.c - handing a process's sockets to its successor: start the program's current binary
  * with one end of a unix socketpair inherited (its number in NET_HANDOVER_ENV), and messages with
  * file descriptors (SCM_RIGHTS) over it, both ways. Blocking calls with a deadline: the control
- * path of an upgrade, on a thread of the caller's (never a shard's). Owns nothing past a call. */
+ * path of an upgrade, on a thread of the caller's (never a shard's). Owns nothing past a call.
+ *
+ * net_handover_spawn(argv) starts the binary /proc/self/exe names now (" (deleted)" cut off:
+ * after a package replaced the file, that path holds the new binary) with posix_spawn, every
+ * signal unblocked and at its default (the runtime's threads block the ones its signalfd reads),
+ * and one end of a SOCK_SEQPACKET socketpair inherited; the successor finds it with
+ * net_handover_inherited, which removes the variable, so its own successor gets a fresh one.
+ * net_handover_send / recv move one message of at most 64 KiB with up to 64 descriptors
+ * (MSG_CMSG_CLOEXEC; a truncated message closes what it carried and is -EPROTO). The app says
+ * what the messages mean. The successor's shards take the sockets with net_listener_adopt and
+ * net_udp_adopt instead of binding; the kernel's accept queue belongs to the shared socket, so
+ * connections waiting in it are accepted by the successor, not refused. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>

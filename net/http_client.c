@@ -1,9 +1,15 @@
-/* http_client.c - one HTTP/1.1 request on an outgoing connection (TCP or unix socket): writes the
- * request, parses the response head with net_http_resp_parse, reads the body by Content-Length,
- * chunked coding (net_http_chunked_decode) or until close, bounded by resp_max (the first resp_max
- * bytes are kept, then -EFBIG), all within timeout_ms. Once the head arrived, done gets it and the
- * body read so far whatever ends the request. Runs on the shard that started it; owns its heap
- * state (control path only, never the data path) until done. */
+/* http_client.c - one HTTP/1.1 request on an outgoing connection (TCP or unix socket:
+ * net_addr_unix): writes the request with net_http_write_req, parses the response head with
+ * net_http_resp_parse, reads the body by Content-Length, chunked coding (net_http_chunked_decode:
+ * chunk data is copied as it arrives, so a chunk may be larger than the connection's reassembly
+ * tail) or until close, bounded by resp_max (the first resp_max bytes are kept, then -EFBIG), all
+ * within timeout_ms (else the whole request fails with -ETIMEDOUT). Once the head arrived, done
+ * gets it and the body read so far whatever ends the request. net does not know TLS: the
+ * on_connect hook lets the app install a codec (tls_conn_start) before the request is queued.
+ * Addresses are numeric; name lookups are the caller's (resolve.c). net_http_client_cancel
+ * abandons a request whose requester went away (its done is then never called). Runs on the
+ * shard that started it; owns its heap state (control path only, never the data path) until
+ * done. */
 #include <ctype.h>
 #include <errno.h>
 #include <stdlib.h>

@@ -2,6 +2,15 @@
  * the same address, and the kernel spreads connections over them) with one multishot accept.
  * EMFILE/ENFILE/ENOMEM/ENOBUFS: the accept ends; it is re-armed after NET_ACCEPT_BACKOFF_MS,
  * never in a loop. Over the shard's connection cap a new socket is closed at once and counted.
+ * net_listener_claim (main thread, before the shards listen): a socket with SO_REUSEADDR and
+ * without SO_REUSEPORT, bound and never listening, which cannot bind where another process
+ * listens ("address in use") and does not stop our own listeners: one process per address.
+ * net_listener_adopt takes a socket another process handed over (handover.c; its type and
+ * listening state are checked). net_listener_stop and net_listener_drain close only this
+ * process's descriptor: what the kernel queued stays for the socket's other holder (a successor),
+ * and drain still serves what the kernel had already accepted for us. net_listener_kick re-arms
+ * the accept at once (io_uring's accepts wait exclusively: a wake-up the kernel gave an accept
+ * that another process then cancelled would leave a connection waiting for the next one).
  * Runs on its shard; owns the socket and the struct (freed once the kernel returned the op). */
 #include <errno.h>
 #include <netinet/tcp.h>

@@ -1,11 +1,15 @@
 /* migrate.c - moving a live connection to another shard (and the quiet point of an export to
- * another process, export.c). The source waits until no op of the
- * connection is in flight, folds buffered bytes into its tails, packs fd, settings, tails, queued
- * sends and codec into one heap package and sends it over the bus; the destination rebuilds the
- * connection from its own pools, lets the app adopt it, replays the buffered bytes and resumes
- * receiving. Frames cross shards by reference (they return to their owner when freed); pool
- * objects (queue chunks, the struct itself) never do. The package is heap memory because it is
- * made on one shard and freed on another. */
+ * another process, export.c). net_conn_migrate pauses receiving; the source waits until no op
+ * of the connection is in flight, copies held buffers into frames, exports the codec's pooled
+ * state (the codec's move_out), packs fd, settings, tails, queued sends and codec into one heap
+ * package and sends it over the bus; the destination rebuilds the connection from its own
+ * pools, imports the codec (move_in), lets the app adopt it, replays the buffered bytes in
+ * arrival order and resumes receiving. The source frees its struct without on_close. Frames
+ * cross shards by reference (they return to their owner when freed); pool objects (queue
+ * chunks, the struct itself) never do. The package is heap memory because it is made on one
+ * shard and freed on another. A connection closed while it waits to move drops the move (its
+ * empty package goes with it); a destination that cannot take the connection (its pool is
+ * full) closes the fd and frees the exported codec state with the codec's move_drop. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,9 @@
 /* proxy.c - the PROXY protocol, v1 (text) and v2 (binary), as HAProxy's proxy-protocol.txt
- * defines it: a strict, bounded parser (pure), CIDR lists for the sources allowed to send a
- * header, and a one-shot codec that reads the header off a fresh connection before any other
- * codec, sets the connection's peer to the client's address, removes itself and hands the rest
- * of the bytes to whatever the app installed next. Apps call it on the accepting shard. */
+ * defines it: a strict, bounded parser (pure; v2's TLVs must tile their space and a CRC32C TLV
+ * must match), CIDR lists for the sources allowed to send a header, and a one-shot codec that
+ * reads the header off a fresh connection before any other codec, sets the connection's peer to
+ * the client's address (net_conn_set_peer), removes itself and hands the rest of the bytes to
+ * whatever the app installed next. Apps call it on the accepting shard. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>

@@ -1,7 +1,9 @@
 /* shard.c - the socket layer's per-shard state: connection, send-queue and send-context pools
- * and the provided-buffer ring (or the plain-recv fallback when the kernel has no buffer rings).
- * net_module: the runtime creates it on each shard's thread before the modules that require net,
- * and destroys it after them (also when a later module's shard_init fails). */
+ * and the provided-buffer ring (or the plain-recv fallback when the kernel has no buffer rings);
+ * net_shard_close_all. net_module (arg: struct net_shard_options *, e.g. rx_tail_max, the
+ * default reassembly tail of 64 KiB): the runtime creates it on each shard's thread before the
+ * modules that require net, and destroys it after them (also when a later module's shard_init
+ * fails). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -4,11 +4,16 @@
  * one by one in the tick they arrived and returned to the ring right after; every datagram of a
  * burst comes in one tick without a submission each. Without a ring: one recvmsg in flight into
  * the socket's own datagram buffer, re-armed after each datagram. Sends copy the datagram into
- * one of a fixed set of send slots and wait for the end of the tick; then a run of datagrams to
- * one address with one size goes as one sendmsg with UDP_SEGMENT (GSO: the kernel cuts it),
- * the others as one sendmsg each, in the order queued (batched by the ring, submitted with the
- * tick). Runs on the socket's shard; owns the socket and its buffers, freed once the kernel
- * returned every op. */
+ * one of NET_UDP_SLOTS send slots (a received burst can be forwarded whole) and wait for the end
+ * of the tick; then a run of datagrams to one address with one size goes as one sendmsg with
+ * UDP_SEGMENT (GSO: the kernel cuts it; off for the socket after the kernel refused one), the
+ * others as one sendmsg each, in the order queued (batched by the ring, submitted with the
+ * tick). net_udp_adopt takes a socket handed over by another process. net_udp_claim (main
+ * thread, before the shards bind a fixed port) tries throw-away binds (no flag, SO_REUSEPORT
+ * alone, SO_REUSEADDR alone): a port where another process's reuseport group (whose datagrams
+ * ours would split) or a socket that shares with nobody is bound is -EADDRINUSE; sockets with
+ * SO_REUSEADDR alone (a port hold) are bound beside; nothing stays held. Runs on the socket's
+ * shard; owns the socket and its buffers, freed once the kernel returned every op. */
 #include <errno.h>
 #include <netinet/udp.h>
 #include <stdlib.h>

@@ -1,9 +1,18 @@
-/* ws.c - the WebSocket codec (net_ws.h): decode turns the peer's binary messages into the app's
- * byte stream and answers pings and closes; encode wraps each queued plaintext entry in a
- * binary message (a server's payload goes out by reference behind a small header frame; a
- * client masks a copy, in messages of at most NET_WS_CLIENT_CHUNK bytes). Runs on the
- * connection's shard. Owns: struct net_ws, which lives in one pool frame (so it moves with a
- * migrating connection as it is, and any shard may free it) until the codec is released. */
+/* ws.c - the WebSocket codec (net_ws.h, net_ws_start): decode turns the peer's binary messages
+ * into the app's byte stream (boundaries mean nothing: one app frame may span messages, a
+ * message may hold many) and answers pings and closes; encode wraps each queued plaintext entry
+ * in binary messages of at most 16 KiB (a server sends a 2-10 byte header frame and the payload
+ * by reference for each: Tailscale's WebSocket client refuses a message over 32 KiB; a client
+ * masks a copy with a fresh random key, in messages of at most NET_WS_CLIENT_CHUNK bytes). The
+ * decoder (ws_frame.c) is streaming and unmasks in place. A ping is answered with a pong, a close
+ * is echoed and closes the connection after the flush; a text message (1003), a message over
+ * NET_WS_MESSAGE_MAX (1009, refused from the header), an unmasked client frame, RSV bits (no
+ * extension is ever negotiated: no permessage-deflate), reserved opcodes or bad fragmentation
+ * (1002) are answered with a close frame and one log line. net_ws_close sends our own close: a
+ * server closes after the flush, a client waits up to NET_WS_CLOSE_WAIT_MS for the server's
+ * close first (RFC 6455 section 7.1.1). Runs on the connection's shard. Owns: struct net_ws,
+ * which lives in one pool frame (so it moves with a migrating connection as it is, and any shard
+ * may free it) until the codec is released. */
 #include <errno.h>
 #include <string.h>
 
