@@ -1,8 +1,10 @@
 /* tls_ctx.c - TLS contexts: a server SSL_CTX from PEM files or a self-signed ECDSA P-256
- * certificate made at start (dev mode), a client SSL_CTX verifying against a CA file (or
- * explicitly not at all), the keylog callback that hands traffic secrets to the record layer,
- * and the once-per-process kTLS probe. Contexts are made on the main thread at start-up and
- * only read afterwards (SSL_new from any shard is safe on a const SSL_CTX). */
+ * certificate made at start (dev mode; tls_self_signed_write also writes one out as PEM files),
+ * a client SSL_CTX verifying against a CA file, the system roots (tls_roots.c) or explicitly not
+ * at all, the keylog callback that hands traffic secrets to the record layer, and the
+ * once-per-process kTLS probe (the kernel's tls ULP). Session tickets are off. Contexts are made
+ * on the main thread at start-up and only read afterwards (SSL_new from any shard is safe on a
+ * const SSL_CTX). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -6,9 +6,13 @@
  * secrets (keylog callback) and sequence numbers key the userspace record layer; for kTLS the
  * connection is then quiesced (our last flight sent, receiving stopped), the bytes that came
  * meanwhile are counted as records (a partial one completed), and the kernel gets both keys at
- * the sequence numbers after them (tls_switch_step). Then the SSL object is freed. Also the
- * per-shard pools, cap and counters. Runs on the connection's shard. Owns: each connection's
- * struct tls_handshake (and its SSL) until the switch. */
+ * the sequence numbers after them (tls_switch_step). Then the SSL object is freed. The mode is
+ * logged per connection and counted per shard (conns_userspace, conns_ktls). TLS 1.3 only
+ * (docs/ARCHITECTURE.md says why): a client that offers only TLS 1.2 or older gets BoringSSL's
+ * protocol_version alert (Python and OpenSSL print "tlsv1 alert protocol version"), and the
+ * server logs at INFO that it refused it. Also the per-shard pools, cap on concurrent
+ * handshakes (tls_module) and counters. Runs on the connection's shard. Owns: each
+ * connection's struct tls_handshake (and its SSL) until the switch. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>

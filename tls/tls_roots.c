@@ -1,11 +1,15 @@
-/* tls_roots.c - the system's root certificates for a verifying client context, found the way
- * Go's crypto/x509 finds them on Linux (what Go programs trust): the first bundle file that can be
- * read, from SSL_CERT_FILE if it is set (it replaces the default list) or else from the
- * distributions' usual paths; then every file of every certificate directory, from SSL_CERT_DIR
- * if it is set (colon-separated; it replaces the default list) or else /etc/ssl/certs and
- * /etc/pki/tls/certs. Directory entries that are symlinks to a name in the same directory (the
- * OpenSSL hash links) are skipped, as Go does; other files are read whole, and every
- * CERTIFICATE block in them is added (blocks that do not parse are skipped). Main thread. */
+/* tls_roots.c - the system's root certificates for a verifying client context (system_roots),
+ * found the way Go's crypto/x509 finds them on Linux (what Go programs, derper included, trust),
+ * read once at start: the first bundle file that can be read, from SSL_CERT_FILE if it is set
+ * (it replaces the default list) or else from the distributions' usual paths
+ * (/etc/ssl/certs/ca-certificates.crt and the others); then every file of every certificate
+ * directory, from SSL_CERT_DIR if it is set (colon-separated; it replaces the default list) or
+ * else /etc/ssl/certs and /etc/pki/tls/certs. Directory entries that are symlinks to a name in
+ * the same directory (the OpenSSL hash links) are skipped, as Go does; other files are read
+ * whole, and every CERTIFICATE block in them is added (blocks that do not parse are skipped).
+ * Finding nothing is a logged warning, and every handshake then fails. Connections on such a
+ * context must name the server (tls_conn_start refuses without server_name), and the
+ * certificate must match that name. Main thread. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>

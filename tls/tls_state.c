@@ -3,8 +3,40 @@
  * sequence numbers, the flags, and in kTLS mode the kernel's record sequence numbers, read back
  * with getsockopt(SOL_TLS) and checked again on the other side. Runs on the connection's shard;
  * owns nothing beyond the stack (secrets on it are wiped), and the pooled struct tls_conn that
- * a load installs as the codec's state. The format is in docs/ARCHITECTURE.md ("Saved record
- * state"). */
+ * a load installs as the codec's state. docs/ARCHITECTURE.md ("Saved record state").
+ *
+ * The format: at most TLS_CONN_STATE_MAX (1024) bytes; version 1, integers big-endian, 120
+ * bytes for the SHA-256 suites and 152 for AES-256-GCM-SHA384.
+ *   offset  bytes  field
+ *   0       4      magic "HDTS"
+ *   4       1      version (1)
+ *   5       1      mode: 1 userspace records, 2 kTLS
+ *   6       1      flags: 1 server, 2 close_notify received, 4 ktls_disable, 8 record_per_frame
+ *   7       1      secret length L (Hash.length of the suite: 32 or 48)
+ *   8       2      suite (0x1301, 0x1302, 0x1303)
+ *   10      2      reserved, 0
+ *   12      4      kTLS: records received before the switch still to be opened here
+ *   16      8      next receive sequence number of the userspace record state
+ *   24      8      next send sequence number of the userspace record state
+ *   32      8      kTLS: the kernel's RX record sequence number (getsockopt TLS_RX), else 0
+ *   40      8      kTLS: the kernel's TX record sequence number (getsockopt TLS_TX), else 0
+ *   48      L      receive traffic secret (current: after any KeyUpdates)
+ *   48+L    L      send traffic secret
+ *   48+2L   8      the first 8 bytes of SHA-256 over everything before
+ * Secrets, not keys: the key and IV follow from them (RFC 8446 §7.3) and so do the next ones
+ * (KeyUpdate). A load checks everything before it installs anything (magic, version, suite and
+ * L, the exact length, reserved bits and unknown flags, no sequence number at 2^64 - 1, the
+ * check bytes; -EPROTO otherwise), then re-keys both EVP_AEAD_CTX from the secrets. In kTLS mode
+ * the keys stay in the kernel with the socket: save reads TLS_TX / TLS_RX back and compares them
+ * with what the secrets give (a different key is -EPROTO), load reads them again and wants the
+ * same keys at the same sequence numbers, then installs the kTLS codec and a quiet round turns
+ * receiving into record-typed reads. A save needs the handshake done, no KeyUpdate, switch or
+ * close under way and no plaintext held unsealed (-EBUSY); the caller has stopped the
+ * connection's reads and sends first, and closes it without flushing after. The raw bytes net
+ * holds unconsumed (a partially received record), the app's tail and the send queues are not in
+ * the state: the hand-over carries them as net's, and net_conn_kept_restore puts the raw ones in
+ * front of the new connection's input once the state is loaded, so the partial record completes
+ * there. */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
