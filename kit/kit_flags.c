@@ -1,6 +1,7 @@
 /* kit_flags.c - a table-driven command-line parser: each flag is one row (name, type, where the
  * value goes, range, help), so a program's flags, their checks and its usage text are one
- * table. Go-style single-dash flags, double dashes accepted too. Main thread. */
+ * table. Go-style single-dash flags, double dashes accepted too. kit_duration_parse reads Go's
+ * durations ("1m30s"), the one syntax every program on the framework takes. Main thread. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdarg.h>

@@ -1,7 +1,8 @@
-/* kit_portfile.c - the port file: the addresses a program listens on, written once it listens,
- * so whoever started it on port 0 (a test, a supervisor, a benchmark harness) reads the ports
- * back instead of guessing a free one beforehand. Main thread, after hd_runtime_start; owns
- * nothing past the call. */
+/* kit_portfile.c - the port file (kit_port_file_write): the addresses a program listens on, one
+ * "NAME ADDRESS" line each, written whole through a rename once it listens, so whoever started
+ * it on port 0 (a test, a supervisor, a benchmark harness) reads the ports back instead of
+ * guessing a free one beforehand. Main thread, after hd_runtime_start; owns nothing past the
+ * call. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
