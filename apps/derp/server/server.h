@@ -1,12 +1,14 @@
 /* server.h - hderp-server's private structures (the .c files of apps/derp/server only).
  *
  * Where things live: a client connection is accepted on any shard, speaks HTTP there, and after
- * the DERP handshake moves (net_conn_migrate) to the shard that owns its key,
- * srv_owner(key) = hash(key) % shards. Each shard's peer table is authoritative for the keys it
- * owns, so routing a packet is one hash: local delivery, or one bus message to the owner. A
- * client that keeps sending to one peer may then move to that peer's shard as a guest, the
- * owner's entry pointing there (server_place.c). Per-client state is heap memory because it is
- * born on the accepting shard and dies on another. */
+ * the DERP handshake moves (net_conn_migrate) to the shard that owns its key, srv_owner(key):
+ * the high 32 bits of the key's keyed SipHash (server_hash.h) modulo shards, its low bits the
+ * peer-table slot. Each shard's peer table is authoritative for the keys it owns (no shared
+ * table, no locks), so routing a packet is one hash: local delivery, or one bus message to the
+ * owner. A client that keeps sending to one peer may then move to that peer's shard as a guest,
+ * the owner's entry pointing there (server_place.c). Per-client state is heap memory because it
+ * is born on the accepting shard and dies on another. The relay core tells the layers above it
+ * what happens through struct srv_relay_hooks (cfg->hooks, server_hooks.c). */
 #ifndef SERVER_H
 #define SERVER_H
 

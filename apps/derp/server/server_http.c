@@ -2,7 +2,24 @@
  * (spec §1.3) and derper's small endpoints (§8): /derp/probe, /derp/latency-check,
  * /generate_204, /robots.txt, /debug/varz and /debug/keys (loopback only) and the home page. The
  * connection's app pointer is the shard's srv_shard: an HTTP connection owns no memory of its own.
- */
+ * The accept: -accept-connection-limit takes a token from this shard's bucket (rate and burst
+ * divided by the shard count, so accepting shares no state; over it the connection is closed at
+ * once, accepts_rate_limited, and the accept loop goes on), then the pre-login caps
+ * (admit/server_prelogin.c). --http-deadline (30 s) runs from accept for the TLS handshake and
+ * the request head, and again for each kept-alive request (an absolute deadline, not restarted
+ * by bytes). /derp with Upgrade: DERP answers the exact 101 (nothing for fast start) and the
+ * ServerKey frame in one write; the bytes after the request head stay in the connection and are
+ * the DERP stream. Upgrade: websocket with a Sec-WebSocket-Protocol containing derp is the
+ * WebSocket carrier (spec §1.5): the RFC 6455 101 (Sec-WebSocket-Protocol: derp; without a derp
+ * token in the offer the 101 has none and a 1008 close follows, as derper does), then the
+ * WebSocket codec (above TLS on a TLS port) and the same DERP connection as a fast-start one
+ * (ServerKey first, no Derp headers, Ideal-Node ignored), counted in derp_websocket_accepts;
+ * Upgrade: websocket without derp stays raw DERP. In TLS mode -http-port (port 80) is a second
+ * plain listener per shard (spec §1.1: /generate_204 and /debug as on the main port, ACME's
+ * http-01 answers, other GET/HEAD redirected to https, anything else refused). TLS starts here
+ * (srv_http_tls_start): a first record that reads like a plain HTTP request gets Go's 400 in
+ * clear text (reply_plain_http), and with a DNS -hostname in manual mode a handshake with
+ * another (or no) SNI is refused once it is done (check_sni), as derper does. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,6 +1,18 @@
 /* server_main.c - hderp-server's main: flags (server_flags.c) into a configuration
  * (server_setup.c), a runtime with the relay module (server_module.c) on every shard, the start
- * line, and the wait for SIGINT/SIGTERM (SIGHUP reloads). Main thread. */
+ * line, and the wait for SIGINT/SIGTERM (SIGHUP reloads). Main thread.
+ * Before the shards start, main claims -a (and -http-port) with net_listener_claim, so a port
+ * another process listens on is refused with "address in use", as derper; a fixed -stun-port
+ * is checked with net_udp_claim (another server's reuseport group, or a socket that shares with
+ * nobody, is refused the same way; port holds are bound beside; another user's hderp-server
+ * shares through SO_REUSEADDR and is not told from a hold; nothing stays held). -stun-port -1
+ * is no STUN (as derper, and the DERP map's STUNPort -1). Port 0 (-a, -http-port, -stun-port)
+ * is held with kit_port_hold instead, and the port the kernel picked goes into the
+ * configuration, so every shard binds the same one (the UDP hold is closed once the shards bound
+ * it, as it would get a share of the datagrams). Once hd_runtime_start returned (every shard
+ * listens), --port-file is written with kit_port_file_write; a failure to write it stops the
+ * server (exit 1). In an upgrade's successor, main takes the handed-over sockets and claims
+ * instead (upgrade/server_upgrade.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

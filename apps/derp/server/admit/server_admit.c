@@ -1,11 +1,18 @@
 /* server_admit.c - admission control (spec §5): -verify-clients (its request is in
- * server_admit_local.c), then -verify-client-url; both must pass. After ClientInfo a regular
- * client (mesh peers skip this) waits in SRV_CLIENT_ADMITTING, its reading paused, while the
- * shard asks tailscaled and/or POSTs {"NodePublic","Source"} to the controller (net_http_client,
- * 5 s each; https verified against the system roots); the answers continue the login
- * (srv_client_admitted) or close the connection with one log line. The URL is parsed and its
- * host resolved once on the main thread (srv_admit_configure). Runs on the client's accepting
- * shard; owns the pending request (cancelled if the client goes first). */
+ * server_admit_local.c), then -verify-client-url; both must pass (--allow-keys, a snapshot
+ * lookup, comes before both: server_allow.c). After ClientInfo a regular client (mesh peers
+ * skip this) waits in SRV_CLIENT_ADMITTING, its reading paused, while the shard asks tailscaled
+ * and/or POSTs {"NodePublic","Source"} to the controller (net_http_client, 5 s each); the
+ * answers continue the login (srv_client_admitted) or close the connection with one log line;
+ * other connections on the shard are not held up. The URL is parsed and its host resolved once
+ * on the main thread (srv_admit_configure); an https URL gets a client TLS context on the system
+ * roots there (tls_roots.c: SSL_CERT_FILE / SSL_CERT_DIR as Go reads them), and the HTTP
+ * client's on_connect starts TLS for the URL's host; a certificate that does not verify is a
+ * transport error (fail-open rules). An answer that arrived (the HTTP client reports one
+ * whenever a valid status line came, with the body read so far, even when its head or body is
+ * then refused, over 4 KiB or cut short) is judged as derper judges it (srv_admit_judge), never
+ * taken as "unreachable" (DERP-PROTOCOL.md §5). Runs on the client's accepting shard; owns the
+ * pending request (cancelled if the client goes first). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>

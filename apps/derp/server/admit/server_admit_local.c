@@ -4,7 +4,9 @@
  * Tailscale-Cap) with net_http_client, never blocking: 200 with a JSON object admits, 404 is
  * "not found in local tailscaled", anything else (another status, bad JSON, a body over
  * SRV_ADMIT_LOCAL_BODY_MAX or ended early, tailscaled not running) refuses, as derper does; there
- * is no fail-open for this check. The reasons are derper's. The answer goes to srv_admit_local_done
+ * is no fail-open for this check: an absent tailscaled refuses every client, and start-up warns
+ * when the socket is not there. The request is bounded by 5 s (derper bounds only the URL's).
+ * The reasons are derper's. The answer goes to srv_admit_local_done
  * (server_admit.c), which runs the -verify-client-url check next when it is on. Runs on the
  * client's accepting shard. */
 #define _GNU_SOURCE /* memmem */

@@ -2,11 +2,14 @@
  *   - a per-shard cache of the controller's answers by key (-verify-cache-ttl): an allow is
  *     kept for the TTL, a refusal for a quarter of it, so a key revoked at the controller is
  *     refused again soon; direct-mapped, SRV_ADMIT_CACHE_SLOTS entries a shard (bounded; a
- *     collision replaces), only definite answers (transport errors are not cached);
+ *     collision replaces; 4,096, allocated at the first answer), only definite answers
+ *     (transport errors are not cached);
  *   - re-checks of admitted keys (-verify-recheck-interval): each regular connection asks the
  *     controller again about once per interval, the first time at a random point of it and
  *     never more than SRV_RECHECK_INFLIGHT_MAX requests at once per shard (the others wait a
- *     random short while), so a restart's thousands of logins do not come back as a burst. A
+ *     random short while, 1-2 s), so a restart's thousands of logins do not come back as a
+ *     burst. The timer starts once the connection is active on its owner shard; a re-check
+ *     reuses the login's request slot (cl->admit, cancelled if the client leaves). A
  *     refusal closes the connection (counted: admit_revoked); a controller that cannot be
  *     reached changes nothing (fail-open or not: nobody is closed for the controller's outage).
  * Runs on the client's shard: the cache on the admitting shard, re-checks on the owner shard. */

@@ -4,7 +4,9 @@
  * list stays); each load builds an immutable sorted array of keys in a struct hd_snap, published
  * to every shard (hd_snap_var_publish), which swaps it in between callbacks. The check runs on
  * the client's accepting shard right after ClientInfo, before -verify-client-url: a key that is
- * not listed never costs a controller request. Owns the snapshots (freed by their last shard). */
+ * not listed never costs a controller request; the lookup is a binary search, and a refusal is
+ * counted (hderp_allowlist_refused). The key-list loader is shared with --account-keys. Owns the
+ * snapshots (freed by their last shard). */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>

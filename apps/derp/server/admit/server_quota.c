@@ -5,7 +5,17 @@
  * rest on the connection's shard: at activation a listed key gets an entry in its shard's usage
  * table (kept over reconnects; bounded by the list's size), and each packet it sends is counted
  * there and dropped once it would go over a budget (counted per reason). A key with connections
- * on two shards has a budget on each. Keys added by a reload apply from their next login. */
+ * on two shards has a budget on each. Keys added by a reload apply from their next login.
+ * The "Keys" are parsed with the rest of the file into a sorted array that the rate snapshot
+ * owns (freed with it), so a reload swaps limits, rates and budgets together. A listed key
+ * (binary search at activation) gets a slot in its shard's usage table (open addressing,
+ * SRV_QUOTA_SLOTS for at most SRV_QUOTA_KEYS_MAX keys, allocated at the first listed key; never
+ * emptied, so usage survives reconnects) and the connection keeps its index (cl->quota). For
+ * such a connection only, each packet looks the key's budgets up in the current snapshot, resets
+ * the day or month when the UTC date moved (the wall clock read at most every
+ * SRV_QUOTA_CLOCK_MS per shard) and drops a packet that would go over (quota_dropped[reason])
+ * before the frame is taken from the pool; other connections pay one test of cl->quota. The
+ * limiter (srv_rate_take) uses the key's own rate and burst when it has them. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

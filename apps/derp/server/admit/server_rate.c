@@ -7,7 +7,13 @@
  * from the bytes net kept, in order. Mesh peers are exempt; N = 0 turns the limit off.
  * SIGHUP reads the file again (main thread): a good one becomes a new immutable snapshot that
  * every shard swaps in (hd_snap_var), so existing connections use it from their next frame (a
- * waiting one within SRV_RATE_WAIT_MAX_MS); a bad one is logged and the old limit stays. */
+ * waiting one within SRV_RATE_WAIT_MAX_MS, 1 s, after which it looks again); a bad one is logged
+ * and the old limit stays. A bucket is a struct hd_tbucket (16 bytes, filled at activation). A
+ * waiting connection holds at most the frame's header and the rest of one read unconsumed (the
+ * header is metered before the payload is there), plus the buffers net holds meanwhile; the
+ * kernel's socket buffers fill and TCP slows the sender; other connections on the shard are
+ * not affected. rate_limit_per_client_waited counts frames that had to wait, with the two
+ * config gauges, only when a file is set. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

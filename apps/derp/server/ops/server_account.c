@@ -9,7 +9,16 @@
  * smallest entry and inherits its count as its error, so an entry's count is an upper bound
  * and count - error a lower one. Reads (/debug/varz, /debug/keys) copy every shard's tables
  * with hd_collect and merge them here (server_account_out.c formats). Everything runs on the
- * connection's own shard: state follows the connection, not srv_owner(key). */
+ * connection's own shard: state follows the connection, not srv_owner(key): attached at settle
+ * and detached at unsettle, so a client placed on its peer's shard feeds the old shard's tables
+ * what it counted there and goes on in the new one's; a key seen on two shards has an entry on
+ * each, summed on read. A feed is one scan of each sketch (~2 x 128 compares per 256 KiB
+ * relayed). Keys named in -account-keys (a sorted snapshot like --allow-keys', checked at
+ * activation) also get an exact entry in the shard's open-addressing table (SRV_ACCT_SLOTS,
+ * allocated at the first named key; at most SRV_ACCT_KEYS_MAX keys, further ones counted in
+ * hderp_account_named_full), which the connection indexes (cl->tally.named); the entry counts
+ * its live connections and keeps its counters for --account-window (10 minutes) after the last
+ * one closes, so a reconnect continues them. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

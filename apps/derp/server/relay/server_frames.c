@@ -21,6 +21,11 @@
  * this is a few loads and compares (the classes' live counters are found once, at start) and
  * two increments, and two decrements at the release. Accounts come from a per-shard slab (no
  * malloc on the data path); a closed client's account lives on until its last frame returns.
+ * Refusals are counted as hderp_frames_refused{why=share,addr,reserve}; a control frame
+ * (KeepAlive, Pong, ServerInfo, PeerGone to a correspondent) that finds no frame at all is
+ * skipped and counted (hderp_ctl_dropped), never a reason to close the client. A client's net
+ * queue also pauses at SRV_NET_HIGH_FRAMES (send_high_frames), since small packets hold a whole
+ * 2 KiB frame each. --frame-pool-mib (256) sets the pools' memory per shard (srv_frame_classes).
  * Runs on the client's (owner) shard. */
 #include <errno.h>
 

@@ -1,10 +1,22 @@
-/* server_mesh.c - the region's mesh (spec §7): -mesh-with parsed as derper does, and for each
- * other node an outbound DERP client (this server's own key + the mesh key, WatchConns) that
- * lives on shard id % shards and redials every 5 s. Its PeerPresent/PeerGone stream becomes
- * "key K reachable via node id" on K's owner shard (server_peers.c); a packet for a key only the
- * mesh has comes here from the owner shard and leaves once as ForwardPacket on the node's link.
- * Configuration runs on the main thread at start-up (syntax only); a named node is looked up at
- * each dial (net_resolve, off the shard) and its addresses tried in turn; the rest runs on the
+/* server_mesh.c - the region's mesh (spec §7): -mesh-with parsed as derper does (each entry a
+ * node id with its Host header, TLS name and dial host), and for each other node an outbound
+ * DERP client (this server's own key + the mesh key, WatchConns) that lives on shard
+ * id % shards for its whole life, so everything it reports travels one bus in order, and
+ * redials every 5 s after a failed or lost link. A link whose ServerKey is our own key is this
+ * server: dropped for good. Its PeerPresent/PeerGone stream becomes "key K reachable via node
+ * id" on K's owner shard (server_peers.c); an update that cannot be handed to the owner (bus
+ * full, frame pool empty) closes the link, whose redial replays the node's whole snapshot, so no
+ * route stays missing or stale. A packet for a key only the mesh has comes here from the owner
+ * shard and leaves once as ForwardPacket(src, dst, packet) on the node's link
+ * (packets_forwarded_out; a link that is down or over its send cap drops it,
+ * mesh_forward_dropped). A receiving node reads it on the inbound mesh connection
+ * (packets_forwarded_in) and routes it with forwarded set: delivered locally or dropped as
+ * unknown_dest_on_fwd, never forwarded again; for a disco packet it answers NotHere to the
+ * sending node (on its link's connection), which makes it forget the route. Logins with the mesh
+ * key are capped per shard (--mesh-conns-max: a region is a handful of nodes). Configuration runs
+ * on the main thread at start-up (syntax only); a named node is looked up at each dial
+ * (net_resolve_start, off the shard) and its addresses tried in turn before the next lookup, as
+ * Go's dialer does (a name that does not resolve only delays that link); the rest runs on the
  * links' shards. */
 #include <errno.h>
 #include <stdio.h>

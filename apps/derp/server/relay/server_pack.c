@@ -1,12 +1,26 @@
-/* server_pack.c - packing: while the whole relay is lightly loaded, pairs gather on shard 0 so
- * that the other loops sleep (at a light load a sleep and a wake-up per packet are most of a
- * packet's cost, and one loop finds more packets per wake-up than two); while shard 0 is busy
- * and another shard is not, pairs spread out again. It decides on the sender's shard, at each
- * run of SRV_PLACE_PACKETS packets a client sent to a peer on the same shard, and moves one
- * side of the pair there: the side the placement rule keeps still (srv_place_note), so that the
- * other one follows it by that rule and no two moves cross. It reads every shard's busy
- * fraction (hd_shard_busy_ppm) and keeps a per-shard move budget; the moves themselves are
- * placement's (server_place.c). docs/ARCHITECTURE.md, "Placement policy". */
+/* server_pack.c - packing (on by default; --pack=false): while the whole relay is lightly
+ * loaded, pairs gather on shard 0 so that the other loops sleep (at a light load a loop sleeps
+ * and is woken for nearly every packet, and that wake-up is most of a packet's cost; with two
+ * shards each loop has half the packets, so fewer per wake-up); while shard 0 is busy and
+ * another shard is not, pairs spread out again. It decides on the sender's shard, at each run of
+ * SRV_PLACE_PACKETS packets a client sent to a peer on the same shard, and moves one side of the
+ * pair: the side the placement rule keeps still (srv_place_note: of a pair that talks both ways
+ * the larger key, else the receiver), so that the other one follows it by that rule (its packets
+ * now cross the bus, and after its next run placement moves it to where its peer lives) and no
+ * two moves cross. The moves themselves are placement's (server_place.c). docs/ARCHITECTURE.md,
+ * "Placement policy".
+ *
+ * Busy fractions: the reactor publishes each shard's (hd_shard_busy_ppm: its thread's CPU time
+ * over the last HD_BUSY_INTERVAL_MS, 1 s; 0 for a shard that slept through two). Packing: on a
+ * shard other than 0, when all shards add up to less than --pack-low (default 60 % of one core)
+ * with shard 0 below it too, the side moves to shard 0. Spreading, the mirror: on shard 0, while
+ * shard 0 is at --pack-high (default 80 %) or more and another shard is below --pack-low, the
+ * side moves to the least busy shard (spreading wins when the marks overlap). A side that
+ * packing or spreading moved is not moved by them again for SRV_PACK_HOLD_MS (3 s; following is
+ * not held back), and each shard decides at most SRV_PACK_MOVES_MAX (16) moves a second, so
+ * nothing oscillates faster than the busy figures change. Counters: hderp_placement_packs,
+ * _spreads, _returns (guests that asked to go home); gauges per shard: hderp_placement_guests,
+ * hderp_loop_busy_ppm. */
 #include <string.h>
 
 #include "server.h"

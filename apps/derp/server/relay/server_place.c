@@ -8,7 +8,66 @@
  * calls the guest home (dups live on the owner). With packing (server_pack.c) a guest may also
  * go home on its own, to follow its peer there: it asks the owner, who holds its packets from
  * then on and calls it home as a duplicate would. Runs on the shards involved; they talk only
- * over bus events. docs/ARCHITECTURE.md, "Placement policy". */
+ * over bus events. docs/ARCHITECTURE.md, "Placement policy".
+ *
+ * - When. On the sender's shard, each SendPacket that srv_route put on the bus counts towards a run
+ *   of packets to that destination key (a different key restarts the run). After SRV_PLACE_PACKETS
+ *   (64) in a row the client moves to the destination's owner shard if it is movable: active, at
+ *   home, the key's only connection, not a mesh peer or watcher, nothing queued or rate-paused,
+ *   --placement on. Of a pair that talks both ways only one side moves: the one whose peer never
+ *   sent to it, else the smaller key (each side decides alone, and both decide the same way). The
+ *   destination is where the peer lives now: for a key the sender's shard owns, the shard its
+ *   guest_at names (with packing, packets to such a guest cross the bus too, and count); else the
+ *   peer's owner. Without packing a guest never moves again, so a connection moves at most once
+ *   (and home once per duplicate).
+ * - Where things are. The owner's table keeps the key; its entry says guest_at (the shard + 1) and
+ *   still counts the connection in clients_count, but has no local active. The guest's shard holds
+ *   the connection in its own guests table. Routing on any shard: owned keys as before; else its
+ *   guests (srv_place_guest, skipped while it has none); else a bus message to the owner, which for
+ *   a guest key hands the frame on to the guest shard (SRV_ROUTE_TO_GUEST; a third shard's packets
+ *   take two hops). Local always wins: a connection of the key on the owner itself (a duplicate) is
+ *   delivered to first.
+ * - The move. On the owner the connection leaves the table (writer, keep-alive and re-check timers,
+ *   rate bucket, frame account, gauges and its PeerGone subscriptions come off this shard; the new
+ *   shard starts them afresh) and net_conn_migrate carries it. While it travels the owner holds its
+ *   packets (at most SRV_PLACE_HELD_MAX, 256; more drop as a full queue). On arrival the guest
+ *   shard takes it into guests, re-subscribes its sources in its own index and tells the owner
+ *   (guest_here), which sends the held packets on in order and then guest_settled, behind them on
+ *   the same bus ring. Until that arrives the guest entry is *settling*: what the guest shard's own
+ *   senders send the guest waits in the entry (srv_place_guest_enqueue, at most SRV_PLACE_HELD_MAX;
+ *   a full one lets them go, in order), because their packets from before the arrival went by the
+ *   owner and are among the held ones; delivered at once they would overtake them. A settling guest
+ *   that leaves (home, or closed) sends what waited to the owner like any packet for the key.
+ * - Leaving. A guest that closes leaves guests and tells the owner (guest_gone), which counts the
+ *   connection down there, with the usual departure (PeerGone, watchers). A packet that reaches the
+ *   guest shard after its guest went is bounced to the owner once (SRV_ROUTE_BOUNCED), who delivers
+ *   it to a connection of the key there or drops it as an unknown destination; it is never
+ *   forwarded to a guest again. A close during the move is handled on whichever side it happens
+ *   (owner: the held packets drop; destination: tells the owner).
+ * - Duplicates. A second connection for the key registers on the owner as before (newest active,
+ *   lastWriterIsActive) and calls the guest home (go_home; after its arrival if it is still on the
+ *   way). On the guest shard it leaves guests at once (packets for it go to the owner), migrates
+ *   back and rejoins the key's list there as an inactive duplicate. A guest that became a watcher,
+ *   or whose admission re-check is in flight, stays where it is.
+ * - Events for the key that the owner handles (NotHere to it, ClosePeer) are handed on to the guest
+ *   shard; watchers' snapshots are made by every shard from its own keys and its guests. PeerGone
+ *   subscriptions are per shard of the receiving connection, and departures are broadcast, so they
+ *   need nothing more. Mesh peers never move; a forwarded packet for a guest key takes the same
+ *   path as a local one.
+ * - A guest going home on its own. With packing a guest may follow its peer to its own owner: it
+ *   asks the owner (home_ask), which says yes if the guest is still the key's only connection and
+ *   not on its way, starts holding the key's packets and calls it home as for a duplicate (go_home;
+ *   what the owner sent it before is ahead of the call on the bus). The guest leaves guests (its
+ *   shard's packets for the key now go to the owner, which holds them) and migrates; on arrival the
+ *   owner sends the held packets on after its queue, in order. A guest that cannot leave (a
+ *   watcher, a re-check in flight) answers guest_here, which releases what was held to it. A close
+ *   on the way is the guest-gone case (held packets drop). A guest moves only to its owner: a guest
+ *   whose owner is neither its shard nor the destination (three shards or more) does not follow, so
+ *   packing moves a pair only if its follower can follow.
+ * - Windows it leaves. Between a duplicate's registration and the guest shard hearing of it,
+ *   packets from the guest shard's own senders still reach the old connection (derper would give
+ *   them to the new one); a ClosePeer during the move reaches nobody; a lost event (full bus)
+ *   leaves the owner routing to where it last knew (those packets bounce back and drop). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,29 @@
  * the old process freezes and exports them (one record each: the DERP session, then net's
  * blob), the successor imports them on their keys' owner shards, quietly (no PeerPresent to
  * the watchers that came along, no ServerInfo again), and resumes reading once the first batch
- * is in. Control path: it allocates. */
+ * is in. Control path: it allocates.
+ *
+ * Freeze (srv_live_freeze): every active client's reading pauses, and from then on the shard
+ * sends no presence event (no PeerGone or PeerPresent to watchers or former correspondents: the
+ * clients that would hear them move too and already know) and no NotHere. Export, per client on
+ * its shard: the Pong and the queued packets go into the connection's send queue (past the
+ * watermark: they travel in it); its session is written (key, mesh/prober/ack-pings/not-ideal/
+ * preferred/watcher flags, address, age, keep-alive period, rate-limit tokens, the splitter's
+ * state, the 64-bit prefixes of the keys it heard from); it leaves the tables quietly
+ * (unsettled, unregistered or, as a guest, its owner told); net_conn_export (with
+ * tls_conn_state_save in TLS mode) takes its fd, unread bytes and both send queues at the
+ * connection's quiet point, and the record ({magic, version, session length}, the session,
+ * net's blob) reaches the upgrade thread through a locked queue.
+ * Import (srv_live_import, on the key's owner shard): the record is checked whole, the client
+ * rebuilt (net_conn_import with tls_conn_state_load: the same record sequence numbers; kTLS keys
+ * stay on the socket and are checked), settled (timers, frame account, rate bucket refilled to
+ * at most its old tokens, re-check timer), its sources restored into the shard's PeerGone index,
+ * and registered marked imported: its PeerPresent goes only to watchers that did not come over
+ * (those know the key), and an imported watcher is counted on every shard without a snapshot.
+ * Reading stays paused until srv_live_resume offers each client's carried bytes and reads on.
+ * Not carried: per-key accounting and quota usage (the successor starts them afresh), the
+ * placement of guests (each client lands on its owner shard), which duplicate of a key was
+ * active. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

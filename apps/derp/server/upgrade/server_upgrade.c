@@ -7,7 +7,38 @@
  * serves on. The successor receives the sockets in main, before its runtime (its shards adopt
  * them instead of binding), and says READY once every shard accepts. The protocol is in
  * docs/ARCHITECTURE.md ("Upgrades"). Main thread and the upgrade thread; the slots are written
- * by each shard's shard_init (its own) before the main thread reads them. */
+ * by each shard's shard_init (its own) before the main thread reads them.
+ *
+ * Old process: --pid-file is written (a temporary name, then a rename) once the shards run; a
+ * successor rewrites it, and only the process it names removes it at exit. on_signal (main
+ * thread) duplicates the sockets the shards noted when they started (srv_upgrade_note) and the
+ * two claims, and starts the upgrade thread (one at a time; a SIGUSR2 meanwhile is logged and
+ * ignored), which sends one FD message per socket, then END. READY within --upgrade-timeout
+ * (30 s) makes it post to every shard: stop accepting (net_listener_drain: its own descriptors
+ * only, and what the kernel had already accepted for it is still served) and stop STUN. Once
+ * every shard answered twice it sends STOPPED: io_uring's accepts wait exclusively, so a wake-up
+ * the kernel gave an accept the old process then cancelled would leave a connection waiting;
+ * the successor re-arms every accept (net_listener_kick) on STOPPED and again when the old
+ * process's end of the socket closes. The logged-in clients then move (server_upgrade_live.c);
+ * the old process tells systemd MAINPID=<new> (when NOTIFY_SOCKET is set) and stops the runtime.
+ * Connections not logged in yet (an HTTP request, a TLS handshake, a DERP login, an admission
+ * answer pending) get SRV_UPGRADE_PRELOGIN_GRACE_MS to finish, then are closed by that stop and
+ * logged; their clients connect again, to the successor. A successor whose READY lacks bit 1
+ * (one that takes sockets only) gets no clients: they are closed at the stop and reconnect, as
+ * at a derper restart. Failures leave the old process serving, logged with the reason: the
+ * binary cannot be started (posix_spawn), the successor exits before READY (its exit code is
+ * logged), or it is silent past --upgrade-timeout (killed by its PID with SIGKILL and reaped).
+ * A SIGTERM while the thread waits shuts its socket down, which counts as the successor failing.
+ *
+ * Successor: main, after the flags and the configuration and before the runtime, finds the
+ * inherited socket (net_handover_inherited), receives every socket and takes the claims (so the
+ * claim does not refuse our own hand-over: the successor holds the very claim sockets and claims
+ * nothing itself). A bad message, another version, a duplicate slot or no END within 10 s makes
+ * it exit, and the old process serves on. Each shard's shard_init takes its slot's listener and
+ * STUN socket (srv_upgrade_take, then net_listener_adopt / net_udp_adopt; the socket options
+ * travel with the socket) or, with more shards than the old process had, binds its own
+ * (SO_REUSEPORT joins the group); sockets no shard took are closed and logged (their queued
+ * connections are reset). Once hd_runtime_start returned it writes the pid file and says READY. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>

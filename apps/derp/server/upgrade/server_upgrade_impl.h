@@ -1,5 +1,19 @@
 /* server_upgrade_impl.h - the upgrade's state and messages, shared by server_upgrade.c (the
- * sockets) and server_upgrade_live.c (the logged-in clients). Private to those two. */
+ * sockets) and server_upgrade_live.c (the logged-in clients). Private to those two.
+ * Each message is {magic "hdup", version, type, kind, index, value} on the inherited
+ * SOCK_SEQPACKET socket (net_handover_send / recv); a successor refuses another version:
+ *   FD (kind, index)     old: one descriptor; kind claim (index 0 = -a, 1 = -http-port), listen
+ *                        (-a), http (-http-port) or stun, index = the shard
+ *   END (count)          old: how many FD came before it (a mismatch is -EPROTO)
+ *   READY (pid; kind)    new: every shard accepts on the adopted sockets; kind bit 1: it takes
+ *                        logged-in clients
+ *   STOPPED              old: its shards have cancelled their accepts (the successor re-arms)
+ *   CLIENT (length)      old: one descriptor, a client's connection; its record follows in DATA
+ *   GONE (length)        old: the same without a descriptor: a key that closed meanwhile
+ *   DATA (length)        old: up to 64 KiB - 16 of the record begun by the last CLIENT / GONE
+ *   BATCH                old: every client logged in at the freeze was sent: let them read
+ *   DONE (count)         old: no more clients
+ *   TOOK (count)         new: the clients its shards imported */
 #ifndef SERVER_UPGRADE_IMPL_H
 #define SERVER_UPGRADE_IMPL_H
 

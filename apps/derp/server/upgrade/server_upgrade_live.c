@@ -5,7 +5,27 @@
  * meanwhile; then DONE, and the successor's TOOK is awaited for a bounded time. The
  * successor, on its watch thread: put each record together and post it to the key's owner
  * shard, resume reading at BATCH, announce the keys that went (UP_GONE) at DONE, answer TOOK.
- * docs/ARCHITECTURE.md ("Upgrades"). */
+ * docs/ARCHITECTURE.md ("Upgrades").
+ *
+ * Order: the freeze is posted to every shard and waited for (srv_live_freeze) before any export
+ * is posted (srv_live_export), so no shard reads a packet for a client another shard has already
+ * let go. A round exports again and again until no client is active, none is on its way out and
+ * none is between shards (login and placement moves are counted on both ends, moves_sent /
+ * moves_done; a client that arrives on a frozen shard stops reading there), so the successor
+ * never gets BATCH before a client that was moving at the freeze. After DONE it waits at most
+ * SRV_LIVE_TOOK_MS for TOOK and logs "upgrade: handed over N clients to PID P (C closed: could
+ * not move; D packets dropped on the way)": D counts packets the frozen process had read and
+ * could not deliver (on the bus between its shards, or forwarded by a mesh peer, at the
+ * instant); bytes in the kernel's socket buffers are not lost, the fd moves. A client that
+ * cannot move (a WebSocket: a codec stacked over TLS; a record over 8 MiB; a closed connection)
+ * is closed, and its key travels as GONE.
+ * The successor posts each record to the key's owner shard under its own keyed hash (owners
+ * differ between processes). At BATCH it resumes reading only once every shard has answered a
+ * post: a shard runs its posts in order, so by then each has run the imports posted to it (it
+ * drains its bus before its posts, so without this wait a packet from a resumed client could
+ * reach a shard before its receiver's import); later imports read at once. At DONE the GONE keys
+ * get their PeerGone (watchers and former correspondents) unless a connection of the key is
+ * present, and it logs "upgrade: took over N clients from PID Q (F failed)" and answers TOOK. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
