@@ -1,7 +1,26 @@
 /* bench_relay_impl.h - hderp-bench's private types: the run configuration, the per-pair
  * sender and receiver state, the run-wide results that shard 0 samples at the window edges,
  * and the two halves of the program (bench_relay.c: command line and report; bench_relay_gen.c:
- * the load generator on the shards). */
+ * the load generator on the shards). perf/README.md is the user's guide.
+ *
+ * The files: bench_relay.c (flags, output), bench_relay_gen.c (the pairs), bench_pairs.c (pair
+ * files), bench_latency.c (the ping/echo pair), bench_sample.c (CPU/RSS/context-switch samples
+ * and the syscall counters), bench_payload.c (the payload header and checksum), bench_client.c
+ * (the client-like senders). K sender->receiver pairs of DERP clients run on the program's own
+ * shards; payloads carry pair id, sequence, send timestamp and a checksum, so each receiver
+ * counts lost, reordered, duplicated, misrouted and corrupt packets itself. After the window each
+ * sender sends trailer packets with its window's sequence range, so the two sides of a pair may
+ * run in different processes (a pair file, --instance) and the receiver still knows what was
+ * sent to it. --latency adds one ping/echo pair on shard 0 using apps/echo's probe code (library
+ * hd_echo_probe, echo_probe.c) for round trips under load. Two loads: batched (senders on the
+ * shards, a tick's frames in one sendmsg) and client (--load client: a thread per sender with a
+ * blocking socket and its own synchronous login on the proto library, one SendPacket frame per
+ * write(2) or SSL_write through a counting BIO, paced by absolute clock_nanosleep deadlines; such
+ * a thread owns its pair's sender state and shares with the shards only atomics: the ready
+ * count, t0, the first failure and its done flag; the receivers stay on the shards). At the
+ * window edges shard 0 reads the relay's CPU, RSS and context switches (summed over
+ * /proc/PID/task) and, with --relay-syscalls, perf_event tracepoint counters it opened on each
+ * relay thread. perf/run-bench (python3) is the sweep harness around it. */
 #ifndef BENCH_RELAY_IMPL_H
 #define BENCH_RELAY_IMPL_H
 

@@ -1,13 +1,24 @@
 /* echo_obs.h - hderp-echo observe: a long-running latency observer of DERP relay paths.
  *
  * A path is a pinger logged in on node `from` and an echo peer logged in on node `to` (the same
- * node for a node path, two nodes of one region for a mesh path). Both live in this process, on
- * one shard, and reconnect with back-off; the pinger sends probes (echo_probe.h payload) at a
- * steady rate, the echo bounces them. Per path: round trips in log-linear histograms (since
- * start, per 10 s for the last minute, per minute for the last hour: fixed rings), loss
- * (unanswered after ECHO_OBS_LOSS_TIMEOUT_MS), reordering, duplicates, reconnects, login times.
- * Per node with a STUN port: STUN round trips. Exported over HTTP (echo_obs_http.c), checked
- * against alert thresholds (echo_obs_stats.c), or printed once (--once).
+ * node for a node path, two nodes of one region for a mesh path). Paths come from --server URLs
+ * (node paths) or a DERP map (every node's path, and every ordered pair of nodes in a region,
+ * whose packets take the mesh). Both clients live in this process, on one shard, keep their key
+ * pairs across reconnects (the pinger always knows the echo peer's key) and reconnect with
+ * back-off (ECHO_OBS_BACKOFF_MIN_MS doubling to ECHO_OBS_BACKOFF_MAX_MS, reset by a login). One
+ * timer at the probe interval sends a probe (echo_probe.h payload) on every path whose pinger is
+ * logged in and whose echo peer has logged in once (while the echo end is away, probes are
+ * lost, as a client's packets would be), sweeps probes unanswered after
+ * ECHO_OBS_LOSS_TIMEOUT_MS into the loss count, and decides up/down (both ends logged in and an
+ * echo within --down-after). Per path: round trips in log-linear histograms (since start, 6 x
+ * 10 s for the last minute and the alerts, 60 x 1 min for the hour: fixed rings of time slots,
+ * each an hd_hist and loss counts), loss, reordering, late and duplicate echoes (a ring of
+ * ECHO_OBS_RING sequence numbers), reconnects, login times. Per node with a STUN port: STUN
+ * round trips. Exported over HTTP (echo_obs_http.c: /metrics sums the fine hd_hist buckets into
+ * 19 fixed bounds), checked against alert thresholds (echo_obs_stats.c), or printed once
+ * (--once). Node names are restricted to characters that need no escaping in labels, JSON or
+ * HTML. Memory is fixed per path (about 0.55 MiB: 67 histograms of 976 buckets) and per node;
+ * nothing grows with time.
  *
  * Threading: options and the node/path lists are built on the main thread before the runtime
  * starts (echo_obs_opts.c) and read-only after; everything else runs on the one shard; the

@@ -1,6 +1,9 @@
 /* echo_ping.c - the pinger: paced timestamped packets to an echo peer, matched by sequence
- * number; round trips go into a log-linear histogram after the warm-up. Runs on the shard; the
- * report is printed by the main thread after the runtime stopped. */
+ * number, sent from an ECHO_TICK_MS (1 ms) timer that catches up in bursts of at most
+ * ECHO_BURST_MAX; round trips go into a log-linear histogram (hd_hist) after the warm-up. It
+ * first sends one disco-looking probe, so that a relay without the peer answers NotHere instead
+ * of leaving the run to time out. Runs on the shard; the report is printed by the main thread
+ * after the runtime stopped. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

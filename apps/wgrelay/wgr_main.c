@@ -1,11 +1,16 @@
-/* wgr_main.c - hderp-wgrelay: the app around the routing table (wgr_table.c).
+/* wgr_main.c - hderp-wgrelay (docs/WGRELAY.md): the app around the routing table (wgr_table.c).
+ * The pure parts (wgr_proto.c, wgr_peers.c, wgr_table.c, wgr_cookie.c) are a library,
+ * hd_wgrelay, that tests/wgrelay and the fuzzer reach without sockets.
  *
- * Every shard reads the relay's UDP port through its own SO_REUSEPORT socket (the kernel spreads
- * sources over them). The routing table lives on shard 0: a datagram that arrives elsewhere is
- * copied into a frame with its source and sent there over the bus, so a pair whose two peers hash
- * to different shards still meets in one table. Shard 0 sends from its own socket, which has the
- * same local address. The peers file is a snapshot (hd_snap) the main thread reloads on SIGHUP;
- * a file that does not parse is logged and the list in use stays. */
+ * Every shard reads the relay's UDP port through its own SO_REUSEPORT socket (net_udp; the
+ * kernel spreads sources over them). The routing table lives on shard 0: a datagram that arrives
+ * elsewhere is copied into a pool frame with its source in front and sent there over the bus,
+ * so a pair whose two peers hash to different shards still meets in one table. Shard 0 sends
+ * from its own socket, which has the same local address, and sweeps the table every
+ * WGR_SWEEP_MS. The peers file is a snapshot (hd_snap) the main thread reloads on SIGHUP
+ * (on_signal) and publishes (hd_snap_var_publish); shard 0 moves the table to it on the next
+ * datagram or sweep; a file that does not parse is logged and the list in use stays. /metrics
+ * is kit_metrics over the shards' counters. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>

@@ -1,6 +1,7 @@
-/* wgr_proto.c - WireGuard's message shapes and MAC1 (the paper, section 5.4.4): mac1 =
- * MAC(HASH(LABEL_MAC1 || responder public key), msg up to mac1), where HASH is BLAKE2s-256 and MAC
- * is keyed BLAKE2s-128. BLAKE2s comes from libb2 (Debian's libb2-dev). */
+/* wgr_proto.c - WireGuard's message shapes (wgr_classify) and MAC1 (the paper, section 5.4.4):
+ * mac1 = MAC(HASH(LABEL_MAC1 || responder public key), msg up to mac1), where HASH is
+ * BLAKE2s-256 and MAC is keyed BLAKE2s-128. BLAKE2s comes from libb2 (Debian's libb2-dev).
+ * Also base64 public keys (wgr_key_parse). Pure, any thread. */
 #include <errno.h>
 #include <string.h>
 

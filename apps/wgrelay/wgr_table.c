@@ -8,7 +8,10 @@
  * is B's). Cookie replies and data go by receiver index to the owner's current address. Data to
  * an index comes from its partner: a new source address becomes the partner's address when the
  * counter moves past what was seen (roaming); an old counter from a new address is a replay and
- * is dropped. Entries age out on WireGuard's timers (wgr.h).
+ * is dropped. Entries age out on WireGuard's timers (wgr.h). The interface: one datagram and its
+ * source in, a verdict out (up to WGR_CANDIDATES_MAX destinations, or one drop reason). The
+ * index table is open addressing with linear probing and backward-shift deletion, sized at
+ * create, swept once a second (wgr_table_sweep).
  *
  * The relay holds no keys: MAC1 uses public keys only, so it says "addressed to a registered
  * peer", not "sent by one". What decides is the pair check on the response (whose MAC1 names the
