@@ -11,7 +11,14 @@
 # variable declared in include/hd/ is therefore default-visibility (its definition inherits the
 # declaration's visibility); everything else, private headers' functions included, stays
 # hidden. Nothing is annotated by hand and a new public header joins by being in include/hd/;
-# tests/install checks the exported symbols against the headers.
+# tests/install checks the exported symbols against the headers. The shared libraries carry an
+# rpath of $ORIGIN and BoringSSL's directory. The CMake package (lib/cmake/hd/hdConfig.cmake)
+# finds Threads, liburing and BoringSSL with the build's own find modules, installed beside it;
+# hd.pc is relocatable (${pcfiledir}). `make install` configures build/install with
+# HD_BUILD_APPS=OFF (the framework only), builds it and runs cmake --install there. tests/install
+# installs into a temporary prefix, checks each .so's exports against the headers both ways, and
+# builds and tests examples/ from that prefix (find_package, static and shared; pkg-config by
+# hand) and through add_subdirectory.
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)

@@ -6,9 +6,8 @@
  * the same beat for stall_ms has stalled inside one stretch of work: the watchdog logs "stall:
  * shard N busy for X ms in one stretch, running <kind> <function>" (symbol.c names it) and, when
  * the shard moves on, "stall: shard N went on after about Y ms", and counts it
- * (hd_shard_stalls, hd_shard_stall_max_ms; hderp-server exports hderp_loop_stalls and
- * hderp_loop_stall_max_ms per shard). It only reads the shards' atomics; its counters are its
- * own, and it never touches a shard's data. */
+ * (hd_shard_stalls, hd_shard_stall_max_ms, which apps export per shard). It only reads the
+ * shards' atomics; its counters are its own, and it never touches a shard's data. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>

@@ -1,7 +1,7 @@
 /* tls_roots.c - the system's root certificates for a verifying client context (system_roots),
- * found the way Go's crypto/x509 finds them on Linux (what Go programs, derper included, trust),
- * read once at start: the first bundle file that can be read, from SSL_CERT_FILE if it is set
- * (it replaces the default list) or else from the distributions' usual paths
+ * found the way Go's crypto/x509 finds them on Linux (what Go programs trust), read once at
+ * start: the first bundle file that can be read, from SSL_CERT_FILE if it is set (it replaces
+ * the default list) or else from the distributions' usual paths
  * (/etc/ssl/certs/ca-certificates.crt and the others); then every file of every certificate
  * directory, from SSL_CERT_DIR if it is set (colon-separated; it replaces the default list) or
  * else /etc/ssl/certs and /etc/pki/tls/certs. Directory entries that are symlinks to a name in

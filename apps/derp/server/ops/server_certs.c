@@ -1,11 +1,12 @@
 /* server_certs.c - TLS mode's server context: built from -certmode manual's files (or a
  * self-signed certificate for an IP hostname without them), the meta certificate appended (spec
  * §1.2: tls_server_ctx_add_extra_cert, CN derpkey<hex>, serial 2, so Tailscale clients know the
- * key before the upgrade and use fast start), and rebuilt on SIGHUP so a renewed certificate is served without a restart. Each build
- * is an immutable snapshot published to every shard (hd_snap_var): new handshakes use the
- * shard's current one, handshakes already started keep theirs (their SSL holds a reference to
- * its SSL_CTX). A file that does not load on reload is logged and the previous certificate stays.
- * Builds run on the main thread; the last shard to drop a snapshot frees it. */
+ * key before the upgrade and use fast start), and rebuilt on SIGHUP so a renewed certificate is
+ * served without a restart. Each build is an immutable snapshot published to every shard
+ * (hd_snap_var): new handshakes use the shard's current one, handshakes already started keep
+ * theirs (their SSL holds a reference to its SSL_CTX). A file that does not load on reload is
+ * logged and the previous certificate stays. Builds run on the main thread; the last shard to
+ * drop a snapshot frees it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
