@@ -20,7 +20,13 @@ Scenarios:
   mixed
       derper and hderp-server meshed with each other (TLS); derpclient -mixed relays both ways
       across them and checks PeerGone both ways; then derpprobe --once over that region (as for
-      derpprobe; derper's STUN is off)"""
+      derpprobe; derper's STUN is off)
+  bootstrap-dns
+      derper and hderp-server side by side (plain HTTP) with the same -bootstrap-dns-names and
+      -unpublished-bootstrap-dns-names (numeric names, localhost and an empty entry: nothing
+      leaves the machine): /bootstrap-dns and ?q= for published, unpublished and unknown names
+      answer the same JSON (address lists compared as sets: derper shuffles them), the same
+      Content-Type and Connection: close; then only unpublished names (an empty body)"""
 import json
 import os
 import shutil
@@ -142,13 +148,15 @@ class Derper:
     log in WORK/NAME.log. Stopped by PID."""
 
     def __init__(self, name, port, certs, args, env):
+        """certs None: plain HTTP (a port other than 443, -certmode letsencrypt)."""
         self.name, self.port, self.log = name, port, os.path.join(WORK, name + ".log")
         STARTED.append(self)
         with open(self.log, "w") as log:
             self.proc = subprocess.Popen(
                 [go_program("derper"), "-a", "127.0.0.1:%d" % port, "-stun=false", "-c",
                  os.path.join(WORK, name + ".json"), "-mesh-psk-file", MESH_KEY_FILE] +
-                tls_args(certs) + args, stdout=log, stderr=subprocess.STDOUT, env=env)
+                (tls_args(certs) if certs else []) + args, stdout=log,
+                stderr=subprocess.STDOUT, env=env)
 
     def wait_up(self, ca):
         def up():
@@ -184,10 +192,11 @@ def reference_derper(mode):
 
 
 def derp_probe_ok(port, ca):
-    ctx = ssl.create_default_context(cafile=ca)
+    """ca None: plain HTTP."""
+    ctx = ssl.create_default_context(cafile=ca) if ca else None
+    url = "%s://localhost:%d/derp/probe" % ("https" if ca else "http", port)
     try:
-        with urllib.request.urlopen("https://localhost:%d/derp/probe" % port, timeout=5,
-                                    context=ctx) as r:
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
             return r.status == 200
     except OSError:
         return False
@@ -314,6 +323,70 @@ def mixed():
     print("PASS: a region of derper and hderp-server meshed with each other")
 
 
+def http_get(port, path):
+    """(status, headers, body) of GET path on 127.0.0.1:port, plain HTTP."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.request("GET", path)
+        r = c.getresponse()
+        return r.status, r.getheaders(), r.read()
+    finally:
+        c.close()
+
+
+def bootstrap_answer(port, path):
+    """/bootstrap-dns's answer as (status, Content-Type, Connection, body: parsed JSON with each
+    address list sorted; None for an empty body, and the raw body where no list has two
+    addresses: then the bytes, derper's indentation included, are the same too)."""
+    status, headers, body = http_get(port, path)
+    h = {k.lower(): v for k, v in headers}
+    parsed = None
+    if body:
+        parsed = json.loads(body)
+        if isinstance(parsed, dict):
+            parsed = {k: sorted(v) for k, v in parsed.items()}
+    one = not isinstance(parsed, dict) or all(len(v) < 2 for v in parsed.values())
+    return status, h.get("content-type"), h.get("connection"), parsed, body if one else None
+
+
+def bootstrap_dns():
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    published = "127.0.0.2,::1,localhost,,127.0.0.2"
+    unpublished = "127.0.0.3,localhost/,::2"
+    configs = [  # flags, a query answered once the names are resolved, the queries
+        (["-bootstrap-dns-names", published, "-unpublished-bootstrap-dns-names", unpublished],
+         "", ["", "?q=127.0.0.3", "?q=%3A%3A2", "?q=localhost", "?q=127.0.0.2",
+              "?q=nothing.example", "?q=127.0.0.3&q=::2", "?x=1&q=127.0.0.3", "?q=127.0.0.3;x"]),
+        (["-unpublished-bootstrap-dns-names", unpublished],
+         "?q=127.0.0.3", ["", "?q=127.0.0.3", "?q=nothing.example"]),
+    ]
+    for i, (flags, ready, queries) in enumerate(configs):
+        hold, port = hold_port()
+        hold.close()
+        d = Derper("derper%d" % i, port, None, flags, env).wait_up(None)
+        h = Server(BIN, WORK, "hderp%d" % i, ["-a", "127.0.0.1:0", "-stun=false", "-c",
+                                              os.path.join(WORK, "server.key")] + flags)
+        STARTED.append(h)
+        h.start()
+        try:
+            for name, p in (("derper", d.port), ("hderp-server", h.port)):  # first refresh
+                wait_for(lambda: bootstrap_answer(p, "/bootstrap-dns" + ready)[3] is not None,
+                         "%s's first bootstrap DNS refresh" % name, 30)
+            for q in queries:
+                path = "/bootstrap-dns" + q
+                want, got = bootstrap_answer(d.port, path), bootstrap_answer(h.port, path)
+                print("%s: derper %r, hderp-server %r" % (path, want, got))
+                if want != got:
+                    fail("%s: hderp-server answered %r, derper %r" % (path, got, want))
+                if got[0] != 200 or got[1] != "application/json" or got[2] != "close":
+                    fail("%s: status %r, Content-Type %r, Connection %r" % (path, *got[:3]))
+        finally:
+            h.stop()
+            d.stop()
+    print("PASS: /bootstrap-dns answers as derper v1.102.5's with the same names")
+
+
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 MESH_KEY_FILE = os.path.join(WORK, "mesh.key")
@@ -323,7 +396,7 @@ SCENARIOS = {"client-plain": lambda: client("plain"), "client-tls": lambda: clie
              "client-ws": lambda: client("ws"), "client-wss": lambda: client("wss"),
              "reference-derper": lambda: reference_derper("tls"),
              "reference-derper-wss": lambda: reference_derper("wss"),
-             "derpprobe": derpprobe, "mixed": mixed}
+             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns}
 if SCENARIO not in SCENARIOS:
     fail("unknown scenario %r (one of %s)" % (SCENARIO, ", ".join(SCENARIOS)))
 try:

@@ -354,6 +354,14 @@ void srv_certs_detach(struct srv_config *cfg);
 void srv_certs_reload(struct srv_config *cfg); /* SIGHUP: a bad file keeps the old one */
 struct tls_ctx *srv_certs_current(const struct srv_shard *ds);
 
+/* server_bootdns.c: -bootstrap-dns-names and -unpublished-bootstrap-dns-names (main thread:
+ * attach, detach; a shard: serve GET /bootstrap-dns, the connection closed after it). */
+int srv_bootdns_attach(struct srv_config *cfg, struct hd_runtime *rt);
+void srv_bootdns_detach(struct srv_config *cfg);
+void srv_bootdns_serve(struct srv_shard *ds, struct net_conn *c, const struct net_http_req *req);
+bool srv_bootdns_addr_matches(const struct net_addr *a, double percent);
+double srv_bootdns_pcg_float64(uint64_t seed1, uint64_t seed2); /* Go's PCG: its first Float64 */
+
 /* server_http.c, for server_proxy.c: a main-listener connection in its HTTP phase (NULL: the
  * pool was full, fd closed), TLS under it (or closed), and the accept bucket's verdict. */
 struct net_conn *srv_http_adopt(struct srv_shard *ds, int fd, const struct net_addr *peer);

@@ -134,6 +134,10 @@ struct srv_config {
      * header; with any entry, the main listener takes no connection from anyone else. */
     struct net_cidr proxy_from[NET_CIDR_LIST_MAX];
     unsigned proxy_from_count;
+    /* -bootstrap-dns-names, -unpublished-bootstrap-dns-names ("" none; server_bootdns.c): the
+     * answers as a snapshot per shard, refreshed every 10 minutes; NULL without names. */
+    const char *bootdns_names, *bootdns_unpublished;
+    struct hd_snap_var *bootdns;
     /* The upgrade (server_upgrade.c): the sockets to hand over or handed over; NULL when the
      * relay runs without one (tests with a runtime of their own). */
     struct srv_upgrade *upgrade;

@@ -59,20 +59,6 @@ static void reply_text(struct net_conn *c, uint16_t status, const char *text, bo
     reply(c, buf, n);
 }
 
-/* derper's /bootstrap-dns without -bootstrap-dns-names: 200, JSON, an empty body, and the
- * connection closed (bootstrap queries are one-off and cross-region). */
-static void serve_bootstrap_dns(struct net_conn *c)
-{
-    char buf[256];
-    struct net_http_hdr type = {"Content-Type", NET_HTTP_LIT("application/json")};
-    struct net_http_resp_spec spec = {.status = 200,
-                                      .headers = &type,
-                                      .headers_count = 1,
-                                      .content_length = 0,
-                                      .connection = NET_HTTP_CONN_CLOSE};
-    reply(c, buf, net_http_write_resp(buf, sizeof(buf), &spec));
-}
-
 static bool peer_is_loopback(const struct net_conn *c)
 {
     const struct net_addr *a = net_conn_peer(c);
@@ -333,7 +319,7 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
         reply_text(c, 403, "CONNECT not enabled\n", false, false);
         keep = false;
     } else if (net_http_str_eq(req.path, "/bootstrap-dns")) {
-        serve_bootstrap_dns(c);
+        srv_bootdns_serve(ds, c, &req); /* server_bootdns.c */
         keep = false;
     } else if (net_http_str_eq(req.path, "/derp")) {
         if (serve_derp(c, ds, &req))

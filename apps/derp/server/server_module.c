@@ -207,11 +207,17 @@ int srv_attach(struct srv_config *cfg, struct hd_runtime *rt, char *err, size_t 
         srv_allow_detach(cfg);
         return rc;
     }
+    if ((rc = srv_bootdns_attach(cfg, rt)) < 0) { /* bootstrap DNS names: their thread */
+        snprintf(err, err_size, "-bootstrap-dns-names: %s", strerror(-rc));
+        srv_detach(cfg);
+        return rc;
+    }
     return 0;
 }
 
 void srv_detach(struct srv_config *cfg)
 {
+    srv_bootdns_detach(cfg);
     srv_rate_detach(cfg);
     srv_acct_detach_config(cfg);
     srv_allow_detach(cfg);

@@ -247,6 +247,8 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     cfg->tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
     cfg->tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
     cfg->home = f->home;
+    cfg->bootdns_names = f->bootstrap_dns ? f->bootstrap_dns : "";
+    cfg->bootdns_unpublished = f->unpublished_dns ? f->unpublished_dns : "";
     cfg->accept_rate = isinf(f->accept_limit) ? 0 : f->accept_limit / 1000.0;
     cfg->accept_burst = (double)f->accept_burst;
     if (configure_limits(cfg, f) < 0)

@@ -21,10 +21,6 @@
 static const struct {
     const char *name, *ok, *why;
 } unsupported[] = {
-    {"bootstrap-dns-names", "",
-     "/bootstrap-dns serves no names here (it answers empty, as derper "
-     "without this flag); clients fall back to their other resolvers"},
-    {"unpublished-bootstrap-dns-names", "", "/bootstrap-dns serves no names here"},
     {"acme-ip-certs", "false",
      "no ACME certificates for IP addresses yet: use -certmode manual with the IP as -hostname "
      "(a self-signed certificate kept in -certdir; the DERP map pins it by CertName, logged at "
@@ -88,6 +84,13 @@ static void usage_derper(FILE *out)
         "  -accept-connection-limit R  accepted connections per second (default +Inf: off);\n"
         "                          over it a new connection is closed at once (split per shard)\n"
         "  -accept-connection-burst N  token bucket burst for the above (default math.MaxInt)\n"
+        "  -bootstrap-dns-names LIST  comma-separated names served at /bootstrap-dns as\n"
+        "                          {\"name\": [addresses]} (resolved at start and every 10m\n"
+        "                          with the system resolver; a name that fails is left out)\n"
+        "  -unpublished-bootstrap-dns-names LIST  names answered at /bootstrap-dns?q=NAME\n"
+        "                          only (that name alone), not in the list; NAME/TXTNAME:\n"
+        "                          only to the share of clients TXTNAME's TXT record gives\n"
+        "                          (0 to 100, a client address picks the same way each time)\n"
         "  -version                print the version and exit\n";
     fputs(text, out);
 }
@@ -189,8 +192,8 @@ static void usage_own(FILE *out)
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused by name, with what to do instead, unless\n"
-        "given derper's default): -acme-ip-certs, -secrets-url, -bootstrap-dns-names,\n"
-        "-unpublished-bootstrap-dns-names, -ace, -derp=false; -secrets-path-prefix and\n"
+        "given derper's default): -acme-ip-certs, -secrets-url, -ace, -derp=false;\n"
+        "-secrets-path-prefix and\n"
         "-secrets-cache-dir are ignored, as derper does without -secrets-url\n"
         "(docs/DERPER-PARITY.md).\n";
     fprintf(out, text, srv_flags_deploy_usage);
@@ -310,6 +313,8 @@ static const struct flag_field string_flags[] = {
     FIELD("account-keys", account_keys),
     FIELD("hash-key", hash_key), /* 32 hex digits, checked by configure */
     FIELD("port-file", port_file),
+    FIELD("bootstrap-dns-names", bootstrap_dns),
+    FIELD("unpublished-bootstrap-dns-names", unpublished_dns),
 };
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),

@@ -50,6 +50,8 @@ struct srv_flags {
     uint64_t sender_wait_ms;          /* --sender-wait (0: never) */
     const char *hash_key;             /* --hash-key HEX (tests: predictable shards); NULL: random */
     const char *port_file;            /* --port-file FILE: the bound addresses (NULL: none) */
+    const char *bootstrap_dns;        /* -bootstrap-dns-names LIST ("" none) */
+    const char *unpublished_dns;      /* -unpublished-bootstrap-dns-names LIST ("" none) */
     /* hderp's own deployment flags (server_flags_deploy.c) */
     const char *proxy_from; /* --proxy-protocol-from CIDR,... */
     int print_derpmap;      /* --print-derpmap[=json|yaml]: 0 no, 1 JSON, 2 YAML */
