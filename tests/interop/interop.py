@@ -26,7 +26,15 @@ Scenarios:
       -unpublished-bootstrap-dns-names (numeric names, localhost and an empty entry: nothing
       leaves the machine): /bootstrap-dns and ?q= for published, unpublished and unknown names
       answer the same JSON (address lists compared as sets: derper shuffles them), the same
-      Content-Type and Connection: close; then only unpublished names (an empty body)"""
+      Content-Type and Connection: close; then only unpublished names (an empty body)
+  secrets
+      -secrets-url against a real setec server (GOBIN/setecserver: setec's own server and
+      database): derper v1.102.5 and hderp-server each fetch the mesh key and cache it, hderp
+      accepts it (derpclient's mesh-key checks), the cache is derper's format (0600, directory
+      0700); with the setec server gone each starts from the other's cache; a secret missing
+      at start is waited for (logged "not found") and taken once stored; an unreachable server
+      is logged by name; a value that is not 64 hex digits, and a cache path that is a
+      directory, refuse to start with a message naming it"""
 import json
 import os
 import shutil
@@ -37,7 +45,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from testlib import Server, hold_port, stop_pid, wait_for  # noqa: E402
+from testlib import Server, hold_port, read_port_file, stop_pid, wait_for  # noqa: E402
 
 BIN, GOBIN, WORK, SCENARIO = sys.argv[1:5]
 MESH_KEY = "5e" * 32
@@ -387,6 +395,170 @@ def bootstrap_dns():
     print("PASS: /bootstrap-dns answers as derper v1.102.5's with the same names")
 
 
+class Setec:
+    """GOBIN/setecserver on 127.0.0.1 (a kernel-picked port), secrets put at start; stopped by
+    PID. url is its base URL."""
+
+    def __init__(self, name, secrets):
+        d = os.path.join(WORK, name)
+        os.makedirs(d, exist_ok=True)
+        self.name, self.log = name, os.path.join(WORK, name + ".log")
+        addr_file = os.path.join(d, "addr")
+        args = [go_program("setecserver"), "-dir", d, "-addr-file", addr_file]
+        for k, v in secrets.items():
+            args += ["-put", "%s=%s" % (k, v)]
+        STARTED.append(self)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+
+        def up():
+            if self.proc.poll() is not None:
+                raise AssertionError("setecserver exited %d" % self.proc.returncode)
+            return os.path.exists(addr_file) and open(addr_file).read().strip()
+        self.url = "http://" + wait_for(up, "setecserver to listen", 30)
+
+    def put(self, name, value):
+        """setec's own API, as `setec put` calls it."""
+        import base64
+        body = json.dumps({"Name": name, "Value": base64.b64encode(value.encode()).decode()})
+        rq = urllib.request.Request(self.url + "/api/put", data=body.encode(), method="POST",
+                                    headers={"Content-Type": "application/json",
+                                             "Sec-X-Tailscale-No-Browsers": "setec"})
+        with urllib.request.urlopen(rq, timeout=10) as r:
+            assert r.status == 200, r.status
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        return stop_pid(self.proc)
+
+
+def check_cache(path, name):
+    """The cache file as setec's FileCache writes it, holding name's value (the mesh key)."""
+    import base64
+    import stat
+    if stat.S_IMODE(os.stat(path).st_mode) != 0o600:
+        fail("%s: mode %o, want 600" % (path, stat.S_IMODE(os.stat(path).st_mode)))
+    if stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode) != 0o700:
+        fail("%s's directory: mode %o, want 700" % (path, os.stat(os.path.dirname(path)).st_mode))
+    with open(path) as f:
+        c = json.load(f)
+    e = c.get(name)
+    if not e or base64.b64decode(e["secret"]["Value"]).decode() != MESH_KEY or \
+            not isinstance(e["secret"]["Version"], int) or not int(e["lastAccess"]):
+        fail("%s: no valid entry for %s: %r" % (path, name, c))
+
+
+def hderp_setec(name, url, cache, extra=()):
+    return Server(BIN, WORK, name, ["-a", "127.0.0.1:0", "-stun=false", "-c",
+                                    os.path.join(WORK, name + ".key"), "-secrets-url", url,
+                                    "-secrets-cache-dir", cache] + list(extra))
+
+
+def mesh_checks(s, what):
+    """derpclient's mesh-key checks (and their refusals without it) against hderp-server s."""
+    run_derpclient("plain", s.port, None, [s], ["-run", "mesh-key"])
+    print("ok: %s: hderp-server accepts the mesh key" % what)
+
+
+def wait_log(s, text, what):
+    wait_for(lambda: text in s.log_text() or (s.proc.poll() is not None and
+                                              fail("%s exited:\n%s" % (s.name, s.log_text()))),
+             what, 30)
+
+
+def secrets():
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    st = Setec("setec", {"prod/derp/meshkey": MESH_KEY, "interop/r1/meshkey": MESH_KEY,
+                         "interop/short/meshkey": "abcd" * 4})
+    dcache, hcache = os.path.join(WORK, "dcache", "s"), os.path.join(WORK, "hcache", "d", "s")
+    hold, port = hold_port()
+    hold.close()
+    d = Derper("derper", port, None, ["-secrets-url", st.url, "-secrets-cache-dir", dcache], env)
+    d.wait_up(None)
+    d.stop()
+    check_cache(dcache, "prod/derp/meshkey")
+    h = hderp_setec("hderp", st.url, hcache, ["-secrets-path-prefix", "interop/r1"])
+    h.start()
+    mesh_checks(h, "the key from setec")
+    h.stop()
+    check_cache(hcache, "interop/r1/meshkey")
+    st.stop()
+    # the server gone: each starts from the other's cache
+    shutil.copy(dcache, hcache)
+    h = hderp_setec("hderp-cached", st.url, hcache)
+    h.start()
+    mesh_checks(h, "the key from derper's cache, the setec server gone")
+    h.stop()
+    check_cache(hcache, "prod/derp/meshkey")
+    shutil.copy(hcache, dcache)
+    d = Derper("derper-cached", port, None, ["-secrets-url", st.url, "-secrets-cache-dir",
+                                             dcache], env)
+    d.wait_up(None)
+    d.stop()
+    print("ok: derper and hderp-server start from each other's setec cache")
+    # unreachable: logged by name, start-up waits
+    h = hderp_setec("hderp-unreachable", st.url, os.path.join(WORK, "c3", "s"))
+    h.proc = subprocess.Popen([h.binary] + h.args + ["--port-file", h.port_file],
+                              stdout=open(h.log, "w"), stderr=subprocess.STDOUT)
+    STARTED.append(h)
+    wait_log(h, 'error fetching \"prod/derp/meshkey\": connect to %s: Connection refused '
+             "(retrying)" % st.url[len("http://"):], "hderp-server to log the refused connection")
+    if os.path.exists(h.port_file):
+        fail("hderp-server listened without its mesh key")
+    h.stop()
+    print("ok: an unreachable setec server is logged by name; start-up waits")
+    # not found: waited for, taken once stored
+    st2 = Setec("setec2", {})
+    h = hderp_setec("hderp-notfound", st2.url, os.path.join(WORK, "c4", "s"))
+    h.proc = subprocess.Popen([h.binary] + h.args + ["--port-file", h.port_file],
+                              stdout=open(h.log, "w"), stderr=subprocess.STDOUT)
+    STARTED.append(h)
+    wait_log(h, 'error fetching \"prod/derp/meshkey\": not found (HTTP 404) (retrying)',
+             "hderp-server to log the missing secret")
+    st2.put("prod/derp/meshkey", MESH_KEY)
+    ports = wait_for(lambda: h.proc.poll() is None and read_port_file(h.port_file),
+                     "hderp-server to start once the secret is stored", 30)
+    h.port = ports["derp"]
+    mesh_checks(h, "a secret stored while hderp-server waited")
+    h.stop()
+    st2.stop()
+    # refused: not a mesh key; a cache path that is a directory
+    st3 = Setec("setec3", {"interop/short/meshkey": "abcd" * 4})
+    os.makedirs(os.path.join(WORK, "c6", "dir"))
+    for name, args, want in [
+            ("short", ["-secrets-path-prefix", "interop/short"],
+             'invalid mesh key from setec secret "interop/short/meshkey": must be 64-digit '
+             "hexadecimal number (got 16 bytes)"),
+            ("cachedir", ["-secrets-cache-dir", os.path.join(WORK, "c6", "dir")],
+             "cache path exists and is not a regular file")]:
+        cache = os.path.join(WORK, "c5-" + name, "s")
+        cmd = [os.path.join(BIN, "hderp-server"), "-a", "127.0.0.1:0", "-stun=false", "-c",
+               os.path.join(WORK, name + ".key"), "-secrets-url", st3.url, "-secrets-cache-dir",
+               cache] + args
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_S)
+        print("+ %s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[-300:]))
+        if p.returncode == 0 or want not in p.stderr:
+            fail("%s: exit %d, want a failure saying %r" % (name, p.returncode, want))
+    hold, port = hold_port()
+    hold.close()
+    p = subprocess.run([go_program("derper"), "-a", "127.0.0.1:%d" % port, "-stun=false", "-c",
+                        os.path.join(WORK, "derper-short.json"), "-secrets-url", st3.url,
+                        "-secrets-path-prefix", "interop/short", "-secrets-cache-dir",
+                        os.path.join(WORK, "c7", "s")], capture_output=True, text=True,
+                       timeout=RUN_S, env=env)
+    if p.returncode == 0 or "invalid mesh key" not in p.stderr:
+        fail("derper took a 16-byte mesh key from setec (exit %d): the reference moved: %s"
+             % (p.returncode, p.stderr[-500:]))
+    st3.stop()
+    print("PASS: -secrets-url: the mesh key from a setec server and its cache, as derper")
+
+
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 MESH_KEY_FILE = os.path.join(WORK, "mesh.key")
@@ -396,7 +568,7 @@ SCENARIOS = {"client-plain": lambda: client("plain"), "client-tls": lambda: clie
              "client-ws": lambda: client("ws"), "client-wss": lambda: client("wss"),
              "reference-derper": lambda: reference_derper("tls"),
              "reference-derper-wss": lambda: reference_derper("wss"),
-             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns}
+             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns, "secrets": secrets}
 if SCENARIO not in SCENARIOS:
     fail("unknown scenario %r (one of %s)" % (SCENARIO, ", ".join(SCENARIOS)))
 try:

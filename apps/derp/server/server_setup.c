@@ -17,6 +17,7 @@
 #include "ops/server_account.h"
 #include "ops/server_acme.h"
 #include "ops/server_flags.h"
+#include "ops/server_secrets.h"
 
 static int load_key(struct srv_config *cfg, const struct srv_flags *f)
 {
@@ -133,10 +134,33 @@ static const char *default_mesh_psk_file(char *buf, size_t size)
     return NULL;
 }
 
-/* The mesh key (spec §7): -mesh-psk-file (derper's default file when not given; "" none), or
- * in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
+/* -secrets-url: the mesh key from setec (server_secrets.c), cached in -secrets-cache-dir (a file;
+ * derper's default $HOME/.cache/derper-secrets). Blocks until the server answers. */
+static int configure_setec(struct srv_config *cfg, const struct srv_flags *f)
+{
+    char dflt[1024], err[1024];
+    const char *cache = f->secrets_cache;
+    if (cache == NULL) {
+        const char *home = getenv("HOME");
+        snprintf(dflt, sizeof(dflt), "%s%s.cache/derper-secrets", home ? home : "",
+                 home && home[0] ? "/" : ""); /* filepath.Join($HOME, ".cache", ...) */
+        cache = dflt;
+    }
+    if (srv_secrets_mesh_key(f->secrets_url, f->secrets_prefix, cache, &cfg->mesh_key, err,
+                             sizeof(err)) < 0) {
+        fprintf(stderr, "hderp-server: -secrets-url %s: %s\n", f->secrets_url, err);
+        return -EINVAL;
+    }
+    cfg->have_mesh_key = true;
+    return 0;
+}
+
+/* The mesh key (spec §7): -secrets-url (setec), -mesh-psk-file (derper's default file when not
+ * given; "" none), or in -dev mode $TAILSCALE_DERPER_MESH_KEY. */
 static int configure_mesh_key(struct srv_config *cfg, const struct srv_flags *f)
 {
+    if (f->secrets_url && f->secrets_url[0]) /* derper: setec before -mesh-psk-file */
+        return configure_setec(cfg, f);
     char dflt[1024];
     const char *path = f->mesh_psk_file;
     if (path == NULL && !f->dev && (path = default_mesh_psk_file(dflt, sizeof(dflt))))

@@ -50,6 +50,11 @@ struct acme_resp {
 int acme_http(const char *method, const char *url, const char *body, uint32_t timeout_ms,
               struct acme_resp *r, char *err, size_t err_size);
 void acme_resp_free(struct acme_resp *r);
+/* The same for any blocking caller (not a shard): body (if any) sent with Content-Type ctype;
+ * extra: more header lines, each ending in CRLF ("" none). */
+int srv_http_blocking(const char *method, const char *url, const char *body, const char *ctype,
+                      const char *extra, uint32_t timeout_ms, struct acme_resp *r, char *err,
+                      size_t err_size);
 
 /* ---- server_acme.c */
 struct srv_config;

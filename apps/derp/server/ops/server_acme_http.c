@@ -1,4 +1,5 @@
-/* server_acme_http.c - one HTTP/1.1 request to an ACME CA from the ACME thread: the URL's host
+/* server_acme_http.c - one HTTP/1.1 request to an ACME CA from the ACME thread (and to a setec
+ * server from the main thread at start-up, server_secrets.c): the URL's host
  * looked up (getaddrinfo: this thread may block), TLS verified against the system roots (as Go,
  * so SSL_CERT_FILE points at a test CA) for that host, "Connection: close", the response read to
  * the end (bounded by ACME_RESP_MAX and the timeout) and parsed by net's HTTP parser; chunked
@@ -128,8 +129,9 @@ static int roundtrip(int fd, SSL *ssl, const char *req, size_t req_len, const ch
     return rc;
 }
 
-int acme_http(const char *method, const char *url, const char *body, uint32_t timeout_ms,
-              struct acme_resp *r, char *err, size_t err_size)
+int srv_http_blocking(const char *method, const char *url, const char *body, const char *ctype,
+                      const char *extra, uint32_t timeout_ms, struct acme_resp *r, char *err,
+                      size_t err_size)
 {
     memset(r, 0, sizeof(*r));
     struct net_url u;
@@ -148,16 +150,13 @@ int acme_http(const char *method, const char *url, const char *body, uint32_t ti
     if (u.tls)
         rc = tls_start(fd, u.host, &ctx, &ssl, err, err_size);
     if (rc == 0) {
-        char req[ACME_URL_MAX + 512], clen[96] = "";
+        char req[ACME_URL_MAX + 1024], clen[160] = "";
         if (body)
-            snprintf(clen, sizeof(clen),
-                     "Content-Type: application/jose+json\r\nContent-Length: %zu\r\n",
+            snprintf(clen, sizeof(clen), "Content-Type: %s\r\nContent-Length: %zu\r\n", ctype,
                      strlen(body));
         int n = snprintf(req, sizeof(req),
-                         "%s %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: hderp-acme\r\n"
-                         "Accept: application/json, application/pem-certificate-chain\r\n"
-                         "%sConnection: close\r\n\r\n",
-                         method, u.path[0] ? u.path : "/", u.authority, clen);
+                         "%s %s HTTP/1.1\r\nHost: %s\r\n%s%sConnection: close\r\n\r\n", method,
+                         u.path[0] ? u.path : "/", u.authority, extra, clen);
         rc = n > 0 && (size_t)n < sizeof(req)
                  ? roundtrip(fd, ssl, req, (size_t)n, body, strcmp(method, "HEAD") == 0, r, err,
                              err_size)
@@ -168,6 +167,15 @@ int acme_http(const char *method, const char *url, const char *body, uint32_t ti
     close(fd);
     ERR_clear_error();
     return rc;
+}
+
+int acme_http(const char *method, const char *url, const char *body, uint32_t timeout_ms,
+              struct acme_resp *r, char *err, size_t err_size)
+{
+    return srv_http_blocking(method, url, body, "application/jose+json",
+                             "User-Agent: hderp-acme\r\n"
+                             "Accept: application/json, application/pem-certificate-chain\r\n",
+                             timeout_ms, r, err, err_size);
 }
 
 void acme_resp_free(struct acme_resp *r)

@@ -17,7 +17,7 @@
 
 /* derper's flags (v1.102.5) that hderp-server does not implement: refused by name, each with
  * what to do instead (docs/DERPER-PARITY.md), unless given derper's default (ok: the value that
- * does nothing; "*": ignored whatever it is, as derper does without -secrets-url). */
+ * does nothing). */
 static const struct {
     const char *name, *ok, *why;
 } unsupported[] = {
@@ -25,11 +25,6 @@ static const struct {
      "no ACME certificates for IP addresses yet: use -certmode manual with the IP as -hostname "
      "(a self-signed certificate kept in -certdir; the DERP map pins it by CertName, logged at "
      "start) or certificate files of your own"},
-    {"secrets-url", "",
-     "no setec client: put the mesh key (64 hex digits) in a file for "
-     "-mesh-psk-file"},
-    {"secrets-path-prefix", "*", ""},
-    {"secrets-cache-dir", "*", ""},
     {"ace", "false", "no embedded CONNECT proxy (ACE)"},
     {"derp", "true",
      "-derp=false (STUN and bootstrap DNS only) is not supported: run a "
@@ -71,6 +66,14 @@ static void usage_derper(FILE *out)
         "                          may watch, forward and close peers (default, as derper:\n"
         "                          /home/derp/keys/derp-mesh.key or $HOME/keys/derp-mesh.key\n"
         "                          if one exists; \"\" none)\n"
+        "  -secrets-url URL        the mesh key from this setec server instead: the secret\n"
+        "                          <-secrets-path-prefix>/meshkey (POST URL/api/get), kept in\n"
+        "                          the -secrets-cache-dir file; a cached key is used without\n"
+        "                          asking; start-up waits (retrying, each error logged) until\n"
+        "                          the server gives it; not 64 hex digits: refused\n"
+        "  -secrets-path-prefix P  the setec secret's prefix (default prod/derp)\n"
+        "  -secrets-cache-dir FILE the setec cache, a file despite the name, as derper (its\n"
+        "                          directory made 0700; default $HOME/.cache/derper-secrets)\n"
         "  -mesh-with LIST         the region's other nodes, comma-separated\n"
         "                          host[:port][/dialhost]: a watch link to https://host/derp\n"
         "                          each (dialing dialhost, same port; SSL_CERT_FILE replaces\n"
@@ -192,9 +195,7 @@ static void usage_own(FILE *out)
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused by name, with what to do instead, unless\n"
-        "given derper's default): -acme-ip-certs, -secrets-url, -ace, -derp=false;\n"
-        "-secrets-path-prefix and\n"
-        "-secrets-cache-dir are ignored, as derper does without -secrets-url\n"
+        "given derper's default): -acme-ip-certs, -ace, -derp=false\n"
         "(docs/DERPER-PARITY.md).\n";
     fprintf(out, text, srv_flags_deploy_usage);
 }
@@ -315,6 +316,9 @@ static const struct flag_field string_flags[] = {
     FIELD("port-file", port_file),
     FIELD("bootstrap-dns-names", bootstrap_dns),
     FIELD("unpublished-bootstrap-dns-names", unpublished_dns),
+    FIELD("secrets-url", secrets_url),
+    FIELD("secrets-path-prefix", secrets_prefix),
+    FIELD("secrets-cache-dir", secrets_cache),
 };
 static const struct flag_field bool_flags[] = {
     FIELD("dev", dev),
@@ -585,6 +589,7 @@ static int check_gcp(const struct srv_flags *f)
 static void set_defaults(struct srv_flags *f)
 {
     *f = (struct srv_flags){.addr = ":443",
+                            .secrets_prefix = "prod/derp",
                             .certmode = "letsencrypt",
                             .hostname = "derp.tailscale.com",
                             .http_port = 80,

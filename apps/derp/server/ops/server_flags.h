@@ -52,6 +52,9 @@ struct srv_flags {
     const char *port_file;            /* --port-file FILE: the bound addresses (NULL: none) */
     const char *bootstrap_dns;        /* -bootstrap-dns-names LIST ("" none) */
     const char *unpublished_dns;      /* -unpublished-bootstrap-dns-names LIST ("" none) */
+    const char *secrets_url;          /* -secrets-url URL (setec; NULL or "": none) */
+    const char *secrets_prefix;       /* -secrets-path-prefix (default prod/derp) */
+    const char *secrets_cache;        /* -secrets-cache-dir: the cache FILE (NULL: derper's) */
     /* hderp's own deployment flags (server_flags_deploy.c) */
     const char *proxy_from; /* --proxy-protocol-from CIDR,... */
     int print_derpmap;      /* --print-derpmap[=json|yaml]: 0 no, 1 JSON, 2 YAML */
