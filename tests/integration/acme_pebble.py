@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""acme_pebble.py BIN WORK [gcp] - -certmode letsencrypt (or gcp: pebble then requires an
-External Account Binding, given by -acme-eab-kid/-acme-eab-key as for Google's CA) against
+"""acme_pebble.py BIN WORK [gcp|ip] - -certmode letsencrypt (or gcp: pebble then requires an
+External Account Binding, given by -acme-eab-kid/-acme-eab-key as for Google's CA; or ip:
+-acme-ip-certs with -hostname 127.0.0.1, an IP address certificate in derper's files) against
 Debian's pebble (the ACME test CA)
 and pebble-challtestsrv (its DNS, answering 127.0.0.1 for every name), all on loopback: hderp
 starts with a self-signed stand-in, gets a certificate for derp.test through the http-01
@@ -17,9 +18,10 @@ from testlib import Server, hold_port
 
 BIN, WORK = sys.argv[1], sys.argv[2]
 GCP = len(sys.argv) > 3 and sys.argv[3] == "gcp"
+IP = len(sys.argv) > 3 and sys.argv[3] == "ip"
 # pebble's example EAB key (base64url, 48 bytes) under the key id hderp is given.
 EAB_KID, EAB_KEY = "kid-1", "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W"
-HOST = "derp.test"
+HOST = "127.0.0.1" if IP else "derp.test"
 # -certdir does not exist yet: hderp makes it (and its parent) 0700, as derper does.
 shutil.rmtree(WORK + "/certs", ignore_errors=True)
 os.makedirs(WORK, exist_ok=True)
@@ -150,7 +152,7 @@ def start(procs, holds):
     wait_for(lambda: socket.socket().connect_ex(("127.0.0.1", api)) == 0, "pebble")
     senv = dict(os.environ, SSL_CERT_FILE=WORK + "/ca.crt")  # hderp trusts pebble's API
     mode = ["-certmode", "gcp", "-acme-eab-kid", EAB_KID, "-acme-eab-key", EAB_KEY] if GCP \
-        else ["-certmode", "letsencrypt"]
+        else ["-certmode", "letsencrypt"] + (["-acme-ip-certs"] if IP else [])
     srv = Server(BIN, WORK, "server", ["-a", "127.0.0.1:0"] + mode + [
         "-acme-directory",
         "https://127.0.0.1:%d/dir" % api, "-acme-email", "ops@derp.test", "-hostname", HOST,
@@ -162,12 +164,22 @@ def start(procs, holds):
 
 
 def checks(procs, p, mgmt):
-    wait_for(lambda: "new certificate for derp.test" in log_text(), "the first certificate")
+    wait_for(lambda: "new certificate for %s" % HOST in log_text(), "the first certificate")
     assert "self-signed until one is issued" in log_text(), "no self-signed stand-in logged"
+    if IP:  # derper's hint: the DERP map node for this address
+        hint = '{"Name":"custom","RegionID":900,"HostName":"127.0.0.1"}'
+        assert hint in log_text(), "no DERP map line logged for the IP certificate"
     root = pebble_root(mgmt)
     wait_for(lambda: "TLS: reloaded" in log_text(), "the reload")
-    first = served_cert(p, root)  # verifies the chain against pebble's root, for derp.test
-    for name in ("acme_account+key", HOST + ".key"):
+    first = served_cert(p, root)  # verifies the chain against pebble's root, for HOST
+    if IP:  # the leaf names the address (an iPAddress SAN) and nothing else
+        der = WORK + "/leaf.der"
+        with open(der, "wb") as f:
+            f.write(first)
+        text = subprocess.run(["openssl", "x509", "-inform", "DER", "-in", der, "-noout",
+                               "-ext", "subjectAltName"], capture_output=True, text=True).stdout
+        assert "IP Address:127.0.0.1" in text and "DNS:" not in text, text
+    for name in ("acme-account.key" if IP else "acme_account+key", HOST + ".key"):
         mode = stat.S_IMODE(os.stat(CERTDIR + "/" + name).st_mode)
         assert mode == 0o600, "%s is %o, not 0600" % (name, mode)
     for d in (WORK + "/certs", CERTDIR):
@@ -184,7 +196,7 @@ def checks(procs, p, mgmt):
     # the CA goes away: renewal fails, the previous certificate stays
     procs["pebble"].terminate()
     procs["pebble"].wait(timeout=10)
-    failure = re.compile(r"ACME: renewal for derp.test failed, keeping the previous "
+    failure = re.compile(r"ACME: renewal for " + re.escape(HOST) + r" failed, keeping the previous "
                          r"certificate; next try in \d+s")
     wait_for(lambda: failure.search(log_text()), "the failure")
     current = served_cert(p, root)
@@ -198,15 +210,37 @@ def checks(procs, p, mgmt):
     assert rc == 0, "exit %s" % rc
 
 
+def ip_refusals():
+    """derper's rules for -acme-ip-certs and an IP -hostname (cert.go): each combination it
+    refuses is refused at start-up (exit 1) with its reason."""
+    base = [os.path.join(BIN, "hderp-server"), "-a", "127.0.0.1:0", "-stun=false", "-c",
+            WORK + "/refused.key", "-certdir", WORK + "/refused", "-http-port", "-1",
+            "-acme-directory", "https://127.0.0.1:1/dir"]
+    for args, want in [
+            (["-hostname", "127.0.0.1"], "-hostname 127.0.0.1 is an IP address; use -certmode "
+             "manual for a self-signed cert, or set -acme-ip-certs"),
+            (["-hostname", "127.0.0.1", "-acme-ip-certs", "-certmode", "manual"],
+             "-acme-ip-certs requires -certmode letsencrypt"),
+            (["-hostname", "derp.test", "-acme-ip-certs"],
+             "-acme-ip-certs: a DNS -hostname (derp.test) with IP address certificates beside it "
+             "is not supported")]:
+        p = subprocess.run(base + args, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and want in p.stderr, (args, p.returncode, p.stderr)
+    print("ok: -acme-ip-certs refused where derper refuses it, and with a DNS -hostname")
+
+
 def main():
     for prog in ("pebble", "pebble-challtestsrv"):
         if subprocess.run(["sh", "-c", "command -v " + prog], capture_output=True).returncode:
             sys.exit(prog + " is not installed: it is in GNUmakefile's TEST_PKGS (make deps-test)")
     procs, holds = {}, []
     try:
+        if IP:
+            ip_refusals()
         checks(procs, *start(procs, holds))
         print("ok: ACME certificate from pebble issued%s, served, renewed live, kept with the "
-              "CA down" % (" with an External Account Binding (-certmode gcp)" if GCP else ""))
+              "CA down" % (" with an External Account Binding (-certmode gcp)" if GCP else
+                           " for the IP address 127.0.0.1 (-acme-ip-certs)" if IP else ""))
     except Exception:
         for name in ("server.log", "pebble.log"):
             print("--- " + name)

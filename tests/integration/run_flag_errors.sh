@@ -44,11 +44,11 @@ expect 2 "--duration 10x: expected a duration" "$echo" observe --server http://1
 
 # derper's flags hderp-server does not implement: refused by name with what to do (exit 2),
 # unless given derper's default (then the bad -a is what stops it); -home as derper checks it.
-for flag in -acme-ip-certs -ace -derp=false; do
+for flag in -ace -derp=false; do
     name=${flag%% *} name=${name%%=*}
     expect 2 "$name: a derper flag hderp-server does not support: " "$srv" $flag
 done
-for flag in -acme-ip-certs=false "-secrets-url=" -ace=false -derp \
+for flag in -acme-ip-certs=false -acme-ip-certs "-secrets-url=" -ace=false -derp \
     "-secrets-path-prefix prod/derp" "-secrets-cache-dir /nowhere" \
     "-bootstrap-dns-names a.example" "-unpublished-bootstrap-dns-names a/b"; do
     expect 2 "-a bad: not a numeric address" "$srv" $flag -a bad

@@ -99,6 +99,10 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
                 f->certmode);
         return -1;
     }
+    if (f->acme_ip_certs && strcmp(f->certmode, "letsencrypt") != 0) { /* derper's check */
+        fprintf(stderr, "hderp-server: -acme-ip-certs requires -certmode letsencrypt\n");
+        return -1;
+    }
     char certdir[1024];
     if (srv_flags_cert_paths(f, certdir, cfg->cert_file, cfg->key_file, sizeof(certdir)) < 0) {
         fprintf(stderr, "hderp-server: TLS mode needs -certdir (no $HOME for derper's default, "

@@ -8,7 +8,10 @@
  * atomically and the server is sent SIGHUP, so the existing reload path swaps the certificate
  * in for new handshakes (live connections untouched). Any failure is logged, the previous
  * certificate stays, and the next try backs off (ACME_BACKOFF_MIN_S doubling to
- * ACME_BACKOFF_MAX_S). Until a first certificate exists the server serves a self-signed one. */
+ * ACME_BACKOFF_MAX_S). Until a first certificate exists the server serves a self-signed one.
+ * -acme-ip-certs with an IP -hostname: the same for that address, as derper's ipCertManager
+ * orders it (an "ip" identifier, the "shortlived" profile, a CSR with only the IP, its file
+ * names and account key file; renewed with a third of the life left, looked at hourly). */
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/pem.h>
@@ -35,6 +38,8 @@
  * derper's autocert does); look at the certificate twice a day. */
 #define ACME_RENEW_BEFORE_DEFAULT_S   (30u * 86400u)
 #define ACME_CHECK_INTERVAL_DEFAULT_S (12u * 3600u)
+/* IP certificates (about six days): derper's renewLoop looks every hour. */
+#define ACME_CHECK_INTERVAL_IP_S 3600u
 /* Each request to the CA; each poll of an order or authorization until it settles. */
 #define ACME_REQUEST_TIMEOUT_MS 15000
 #define ACME_POLL_DEADLINE_S    120
@@ -53,6 +58,8 @@ struct acme {
     uint8_t eab_key[ACME_EAB_KEY_MAX];
     size_t eab_len;
     uint64_t renew_before_s, check_interval_s;
+    bool ip; /* -acme-ip-certs with an IP -hostname: the "shortlived" profile, an ip identifier */
+    bool renew_set; /* --acme-renew-before given (IP: else a third of the lifetime, derper's) */
     EVP_PKEY *account;
     char kid[ACME_URL_MAX], nonce[256];
     char new_nonce[ACME_URL_MAX], new_account[ACME_URL_MAX], new_order[ACME_URL_MAX];
@@ -342,8 +349,14 @@ static int issue(char *err, size_t err_size)
     if (rc < 0)
         return rc;
     char payload[600];
-    snprintf(payload, sizeof(payload), "{\"identifiers\":[{\"type\":\"dns\",\"value\":\"%s\"}]}",
-             A.cfg->hostname);
+    if (A.ip) /* derper's ipCertManager: acme.IPIDs, WithOrderProfile("shortlived") */
+        snprintf(payload, sizeof(payload),
+                 "{\"identifiers\":[{\"type\":\"ip\",\"value\":\"%s\"}],"
+                 "\"profile\":\"shortlived\"}",
+                 A.cfg->hostname);
+    else
+        snprintf(payload, sizeof(payload),
+                 "{\"identifiers\":[{\"type\":\"dns\",\"value\":\"%s\"}]}", A.cfg->hostname);
     struct acme_resp r;
     json_t *o;
     rc = post(A.new_order, payload, false, &r, &o, err, err_size);
@@ -363,17 +376,37 @@ static int issue(char *err, size_t err_size)
     return rc;
 }
 
-/* Seconds until the certificate file expires; -1 when it is missing or does not parse. */
-static int64_t cert_seconds_left(const char *path)
+/* Seconds until the certificate file expires; -1 when it is missing or does not parse. life:
+ * its whole validity in seconds (NULL: not wanted). */
+static int64_t cert_seconds_left_life(const char *path, int64_t *life)
 {
     FILE *f = fopen(path, "r");
     X509 *x = f ? PEM_read_X509(f, NULL, NULL, NULL) : NULL;
     if (f)
         fclose(f);
-    int days = 0, secs = 0;
-    bool ok = x && ASN1_TIME_diff(&days, &secs, NULL, X509_get0_notAfter(x));
+    int days = 0, secs = 0, ld = 0, ls = 0;
+    bool ok = x && ASN1_TIME_diff(&days, &secs, NULL, X509_get0_notAfter(x)) &&
+              ASN1_TIME_diff(&ld, &ls, X509_get0_notBefore(x), X509_get0_notAfter(x));
     X509_free(x);
+    if (life)
+        *life = (int64_t)ld * 86400 + ls;
     return ok ? (int64_t)days * 86400 + secs : -1;
+}
+
+static int64_t cert_seconds_left(const char *path)
+{
+    return cert_seconds_left_life(path, NULL);
+}
+
+/* Whether the certificate is due: missing, or within the renewal window (IP certificates
+ * without --acme-renew-before: less than a third of its life left, derper's
+ * certNeedsRenewal). left: seconds until it expires, -1 when missing. */
+static bool cert_due(int64_t *left)
+{
+    int64_t life;
+    *left = cert_seconds_left_life(A.cfg->cert_file, &life);
+    uint64_t window = A.ip && !A.renew_set ? (uint64_t)(life > 0 ? life / 3 : 0) : A.renew_before_s;
+    return *left < 0 || (uint64_t)*left <= window;
 }
 
 /* Sleeps s seconds or until srv_acme_stop; false when stopping. */
@@ -395,8 +428,8 @@ static void *acme_thread(void *arg)
     (void)arg;
     uint64_t backoff = 0;
     do {
-        int64_t left = cert_seconds_left(A.cfg->cert_file);
-        if (left >= 0 && (uint64_t)left > A.renew_before_s) {
+        int64_t left;
+        if (!cert_due(&left)) {
             backoff = 0;
             continue; /* not due: look again after the check interval */
         }
@@ -407,6 +440,12 @@ static void *acme_thread(void *arg)
         if (issue(err, sizeof(err)) == 0) {
             hd_log(HD_LOG_INFO, "ACME: new certificate for %s in %s; reloading", A.cfg->hostname,
                    A.cfg->cert_file);
+            if (A.ip) /* derper's hint: a DERP map node for this address */
+                hd_log(HD_LOG_INFO,
+                       "ACME: configure it in the DERP map using "
+                       "(https://tailscale.com/s/custom-derp): "
+                       "{\"Name\":\"custom\",\"RegionID\":900,\"HostName\":\"%s\"}",
+                       A.cfg->hostname);
             backoff = 0;
             kill(getpid(), SIGHUP); /* the reload path: new handshakes get it */
             continue;
@@ -440,15 +479,54 @@ int srv_mkdir_all(const char *dir)
     }
 }
 
-int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir)
+/* derper's certProviderByCertMode rules for -acme-ip-certs and an IP -hostname; in IP mode the
+ * files are derper's ipCertManager's (<certdir>/<ip, ':' as '.'>.crt and .key). 0 or -1
+ * (printed). */
+static int configure_ip(struct srv_config *cfg, const struct srv_flags *f, const char *certdir)
 {
-    if (!cfg->sni_required) {
-        fprintf(stderr,
-                "hderp-server: -certmode %s needs a DNS -hostname (ACME does "
-                "not issue for %s here); use -certmode manual\n",
-                f->certmode, f->hostname);
+    bool ip = !cfg->sni_required;
+    if (ip && strcmp(f->certmode, "gcp") == 0) {
+        fprintf(stderr, "hderp-server: -certmode gcp requires -hostname to be a DNS name, not an "
+                        "IP address\n");
         return -1;
     }
+    if (ip && !f->acme_ip_certs) {
+        fprintf(stderr,
+                "hderp-server: -hostname %s is an IP address; use -certmode manual for a "
+                "self-signed cert, or set -acme-ip-certs to get Let's Encrypt IP address "
+                "certs\n",
+                f->hostname);
+        return -1;
+    }
+    if (!ip && f->acme_ip_certs) {
+        fprintf(stderr,
+                "hderp-server: -acme-ip-certs: a DNS -hostname (%s) with IP address certificates "
+                "beside it is not supported: give the server's IP address as -hostname (its "
+                "certificate is then the IP's), or drop -acme-ip-certs\n",
+                f->hostname);
+        return -1;
+    }
+    A.ip = ip;
+    if (!ip)
+        return 0;
+    char base[64];
+    snprintf(base, sizeof(base), "%s", f->hostname);
+    for (char *c = base; *c; c++)
+        *c = *c == ':' ? '.' : *c;
+    if (snprintf(cfg->cert_file, sizeof(cfg->cert_file), "%s/%s.crt", certdir, base) >=
+            (int)sizeof(cfg->cert_file) ||
+        snprintf(cfg->key_file, sizeof(cfg->key_file), "%s/%s.key", certdir, base) >=
+            (int)sizeof(cfg->key_file)) {
+        fprintf(stderr, "hderp-server: -certdir %s: too long\n", certdir);
+        return -1;
+    }
+    return 0;
+}
+
+int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const char *certdir)
+{
+    if (configure_ip(cfg, f, certdir) < 0)
+        return -1;
     if (f->http_port <= 0)
         hd_log(HD_LOG_WARN,
                "ACME: -http-port is off, so the CA's http-01 check of %s cannot "
@@ -466,9 +544,11 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
             return -1;
     }
     snprintf(A.email, sizeof(A.email), "%s", f->acme_email ? f->acme_email : "");
+    A.renew_set = f->acme_renew_before_ms != 0;
     A.renew_before_s =
         f->acme_renew_before_ms ? f->acme_renew_before_ms / 1000 : ACME_RENEW_BEFORE_DEFAULT_S;
     A.check_interval_s = f->acme_check_interval_ms ? f->acme_check_interval_ms / 1000
+                         : A.ip                    ? ACME_CHECK_INTERVAL_IP_S
                                                    : ACME_CHECK_INTERVAL_DEFAULT_S;
     if (A.check_interval_s == 0)
         A.check_interval_s = 1;
@@ -481,7 +561,8 @@ int srv_acme_configure(struct srv_config *cfg, const struct srv_flags *f, const 
                 certdir, strerror(-rc));
         return -1;
     }
-    snprintf(A.account_path, sizeof(A.account_path), "%s/acme_account+key", certdir);
+    snprintf(A.account_path, sizeof(A.account_path), "%s/%s", certdir,
+             A.ip ? "acme-account.key" : "acme_account+key"); /* derper's, for each */
     bool created;
     rc = acme_key_load_or_create(A.account_path, &A.account, &created);
     if (rc < 0) {

@@ -235,15 +235,16 @@ int acme_eab_key_decode(const char *text, uint8_t *out, size_t size, size_t *len
     return -EINVAL;
 }
 
-/* subjectAltName with one dNSName. */
+/* subjectAltName with one dNSName, or one iPAddress when host is an IP literal. */
 static X509_EXTENSION *san_extension(const char *host)
 {
     GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
     GENERAL_NAME *gn = GENERAL_NAME_new();
-    ASN1_IA5STRING *ia5 = ASN1_IA5STRING_new();
+    ASN1_OCTET_STRING *ip = a2i_IPADDRESS(host); /* NULL: not an IP literal */
+    ASN1_IA5STRING *ia5 = ip ? ip : ASN1_IA5STRING_new();
     X509_EXTENSION *ext = NULL;
-    if (gens && gn && ia5 && ASN1_STRING_set(ia5, host, -1)) {
-        GENERAL_NAME_set0_value(gn, GEN_DNS, ia5);
+    if (gens && gn && ia5 && (ip || ASN1_STRING_set(ia5, host, -1))) {
+        GENERAL_NAME_set0_value(gn, ip ? GEN_IPADD : GEN_DNS, ia5);
         ia5 = NULL;
         if (sk_GENERAL_NAME_push(gens, gn)) {
             gn = NULL;
@@ -256,7 +257,8 @@ static X509_EXTENSION *san_extension(const char *host)
     return ext;
 }
 
-/* A CSR for host (CN and a dNSName), signed with k; DER base64url into out. */
+/* A CSR for host (CN and a dNSName; an IP: only the iPAddress, as derper's IP certificate
+ * request), signed with k; DER base64url into out. */
 int acme_csr(EVP_PKEY *k, const char *host, char *out, size_t size)
 {
     X509_REQ *req = X509_REQ_new();
@@ -268,8 +270,12 @@ int acme_csr(EVP_PKEY *k, const char *host, char *out, size_t size)
     bool pushed = exts && ext && sk_X509_EXTENSION_push(exts, ext);
     if (pushed)
         ext = NULL; /* the stack owns it now */
+    ASN1_OCTET_STRING *is_ip = a2i_IPADDRESS(host);
+    bool cn = is_ip == NULL;
+    ASN1_OCTET_STRING_free(is_ip);
     if (req && name && pushed &&
-        X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const uint8_t *)host, -1, -1, 0) &&
+        (!cn ||
+         X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const uint8_t *)host, -1, -1, 0)) &&
         X509_REQ_set_subject_name(req, name) && X509_REQ_set_pubkey(req, k) &&
         X509_REQ_add_extensions(req, exts) && X509_REQ_sign(req, k, EVP_sha256())) {
         int len = i2d_X509_REQ(req, &der);

@@ -21,10 +21,6 @@
 static const struct {
     const char *name, *ok, *why;
 } unsupported[] = {
-    {"acme-ip-certs", "false",
-     "no ACME certificates for IP addresses yet: use -certmode manual with the IP as -hostname "
-     "(a self-signed certificate kept in -certdir; the DERP map pins it by CertName, logged at "
-     "start) or certificate files of your own"},
     {"ace", "false", "no embedded CONNECT proxy (ACE)"},
     {"derp", "true",
      "-derp=false (STUN and bootstrap DNS only) is not supported: run a "
@@ -195,7 +191,7 @@ static void usage_own(FILE *out)
         "  --verbose               debug logging\n"
         "Durations as in Go: 500ms, 2s, 10m, 1h30m. Flags take - or --, and = or a space.\n\n"
         "derper flags not supported yet (refused by name, with what to do instead, unless\n"
-        "given derper's default): -acme-ip-certs, -ace, -derp=false\n"
+        "given derper's default): -ace, -derp=false\n"
         "(docs/DERPER-PARITY.md).\n";
     fprintf(out, text, srv_flags_deploy_usage);
 }
@@ -328,6 +324,7 @@ static const struct flag_field bool_flags[] = {
     FIELD("verbose", verbose),
     FIELD("verify-clients", verify_clients),
     FIELD("verify-client-url-fail-open", verify_client_url_fail_open),
+    FIELD("acme-ip-certs", acme_ip_certs),
 };
 static const struct flag_field duration_flags[] = {
     FIELD("tcp-keepalive-time", tcp_keepalive_ms),

@@ -69,6 +69,7 @@ struct srv_flags {
      * -acme-email, --acme-renew-before and --acme-check-interval (0: 30 days, 12 hours) */
     const char *acme_directory, *acme_email;
     const char *acme_eab_kid, *acme_eab_key; /* -certmode gcp's External Account Binding */
+    bool acme_ip_certs;                      /* -acme-ip-certs (with an IP -hostname) */
     uint64_t acme_renew_before_ms, acme_check_interval_ms; /* --log-format json */
 };
 
