@@ -33,8 +33,9 @@ Scenarios:
       accepts it (derpclient's mesh-key checks), the cache is derper's format (0600, directory
       0700); with the setec server gone each starts from the other's cache; a secret missing
       at start is waited for (logged "not found") and taken once stored; an unreachable server
-      is logged by name; a value that is not 64 hex digits, and a cache path that is a
-      directory, refuse to start with a message naming it"""
+      is logged by name; an empty secret means no mesh key (as derper); a value that is not 64
+      hex digits, and a cache path that is a directory, refuse to start with a message naming
+      it"""
 import json
 import os
 import shutil
@@ -529,7 +530,23 @@ def secrets():
     h.stop()
     st2.stop()
     # refused: not a mesh key; a cache path that is a directory
-    st3 = Setec("setec3", {"interop/short/meshkey": "abcd" * 4})
+    st3 = Setec("setec3", {"interop/short/meshkey": "abcd" * 4, "interop/empty/meshkey": ""})
+    # an empty secret: derper runs without a mesh key ("No mesh key configured"); so does hderp
+    h = hderp_setec("hderp-empty", st3.url, os.path.join(WORK, "c8", "s"),
+                    ["-secrets-path-prefix", "interop/empty"])
+    h.start()
+    if "mesh key none" not in h.log_text() or "is empty: no mesh key configured" not in \
+            h.log_text():
+        fail("an empty setec secret: hderp-server did not run without a mesh key, saying so")
+    h.stop()
+    hold, port = hold_port()
+    hold.close()
+    d = Derper("derper-empty", port, None, ["-secrets-url", st3.url, "-secrets-path-prefix",
+                                            "interop/empty", "-secrets-cache-dir",
+                                            os.path.join(WORK, "c9", "s")], env).wait_up(None)
+    if "No mesh key configured" not in d.log_text():
+        fail("derper with an empty setec secret: the reference moved")
+    d.stop()
     os.makedirs(os.path.join(WORK, "c6", "dir"))
     for name, args, want in [
             ("short", ["-secrets-path-prefix", "interop/short"],

@@ -150,12 +150,13 @@ static int configure_setec(struct srv_config *cfg, const struct srv_flags *f)
                  home && home[0] ? "/" : ""); /* filepath.Join($HOME, ".cache", ...) */
         cache = dflt;
     }
-    if (srv_secrets_mesh_key(f->secrets_url, f->secrets_prefix, cache, &cfg->mesh_key, err,
-                             sizeof(err)) < 0) {
+    int rc = srv_secrets_mesh_key(f->secrets_url, f->secrets_prefix, cache, &cfg->mesh_key, err,
+                                  sizeof(err));
+    if (rc < 0) {
         fprintf(stderr, "hderp-server: -secrets-url %s: %s\n", f->secrets_url, err);
         return -EINVAL;
     }
-    cfg->have_mesh_key = true;
+    cfg->have_mesh_key = rc == 0; /* 1: an empty secret, no mesh key (derper's) */
     return 0;
 }
 

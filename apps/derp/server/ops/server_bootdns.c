@@ -194,7 +194,8 @@ static double lookup_percent(const char *txt_name)
         char *e;
         errno = 0;
         long v = j ? strtol(joined, &e, 10) : -1;
-        if (j && !errno && *e == '\0' && joined[0] != ' ' && v >= 0 && v <= 100)
+        if (j && !errno && *e == '\0' && !isspace((unsigned char)joined[0]) && v >= 0 &&
+            v <= 100) /* strconv.Atoi: no leading space */
             percent = (double)v / 100;
     }
     return percent;

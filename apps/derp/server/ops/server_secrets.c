@@ -236,6 +236,10 @@ int srv_secrets_mesh_key(const char *url, const char *prefix, const char *cache_
     json_decref(sv);
     json_decref(cache);
     hd_log(HD_LOG_INFO, "got mesh key from setec store");
+    if (rc == 0 && len == 0) { /* derper: meshKey == "": "No mesh key configured", runs on */
+        hd_log(HD_LOG_WARN, "setec secret \"%s\" is empty: no mesh key configured", name);
+        return 1;
+    }
     /* key.ParseDERPMesh: strings.TrimSpace, then exactly 64 hex digits */
     size_t a = 0;
     while (a < len && isspace(v[a]))
