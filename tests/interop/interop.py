@@ -27,6 +27,12 @@ Scenarios:
       leaves the machine): /bootstrap-dns and ?q= for published, unpublished and unknown names
       answer the same JSON (address lists compared as sets: derper shuffles them), the same
       Content-Type and Connection: close; then only unpublished names (an empty body)
+  bootstrap-dns-txt
+      the same in a network and mount namespace of its own (unshare; root) whose resolv.conf
+      names a DNS server of the test's on 127.0.0.1:53: names resolved through DNS, and
+      NAME/TXTNAME rollout percentages from TXT records (50, 100, 0, not a number, no record),
+      asked from 40 client addresses that are not loopback (derper seeds its draw with the
+      client's address): every answer the same bytes from both
   secrets
       -secrets-url against a real setec server (GOBIN/setecserver: setec's own server and
       database): derper v1.102.5 and hderp-server each fetch the mesh key and cache it, hderp
@@ -332,10 +338,12 @@ def mixed():
     print("PASS: a region of derper and hderp-server meshed with each other")
 
 
-def http_get(port, path):
-    """(status, headers, body) of GET path on 127.0.0.1:port, plain HTTP."""
+def http_get(port, path, source=None):
+    """(status, headers, body) of GET path on 127.0.0.1:port, plain HTTP (from address source:
+    default the kernel's choice)."""
     import http.client
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10,
+                                   source_address=(source, 0) if source else None)
     try:
         c.request("GET", path)
         r = c.getresponse()
@@ -344,11 +352,11 @@ def http_get(port, path):
         c.close()
 
 
-def bootstrap_answer(port, path):
+def bootstrap_answer(port, path, source=None):
     """/bootstrap-dns's answer as (status, Content-Type, Connection, body: parsed JSON with each
     address list sorted; None for an empty body, and the raw body where no list has two
     addresses: then the bytes, derper's indentation included, are the same too)."""
-    status, headers, body = http_get(port, path)
+    status, headers, body = http_get(port, path, source)
     h = {k.lower(): v for k, v in headers}
     parsed = None
     if body:
@@ -394,6 +402,114 @@ def bootstrap_dns():
             h.stop()
             d.stop()
     print("PASS: /bootstrap-dns answers as derper v1.102.5's with the same names")
+
+
+# bootstrap-dns-txt's DNS: A and AAAA records (one address a name: the answers compare as
+# bytes) and TXT records; any other name is NXDOMAIN.
+DNS_ADDRS = {"pub.test": ["192.0.2.1"], "pub6.test": ["2001:db8::6"], "u50.test": ["192.0.2.50"],
+             "u100.test": ["192.0.2.100"], "u0.test": ["192.0.2.10"], "ubad.test": ["192.0.2.11"],
+             "umiss.test": ["192.0.2.12"], "uplain.test": ["192.0.2.13"]}
+DNS_TXT = {"pct50.test": ["50"], "pct100.test": ["100"], "pct0.test": ["0"],
+           "pctbad.test": ["abc"]}
+
+
+def dns_answer(q):
+    """The answer to one DNS query (RFC 1035): A, AAAA and TXT from the tables above."""
+    import socket as so
+    import struct
+    tid, flags = struct.unpack(">HH", q[:4])
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode().lower())
+        i += 1 + q[i]
+    qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+    name, question = ".".join(labels), q[12:i + 5]
+    rdatas = []
+    for ip in DNS_ADDRS.get(name, []):
+        fam = so.AF_INET6 if ":" in ip else so.AF_INET
+        if (qtype, fam) in ((1, so.AF_INET), (28, so.AF_INET6)):
+            rdatas.append(so.inet_pton(fam, ip))
+    if qtype == 16:
+        rdatas += [bytes([len(t)]) + t.encode() for t in DNS_TXT.get(name, [])]
+    rcode = 0 if name in DNS_ADDRS or name in DNS_TXT else 3
+    out = struct.pack(">HHHHHH", tid, 0x8480 | (flags & 0x0100) | rcode, 1, len(rdatas), 0, 0)
+    out += question
+    for r in rdatas:
+        out += b"\xc0\x0c" + struct.pack(">HHIH", qtype, 1, 60, len(r)) + r
+    return out
+
+
+def dns_serve(sock):
+    while True:
+        q, peer = sock.recvfrom(4096)
+        try:
+            sock.sendto(dns_answer(q), peer)
+        except (IndexError, UnicodeDecodeError, OSError):
+            pass  # not a query this server answers
+
+
+def bootstrap_dns_txt():
+    if os.environ.get("HD_INTEROP_NETNS") != "1":  # run again inside namespaces of its own
+        p = subprocess.run(["unshare", "--net", "--mount", sys.executable,
+                            os.path.abspath(__file__)] + sys.argv[1:],
+                           env=dict(os.environ, HD_INTEROP_NETNS="1"), timeout=RUN_S)
+        if p.returncode != 0:
+            fail("bootstrap-dns-txt in its namespaces exited %d (unshare needs root)"
+                 % p.returncode, [])
+        return
+    import socket as so
+    import threading
+    clients = ["10.9.0.%d" % i for i in range(10, 50)]
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    for a in clients:
+        subprocess.run(["ip", "addr", "add", a + "/32", "dev", "lo"], check=True)
+    conf = os.path.join(WORK, "resolv.conf")
+    with open(conf, "w") as f:
+        f.write("nameserver 127.0.0.1\noptions timeout:1 attempts:2\n")
+    subprocess.run(["mount", "--bind", conf, "/etc/resolv.conf"], check=True)
+    dns = so.socket(so.AF_INET, so.SOCK_DGRAM)
+    dns.bind(("127.0.0.1", 53))
+    threading.Thread(target=dns_serve, args=(dns,), daemon=True).start()
+    flags = ["-bootstrap-dns-names", "pub.test,pub6.test,nope.test",
+             "-unpublished-bootstrap-dns-names",
+             "u50.test/pct50.test,u100.test/pct100.test,u0.test/pct0.test,"
+             "ubad.test/pctbad.test,umiss.test/nope.test,uplain.test"]
+    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    hold, port = hold_port()
+    hold.close()
+    d = Derper("derper", port, None, flags, env).wait_up(None)
+    h = Server(BIN, WORK, "hderp", ["-a", "127.0.0.1:0", "-stun=false", "-c",
+                                    os.path.join(WORK, "server.key")] + flags)
+    STARTED.append(h)
+    h.start()
+    try:
+        for name, p in (("derper", d.port), ("hderp-server", h.port)):  # the first refresh
+            wait_for(lambda: bootstrap_answer(p, "/bootstrap-dns?q=uplain.test", clients[0])[3]
+                     == {"uplain.test": ["192.0.2.13"]}, "%s's bootstrap DNS" % name, 30)
+        served = set()
+        for src in clients:
+            for q in ["", "?q=u50.test", "?q=u100.test", "?q=u0.test", "?q=ubad.test",
+                      "?q=umiss.test", "?q=pub.test"]:
+                path = "/bootstrap-dns" + q
+                want = bootstrap_answer(d.port, path, src)
+                got = bootstrap_answer(h.port, path, src)
+                if want != got:
+                    fail("%s from %s: hderp-server answered %r, derper %r" % (path, src, got,
+                                                                            want))
+                alone = len(got[3] or {}) == 1 and q[3:] in got[3]
+                if q == "?q=u50.test":
+                    served.add(alone)
+                elif alone != (q == "?q=u100.test"):  # 100 %: always; 0, bad, none: never
+                    fail("%s from %s: %r (the TXT percentage not applied)" % (path, src, got))
+        print("/bootstrap-dns from %d addresses: u50.test (50%%) answered alone to some: %s"
+              % (len(clients), sorted(served)))
+        if served != {True, False}:
+            fail("the 50%% rollout answered every client alike (%r): the draw is not exercised"
+                 % served)
+    finally:
+        h.stop()
+        d.stop()
+    print("PASS: bootstrap DNS through DNS and TXT rollout percentages, as derper v1.102.5")
 
 
 class Setec:
@@ -585,7 +701,8 @@ SCENARIOS = {"client-plain": lambda: client("plain"), "client-tls": lambda: clie
              "client-ws": lambda: client("ws"), "client-wss": lambda: client("wss"),
              "reference-derper": lambda: reference_derper("tls"),
              "reference-derper-wss": lambda: reference_derper("wss"),
-             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns, "secrets": secrets}
+             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns, "bootstrap-dns-txt": bootstrap_dns_txt,
+             "secrets": secrets}
 if SCENARIO not in SCENARIOS:
     fail("unknown scenario %r (one of %s)" % (SCENARIO, ", ".join(SCENARIOS)))
 try:
