@@ -181,6 +181,11 @@ struct kit_app {
      * handle_signals are set by the kit: signals handled unless no_signals). */
     struct hd_runtime_config rt;
     bool no_signals;
+    /* For a program that runs kit_app_main as one step of its own (a self-check that runs a
+     * runtime between blocking probes, its own command line parsed before): keep_logging
+     * leaves the logging level and format as the program set them (and adds no -log-level,
+     * -log-format), quiet prints no error of the kit's own (finish gets rc and reports it). */
+    bool keep_logging, quiet;
     const struct hd_module *module; /* the app */
     void *module_arg;
     const struct hd_module *layer; /* listed before the app when set (setup may set it) */
