@@ -159,7 +159,7 @@ int kit_pipe_start(struct kit_pipe *p, struct net_conn *a, struct net_conn *b,
         return -EINVAL;
     if (!is_open(a) || !is_open(b))
         return -EPIPE;
-    *p = (struct kit_pipe){.s = net_conn_shard(a), .done = done, .arg = arg};
+    *p = (struct kit_pipe){.shard_id = hd_shard_id(net_conn_shard(a)), .done = done, .arg = arg};
     take(p, 0, a, false);
     take(p, 1, b, false);
     return run(p);
@@ -304,7 +304,7 @@ int kit_pipe_join(struct hd_shard *s, struct kit_pipe *p, struct hd_handle a, st
         if (!is_open(local[i]))
             return -EPIPE;
     }
-    *p = (struct kit_pipe){.s = s, .shard_id = here, .done = done, .arg = arg, .hello = hello};
+    *p = (struct kit_pipe){.shard_id = here, .done = done, .arg = arg, .hello = hello};
     p->hello_len = hello ? (uint32_t)strlen(hello) : 0;
     int rc = 0;
     for (unsigned i = 0; i < 2; i++) {

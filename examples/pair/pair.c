@@ -127,6 +127,8 @@ static void pair_with(struct pr_shard *sh, struct pr_waiting *w, struct hd_handl
     struct hd_handle other = w->h;
     w->h = (struct hd_handle){0};
     struct pr_pair *pr = hd_slab_get(sh->pairs);
+    if (pr)
+        pr->sh = sh; /* before the join: its done may come at any time after */
     int rc = pr ? kit_pipe_join(sh->s, &pr->pipe, other, h, "OK\n", pair_done, pr) : -ENOMEM;
     if (rc < 0) { /* nothing taken: both hear it */
         if (pr)
@@ -135,7 +137,6 @@ static void pair_with(struct pr_shard *sh, struct pr_waiting *w, struct hd_handl
         refuse_to(sh, h, "ERR busy\n");
         return;
     }
-    pr->sh = sh;
     sh->paired++;
 }
 

@@ -237,8 +237,7 @@ struct kit_pipe {
     struct net_conn *c[2]; /* NULL once that side has closed (or before it arrived) */
     kit_pipe_done_fn *done;
     void *arg;
-    struct hd_shard *s;
-    unsigned shard_id;
+    unsigned shard_id; /* the pipe's shard */
     const char *hello;
     uint32_t hello_len;
     int reason;     /* the first close's reason */
