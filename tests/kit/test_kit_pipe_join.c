@@ -23,6 +23,8 @@
 
 #include <hd/kit.h>
 
+#include "pipe_stream.h"
+
 #define PIPE_BYTES   (8u << 20)
 #define SEND_HIGH    (64u * 1024)
 #define SEND_MAX     (256u * 1024)
@@ -45,11 +47,6 @@ static struct {
 } g;
 
 static char line_seen; /* app mark: "PAIR\n" consumed, waiting for the pipe */
-
-static uint8_t byte_at(uint64_t i)
-{
-    return (uint8_t)((i * 2654435761u) >> 13);
-}
 
 static void pipe_done(struct kit_pipe *p, void *arg)
 {
@@ -196,24 +193,11 @@ static bool read_ok(int fd)
     return n == 3 && memcmp(ok, "OK\n", 3) == 0;
 }
 
-/* Writes PIPE_BYTES after its line, half-closes, expects "bye" and the end. */
+/* After "OK": PIPE_BYTES of the pattern, a half close, then "bye" and the end expected. */
 static void *writer(void *arg)
 {
     int fd = *(int *)arg;
-    static uint8_t buf[64 * 1024];
-    bool ok = read_ok(fd);
-    for (uint64_t off = 0; ok && off < PIPE_BYTES; off += sizeof(buf)) {
-        for (size_t i = 0; i < sizeof(buf); i++)
-            buf[i] = byte_at(off + i);
-        ok = write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
-    }
-    ok = ok && shutdown(fd, SHUT_WR) == 0;
-    char got[8] = {0};
-    size_t n = 0;
-    ssize_t r;
-    while (ok && n < sizeof(got) - 1 && (r = read(fd, got + n, sizeof(got) - 1 - n)) > 0)
-        n += (size_t)r;
-    ok = ok && strcmp(got, "bye") == 0;
+    bool ok = read_ok(fd) && pipe_stream_send(fd, PIPE_BYTES);
     atomic_store(&g.writer_ok, ok ? 1 : -1);
     close(fd);
     return NULL;
@@ -229,22 +213,12 @@ Test(test_kit_pipe_join, slow_reader_on_another_shard, .timeout = 120)
     cr_assert_geq(rfd, 0);
     pthread_t tw;
     pthread_create(&tw, NULL, writer, &wfd);
-    bool ok = read_ok(rfd);
-    static uint8_t buf[4096];
-    uint64_t got = 0;
-    ssize_t r;
-    while (ok && (r = read(rfd, buf, sizeof(buf))) > 0) { /* slow: small reads, with a rest */
-        for (ssize_t i = 0; i < r && ok; i++)
-            ok = buf[i] == byte_at(got + (uint64_t)i);
-        got += (uint64_t)r;
-        if ((got & 0xffff) < (uint64_t)r)
-            usleep(2000);
-    }
-    ok = ok && got == PIPE_BYTES && write(rfd, "bye", 3) == 3;
+    /* Slow: reads of 4 KiB, with a rest after each 64 KiB. */
+    bool ok = read_ok(rfd) && pipe_stream_recv(rfd, PIPE_BYTES, 4096, 2000);
     close(rfd);
     pthread_join(tw, NULL);
     finish(rt);
-    cr_assert(ok, "the reader got %llu bytes (or a wrong one)", (unsigned long long)got);
+    cr_assert(ok, "the reader did not get every byte after OK, then the end");
     cr_assert_eq(atomic_load(&g.writer_ok), 1, "the writer did not get bye and the end");
     cr_assert_eq(g.stats.moved, 1);
     cr_assert_eq(g.stats.bytes[0], PIPE_BYTES);
