@@ -1,5 +1,6 @@
 /* kit_app.c - the start-up every program on the framework repeats, as one call: the command
- * line (the app's flags plus -shards, -log-level, -log-format), the app's set-up, the runtime
+ * line (the app's flags plus -shards, -log-level, -log-format, or the app's own parser), the
+ * logging level (unless the app keeps its own), the app's set-up, the runtime
  * with the app's module (and a layer such as tls_module before it), port holds closed once the
  * shards listen, signals, the wait, and the tear-down, with the exit codes of a command-line
  * tool (0, 1 failure, 2 usage). Main thread. */
@@ -78,10 +79,12 @@ static int parse(struct kit_app *a, int argc, char **argv, enum hd_log_level *le
     if (a->shards_flag)
         all[n++] = (struct kit_flag){"shards", KIT_FLAG_U32,  &a->rt.shards_count,
                                      1,        HD_SHARDS_MAX, shards_help};
-    all[n++] = (struct kit_flag){"log-level", KIT_FLAG_FN, &lc,
-                                 0,           0,           "error, warn, info (default) or debug"};
-    all[n++] = (struct kit_flag){
-        "log-format", KIT_FLAG_FN, &fc, 0, 0, "text (default) or json (one object a line)"};
+    if (!a->keep_logging) {
+        all[n++] = (struct kit_flag){
+            "log-level", KIT_FLAG_FN, &lc, 0, 0, "error, warn, info (default) or debug"};
+        all[n++] = (struct kit_flag){
+            "log-format", KIT_FLAG_FN, &fc, 0, 0, "text (default) or json (one object a line)"};
+    }
     char err[200];
     int rc = kit_flags_parse(all, n, argc, argv, err, sizeof(err));
     if (rc == -ECANCELED) {
@@ -128,7 +131,7 @@ static int run(struct kit_app *a)
         (void)hd_runtime_wait(rt);
     }
     a->runtime = rt; /* for finish: statistics */
-    if (rc < 0)
+    if (rc < 0 && !a->quiet)
         fprintf(stderr, "%s: %s\n", a->name, strerror(-rc));
     return rc;
 }
@@ -141,8 +144,10 @@ int kit_app_main(struct kit_app *a, int argc, char **argv)
     int pc = parse(a, argc, argv, &level, &format);
     if (pc != 0)
         return pc == 1 ? 0 : 2;
-    hd_log_set_level(level);
-    hd_log_set_format(format);
+    if (!a->keep_logging) {
+        hd_log_set_level(level);
+        hd_log_set_format(format);
+    }
     int rc = a->setup ? a->setup(a) : 0;
     int code = 1;
     if (rc == 0) {

@@ -26,6 +26,18 @@ for sub in "$@"; do
     echo "$subhelp" | verbatim
     printf '.fi\n'
 done
-printf '.SH FILES\n.TP\n/etc/default/hderp-server\nflags for the systemd unit (hderp-server.service)\n'
-printf '.TP\n/var/lib/hderp\nstate: the server key, certificates\n'
-printf '.SH SEE ALSO\n%s\n' "FLAGS.md and OPERATING.md in /usr/share/doc/hderp/"
+case $name in
+hderp-server)
+    printf '.SH FILES\n.TP\n/etc/default/hderp-server\nflags for the systemd unit (hderp-server.service)\n'
+    printf '.TP\n/var/lib/hderp\nstate: the server key, certificates\n'
+    printf '.SH SEE ALSO\n%s\n' "FLAGS.md and OPERATING.md in /usr/share/doc/hderp/"
+    ;;
+hderp-wgrelay)
+    printf '.SH FILES\n.TP\n/etc/default/hderp-wgrelay\nflags for the systemd unit (hderp-wgrelay.service)\n'
+    printf '.TP\n/etc/hderp/wg-peers\nthe registered peers (an example: /usr/share/doc/hderp/examples/wg-peers)\n'
+    printf '.SH SEE ALSO\n%s\n' "WGRELAY.md in /usr/share/doc/hderp/"
+    ;;
+*)
+    printf '.SH SEE ALSO\n%s\n' "FLAGS.md and OPERATING.md in /usr/share/doc/hderp/"
+    ;;
+esac

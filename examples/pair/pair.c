@@ -7,10 +7,11 @@
  * -wait-ms gets "ERR timeout\n" and is closed; a bad line gets "ERR line\n"; no room gets
  * "ERR busy\n".
  *
- * The framework pieces it shows: a token's owner shard (kit_owner_shard) holds its waiting
- * client; a client that arrived elsewhere is moved there with its unread bytes
- * (net_conn_migrate); the pair is piped with kit_pipe_start (backpressure both ways); the
- * waiting deadline lets the app write its last line (on_deadline); start-up is kit_app_main.
+ * The framework pieces it shows: a token's owner shard (kit_owner_shard) keeps the table of
+ * waiting clients by handle (net_conn_handle), while each client waits where it landed; a line
+ * reaches the owner over the bus (kit_route, the token in a frame); the owner pipes a pair with
+ * kit_pipe_join, which brings the clients that live elsewhere to it (backpressure both ways);
+ * the waiting deadline lets the app write its last line (on_deadline); start-up is kit_app_main.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,7 +26,7 @@
 
 #define PR_TOKEN_MAX   64u
 #define PR_LINE_MAX    (5u + PR_TOKEN_MAX + 1u) /* "PAIR " token "\n" */
-#define PR_WAITING_MAX 256u                     /* clients waiting for their peer, per shard */
+#define PR_WAITING_MAX 256u                     /* clients waiting for their peer, per owner */
 #define PR_PAIRS_MAX   4096u                    /* pairs piped at once, per shard */
 
 struct pr_config {
@@ -34,7 +35,7 @@ struct pr_config {
 };
 
 struct pr_waiting {
-    struct net_conn *c; /* NULL: free */
+    struct hd_handle h; /* {0}: free; the client lives on any shard */
     uint8_t len;
     char token[PR_TOKEN_MAX];
 };
@@ -49,13 +50,13 @@ struct pr_shard {
     const struct pr_config *cfg;
     struct net_listener *listener;
     struct hd_slab *pairs;
-    struct pr_waiting waiting[PR_WAITING_MAX];
+    struct pr_waiting waiting[PR_WAITING_MAX]; /* of the tokens this shard owns */
     uint64_t paired, moved, timeouts, refused;
 };
 
 static const struct hd_module pr_module;
-static const struct net_conn_handler pr_handler;
-static char pr_waiting_mark; /* a waiting connection's app pointer */
+/* A waiting client's app pointer: &pr_owner[its token's owner shard], to tell it when it ends. */
+static char pr_owner[HD_SHARDS_MAX];
 
 static struct pr_shard *shard_state(struct hd_shard *s)
 {
@@ -67,6 +68,20 @@ static void refuse(struct pr_shard *sh, struct net_conn *c, const char *line)
     sh->refused++;
     net_conn_send_copy(c, line, strlen(line));
     net_conn_close(c, -EPROTO, true);
+}
+
+/* The same for a client on any shard (by handle, over the bus; a full bus: it waits for its
+ * deadline instead). */
+static void refuse_to(struct pr_shard *sh, struct hd_handle h, const char *line)
+{
+    sh->refused++;
+    struct hd_frame *f = hd_frame_get(sh->s, strlen(line));
+    if (f) {
+        memcpy(f->data, line, strlen(line));
+        net_conn_send_to(sh->s, h, f, 0, (uint32_t)strlen(line));
+        hd_frame_unref(sh->s, f);
+    }
+    net_conn_close_to(sh->s, h, -EPROTO, true);
 }
 
 /* The length of a good "PAIR <token>\n" line at data, 0 if it is not whole yet, -EPROTO. */
@@ -91,75 +106,79 @@ static ssize_t pair_line(const uint8_t *data, size_t len, const char **token, si
 
 static void pair_done(struct kit_pipe *p, void *arg)
 {
-    (void)p;
     struct pr_pair *pr = arg;
+    pr->sh->moved += p->stats.moved;
     hd_slab_put(pr->sh->pairs, pr);
-}
-
-/* On the moved connection's new shard (the token's owner): same handler; the line it has not
- * consumed is offered again there. */
-static void moved_in(struct net_conn *c, void *arg)
-{
-    (void)arg;
-    if (c)
-        net_conn_set_app(c, &pr_handler, NULL);
 }
 
 static struct pr_waiting *waiting_find(struct pr_shard *sh, const char *token, size_t len)
 {
     for (unsigned i = 0; i < PR_WAITING_MAX; i++) {
         struct pr_waiting *w = &sh->waiting[i];
-        if (w->c && w->len == len && memcmp(w->token, token, len) == 0)
+        if (w->h.v && w->len == len && memcmp(w->token, token, len) == 0)
             return w;
     }
     return NULL;
 }
 
-/* On the token's owner: wait, or pair with the one waiting. Returns on_data's answer. */
-static ssize_t pair_here(struct pr_shard *sh, struct net_conn *c, const char *token, size_t tlen,
-                         ssize_t line)
+/* Pair the one waiting with h, wherever each lives: the pipe is on this shard. */
+static void pair_with(struct pr_shard *sh, struct pr_waiting *w, struct hd_handle h)
 {
-    struct pr_waiting *w = waiting_find(sh, token, tlen);
-    if (w == NULL) {
-        for (unsigned i = 0; w == NULL && i < PR_WAITING_MAX; i++)
-            w = sh->waiting[i].c == NULL ? &sh->waiting[i] : NULL;
-        if (w == NULL) {
-            refuse(sh, c, "ERR busy\n");
-            return line;
-        }
-        *w = (struct pr_waiting){.c = c, .len = (uint8_t)tlen};
-        memcpy(w->token, token, tlen);
-        net_conn_set_app(c, &pr_handler, &pr_waiting_mark);
-        return line;
-    }
+    struct hd_handle other = w->h;
+    w->h = (struct hd_handle){0};
     struct pr_pair *pr = hd_slab_get(sh->pairs);
-    if (pr == NULL) {
-        refuse(sh, c, "ERR busy\n");
-        return line;
-    }
-    struct net_conn *other = w->c;
-    w->c = NULL;
-    pr->sh = sh;
-    net_conn_set_deadline(other, 0);
-    net_conn_set_deadline(c, 0);
-    net_conn_send_copy(other, "OK\n", 3);
-    net_conn_send_copy(c, "OK\n", 3);
-    int rc = kit_pipe_start(&pr->pipe, other, c, pair_done, pr);
-    if (rc == -EPIPE || rc == -EINVAL) { /* nothing was taken over (-EAGAIN: piped) */
-        hd_slab_put(sh->pairs, pr);
-        net_conn_close(other, 0, true);
-        return rc;
+    if (pr)
+        pr->sh = sh; /* before the join: its done may come at any time after */
+    int rc = pr ? kit_pipe_join(sh->s, &pr->pipe, other, h, "OK\n", pair_done, pr) : -ENOMEM;
+    if (rc < 0) { /* nothing taken: both hear it */
+        if (pr)
+            hd_slab_put(sh->pairs, pr);
+        refuse_to(sh, other, "ERR busy\n");
+        refuse_to(sh, h, "ERR busy\n");
+        return;
     }
     sh->paired++;
-    return line;
+}
+
+/* On the token's owner: a client (h, on any shard) sent its line. The frame holds the token. */
+static void on_request(struct hd_shard *s, const struct hd_msg *m)
+{
+    struct pr_shard *sh = shard_state(s);
+    struct hd_frame *f = m->ptr;
+    struct hd_handle h = {m->u64[0]};
+    struct pr_waiting *w = waiting_find(sh, (const char *)f->data, f->len);
+    if (w) {
+        pair_with(sh, w, h);
+    } else {
+        for (unsigned i = 0; w == NULL && i < PR_WAITING_MAX; i++)
+            w = sh->waiting[i].h.v == 0 ? &sh->waiting[i] : NULL;
+        if (w == NULL) {
+            refuse_to(sh, h, "ERR busy\n");
+        } else {
+            *w = (struct pr_waiting){.h = h, .len = (uint8_t)f->len};
+            memcpy(w->token, f->data, f->len);
+        }
+    }
+    hd_frame_unref(s, f);
+}
+
+/* On the token's owner: a waiting client ended (its deadline, its peer left). */
+static void on_forget(struct hd_shard *s, const struct hd_msg *m)
+{
+    struct pr_shard *sh = shard_state(s);
+    for (unsigned i = 0; i < PR_WAITING_MAX; i++)
+        if (sh->waiting[i].h.v == m->u64[0])
+            sh->waiting[i].h = (struct hd_handle){0};
 }
 
 static ssize_t pr_data(struct net_conn *c, const uint8_t *data, size_t len)
 {
     struct hd_shard *s = net_conn_shard(c);
     struct pr_shard *sh = shard_state(s);
-    if (net_conn_app(c) == &pr_waiting_mark)
-        return 0; /* waiting: what it sends early is kept for its peer */
+    if (net_conn_app(c) != NULL) { /* waiting: what it sends early is kept for its peer */
+        net_conn_pause_recv(c, true);
+        return 0;
+    }
     const char *token;
     size_t tlen;
     ssize_t line = pair_line(data, len, &token, &tlen);
@@ -170,14 +189,22 @@ static ssize_t pr_data(struct net_conn *c, const uint8_t *data, size_t len)
     if (line == 0)
         return 0;
     unsigned owner = kit_owner_shard(token, tlen, hd_shard_count(s));
-    if (owner != hd_shard_id(s)) { /* the line stays unconsumed: it travels and is read there */
-        if (net_conn_migrate(c, owner, moved_in, NULL) < 0)
-            refuse(sh, c, "ERR busy\n");
-        else
-            sh->moved++;
-        return 0;
+    struct hd_frame *f = hd_frame_get(s, tlen);
+    if (f == NULL) {
+        refuse(sh, c, "ERR busy\n");
+        return line;
     }
-    return pair_here(sh, c, token, tlen, line);
+    memcpy(f->data, token, tlen);
+    f->len = (uint32_t)tlen;
+    struct hd_msg m = {.fn = on_request, .ptr = f, .u64 = {net_conn_handle(c).v}};
+    if (kit_route(s, token, tlen, &m) < 0) { /* the owner's bus is full */
+        hd_frame_unref(s, f);
+        refuse(sh, c, "ERR busy\n");
+        return line;
+    }
+    net_conn_set_app(c, net_conn_app_handler(c), &pr_owner[owner]);
+    net_conn_pause_recv(c, true); /* bytes after the line wait here for the peer */
+    return line;
 }
 
 static void pr_deadline(struct net_conn *c)
@@ -189,11 +216,13 @@ static void pr_deadline(struct net_conn *c)
 static void pr_close(struct net_conn *c, int reason)
 {
     (void)reason;
-    struct pr_shard *sh = shard_state(net_conn_shard(c));
-    for (unsigned i = 0; i < PR_WAITING_MAX; i++) {
-        if (sh->waiting[i].c == c)
-            sh->waiting[i].c = NULL;
-    }
+    const char *owner = net_conn_app(c);
+    if (owner == NULL)
+        return;
+    /* It was waiting: its entry on the owner goes (a full bus leaves it; a peer that comes
+     * then is refused: its pipe finds this side gone). */
+    struct hd_msg m = {.fn = on_forget, .u64 = {net_conn_handle(c).v}};
+    (void)hd_bus_send(net_conn_shard(c), (unsigned)(owner - pr_owner), &m);
 }
 
 static const struct net_conn_handler pr_handler = {

@@ -8,7 +8,8 @@
  *   command lines                kit_flags_parse / kit_flags_usage (a table of flags),
  *                                kit_duration_parse (durations as Go writes them)
  *   a program's start-up         kit_app_main (flags, logging, runtime, signals, tear-down)
- *   two connections piped        kit_pipe_start (both ways, with backpressure and half closes)
+ *   two connections piped        kit_pipe_start (one shard), kit_pipe_join (wherever they live):
+ *                                both ways, with backpressure and half closes
  * Library hd_kit (CMake hd::kit, in hd.pc), on top of net/.
  *
  * Threading: as net/ (a shard's own objects on that shard); the flags parser, kit_port_hold and
@@ -180,6 +181,11 @@ struct kit_app {
      * handle_signals are set by the kit: signals handled unless no_signals). */
     struct hd_runtime_config rt;
     bool no_signals;
+    /* For a program that runs kit_app_main as one step of its own (a self-check that runs a
+     * runtime between blocking probes, its own command line parsed before): keep_logging
+     * leaves the logging level and format as the program set them (and adds no -log-level,
+     * -log-format), quiet prints no error of the kit's own (finish gets rc and reports it). */
+    bool keep_logging, quiet;
     const struct hd_module *module; /* the app */
     void *module_arg;
     const struct hd_module *layer; /* listed before the app when set (setup may set it) */
@@ -208,38 +214,64 @@ int kit_app_hold(struct kit_app *a, struct net_addr *addr, int type);
 
 /* ---------------------------------------------------------------- piping two connections */
 
-/* Two connections of one shard piped into each other (a TCP relay's data phase): what one
- * receives is queued on the other (copied into pool frames); a side stops receiving while the
- * other's send queue is above its high watermark (on_send_pressure) and resumes under its low
- * one, so a slow reader holds at most its send_high_bytes plus a read; an EOF on one side shuts
- * the other's write side once its queue is sent, both EOFs close both; a close on one side
- * closes the other after its queue is sent; done(p, arg) runs once both have closed (then p is
- * the caller's again). Connections on different shards: move one to the other's shard first
- * (net_conn_migrate), then pipe in the adopt callback. Embed struct kit_pipe in the session;
- * its fields are the kit's (stats may be read). */
+/* Two connections piped into each other (a TCP relay's data phase): what one receives is queued
+ * on the other (copied into pool frames); a side stops receiving while the other's send queue is
+ * above its high watermark (on_send_pressure) and resumes under its low one, so a slow reader
+ * holds at most its send_high_bytes plus a read; an EOF on one side shuts the other's write side
+ * once its queue is sent, both EOFs close both; a close on one side closes the other after its
+ * queue is sent; done(p, arg) runs once both have closed (then p is the caller's again).
+ *
+ * Both connections live on the pipe's shard while piped: kit_pipe_join brings one that lives on
+ * another shard there (net_conn_migrate), so every byte takes the local path with the
+ * connections' own watermarks, and the pipe's memory and done stay on the caller's shard.
+ * Embed struct kit_pipe in the session; its fields are the kit's (stats may be read). */
 struct kit_pipe;
 typedef void kit_pipe_done_fn(struct kit_pipe *p, void *arg);
 struct kit_pipe_stats {
     uint64_t bytes[2]; /* bytes received on c[i] and queued on the other */
     uint64_t pauses;   /* times a side was paused for the other's send queue */
     uint64_t dropped;  /* bytes received after the other side had gone */
+    uint64_t moved;    /* connections kit_pipe_join brought from another shard (0, 1 or 2) */
 };
 struct kit_pipe {
-    struct net_conn *c[2]; /* NULL once that side has closed */
+    struct net_conn *c[2]; /* NULL once that side has closed (or before it arrived) */
     kit_pipe_done_fn *done;
     void *arg;
-    int reason; /* the first close's reason */
-    uint8_t eof;
+    unsigned shard_id; /* the pipe's shard */
+    const char *hello;
+    uint32_t hello_len;
+    int reason;     /* the first close's reason */
+    uint8_t eof;    /* bit i: c[i]'s peer ended its writing */
+    uint8_t coming; /* bit i: c[i] is on its way from another shard */
+    bool running;   /* both sides here: bytes flow */
+    bool failed;    /* a side closed or could not come: what is left closes */
     struct kit_pipe_stats stats;
 };
 /* Pipe a and b (open, on the calling shard, not the same connection). Takes over both
  * connections' handlers and app pointers (net_conn_set_app: the old ones get no callback, not
- * even on_close). Bytes either side kept unconsumed flow: a side the caller paused (to keep a
- * fast sender within rx_tail_max while it waited for its peer) is resumed, its kept bytes
- * offered inside this call; the others' are offered on the next tick (net_conn_reoffer).
- * Returns 0, -EINVAL (one connection twice, or two shards), -EPIPE (one is not open: nothing
- * changed), -EAGAIN (the shard's task ring is full: piped, but kept bytes wait for new ones). */
+ * even on_close) and clears their deadlines (the pairing's). Bytes either side kept unconsumed
+ * flow: a side the caller paused (to keep a fast sender within rx_tail_max while it waited for
+ * its peer) is resumed, its kept bytes offered inside this call; the others' are offered on the
+ * next tick (net_conn_reoffer). Returns 0, -EINVAL (one connection twice, or two shards), -EPIPE
+ * (one is not open: nothing changed), -EAGAIN (the shard's task ring is full: piped, but kept
+ * bytes wait for new ones). */
 int kit_pipe_start(struct kit_pipe *p, struct net_conn *a, struct net_conn *b,
                    kit_pipe_done_fn *done, void *arg);
+/* Pipe the connections a and b name (net_conn_handle), wherever they live, on shard s (the
+ * caller's): p is s's memory and done runs on s. A connection on s is taken at once; one on
+ * another shard is asked for over the bus and moved to s (net_conn_migrate: its app there hears
+ * nothing more of it, not even on_close, so keep it in tables by handle, and only a TLS
+ * connection past its handshake may be given). Each side waits with receiving paused (its bytes
+ * kept) until both are on s; then hello (a NUL-terminated string that lives as long as the
+ * pipe, e.g. "OK\n", or NULL) is queued on each, ahead of any piped byte, and they flow as with
+ * kit_pipe_start. A side that is gone (stale handle), closes on the way, or cannot move (already
+ * moving or closing, no memory) fails the pipe: the other side is closed once what it has queued
+ * is sent, p->reason says why (-EPIPE; -ENOMEM; -EAGAIN when the bus refused the second
+ * request), and done runs as usual once nothing is on its way. A connection that could not
+ * move is left to its app as it was. Returns 0 (done will run), -EINVAL (a == b, {0}, or a
+ * shard out of range), -EPIPE (a connection on s is not open), -EAGAIN (the bus refused the
+ * first request): then nothing changed and done will not run. On s. */
+int kit_pipe_join(struct hd_shard *s, struct kit_pipe *p, struct hd_handle a, struct hd_handle b,
+                  const char *hello, kit_pipe_done_fn *done, void *arg);
 
 #endif /* HD_KIT_H */

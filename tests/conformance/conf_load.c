@@ -5,8 +5,10 @@
  * per shard) so no receiver ever has more than CONF_LOAD_BATCH packets in flight: the relay's
  * 32-deep queues never drop, and any loss is a relay bug. Shard-side results are recorded in
  * atomics and asserted (criterion) on the test thread after the runtime stopped. Owns the
- * driver's state, one run at a time. Also the suites' criterion fixtures (conf_server_down,
- * conf_server_stop_clean): the criterion-side half of the support library lives here. */
+ * driver's state, one run at a time. Also the bystanders of an attack (conf_bystanders_*: a
+ * pair and a ping client checked every round of a flood or a churn) and the suites' criterion
+ * fixtures (conf_server_down, conf_server_stop_clean): the criterion-side half of the support
+ * library lives here. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -257,4 +259,42 @@ void conf_server_down(struct conf_server *srv)
 void conf_server_stop_clean(struct conf_server *srv)
 {
     cr_assert_eq(conf_server_stop(srv), 0, "hderp-server exits 0 on SIGTERM");
+}
+
+void conf_bystanders_login(struct conf_bystanders *by, const struct conf_server *srv)
+{
+    CONF_OK(conf_raw_login(&by->a, srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&by->b, srv, NULL, NULL));
+    CONF_OK(conf_raw_login(&by->p, srv, NULL, NULL));
+}
+
+void conf_bystanders_check(struct conf_bystanders *by, int i)
+{
+    uint8_t pkt[64] = {(uint8_t)i};
+    CONF_OK(conf_raw_send_packet(&by->a, &by->b.kp.pub, pkt, sizeof(pkt)));
+    struct derp_pubkey src;
+    const uint8_t *d;
+    size_t len;
+    int rc = conf_raw_read_packet(&by->b, CONF_IO_TIMEOUT_MS, &src, &d, &len);
+    cr_assert_eq(rc, 0, "bystander packet of round %d lost: %d", i, rc);
+    cr_assert(len == sizeof(pkt) && d[0] == (uint8_t)i);
+    rc = conf_raw_ping_pong(&by->p, (uint64_t)i, CONF_IO_TIMEOUT_MS);
+    cr_assert_eq(rc, 0, "ping of round %d: %d", i, rc);
+}
+
+void conf_bystanders_every(struct conf_bystanders *by, int n, int round,
+                           void (*step)(int i, void *arg), void *arg)
+{
+    for (int i = 0; i < n; i++) {
+        step(i, arg);
+        if (i % round == round - 1)
+            conf_bystanders_check(by, i / round);
+    }
+}
+
+void conf_bystanders_close(struct conf_bystanders *by)
+{
+    conf_raw_close(&by->p);
+    conf_raw_close(&by->b);
+    conf_raw_close(&by->a);
 }

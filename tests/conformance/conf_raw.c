@@ -7,7 +7,10 @@
 #include <hd/hd_siphash.h>
 #include "conf_support_impl.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +214,39 @@ int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const stru
 {
     int rc = conf_raw_login_send(r, srv, kp, json, NULL);
     return rc == 0 ? conf_raw_read_server_info(r, NULL) : rc;
+}
+
+int conf_raw_login_via(struct conf_raw *r, const struct conf_server *srv, const char *src,
+                       int rcvbuf, int mss, const char *json)
+{
+    int rc = conf_raw_open(r, srv, NULL);
+    if (rc < 0)
+        return rc;
+    close(r->fd);
+    r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (r->fd < 0)
+        return -errno;
+    if (rcvbuf)
+        setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    if (mss)
+        setsockopt(r->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss));
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    if (src && (inet_pton(AF_INET, src, &a.sin_addr) != 1 ||
+                bind(r->fd, (struct sockaddr *)&a, sizeof(a)) != 0))
+        return errno ? -errno : -EINVAL;
+    struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons(srv->port)};
+    inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
+    if (connect(r->fd, (struct sockaddr *)&d, sizeof(d)) != 0)
+        return -errno;
+    if ((rc = conf_raw_upgrade(r, NULL)) < 0 || (rc = conf_raw_read_server_key(r)) < 0)
+        return rc;
+    uint8_t ci[2048];
+    ssize_t n = conf_raw_client_info(r, json, ci, sizeof(ci));
+    if (n < 0)
+        return (int)n;
+    if ((rc = conf_raw_write(r, ci, (size_t)n)) < 0)
+        return rc;
+    return conf_raw_read_server_info(r, NULL);
 }
 
 int conf_raw_wait_closed(struct conf_raw *r, int timeout_ms)

@@ -6,7 +6,7 @@
  * readers) are exact. Every wait here is bounded. Test-thread only; nothing here is shared.
  * conf_server.c: the process, ports, HTTP and varz; conf_raw.c: the raw client, keys, payloads;
  * conf_check.c: checks on a running server (varz, log, a login on a shard); conf_load.c: the
- * load driver and the criterion fixtures. */
+ * load driver, the bystanders of an attack and the criterion fixtures. */
 #ifndef CONF_SUPPORT_H
 #define CONF_SUPPORT_H
 
@@ -194,6 +194,13 @@ int conf_raw_login_send(struct conf_raw *r, const struct conf_server *srv,
 /* conf_raw_login_send + ServerInfo. r must be closed (conf_raw_close) even when this fails. */
 int conf_raw_login(struct conf_raw *r, const struct conf_server *srv, const struct derp_keypair *kp,
                    const char *json);
+/* The whole login (as its steps: upgrade, ServerKey, ClientInfo(json), ServerInfo) from source
+ * address src (NULL: the kernel's choice) on a socket whose receive buffer is rcvbuf bytes and
+ * MSS mss (0: the defaults; set before connect, so a small window stays small): a stalled
+ * receiver, or many clients of one address. Fresh keys. Returns 0 or -errno (socket, bind,
+ * connect, a step); r must be closed (conf_raw_close) even when this fails. */
+int conf_raw_login_via(struct conf_raw *r, const struct conf_server *srv, const char *src,
+                       int rcvbuf, int mss, const char *json);
 /* Waits for the server to close: frames are read and discarded. 0 when closed (EOF or RST),
  * -ETIMEDOUT if still open after timeout_ms. */
 int conf_raw_wait_closed(struct conf_raw *r, int timeout_ms);
@@ -263,5 +270,25 @@ struct conf_load_opts {
  * back to 0; with TLS also one finished handshake per client, none failed, and 101 to every
  * upgrade. Leaves srv running. Test thread only; one run at a time. */
 void conf_load_run(const struct conf_load_opts *o);
+
+/* ---- Bystanders of an attack (conf_load.c) ----------------------------------------------------
+ */
+
+/* A bystander pair (a sends b a packet) and a ping client, plain logins, that must be served
+ * while an attack (a flood, a churn of logins) runs beside them. */
+struct conf_bystanders {
+    struct conf_raw a, b, p;
+};
+/* Logs in a, b, then p (asserted). */
+void conf_bystanders_login(struct conf_bystanders *by, const struct conf_server *srv);
+/* Round i: one packet a -> b must arrive, whole, and p's Ping (data i) must get its Pong
+ * (asserted, naming the round). */
+void conf_bystanders_check(struct conf_bystanders *by, int i);
+/* The attack's loop: step(i, arg) for i in [0, n), and after every round-th step the check of
+ * round i / round. The caller checks once more at the end when it wants to. */
+void conf_bystanders_every(struct conf_bystanders *by, int n, int round,
+                           void (*step)(int i, void *arg), void *arg);
+/* Closes p, b, a. */
+void conf_bystanders_close(struct conf_bystanders *by);
 
 #endif /* CONF_SUPPORT_H */

@@ -9,11 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "conf_support.h"
 
@@ -33,51 +28,10 @@ static void down(void)
 TestSuite(test_conformance_watchers, .fini = down, .timeout = 240);
 
 /* A login from source address src with json (the mesh key or NULL) on a socket whose receive
- * buffer is rcvbuf bytes (0: the default; set before connect, so a small window stays small).
- * Returns conf_raw_login's result (r must be closed in every case). */
+ * buffer is rcvbuf bytes (0: the default), with a tiny MSS beside a small buffer. */
 static int login_via(struct conf_raw *r, const char *src, int rcvbuf, const char *json)
 {
-    int rc = conf_raw_open(r, &srv, NULL);
-    if (rc < 0)
-        return rc;
-    close(r->fd);
-    r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert(r->fd >= 0);
-    if (rcvbuf) {
-        setsockopt(r->fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-        int mss = TINY_MSS;
-        setsockopt(r->fd, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof(mss));
-    }
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    inet_pton(AF_INET, src, &a.sin_addr);
-    cr_assert_eq(bind(r->fd, (struct sockaddr *)&a, sizeof(a)), 0, "bind %s: %s", src,
-                 strerror(errno));
-    struct sockaddr_in d = {.sin_family = AF_INET, .sin_port = htons(srv.port)};
-    inet_pton(AF_INET, "127.0.0.1", &d.sin_addr);
-    cr_assert_eq(connect(r->fd, (struct sockaddr *)&d, sizeof(d)), 0);
-    if ((rc = conf_raw_upgrade(r, NULL)) < 0 || (rc = conf_raw_read_server_key(r)) < 0)
-        return rc;
-    uint8_t ci[2048];
-    ssize_t n = conf_raw_client_info(r, json, ci, sizeof(ci));
-    cr_assert_gt(n, 0);
-    if ((rc = conf_raw_write(r, ci, (size_t)n)) < 0)
-        return rc;
-    return conf_raw_read_server_info(r, NULL);
-}
-
-/* One bystander packet a -> b (it must arrive) and one Ping from p (its Pong must come). */
-static void bystanders(struct conf_raw *a, struct conf_raw *b, struct conf_raw *p, int i)
-{
-    uint8_t pkt[64] = {(uint8_t)i};
-    CONF_OK(conf_raw_send_packet(a, &b->kp.pub, pkt, sizeof(pkt)));
-    struct derp_pubkey src;
-    const uint8_t *d;
-    size_t len;
-    int rc = conf_raw_read_packet(b, CONF_IO_TIMEOUT_MS, &src, &d, &len);
-    cr_assert_eq(rc, 0, "bystander packet of round %d lost: %d", i, rc);
-    cr_assert(len == sizeof(pkt) && d[0] == (uint8_t)i);
-    rc = conf_raw_ping_pong(p, (uint64_t)i, CONF_IO_TIMEOUT_MS);
-    cr_assert_eq(rc, 0, "ping of round %d: %d", i, rc);
+    return conf_raw_login_via(r, &srv, src, rcvbuf, rcvbuf ? TINY_MSS : 0, json);
 }
 
 /* The issue's attack, scaled down: one shard with a 4 MiB frame pool (1,024 small frames, 128
@@ -95,6 +49,16 @@ static void bystanders(struct conf_raw *a, struct conf_raw *b, struct conf_raw *
 #define ROUND    50
 #define TINY_RCV 2048
 
+/* Churn step i: a client logs in and leaves. */
+static void churn_step(int i, void *arg)
+{
+    (void)arg;
+    struct conf_raw c;
+    int rc = conf_raw_login(&c, &srv, NULL, NULL);
+    conf_raw_close(&c);
+    cr_assert_eq(rc, 0, "churn login %d: %d", i, rc);
+}
+
 static void drain_attack(int n, bool own_addresses)
 {
     static const char *const extra[] = {"--frame-pool-mib", "4", NULL};
@@ -108,21 +72,12 @@ static void drain_attack(int n, bool own_addresses)
         CONF_OK(login_via(&w[i], src, TINY_RCV, MESH_JSON));
         CONF_OK(conf_raw_send_frame(&w[i], DERP_FRAME_WATCH_CONNS, NULL, 0));
     }
-    struct conf_raw a, b, p;
-    CONF_OK(conf_raw_login(&a, &srv, NULL, NULL));
-    CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
-    CONF_OK(conf_raw_login(&p, &srv, NULL, NULL));
+    struct conf_bystanders by;
+    conf_bystanders_login(&by, &srv);
     int64_t v = 0;
     CONF_OK(conf_varz_wait(&srv, "derp_watchers", n, CONF_IO_TIMEOUT_MS, &v));
-    for (int i = 0; i < CHURN; i++) {
-        struct conf_raw c;
-        int rc = conf_raw_login(&c, &srv, NULL, NULL);
-        conf_raw_close(&c);
-        cr_assert_eq(rc, 0, "churn login %d: %d", i, rc);
-        if (i % ROUND == ROUND - 1)
-            bystanders(&a, &b, &p, i / ROUND);
-    }
-    bystanders(&a, &b, &p, CHURN / ROUND);
+    conf_bystanders_every(&by, CHURN, ROUND, churn_step, NULL);
+    conf_bystanders_check(&by, CHURN / ROUND);
     int64_t closed = conf_varz_must(&srv, "derp_sclient_write_timeouts");
     CONF_OK(conf_varz(&srv, "hderp_watchers_closed", true, &v));
     cr_assert_gt(closed + v, 0, "no watcher reached its share or its write deadline: no attack");
@@ -134,9 +89,7 @@ static void drain_attack(int n, bool own_addresses)
     CONF_OK(conf_raw_login(&fresh, &srv, NULL, NULL));
     CONF_OK(conf_raw_ping_pong(&fresh, 9, CONF_IO_TIMEOUT_MS));
     conf_raw_close(&fresh);
-    conf_raw_close(&p);
-    conf_raw_close(&b);
-    conf_raw_close(&a);
+    conf_bystanders_close(&by);
     for (int i = 0; i < n; i++)
         conf_raw_close(&w[i]);
     free(w);

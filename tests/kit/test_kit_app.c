@@ -2,10 +2,13 @@
  * (-shards, -log-level, -log-format) beside the app's, the exit codes (0 help, 2 usage, 1 a
  * failed setup, finish's code), the order of the hooks, the runtime with the shards asked for,
  * a layer listed before the app, and a held port closed once the shards run (a listener on
- * every shard shares it). Real runtime and sockets; the module stops the runtime itself. */
+ * every shard shares it), and for a program that runs it as one step of its own (the server's
+ * self-check): the program's logging level kept, and no error printed by the kit with quiet.
+ * Real runtime and sockets; the module stops the runtime itself. */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -22,7 +25,12 @@ static struct {
     enum hd_log_level level_seen;
     bool net_state_seen; /* the layer (net_module) ran before the app on the shard */
     int setup_rc;
+    int finish_rc;
 } t;
+static struct {
+    bool keep_logging, quiet;
+    int started_rc;
+} opt; /* not cleared by main_with */
 
 static void mark(char c)
 {
@@ -63,12 +71,13 @@ static int started(struct kit_app *a, struct hd_runtime *rt)
     (void)a;
     mark('r');
     t.shards_seen = hd_runtime_shards_count(rt);
-    return 0;
+    return opt.started_rc;
 }
 
 static int finish(struct kit_app *a, int rc)
 {
     mark('f');
+    t.finish_rc = rc;
     cr_assert_not_null(a->runtime);
     return rc == 0 ? 7 : 1;
 }
@@ -93,6 +102,8 @@ static int main_with(int argc, char **argv, int setup_rc)
                         .shards_flag = true,
                         .rt = {.shards_count = 1},
                         .no_signals = true,
+                        .keep_logging = opt.keep_logging,
+                        .quiet = opt.quiet,
                         .module = &app_module,
                         .setup = setup,
                         .started = started,
@@ -132,4 +143,45 @@ Test(test_kit_app, exit_codes)
     char *ok[] = {"kitapp", NULL};
     cr_assert_eq(main_with(1, ok, -EACCES), 1);
     cr_assert_str_eq(t.order, "st", "a failed setup still tears down, and runs nothing else");
+}
+
+/* What the kit writes to stderr during one main_with. */
+static int main_capturing(int argc, char **argv, char *err, size_t size)
+{
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    cr_assert_not_null(tmp);
+    int saved = dup(STDERR_FILENO);
+    dup2(fileno(tmp), STDERR_FILENO);
+    int code = main_with(argc, argv, 0);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    rewind(tmp);
+    size_t n = fread(err, 1, size - 1, tmp);
+    err[n] = 0;
+    fclose(tmp);
+    return code;
+}
+
+Test(test_kit_app, a_step_of_a_larger_program)
+{
+    char *plain[] = {"kitapp", NULL};
+    hd_log_set_level(HD_LOG_WARN); /* what the program chose before */
+    opt.keep_logging = true;
+    cr_assert_eq(main_with(1, plain, 0), 7);
+    cr_assert_eq(t.level_seen, HD_LOG_WARN, "the kit reset the program's logging level");
+    char *flag[] = {"kitapp", "-log-level", "debug", NULL};
+    cr_assert_eq(main_with(3, flag, 0), 2, "-log-level is the program's, not the kit's, here");
+    char err[256];
+    opt.started_rc = -EIO; /* a runtime step that fails: finish hears it */
+    cr_assert_eq(main_capturing(1, plain, err, sizeof(err)), 1);
+    cr_assert_eq(t.finish_rc, -EIO);
+    cr_assert(strstr(err, "kitapp: ") != NULL, "without quiet the kit says why: \"%s\"", err);
+    opt.quiet = true;
+    cr_assert_eq(main_capturing(1, plain, err, sizeof(err)), 1);
+    cr_assert_eq(t.finish_rc, -EIO);
+    cr_assert_str_eq(err, "", "quiet, yet the kit wrote \"%s\"", err);
+    opt = (typeof(opt)){0};
+    hd_log_set_level(HD_LOG_INFO);
 }

@@ -18,6 +18,8 @@
 
 #include <hd/kit.h>
 
+#include "pipe_stream.h"
+
 #define PIPE_BYTES (8u << 20)
 
 static struct {
@@ -30,11 +32,6 @@ static struct {
     int reason;
     _Atomic int writer_ok, reader_ok;
 } g;
-
-static uint8_t byte_at(uint64_t i)
-{
-    return (uint8_t)((i * 2654435761u) >> 13);
-}
 
 static void pipe_done(struct kit_pipe *p, void *arg)
 {
@@ -126,22 +123,8 @@ static void *writer(void *arg)
 {
     (void)arg;
     int fd = dial();
-    static uint8_t buf[64 * 1024];
-    bool ok = fd >= 0 && write(fd, "PAIR\n", 5) == 5;
-    for (uint64_t off = 0; ok && off < PIPE_BYTES; off += sizeof(buf)) {
-        for (size_t i = 0; i < sizeof(buf); i++)
-            buf[i] = byte_at(off + i);
-        ok = write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf);
-    }
-    ok = ok && shutdown(fd, SHUT_WR) == 0;
-    char got[8] = {0};
-    size_t n = 0;
-    ssize_t r;
-    while (ok && n < sizeof(got) - 1 && (r = read(fd, got + n, sizeof(got) - 1 - n)) > 0)
-        n += (size_t)r;
-    if (!(ok && strcmp(got, "bye") == 0))
-        fprintf(stderr, "writer: ok %d, got \"%s\" (%zu bytes, errno %d)\n", ok, got, n, errno);
-    atomic_store(&g.writer_ok, ok && strcmp(got, "bye") == 0 ? 1 : -1);
+    bool ok = fd >= 0 && write(fd, "PAIR\n", 5) == 5 && pipe_stream_send(fd, PIPE_BYTES);
+    atomic_store(&g.writer_ok, ok ? 1 : -1);
     close(fd);
     return NULL;
 }
@@ -153,15 +136,7 @@ static void *reader(void *arg)
     int fd = dial();
     bool ok = fd >= 0 && write(fd, "PAIR\n", 5) == 5;
     usleep(300000); /* start late: the writer's side must be paused meanwhile */
-    static uint8_t buf[64 * 1024];
-    uint64_t got = 0;
-    ssize_t r;
-    while (ok && (r = read(fd, buf, sizeof(buf))) > 0) {
-        for (ssize_t i = 0; i < r && ok; i++)
-            ok = buf[i] == byte_at(got + (uint64_t)i);
-        got += (uint64_t)r;
-    }
-    ok = ok && got == PIPE_BYTES && write(fd, "bye", 3) == 3;
+    ok = ok && pipe_stream_recv(fd, PIPE_BYTES, PIPE_STREAM_CHUNK, 0);
     atomic_store(&g.reader_ok, ok ? 1 : -1);
     close(fd);
     return NULL;

@@ -180,11 +180,17 @@ static void le64(uint8_t *p, uint64_t v)
     le32(p + 4, (uint32_t)(v >> 32));
 }
 
+/* The three keys the worlds register (a, b, c). */
+static void keys3(char k[3][45])
+{
+    for (unsigned i = 0; i < 3; i++)
+        key_b64(i, k[i]);
+}
+
 static void world_init(struct world *w, const char *extra)
 {
     char k[3][45], text[512];
-    for (unsigned i = 0; i < 3; i++)
-        key_b64(i, k[i]);
+    keys3(k);
     /* a and b talk; c is registered and allows everyone, but a and b do not allow it. */
     snprintf(text, sizeof(text), "%s a b\n%s b a\n%s c\n%s", k[0], k[1], k[2], extra);
     memset(w, 0, sizeof(*w));
@@ -269,11 +275,28 @@ static void meet(struct world *w)
     cr_assert_eq(wgr_table_pending_count(w->t), 0);
 }
 
-Test(wgrelay_table, meet_then_data_both_ways)
+/* Each test's world (criterion runs every test in a process of its own), set up by the
+ * fixtures: fresh (a, b and c registered, no rate limit) or met (and a and b met). */
+static struct world w;
+
+static void fresh(void)
 {
-    struct world w;
+    world_init(&w, "");
+}
+
+static void met(void)
+{
     world_init(&w, "");
     meet(&w);
+}
+
+static void gone(void)
+{
+    world_fini(&w);
+}
+
+Test(wgrelay_table, meet_then_data_both_ways, .init = met, .fini = gone)
+{
     uint8_t d[48];
     data(d, 0xa1, 0); /* b -> a */
     cr_assert_eq(input(&w, d, 48, PB), -1);
@@ -289,14 +312,10 @@ Test(wgrelay_table, meet_then_data_both_ways)
     cr_assert_eq(input(&w, m, 148, PA), -1);
     cr_assert_eq(w.v.count, 1);
     cr_assert(goes_to(&w, PB));
-    world_fini(&w);
 }
 
-Test(wgrelay_table, roaming_follows_the_counter_and_refuses_replays)
+Test(wgrelay_table, roaming_follows_the_counter_and_refuses_replays, .init = met, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
-    meet(&w);
     uint8_t d[48];
     for (uint64_t c = 0; c < 10; c++) {
         data(d, 0xb1, c);
@@ -315,14 +334,10 @@ Test(wgrelay_table, roaming_follows_the_counter_and_refuses_replays)
     cr_assert(goes_to(&w, PX));
     data(d, 0xb1, 9); /* a late packet from the old port */
     cr_assert_eq(input(&w, d, 48, PA), WGR_DROP_stale_source);
-    world_fini(&w);
 }
 
-Test(wgrelay_table, refused_pairs_and_unregistered_keys)
+Test(wgrelay_table, refused_pairs_and_unregistered_keys, .init = met, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
-    meet(&w);
     uint8_t m[148], r[92];
     /* c (unknown address) initiates to a: forwarded; a's answer names c: the pair is refused. */
     initiation(m, w.ps, A, 0xc1);
@@ -349,13 +364,10 @@ Test(wgrelay_table, refused_pairs_and_unregistered_keys)
     cr_assert_eq(input(&w, r, 92, PB), WGR_DROP_no_session);
     cr_assert_eq(input(&w, r, 91, PB), WGR_DROP_malformed);
     cr_assert_eq(w.st.drops[WGR_DROP_malformed], 1);
-    world_fini(&w);
 }
 
-Test(wgrelay_table, handshake_rate_per_source)
+Test(wgrelay_table, handshake_rate_per_source, .init = fresh, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
     wgr_table_set_rate(w.t, 20, 5);
     uint8_t m[148];
     unsigned limited = 0;
@@ -371,14 +383,10 @@ Test(wgrelay_table, handshake_rate_per_source)
     cr_assert_neq(input(&w, m, 148, PX), WGR_DROP_rate_limited);
     initiation(m, w.ps, A, 0x202);
     cr_assert_eq(input(&w, m, 148, PX), WGR_DROP_rate_limited);
-    world_fini(&w);
 }
 
-Test(wgrelay_table, entries_age_on_wireguards_timers)
+Test(wgrelay_table, entries_age_on_wireguards_timers, .init = met, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
-    meet(&w);
     uint8_t m[148], d[48];
     initiation(m, w.ps, B, 0xa5);
     cr_assert_eq(input(&w, m, 148, PA), -1);
@@ -392,14 +400,10 @@ Test(wgrelay_table, entries_age_on_wireguards_timers)
     cr_assert_eq(input(&w, d, 48, PA), WGR_DROP_no_session, "past REJECT_AFTER_TIME");
     wgr_table_sweep(w.t, w.now, &w.st);
     cr_assert_eq(wgr_table_live_count(w.t), 0);
-    world_fini(&w);
 }
 
-Test(wgrelay_table, peer_limit)
+Test(wgrelay_table, peer_limit, .init = met, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
-    meet(&w);
     uint8_t m[148], r[92];
     unsigned full = 0, made = 0;
     for (uint32_t i = 0; i < WGR_INDEX_PER_PEER + 10; i++) {
@@ -413,17 +417,12 @@ Test(wgrelay_table, peer_limit)
     cr_assert_eq(made, WGR_INDEX_PER_PEER - 1, "meet made one");
     cr_assert_eq(full, 11);
     cr_assert_eq(w.st.drops[WGR_DROP_peer_full], 11);
-    world_fini(&w);
 }
 
-Test(wgrelay_table, reload_keeps_what_stays_and_drops_what_goes)
+Test(wgrelay_table, reload_keeps_what_stays_and_drops_what_goes, .init = met, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
-    meet(&w);
     char k[3][45], text[512];
-    for (unsigned i = 0; i < 3; i++)
-        key_b64(i, k[i]);
+    keys3(k);
     /* b moves to the front, a stays, c goes: the a-b session survives under new ids. */
     snprintf(text, sizeof(text), "%s b a\n%s a b\n", k[1], k[0]);
     struct wgr_peers *np = parse(text);
@@ -444,13 +443,10 @@ Test(wgrelay_table, reload_keeps_what_stays_and_drops_what_goes)
     hd_snap_unref(&w.ps->snap);
     hd_snap_unref(&np->snap);
     w.ps = np2;
-    world_fini(&w);
 }
 
-Test(wgrelay_table, a_full_table_refuses_and_recovers)
+Test(wgrelay_table, a_full_table_refuses_and_recovers, .init = fresh, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
     wgr_table_destroy(w.t);
     w.t = wgr_table_create(w.ps, 16); /* 12 entries, 6 of them pending */
     wgr_table_set_rate(w.t, 0, 0);
@@ -472,14 +468,10 @@ Test(wgrelay_table, a_full_table_refuses_and_recovers)
     uint8_t d[48];
     data(d, 0xb1, 0);
     cr_assert_eq(input(&w, d, 48, PA), -1, "the session survived the deletions around it");
-    world_fini(&w);
 }
 
-Test(wgrelay_table, a_flooding_peer_is_held_to_its_rate)
+Test(wgrelay_table, a_flooding_peer_is_held_to_its_rate, .init = met, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
-    meet(&w);
     wgr_table_set_peer_rate(w.t, 48000, 480); /* 1000 messages of 48 bytes a second, burst 10 */
     uint8_t d[48];
     unsigned sent = 0, limited = 0;
@@ -498,13 +490,10 @@ Test(wgrelay_table, a_flooding_peer_is_held_to_its_rate)
         sent += input(&w, d, 48, PA) == -1;
     }
     cr_assert_eq(sent, 15);
-    world_fini(&w);
 }
 
-Test(wgrelay_table, over_the_rate_a_cookie_then_mac2_passes)
+Test(wgrelay_table, over_the_rate_a_cookie_then_mac2_passes, .init = fresh, .fini = gone)
 {
-    struct world w;
-    world_init(&w, "");
     wgr_table_set_rate(w.t, 20, 1);
     wgr_table_set_cookies(w.t, true);
     uint8_t m[148];
@@ -533,5 +522,4 @@ Test(wgrelay_table, over_the_rate_a_cookie_then_mac2_passes)
     initiation(m, w.ps, A, 0x503);
     cr_assert_eq(input(&w, m, 148, PX + 2), WGR_DROP_rate_limited);
     cr_assert_not(w.v.cookie);
-    world_fini(&w);
 }

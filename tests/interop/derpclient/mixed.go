@@ -15,24 +15,10 @@ func mixedChecks() []check {
 	}
 }
 
-// crossPair: A on url, B on url2, each having reached the other once (the mesh links tell
-// each node about the other's clients a moment after they log in: until then a packet may
-// be answered "not here", so the first one is resent until it arrives).
+// crossPair: A on url, B on url2, each having reached the other once (pairOn: the mesh links
+// tell each node about the other's clients a moment after they log in).
 func (e *env) crossPair() (*peer, *peer, error) {
-	a, err := e.dial("A@"+e.url, e.url, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	b, err := e.dial("B@"+e.url2, e.url2, nil)
-	if err != nil {
-		a.close()
-		return nil, nil, err
-	}
-	if err := reachBoth(a, b); err != nil {
-		closeAll(a, b)
-		return nil, nil, err
-	}
-	return a, b, nil
+	return e.pairOn("A@"+e.url, e.url, "B@"+e.url2, e.url2)
 }
 
 func checkMixedPackets(e *env) error {

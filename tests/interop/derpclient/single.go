@@ -47,16 +47,17 @@ func singleChecks(e *env) []check {
 	return cs
 }
 
-// pair: A and B on url, each having reached the other once. A client's Connect returns before
-// the server has taken its login (with the fast start it has not even read it): a packet sent
-// to it at once may find nobody, with derper as with hderp. Tailscale's disco resends; the
+// pairOn: A (named nameA) on urlA and B on urlB, each having reached the other once. A
+// client's Connect returns before the server has taken its login (with the fast start it has
+// not even read it): a packet sent to it at once may find nobody, with derper as with hderp
+// (and across a mesh, until the link told the other node). Tailscale's disco resends; the
 // checks send the first packet again until it arrives.
-func (e *env) pair() (*peer, *peer, error) {
-	a, err := e.dial("A", e.url, nil)
+func (e *env) pairOn(nameA, urlA, nameB, urlB string) (*peer, *peer, error) {
+	a, err := e.dial(nameA, urlA, nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	b, err := e.dial("B", e.url, nil)
+	b, err := e.dial(nameB, urlB, nil)
 	if err != nil {
 		a.close()
 		return nil, nil, err
@@ -68,6 +69,31 @@ func (e *env) pair() (*peer, *peer, error) {
 	return a, b, nil
 }
 
+// pair: A and B on url (pairOn).
+func (e *env) pair() (*peer, *peer, error) {
+	return e.pairOn("A", e.url, "B", e.url)
+}
+
+// withPair runs f on e.pair(), both closed after it.
+func (e *env) withPair(f func(a, b *peer) error) error {
+	a, b, err := e.pair()
+	if err != nil {
+		return err
+	}
+	defer closeAll(a, b)
+	return f(a, b)
+}
+
+// withPeer runs f on a client A logged in to url, closed after it.
+func (e *env) withPeer(f func(a *peer) error) error {
+	a, err := e.dial("A", e.url, nil)
+	if err != nil {
+		return err
+	}
+	defer a.close()
+	return f(a)
+}
+
 // The server greets with its key (checked by derp.NewClient) and sends ServerInfo first.
 // With -ws the connection is a WebSocket one (the server counts it).
 func checkLogin(e *env) error {
@@ -75,99 +101,81 @@ func checkLogin(e *env) error {
 	if err != nil {
 		return err
 	}
-	a, err := e.dial("A", e.url, nil)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	if ws, err := e.varz("derp_websocket_accepts"); err != nil || (ws > ws0) != e.ws {
-		return fmt.Errorf("derp_websocket_accepts %d -> %d (%v) with -ws=%v", ws0, ws, err, e.ws)
-	}
-	if a.c.ServerPublicKey().IsZero() {
-		return fmt.Errorf("no server key")
-	}
-	m, err := a.expect("first message", func(derp.ReceivedMessage) bool { return true })
-	if err != nil {
-		return err
-	}
-	if _, ok := m.(derp.ServerInfoMessage); !ok {
-		return fmt.Errorf("first message %T, want derp.ServerInfoMessage", m)
-	}
-	return nil
+	return e.withPeer(func(a *peer) error {
+		if ws, err := e.varz("derp_websocket_accepts"); err != nil || (ws > ws0) != e.ws {
+			return fmt.Errorf("derp_websocket_accepts %d -> %d (%v) with -ws=%v", ws0, ws, err,
+				e.ws)
+		}
+		if a.c.ServerPublicKey().IsZero() {
+			return fmt.Errorf("no server key")
+		}
+		m, err := a.expect("first message", func(derp.ReceivedMessage) bool { return true })
+		if err != nil {
+			return err
+		}
+		if _, ok := m.(derp.ServerInfoMessage); !ok {
+			return fmt.Errorf("first message %T, want derp.ServerInfoMessage", m)
+		}
+		return nil
+	})
 }
 
 func checkPackets(e *env) error {
-	a, b, err := e.pair()
-	if err != nil {
-		return err
-	}
-	defer closeAll(a, b)
-	return transfer(a, b, 10000)
+	return e.withPair(func(a, b *peer) error { return transfer(a, b, 10000) })
 }
 
 // derphttp.Client.Ping: a ping frame, answered by the server's pong (matched in Recv).
 func checkPing(e *env) error {
-	a, err := e.dial("A", e.url, nil)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	for i := 0; i < 20; i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), waitS)
-		err := a.c.Ping(ctx)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("ping %d: %w", i, err)
+	return e.withPeer(func(a *peer) error {
+		for i := 0; i < 20; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), waitS)
+			err := a.c.Ping(ctx)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("ping %d: %w", i, err)
+			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // The server's KeepAlive frames (interop.py starts it with --keepalive-interval 1s).
 func checkKeepAlive(e *env) error {
-	a, err := e.dial("A", e.url, nil)
-	if err != nil {
+	return e.withPeer(func(a *peer) error {
+		_, err := a.expect("KeepAlive", func(m derp.ReceivedMessage) bool {
+			_, ok := m.(derp.KeepAliveMessage)
+			return ok
+		})
 		return err
-	}
-	defer a.close()
-	_, err = a.expect("KeepAlive", func(m derp.ReceivedMessage) bool {
-		_, ok := m.(derp.KeepAliveMessage)
-		return ok
 	})
-	return err
 }
 
 // A disco packet to a key nobody holds: PeerGone "not here".
 func checkNotHere(e *env) error {
-	a, err := e.dial("A", e.url, nil)
-	if err != nil {
+	return e.withPeer(func(a *peer) error {
+		nobody := key.NewNode().Public()
+		if err := a.c.Send(nobody, discoLike()); err != nil {
+			return err
+		}
+		_, err := a.expect("PeerGone(not here)", peerGone(nobody, derp.PeerGoneReasonNotHere))
 		return err
-	}
-	defer a.close()
-	nobody := key.NewNode().Public()
-	if err := a.c.Send(nobody, discoLike()); err != nil {
-		return err
-	}
-	_, err = a.expect("PeerGone(not here)", peerGone(nobody, derp.PeerGoneReasonNotHere))
-	return err
+	})
 }
 
 // A sends to B; A leaves: B, which got packets from A, is told PeerGone "disconnected".
 func checkGoneDisconnected(e *env) error {
-	a, b, err := e.pair()
-	if err != nil {
+	return e.withPair(func(a, b *peer) error {
+		if err := a.c.Send(b.pub(), []byte("hello")); err != nil {
+			return err
+		}
+		if _, err := b.expect("packet from A", packetFrom(a.pub(), []byte("hello"))); err != nil {
+			return err
+		}
+		a.close()
+		_, err := b.expect("PeerGone(disconnected)",
+			peerGone(a.pub(), derp.PeerGoneReasonDisconnected))
 		return err
-	}
-	defer closeAll(a, b)
-	if err := a.c.Send(b.pub(), []byte("hello")); err != nil {
-		return err
-	}
-	if _, err := b.expect("packet from A", packetFrom(a.pub(), []byte("hello"))); err != nil {
-		return err
-	}
-	a.close()
-	_, err = b.expect("PeerGone(disconnected)", peerGone(a.pub(), derp.PeerGoneReasonDisconnected))
-	return err
+	})
 }
 
 // presentAs waits for w to report k present with exactly flags (and, when addr is valid,
@@ -279,27 +287,25 @@ func checkClosePeer(e *env) error {
 // ClosePeer without the mesh key: the asker is closed, B stays (a packet sent after the
 // asker's close still reaches B).
 func checkClosePeerRefused(e *env) error {
-	a, b, err := e.pair()
-	if err != nil {
+	return e.withPair(func(a, b *peer) error {
+		if err := a.c.ClosePeer(b.pub()); err != nil {
+			return fmt.Errorf("ClosePeer: %w", err)
+		}
+		if err := a.expectClosed("close after an unauthorised ClosePeer"); err != nil {
+			return err
+		}
+		c, err := e.dial("C", e.url, nil)
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		if err := c.c.Send(b.pub(), []byte("still here?")); err != nil {
+			return err
+		}
+		_, err = b.expect("packet after the refused ClosePeer",
+			packetFrom(c.pub(), []byte("still here?")))
 		return err
-	}
-	defer closeAll(a, b)
-	if err := a.c.ClosePeer(b.pub()); err != nil {
-		return fmt.Errorf("ClosePeer: %w", err)
-	}
-	if err := a.expectClosed("close after an unauthorised ClosePeer"); err != nil {
-		return err
-	}
-	c, err := e.dial("C", e.url, nil)
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	if err := c.c.Send(b.pub(), []byte("still here?")); err != nil {
-		return err
-	}
-	_, err = b.expect("packet after the refused ClosePeer", packetFrom(c.pub(), []byte("still here?")))
-	return err
+	})
 }
 
 // NotePreferred(true) makes the connection a home connection (derper's gauge
@@ -312,25 +318,22 @@ func checkPreferred(e *env) error {
 	if err != nil {
 		return err
 	}
-	a, err := e.dial("A", e.url, nil)
-	if err != nil {
-		return err
-	}
-	defer a.close()
-	a.c.NotePreferred(true)
-	if err := e.waitVarz("derp_current_home_connections", h0+1); err != nil {
-		return err
-	}
-	a.c.NotePreferred(false)
-	if err := e.waitVarz("derp_current_home_connections", h0); err != nil {
-		return fmt.Errorf("after NotePreferred(false): %w", err)
-	}
-	a.c.NotePreferred(true)
-	if err := e.waitVarz("derp_current_home_connections", h0+1); err != nil {
-		return err
-	}
-	a.close()
-	return e.waitVarz("derp_current_home_connections", h0)
+	return e.withPeer(func(a *peer) error {
+		a.c.NotePreferred(true)
+		if err := e.waitVarz("derp_current_home_connections", h0+1); err != nil {
+			return err
+		}
+		a.c.NotePreferred(false)
+		if err := e.waitVarz("derp_current_home_connections", h0); err != nil {
+			return fmt.Errorf("after NotePreferred(false): %w", err)
+		}
+		a.c.NotePreferred(true)
+		if err := e.waitVarz("derp_current_home_connections", h0+1); err != nil {
+			return err
+		}
+		a.close()
+		return e.waitVarz("derp_current_home_connections", h0)
+	})
 }
 
 func (e *env) varz(name string) (int64, error) {
@@ -398,11 +401,10 @@ func checkTLSVerify(e *env) error {
 // the client skip the HTTP response (Derp-Fast-Start: 1): a server that still sent its 101
 // would break the framing, so packets flowing on such a connection show the fast start held.
 func checkMetaCert(e *env) error {
-	a, b, err := e.pair()
-	if err != nil {
-		return err
-	}
-	defer closeAll(a, b)
+	return e.withPair(metaCertOn)
+}
+
+func metaCertOn(a, b *peer) error {
 	cs, ok := a.c.TLSConnectionState()
 	if !ok {
 		return fmt.Errorf("no TLS state")

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <hd/kit.h>
+
 #include "derp_client.h"
 #include "ops/server_check.h"
 
@@ -205,6 +207,12 @@ static void shard_stop(struct hd_shard *s, void *state)
     net_shard_close_all(s, 0);
 }
 
+static int check_parse(struct kit_app *a, int argc, char **argv)
+{
+    (void)a, (void)argc, (void)argv;
+    return 0; /* `check` parsed its command line already */
+}
+
 static const struct hd_module *const check_requires[] = {&net_module, NULL};
 static const struct hd_module check_module = {
     .abi_version = HD_MODULE_ABI,
@@ -214,25 +222,33 @@ static const struct hd_module check_module = {
     .shard_stop = shard_stop,
 };
 
+static int check_finish(struct kit_app *a, int rc)
+{
+    *(int *)a->arg = rc;
+    return rc < 0 ? 1 : 0;
+}
+
 int chk_derp_run(const struct chk_derp_opts *opts, struct chk_derp_result *res)
 {
     memset(res, 0, sizeof(*res));
     run = (struct chk_derp){.res = res, .opts = opts};
-    /* tls_module (net before it) for an https server. */
-    static const struct hd_module *const modules[] = {&tls_module, &check_module};
-    unsigned first = opts->tls ? 0 : 1;
-    struct hd_runtime_config cfg = {.shards_count = 1,
-                                    .pin = false,
-                                    .frame_classes = derp_client_frame_classes,
-                                    .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT,
-                                    .modules = modules + first,
-                                    .modules_count = 2 - first};
-    struct hd_runtime *rt;
-    int rc = hd_runtime_create(&cfg, &rt);
-    if (rc < 0)
-        return rc;
-    rc = hd_runtime_run(rt);
-    hd_runtime_destroy(rt);
+    int rc = 0;
+    /* A step of `check` (its command line is parsed, its logging level set, the errors are its
+     * report's): one shard, no signals; tls_module (net before it) for an https server. */
+    struct kit_app app = {.name = "hderp-server check",
+                          .parse = check_parse,
+                          .rt = {.shards_count = 1,
+                                 .pin = false,
+                                 .frame_classes = derp_client_frame_classes,
+                                 .frame_classes_count = DERP_CLIENT_FRAME_CLASSES_COUNT},
+                          .no_signals = true,
+                          .keep_logging = true,
+                          .quiet = true,
+                          .module = &check_module,
+                          .layer = opts->tls ? &tls_module : NULL,
+                          .finish = check_finish,
+                          .arg = &rc};
+    (void)kit_app_main(&app, 0, NULL); /* its exit code is check_finish's, from rc */
     res->packets_total = CHK_PACKETS;
     return rc;
 }
