@@ -21,10 +21,16 @@ Rules (one ctest entry each, label "tidy"; tests/tidy/CMakeLists.txt):
   fuzz-targets     every tests/fuzz/fuzz_*.c is an hd_add_fuzz_target, and a list of fuzz
                    targets written out in tests/fuzz (a line naming two or more) names them all
                    (make fuzz once ran 11 of 12: issue 23)
+  no-malloc-data-path  no malloc-family call in a data-path file (DATA_PATH: each says why
+                   it is on the path of a packet) but in the setup and teardown functions named
+                   in DATA_PATH_ALLOC (each with its reason): pools sized from the limits instead
+  atomics          _Atomic, atomic_* and __atomic_*/__sync_* appear only in the files of
+                   ATOMIC_FILES (each a cross-thread flag, counter, ring or refcount, and why);
+                   tests/ and perf/ (drivers that coordinate their own threads) are exempt
 
 Each finding is printed as path:line: rule: what, and the run exits 1 if there was any.
-No allowlist: a rule that does not hold is fixed in the code, or the rule is changed here
-with its reason.
+No blanket allowlist: a rule that does not hold is fixed in the code, or the rule is changed
+here with its reason (the two lists above name each file or function and why).
 """
 
 import json
@@ -333,6 +339,151 @@ def rule_fuzz_targets(src, files):
                                  "hd_add_fuzz_target builds)")
 
 
+# ---------------------------------------------------------------- no malloc on the data path
+
+# CONVENTIONS.md: "the data path never calls malloc". The files a relayed packet (or a frame read
+# or written) runs through, each with why it is on that path. A new file on the path joins here.
+DATA_PATH = {
+    "apps/derp/server/relay/server_client.c": "the frame reader, packet enqueue and the writer",
+    "apps/derp/server/relay/server_frames.c": "a frame per packet, charged to fair shares",
+    "apps/derp/server/relay/server_frame_addrs.c": "the per-address share of each packet's frame",
+    "apps/derp/server/relay/server_peers.c": "srv_route and delivery, per packet",
+    "apps/derp/server/relay/server_place.c": "packets held for and handed on to a guest",
+    "apps/derp/server/relay/server_sources.c": "a PeerGone subscription per RecvPacket written",
+    "apps/derp/server/relay/server_wait.c": "senders' waits, noted per packet",
+    "apps/derp/server/relay/server_pack.c": "packing, noted per packet",
+    "apps/derp/server/admit/server_rate.c": "the rate limit, taken per frame",
+    "apps/derp/server/admit/server_quota.c": "the byte quotas, charged per packet",
+    "net/conn.c": "every read: the recv op, its buffers and the kTLS record state",
+    "net/conn_send.c": "every send: the queue, sendmsg and its completion",
+    "net/sendq.c": "the send queue's chunks",
+    "net/bufring.c": "the provided-buffer ring every read lands in",
+    "tls/tls_record.c": "userspace TLS records, sealed and opened per write and read",
+    "reactor/bus.c": "every cross-shard packet rides a bus message",
+    "reactor/frame.c": "every packet is a frame",
+    "reactor/op.c": "every SQE and completion",
+}
+# Functions of those files that may allocate: set-up and tear-down (a shard's start, a login, a
+# move, a reload), never once per packet. Each with why it is off the path.
+DATA_PATH_ALLOC = {
+    "apps/derp/server/relay/server_client.c": {
+        # "function:word": only a call on a line that names word
+        "srv_client_enqueue:qslots": "qslots: being removed (issue 26 item 2)",
+        "srv_client_start": "a connection's state, once at its start (it migrates with it)",
+        "login_gather_start": "a ClientInfo over SRV_LOGIN_INLINE_MAX, once at login",
+    },
+    "apps/derp/server/relay/server_frame_addrs.c": {
+        "srv_frame_addrs_init": "shard start",
+        "table_rebuild": "the address table grows when a new address's client activates",
+    },
+    "apps/derp/server/relay/server_peers.c": {
+        "srv_peers_init": "shard start",
+        "srv_peers_insert": "the table grows at a registration (a login), not per packet",
+        "srv_register": "a key's entry, at its first connection's login",
+        "srv_forwarder_add": "a key a mesh node reported (its watch stream, not packets)",
+        "srv_watch_start": "the watcher list, at the shard's first WatchConns",
+    },
+    "apps/derp/server/relay/server_place.c": {
+        "place_move": "the held packets' room, once per move",
+        "guest_adopt": "the guest entry and its held room, once per move",
+        "home_ask_event": "the held packets' room, once per call home",
+    },
+    "apps/derp/server/relay/server_sources.c": {
+        "srv_sources_shard_init": "shard start: the reverse index and the keyset pools",
+        "srv_sources_detach": "a move: the keyset leaves the shard's pools for the journey",
+    },
+    "apps/derp/server/admit/server_rate.c": {
+        "snap_new": "main thread: a -rate-config (re)load",
+    },
+    "apps/derp/server/admit/server_quota.c": {
+        "srv_quota_parse": "main thread: a -rate-config (re)load",
+        "srv_quota_attach": "the shard's usage table, at the first listed key's login",
+    },
+    "net/conn.c": {
+        "net_conn_held_take": "a migration or export: the bytes held, once per move",
+    },
+    "net/bufring.c": {"net_bufring_init": "shard start"},
+    "reactor/bus.c": {"hd_bus_init": "shard start"},
+    "reactor/frame.c": {"hd_frames_init": "shard start"},
+}
+MALLOC_CALL = re.compile(r"(?<![\w.>])(malloc|calloc|realloc|reallocarray|aligned_alloc"
+                         r"|posix_memalign|memalign|valloc|pvalloc|strdup|strndup|asprintf)\s*\(")
+FUNC_NAME = re.compile(r"(\w+)\s*\(")
+
+
+def enclosing_functions(lines):
+    """line index -> name of the function whose body holds it (the functions() convention)."""
+    out = {}
+    for sig, text, n in functions(lines):
+        m = FUNC_NAME.search(" ".join(l.strip() for l in lines[sig:sig + 4]))
+        name = m.group(1) if m else text
+        body = sig
+        while lines[body] != "{":
+            body += 1
+        for k in range(body + 1, body + 1 + n):
+            out[k] = name
+    return out
+
+
+def rule_no_malloc_data_path(src, files):
+    present = set(files)
+    for f, why in sorted(DATA_PATH.items()):
+        if f not in present:
+            continue  # moved or renamed: the list follows (a stale entry checks nothing)
+        with open(os.path.join(src, f), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        code = C_COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+        where = enclosing_functions(code.split("\n"))
+        allowed = DATA_PATH_ALLOC.get(f, {})
+        for m in MALLOC_CALL.finditer(code):
+            line = code.count("\n", 0, m.start())
+            fn = where.get(line, "(file scope)")
+            text_line = text.split("\n")[line]
+            if fn in allowed or any(k.split(":")[0] == fn and k.split(":")[1] in text_line
+                                    for k in allowed if ":" in k):
+                continue
+            yield f, line + 1, (f"{m.group(1)}() in {fn}, on the data path ({why}): take it "
+                                "from a pool sized from the limits, or allow the function in "
+                                "DATA_PATH_ALLOC with why it is set-up, not per packet")
+
+
+# ---------------------------------------------------------------- atomics
+
+# CONVENTIONS.md "Atomics": where they may be, each a value another thread reads or writes.
+ATOMIC_FILES = {
+    "reactor/hd_impl.h": "bus/post ring indices, a shard's sleeping flag, its beat and running fn",
+    "reactor/bus.c": "the bus rings (SPSC): head/tail acquire/release, the wake-up's sleeping",
+    "reactor/post.c": "the post inbox (MPSC under a lock) and the wake-up's sleeping flag",
+    "reactor/snap.c": "snapshot refcounts, dropped on any thread",
+    "reactor/frame.c": "frame refcounts, dropped on any shard",
+    "include/hd/hd.h": "frame and snapshot refcounts (hd_frame_ref, hd_snap_ref inline)",
+    "reactor/shard.c": "the sleeping flag (pairs with bus/post), the stop flag, the beat",
+    "reactor/runtime.c": "the stop flag the main thread sets; each shard's sleeping flag's init",
+    "reactor/busy.c": "a shard's busy figure, read by any shard's metrics page",
+    "reactor/watchdog.c": "the watchdog thread reads each shard's beat; its stall counters",
+    "reactor/fault.c": "fault injection: the armed flag and counters, every shard's",
+    "include/hd/hd_fault.h": "hd_fault_hit reads the armed flag inline",
+    "reactor/collect.c": "a collect's countdown, decremented by every shard",
+    "net/resolve.c": "a lookup's cancelled flag, between its shard and the resolver thread",
+}
+ATOMIC_USE = re.compile(r"\b(_Atomic|atomic_\w+|__atomic_\w+|__sync_\w+|stdatomic\.h)\b")
+
+
+def rule_atomics(src, files):
+    for f in c_files(files):
+        if f.startswith(("tests/", "perf/")) or f in ATOMIC_FILES:
+            continue
+        with open(os.path.join(src, f), encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        code = C_COMMENT_OR_STRING.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+        for m in ATOMIC_USE.finditer(code):
+            line = code.count("\n", 0, m.start()) + 1
+            yield f, line, (f"{m.group(1)}: atomics live only in the files of ATOMIC_FILES "
+                            "(CONVENTIONS.md: a cross-thread flag or counter, its pairing named); "
+                            "keep the state on one shard, or list the file there with why")
+            break  # one finding a file
+
+
 RULES = {
     "file-lines": rule_file_lines,
     "function-lines": rule_function_lines,
@@ -343,6 +494,8 @@ RULES = {
     "no-libc-rand": rule_no_libc_rand,
     "server-layers": rule_server_layers,
     "fuzz-targets": rule_fuzz_targets,
+    "no-malloc-data-path": rule_no_malloc_data_path,
+    "atomics": rule_atomics,
 }
 
 
@@ -384,17 +537,31 @@ def selftest():
                                       "hd_add_fuzz_target(fuzz_b CORPUS b)\n"),
         "tests/fuzz/fuzz_a.c": "", "tests/fuzz/fuzz_b.c": "", "tests/fuzz/fuzz_c.c": "",
         "tests/fuzz/run.sh": "targets=${T:-\"fuzz_a fuzz_c\"}\n",
+        "apps/derp/server/admit/server_rate.c": (
+            "static void *snap_new(void)\n{\n    return malloc(8);\n}\n"
+            "bool srv_rate_take(void)\n{\n    /* malloc( in a comment */\n"
+            "    char *p = calloc(1, 8);\n    return p != 0;\n}\n"),
+        "apps/derp/server/relay/server_client.c": (
+            "int srv_client_enqueue(void)\n{\n    cl->qslots = malloc(8);\n"
+            "    void *q = realloc(cl->other, 16);\n    return 0;\n}\n"),
+        "apps/a/atom.c": "/* _Atomic in a comment */\nstatic _Atomic int x;\natomic_int y;\n",
+        "reactor/bus.c": "static _Atomic unsigned head;\n",
+        "tests/a/atom.c": "static atomic_bool done;\n",
     }
     expect = {"file-lines": 2, "function-lines": 1, "columns": 1, "layers-no-derp": 1,
               "private-headers": 1, "doc-refs": 5, "no-libc-rand": 2,
-              "server-layers": 2, "fuzz-targets": 2}
+              "server-layers": 2, "fuzz-targets": 2, "no-malloc-data-path": 2, "atomics": 1}
     good = {"apps/a/fn.c": ok_fn, "apps/a/ok.h": "/* ok */\n" * HEADER_LINES_MAX, "docs/DESIGN.md": "# d\n", "README.md": "docs/DESIGN.md\n",
             "net/net_impl.h": "struct net_conn;\n", "net/conn.c": '#include "net_impl.h"\n',
             "apps/derp/server/relay/core.c": "int srv_core(void)\n{\n    return 1;\n}\n",
             "apps/derp/server/admit/up.c": ('#include "relay/core.h"\n'
                                             "int srv_up(void)\n{\n    return srv_core();\n}\n"),
             "tests/fuzz/CMakeLists.txt": "hd_add_fuzz_target(fuzz_a CORPUS a)\n",
-            "tests/fuzz/fuzz_a.c": "", "tests/fuzz/run.sh": "t=${T:-$*}  # fuzz_a\n"}
+            "tests/fuzz/fuzz_a.c": "", "tests/fuzz/run.sh": "t=${T:-$*}  # fuzz_a\n",
+            "apps/derp/server/admit/server_rate.c": (
+                "static void *snap_new(void)\n{\n    return malloc(8);\n}\n"
+                "bool srv_rate_take(void)\n{\n    return hd_slab_get(p) != 0;\n}\n"),
+            "reactor/bus.c": "static _Atomic unsigned head;\n"}
     failed = False
     for tree, want in ((bad, expect), (good, {r: 0 for r in RULES})):
         with tempfile.TemporaryDirectory() as d:
