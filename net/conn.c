@@ -276,9 +276,10 @@ void net_conn_recv_arm(struct net_conn *c)
         }
     }
     /* The recvmsg state of record-typed reads (kTLS) lives until the connection is freed;
-     * connections without them (plain, userspace TLS) never carry it. */
+     * connections without them (plain, userspace TLS) never carry it. From the shard's pool: no
+     * malloc on the data path (a full pool closes the connection, as a full conn pool would). */
     bool record = c->codec && c->codec->record;
-    if (record && c->rmsg == NULL && (c->rmsg = malloc(sizeof(*c->rmsg))) == NULL) {
+    if (record && c->rmsg == NULL && (c->rmsg = hd_slab_get(c->ns->rmsgs)) == NULL) {
         net_conn_close(c, -ENOMEM, false);
         return;
     }
@@ -673,7 +674,8 @@ void net_conn_release(struct net_conn *c, bool notify)
     if (c->all_next)
         c->all_next->all_pprev = c->all_pprev;
     free(c->migration); /* closed while waiting to move: the package was never filled */
-    free(c->rmsg);
+    if (c->rmsg)
+        hd_slab_put(ns->rmsgs, c->rmsg);
     ns->conns_count--;
     hd_slab_put(ns->conns, c);
 }

@@ -129,6 +129,7 @@ struct net_conn {
 struct net_shard {
     struct hd_shard *shard;
     struct hd_slab *conns, *chunks, *send_ctxs;
+    struct hd_slab *rmsgs; /* kTLS record-typed recvmsg state, one a connection that reads so */
     struct io_uring_buf_ring *br;
     uint8_t *bufs;
     bool buf_ring;

@@ -36,11 +36,13 @@ struct srv_pktq {
 };
 
 /* Keys this connection has received packets from: they get PeerGone when those leave
- * (server_sources.c). One block: cap key prefixes (0 = empty), then cap uint32 positions of
- * the connection in that key's subscriber list (struct srv_subs_entry). */
+ * (server_sources.c). One block of its shard's pool: cap key prefixes (0 = empty), then cap
+ * uint32 positions of the connection in that key's subscriber list (struct srv_subs_entry).
+ * travelling: between two shards (a move), slots is a heap array of count prefixes. */
 struct srv_keyset {
     uint64_t *slots;
     uint32_t cap, count;
+    bool travelling;
 };
 
 /* ADMITTING: ClientInfo read, admission's answer pending (reading paused, §5). */
@@ -163,9 +165,14 @@ struct srv_subs_entry {
     };
 };
 
+/* The shard's index (SRV_SUBS_SLOTS, allocated at shard start) and the pools of the keysets and
+ * subscriber lists (server_sources.c); refused: subscriptions not made (index or pool full). */
 struct srv_subs {
     struct srv_subs_entry *slots;
     uint32_t cap, count;
+    struct hd_slab *keysets[SRV_KEYSET_CLASSES]; /* class i: SRV_KEYSET_MIN << i slots */
+    struct hd_slab *vecs[SRV_SUBS_VEC_CLASSES];  /* class i: SRV_SUBS_VEC_MIN << i pointers */
+    uint64_t refused;
 };
 
 struct derp_client; /* derp_client.h: the DERP client library */

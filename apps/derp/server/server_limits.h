@@ -117,6 +117,23 @@ _Static_assert(SRV_LOGIN_INLINE_MAX < DERP_CONN_TAIL_MAX,
 
 /* PeerGone bookkeeping: most distinct sources one connection remembers. */
 #define SRV_SOURCES_MAX 65536u
+/* Their memory comes from per-shard pools (server_sources.c), never from malloc on the path of
+ * a packet. A connection's keyset is a block of 16 << i slots (at most half full, 12 bytes a
+ * slot); a key's subscriber list on a shard a block of 4 << i pointers (one subscriber: inline),
+ * at most every connection of the shard; the shard's index of source keys has a fixed
+ * SRV_SUBS_SLOTS slots (24 bytes each, allocated at shard start, at most half full: the keys
+ * the shard's connections received from; a subscription past that is not made, and counted:
+ * that connection then misses the key's PeerGone, as past SRV_SOURCES_MAX). */
+#define SRV_KEYSET_MIN       16u
+#define SRV_KEYSET_CLASSES   14u /* 16 .. 131072 slots = 2 * SRV_SOURCES_MAX */
+#define SRV_SUBS_VEC_MIN     4u
+#define SRV_SUBS_VEC_CLASSES 15u /* 4 .. 65536 pointers = NET_CONNS_MAX */
+#define SRV_SUBS_SLOTS       (4u * NET_CONNS_MAX)
+_Static_assert((SRV_KEYSET_MIN << (SRV_KEYSET_CLASSES - 1)) == 2 * SRV_SOURCES_MAX,
+               "the largest keyset holds SRV_SOURCES_MAX at half load");
+_Static_assert((SRV_SUBS_VEC_MIN << (SRV_SUBS_VEC_CLASSES - 1)) >= NET_CONNS_MAX,
+               "a key's subscriber list holds every connection of a shard");
+_Static_assert((SRV_SUBS_SLOTS & (SRV_SUBS_SLOTS - 1)) == 0, "masked index");
 /* Watchers in the process (mesh peers and monitoring tools). */
 #define SRV_WATCHERS_MAX 1024u
 /* Connections with the mesh key per shard (--mesh-conns-max): a region is at most

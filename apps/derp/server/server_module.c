@@ -23,6 +23,7 @@ static void ds_free(struct srv_shard *ds)
     srv_prelogin_fini(ds);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);
+    srv_sources_shard_fini(ds);
     free(ds->scratch);
     free(ds);
 }
@@ -67,8 +68,8 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         free(ds);
         return rc < 0 ? rc : -ENOMEM;
     }
-    if ((rc = srv_prelogin_init(ds)) < 0 || (rc = srv_frames_init(ds)) < 0 ||
-        (rc = srv_acct_shard_init(ds)) < 0) {
+    if ((rc = srv_sources_shard_init(ds)) < 0 || (rc = srv_prelogin_init(ds)) < 0 ||
+        (rc = srv_frames_init(ds)) < 0 || (rc = srv_acct_shard_init(ds)) < 0) {
         ds_free(ds);
         return rc;
     }
@@ -125,7 +126,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);
-    srv_subs_fini(&ds->subs);
+    srv_sources_shard_fini(ds);
     srv_prelogin_fini(ds);
     srv_frames_fini(ds);
     srv_admit_shard_fini(ds);

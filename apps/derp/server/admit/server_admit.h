@@ -69,5 +69,17 @@ const struct srv_quota *srv_quota_find(const struct srv_rate *r, const struct de
 void srv_quota_attach(struct srv_client *cl);
 bool srv_quota_take(struct srv_client *cl, uint32_t bytes);
 void srv_quota_shard_fini(struct srv_shard *ds);
+/* A listed key's usage on a shard (its slot in the shard's table), in UTC days and months. */
+struct srv_quota_use {
+    struct derp_pubkey key;
+    uint64_t day_used, month_used; /* bytes in the current day / month */
+    uint32_t day, month;           /* which: days since 1970, months since 1900 (UTC) */
+    bool used;
+};
+/* take's arithmetic at (day, month), without the clock: a new day or month starts its budget
+ * again; -1 when bytes fit both budgets (charged to u), else the enum srv_quota_why it would
+ * pass (nothing charged). */
+int srv_quota_charge(const struct srv_quota *q, struct srv_quota_use *u, uint32_t day,
+                     uint32_t month, uint32_t bytes);
 
 #endif /* SERVER_ADMIT_H */

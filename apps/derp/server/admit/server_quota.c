@@ -27,13 +27,6 @@
 
 #include "server.h"
 
-struct srv_quota_use {
-    struct derp_pubkey key;
-    uint64_t day_used, month_used; /* bytes in the current day / month */
-    uint32_t day, month;           /* which: days since 1970, months since 1900 (UTC) */
-    bool used;
-};
-
 struct srv_quota_state {
     struct srv_quota_use slots[SRV_QUOTA_SLOTS];
     uint32_t count;
@@ -200,23 +193,32 @@ bool srv_quota_take(struct srv_client *cl, uint32_t bytes)
     if (q == NULL)
         return true; /* no longer listed (a reload) */
     struct srv_quota_state *st = ds->quota;
+    HD_ASSERT(st != NULL && cl->quota >= 1 && cl->quota <= SRV_QUOTA_SLOTS); /* attached */
     struct srv_quota_use *u = &st->slots[cl->quota - 1];
+    HD_ASSERT(u->used && derp_pubkey_equal(&u->key, &cl->key)); /* its own slot */
     clock_read(ds, st);
-    if (u->day != st->day)
-        u->day = st->day, u->day_used = 0;
-    if (u->month != st->month)
-        u->month = st->month, u->month_used = 0;
-    int why = -1;
-    if (q->daily_bytes && u->day_used + bytes > q->daily_bytes)
-        why = SRV_QUOTA_DAILY;
-    else if (q->monthly_bytes && u->month_used + bytes > q->monthly_bytes)
-        why = SRV_QUOTA_MONTHLY;
+    int why = srv_quota_charge(q, u, st->day, st->month, bytes);
     if (why >= 0) {
         ds->ctr.quota_dropped[why]++;
         ds->ctr.quota_dropped_bytes[why] += bytes;
         return false;
     }
+    return true;
+}
+
+int srv_quota_charge(const struct srv_quota *q, struct srv_quota_use *u, uint32_t day,
+                     uint32_t month, uint32_t bytes)
+{
+    if (u->day != day) /* a new UTC day (or month): its budget starts again */
+        u->day = day, u->day_used = 0;
+    if (u->month != month)
+        u->month = month, u->month_used = 0;
+    if (q->daily_bytes && u->day_used + bytes > q->daily_bytes)
+        return SRV_QUOTA_DAILY;
+    if (q->monthly_bytes && u->month_used + bytes > q->monthly_bytes)
+        return SRV_QUOTA_MONTHLY;
     u->day_used += bytes;
     u->month_used += bytes;
-    return true;
+    HD_ASSERT(!q->daily_bytes || u->day_used <= q->daily_bytes);
+    return -1;
 }

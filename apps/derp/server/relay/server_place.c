@@ -232,12 +232,6 @@ void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 
 /* ---------------------------------------------------------------- on the guest shard */
 
-static void guest_free_keyset(struct srv_client *cl)
-{
-    free(cl->sources.slots); /* not in any shard's index */
-    cl->sources = (struct srv_keyset){0};
-}
-
 static void guest_adopt(struct net_conn *c, void *arg)
 {
     struct srv_client *cl = arg;
@@ -245,7 +239,7 @@ static void guest_adopt(struct net_conn *c, void *arg)
     ds->cfg->hooks->move_done(ds, cl, c);
     if (c == NULL) { /* this shard could not take the connection: it is gone */
         tell_owner(ds, &cl->key, guest_gone_event);
-        guest_free_keyset(cl);
+        srv_sources_forget(cl); /* travelling: in no shard's pool */
         free(cl);
         return;
     }
@@ -493,7 +487,7 @@ static void home_adopt(struct net_conn *c, void *arg)
             p->guest_at = 0;
             srv_peer_count_down(ds, p);
         }
-        guest_free_keyset(cl);
+        srv_sources_forget(cl); /* travelling: in no shard's pool */
         free(cl);
         return;
     }
@@ -536,12 +530,12 @@ void srv_place_closed(struct srv_client *cl)
         held_drop(ds, p);
         p->guest_at = 0;
         cl->peer = NULL;
-        guest_free_keyset(cl);
+        srv_sources_forget(cl); /* travelling: in no shard's pool */
         srv_peer_count_down(ds, p);
         return;
     }
-    if (cl->going_home) { /* closed on the guest shard on the way home */
-        guest_free_keyset(cl);
+    if (cl->going_home) {       /* closed on the guest shard on the way home */
+        srv_sources_forget(cl); /* travelling: in no shard's pool */
         tell_owner(ds, &cl->key, guest_gone_event);
         return;
     }

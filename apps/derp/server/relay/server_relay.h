@@ -47,8 +47,10 @@ void srv_sources_drop(struct srv_client *cl);
 bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
                       struct srv_subs_entry *out);
 struct srv_client **srv_subs_vec(struct srv_subs_entry *e);
-void srv_subs_entry_free(struct srv_subs_entry *e);
-void srv_subs_fini(struct srv_subs *t);
+void srv_subs_entry_free(struct srv_subs_entry *e); /* on the shard that took it */
+/* Shard start: the index and the pools (0 or -ENOMEM); fini: after every client left. */
+int srv_sources_shard_init(struct srv_shard *ds);
+void srv_sources_shard_fini(struct srv_shard *ds);
 
 /* server_peers.c: the peer table, routing, PeerGone and watchers */
 int srv_peers_init(struct srv_peer_table *t);
@@ -94,8 +96,11 @@ void srv_not_here(struct srv_shard *ds, const uint8_t src[DERP_KEY_LEN],
 
 /* server_sources.c: a connection that moves keeps its sources; only the index changes. */
 bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
-void srv_sources_detach(struct srv_client *cl); /* out of this shard's index (keyset kept) */
-void srv_sources_attach(struct srv_client *cl); /* into this shard's index (cl->ds) */
+/* detach: out of this shard's index and pools, the keyset travelling (a move); attach: into
+ * this shard's (cl->ds); forget: a travelling keyset's end (the move failed, or it closed). */
+void srv_sources_detach(struct srv_client *cl);
+void srv_sources_attach(struct srv_client *cl);
+void srv_sources_forget(struct srv_client *cl);
 
 /* server_peers.c, for placement: the key's connection count falls by one (a guest left); p
  * may be freed. Route-message flag bits (u64[0]): bit 0 kind, bit 1 forwarded, and: */
