@@ -95,7 +95,7 @@ static void held_put(struct srv_peer *p, struct hd_frame *f, uint32_t flags)
 
 static enum srv_kind held_kind(const struct hd_frame *h)
 {
-    return (h->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+    return (enum srv_kind)(h->app_flags & 1); /* as held_put stored it: the route flags' bit 0 */
 }
 
 static void held_release(struct srv_shard *ds, struct srv_peer *p);

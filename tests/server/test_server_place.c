@@ -1,0 +1,214 @@
+/* test_server_place.c - routing (srv_route, relay/server_peers.c) and placement
+ * (relay/server_place.c) at their edges, on two real shards: a packet for a key nobody has
+ * (dropped and counted, here or on the owner after one bus hop, forwarded or not); a key whose
+ * connection travels (held up to SRV_PLACE_HELD_MAX, then dropped and counted); a packet for a
+ * guest that left, bounced back to the owner once and dropped there; runs of packets and the
+ * answers of srv_place_move_to. Delivery to a live connection is the integration tests' (it
+ * needs a connection): here no client is active. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <string.h>
+
+#include "server_test.h"
+
+#define PAYLOAD 100u
+
+static uint64_t dropped(const struct srv_shard *ds, enum srv_drop why)
+{
+    return ds->ctr.packets_dropped[why][SRV_KIND_OTHER];
+}
+
+/* Each shard waits, a bounded number of 1 ms polls, for the drops it expects to count: shard 1
+ * the packet for its key, shard 0 the one that bounced back. */
+struct route_shard {
+    struct srv_shard *ds;
+    struct hd_timer poll;
+    unsigned polls;
+    uint64_t expect; /* UNKNOWN_DEST drops */
+    struct srv_peer *travelling;
+};
+static struct route_shard rs[2];
+
+static void poll_fired(struct hd_timer *t)
+{
+    struct route_shard *me = hd_container_of(t, struct route_shard, poll);
+    struct srv_shard *ds = me->ds;
+    if (dropped(ds, SRV_DROP_UNKNOWN_DEST) < me->expect) {
+        SRVT_CHECK(++me->polls < 30000); /* 30 s: the bus is not that slow */
+        hd_timer_start(ds->s, &me->poll, 1);
+        return;
+    }
+    SRVT_CHECK(dropped(ds, SRV_DROP_UNKNOWN_DEST) == me->expect); /* bounced once, no more */
+    struct srv_peer *p = me->travelling; /* the travelling key's entry and held packets go */
+    for (unsigned i = 0; p && i < p->held_count; i++)
+        hd_frame_unref(ds->s, p->held[i]);
+    if (p) {
+        free(p->held);
+        srv_peers_remove(&ds->peers, p);
+        free(p);
+    }
+    srvt_done(ds);
+}
+
+static void poll_start(struct route_shard *me, struct srv_shard *ds, uint64_t expect)
+{
+    me->ds = ds;
+    me->expect = expect;
+    hd_timer_init(&me->poll, poll_fired);
+    hd_timer_start(ds->s, &me->poll, 1);
+}
+
+static void route_body(struct srv_shard *ds, void *arg)
+{
+    (void)arg;
+    if (hd_shard_id(ds->s) == 1) {
+        poll_start(&rs[1], ds, 1); /* the packet for its key */
+        return;
+    }
+    uint8_t src[DERP_KEY_LEN], here[DERP_KEY_LEN], there[DERP_KEY_LEN], moving[DERP_KEY_LEN];
+    srvt_key(1, src);
+    srvt_key_owned(ds, 0, 0, here);
+    srvt_key_owned(ds, 1, 0, there);
+    srvt_key_owned(ds, 0, 1, moving);
+    /* a key this shard owns, nobody connected: dropped here, counted with its bytes */
+    struct srv_routed r =
+        srv_route(ds, srvt_route_frame(ds, here, src, PAYLOAD), SRV_KIND_OTHER, false);
+    SRVT_CHECK(!r.crossed && r.behind == NULL && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
+    SRVT_CHECK(ds->ctr.bytes_dropped[SRV_DROP_UNKNOWN_DEST][SRV_KIND_OTHER] == PAYLOAD);
+    /* the same, come from a mesh peer: its own reason */
+    r = srv_route(ds, srvt_route_frame(ds, here, src, PAYLOAD), SRV_KIND_OTHER, true);
+    SRVT_CHECK(!r.crossed && dropped(ds, SRV_DROP_UNKNOWN_DEST_ON_FWD) == 1);
+    /* a key shard 1 owns: one bus hop, dropped and counted there */
+    r = srv_route(ds, srvt_route_frame(ds, there, src, PAYLOAD), SRV_KIND_OTHER, false);
+    SRVT_CHECK(r.crossed && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
+    /* a key whose one connection is on its way to shard 1: held, up to the cap */
+    struct srv_peer *p = calloc(1, sizeof(*p));
+    SRVT_CHECK(p != NULL);
+    memcpy(p->key.bytes, moving, DERP_KEY_LEN);
+    p->clients_count = 1;
+    p->guest_at = 2;
+    p->placing = true;
+    p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
+    SRVT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
+    rs[0].travelling = p;
+    for (unsigned i = 0; i < SRV_PLACE_HELD_MAX; i++) {
+        r = srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
+        SRVT_CHECK(!r.crossed); /* crossed counts only with packing (its senders follow) */
+    }
+    SRVT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 0);
+    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
+    SRVT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 1);
+    /* it arrived, as far as this shard knows, but shard 1 has no such guest: the packet goes
+     * there, comes back once (bounced), and is dropped here */
+    p->placing = false;
+    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
+    p->placing = true; /* the held packets stay until the poll frees them */
+    poll_start(&rs[0], ds, 2);
+}
+
+Test(server_route, edges)
+{
+    memset(&rs, 0, sizeof(rs));
+    struct srvt_opts o = {.shards = 2};
+    cr_assert_eq(srvt_run(&o, route_body, NULL), 0);
+}
+
+/* ---------------------------------------------------------------- placement's decisions */
+
+static void place_body(struct srv_shard *ds, void *arg)
+{
+    (void)arg;
+    if (hd_shard_id(ds->s) == 1) {
+        srvt_done(ds);
+        return;
+    }
+    uint8_t a[DERP_KEY_LEN], b[DERP_KEY_LEN], mine[DERP_KEY_LEN], theirs[DERP_KEY_LEN];
+    srvt_key(1, a), srvt_key(2, b);
+    srvt_key_owned(ds, 0, 0, mine);
+    srvt_key_owned(ds, 1, 0, theirs);
+    struct srv_client *cl = srvt_client(ds, mine, SRV_CLIENT_ACTIVE);
+    /* a run: SRV_PLACE_PACKETS in a row to one destination, then it starts again */
+    for (unsigned i = 1; i < SRV_PLACE_PACKETS; i++)
+        SRVT_CHECK(!srv_place_run(cl, a));
+    SRVT_CHECK(srv_place_run(cl, a));
+    SRVT_CHECK(!srv_place_run(cl, a)); /* a new run */
+    for (unsigned i = 0; i < SRV_PLACE_PACKETS - 2; i++)
+        SRVT_CHECK(!srv_place_run(cl, a));
+    SRVT_CHECK(!srv_place_run(cl, b)); /* another destination breaks the run */
+    for (unsigned i = 2; i < SRV_PLACE_PACKETS; i++)
+        SRVT_CHECK(!srv_place_run(cl, b));
+    SRVT_CHECK(srv_place_run(cl, b));
+    /* where a key's connection lives, as this shard knows it */
+    SRVT_CHECK(srv_place_lives_at(ds, theirs) == 1);
+    SRVT_CHECK(srv_place_lives_at(ds, mine) == 0);
+    struct srv_peer *p = calloc(1, sizeof(*p));
+    SRVT_CHECK(p != NULL);
+    memcpy(p->key.bytes, mine, DERP_KEY_LEN);
+    p->guest_at = 2;
+    SRVT_CHECK(srv_peers_insert(&ds->peers, p) == 0);
+    SRVT_CHECK(srv_place_lives_at(ds, mine) == 1); /* a guest on shard 1 */
+    srv_peers_remove(&ds->peers, p);
+    free(p);
+    /* srv_place_move_to's answers that need no move */
+    SRVT_CHECK(srv_place_move_to(cl, 0) == -EALREADY); /* here already */
+    SRVT_CHECK(srv_place_move_to(cl, 2) == -EALREADY); /* no such shard */
+    cl->phase = SRV_CLIENT_ADMITTING;
+    SRVT_CHECK(srv_place_move_to(cl, 1) == -EBUSY); /* not active */
+    cl->phase = SRV_CLIENT_ACTIVE;
+    cl->guest = true;
+    SRVT_CHECK(srv_place_move_to(cl, 1) == -EXDEV); /* a guest moves home only, with packing */
+    srvt_cfg.pack = true;
+    SRVT_CHECK(srv_place_move_to(cl, 1) == -EXDEV); /* shard 1 is not its owner */
+    srvt_cfg.pack = false;
+    srvt_client_free(cl);
+    srvt_done(ds);
+}
+
+Test(server_place, decisions)
+{
+    struct srvt_opts o = {.shards = 2};
+    cr_assert_eq(srvt_run(&o, place_body, NULL), 0);
+}
+
+/* Packets held for a travelling connection keep their kind (disco or other): the bit that says
+ * which was read back inverted, so a held disco packet went to the other queue (and was counted
+ * as one when dropped). Dropped here by the connection's close before it left. */
+static void held_kind_body(struct srv_shard *ds, void *arg)
+{
+    (void)arg;
+    if (hd_shard_id(ds->s) == 1) {
+        srvt_done(ds);
+        return;
+    }
+    uint8_t src[DERP_KEY_LEN], moving[DERP_KEY_LEN];
+    srvt_key(1, src);
+    srvt_key_owned(ds, 0, 0, moving);
+    struct srv_client *cl = srvt_client(ds, moving, SRV_CLIENT_MOVING);
+    struct srv_peer *p = calloc(1, sizeof(*p));
+    SRVT_CHECK(p != NULL);
+    memcpy(p->key.bytes, moving, DERP_KEY_LEN);
+    p->clients_count = 1;
+    p->guest_at = 2;
+    p->placing = true;
+    p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
+    SRVT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
+    cl->peer = p;
+    cl->placing = true;
+    ds->ctr.clients_local = 1;
+    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_DISCO, false);
+    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
+    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, true);
+    SRVT_CHECK(p->held_count == 3);
+    srv_place_closed(cl); /* closed before it left: what waited for it is dropped, counted */
+    const uint64_t *gone = ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED];
+    SRVT_CHECK(gone[SRV_KIND_DISCO] == 1 && gone[SRV_KIND_OTHER] == 2);
+    SRVT_CHECK(srv_peers_find(&ds->peers, moving) == NULL && ds->ctr.clients_local == 0);
+    free(cl);
+    srvt_done(ds);
+}
+
+Test(server_place, held_packets_keep_their_kind)
+{
+    struct srvt_opts o = {.shards = 2};
+    cr_assert_eq(srvt_run(&o, held_kind_body, NULL), 0);
+}
