@@ -45,12 +45,21 @@ struct srv_keyset {
     bool travelling;
 };
 
-/* ADMITTING: ClientInfo read, admission's answer pending (reading paused, §5). */
+/* A client's phase, changed only by srv_client_phase_set (below), which asserts each change:
+ *   HANDSHAKE -> ADMITTING  ClientInfo read, admission's answer pending (reading paused, §5)
+ *   HANDSHAKE, ADMITTING -> ACTIVE  admitted on its key's owner shard (or taken over from the
+ *                                   predecessor at an upgrade: HANDSHAKE -> ACTIVE)
+ *   HANDSHAKE, ADMITTING -> MOVING  admitted, on its way to the owner shard
+ *   ACTIVE -> MOVING        placement, a call home, an upgrade's hand-over
+ *   MOVING -> ACTIVE        arrived (on the owner, as a guest, or home)
+ *   ACTIVE -> CLOSED        closed: no more enqueues (a close in another phase keeps it). */
 enum srv_client_phase {
     SRV_CLIENT_HANDSHAKE,
     SRV_CLIENT_ADMITTING,
     SRV_CLIENT_MOVING,
-    SRV_CLIENT_ACTIVE
+    SRV_CLIENT_ACTIVE,
+    SRV_CLIENT_CLOSED,
+    SRV_CLIENT_PHASES
 };
 
 struct net_http_client;
@@ -130,6 +139,23 @@ struct srv_client {
     struct srv_live_out *exporting;      /* an upgrade's hand-over (server_live.c), and: */
     bool imported, live_paused, in_move; /* in_move: counted in moves_sent */
 };
+
+static inline void srv_client_phase_set(struct srv_client *cl, enum srv_client_phase to)
+{
+#define SRV_PHASE_BIT(p) (1u << SRV_CLIENT_##p)
+    static const uint8_t allowed[SRV_CLIENT_PHASES] = {
+        [SRV_CLIENT_HANDSHAKE] =
+            SRV_PHASE_BIT(ADMITTING) | SRV_PHASE_BIT(ACTIVE) | SRV_PHASE_BIT(MOVING),
+        [SRV_CLIENT_ADMITTING] = SRV_PHASE_BIT(ACTIVE) | SRV_PHASE_BIT(MOVING),
+        [SRV_CLIENT_MOVING] = SRV_PHASE_BIT(ACTIVE),
+        [SRV_CLIENT_ACTIVE] = SRV_PHASE_BIT(MOVING) | SRV_PHASE_BIT(CLOSED),
+        [SRV_CLIENT_CLOSED] = 0,
+    };
+#undef SRV_PHASE_BIT
+    HD_ASSERT(cl->phase < SRV_CLIENT_PHASES && to < SRV_CLIENT_PHASES);
+    HD_ASSERT(allowed[cl->phase] & (1u << to)); /* a transition the table above allows */
+    cl->phase = to;
+}
 
 /* A key this shard owns with at least one local connection, or reachable via mesh nodes. */
 struct srv_peer {

@@ -241,7 +241,7 @@ static void wait_answer(struct srv_client *cl)
 {
     if (cl->phase == SRV_CLIENT_ADMITTING)
         return;
-    cl->phase = SRV_CLIENT_ADMITTING;
+    srv_client_phase_set(cl, SRV_CLIENT_ADMITTING);
     net_conn_pause_recv(cl->conn, true);
 }
 

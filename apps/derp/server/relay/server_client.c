@@ -369,7 +369,7 @@ static void client_activate(struct srv_shard *ds, struct srv_client *cl)
         srv_client_close(cl, -EUSERS);
         return;
     }
-    cl->phase = SRV_CLIENT_ACTIVE;
+    srv_client_phase_set(cl, SRV_CLIENT_ACTIVE);
     cl->connected_ms = hd_now_ms(ds->s);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, cl->connected_ms);
     srv_client_settle(ds, cl);
@@ -448,7 +448,7 @@ int srv_client_admitted(struct srv_client *cl)
             net_conn_pause_recv(cl->conn, false); /* replays kept bytes: cl may be gone */
         return 0;
     }
-    cl->phase = SRV_CLIENT_MOVING;
+    srv_client_phase_set(cl, SRV_CLIENT_MOVING);
     if (waited)
         net_conn_pause_recv(cl->conn, false); /* kept bytes travel with the move */
     int rc = net_conn_migrate(cl->conn, owner, client_adopt, cl);
@@ -682,7 +682,7 @@ static void client_closed(struct net_conn *c, int reason)
     ds->cfg->hooks->move_done(ds, cl, NULL); /* closed on its way to another shard */
     ds->cfg->hooks->closing(cl);
     if (cl->phase == SRV_CLIENT_ACTIVE) {
-        cl->phase = SRV_CLIENT_HANDSHAKE; /* no more enqueues */
+        srv_client_phase_set(cl, SRV_CLIENT_CLOSED); /* no more enqueues */
         srv_client_unsettle(ds, cl);
         if (cl->guest)
             srv_place_closed(cl);

@@ -85,10 +85,40 @@ static unsigned here(const struct srv_shard *ds)
     return hd_shard_id(ds->s);
 }
 
+/* ---------------------------------------------------------------- a client's placement */
+
+/* Where a client stands, from its three flags (one state, asserted consistent):
+ *   HOME -> PLACING     place_move: on the owner, on its way to a guest shard
+ *   PLACING -> GUEST    guest_adopt: it arrived (a close on the way ends it as PLACING)
+ *   GUEST -> GOING_HOME go_home_event: called home (by a duplicate, or its own ask)
+ *   GOING_HOME -> HOME  home_adopt: back on the owner (a close on the way ends it there) */
+enum place_state { PLACE_HOME, PLACE_PLACING, PLACE_GUEST, PLACE_GOING_HOME };
+
+static enum place_state place_state(const struct srv_client *cl)
+{
+    HD_ASSERT(!(cl->placing && (cl->guest || cl->going_home))); /* placing: not a guest yet */
+    HD_ASSERT(!cl->going_home || cl->guest);                    /* only a guest goes home */
+    return cl->placing      ? PLACE_PLACING
+           : cl->going_home ? PLACE_GOING_HOME
+           : cl->guest      ? PLACE_GUEST
+                            : PLACE_HOME;
+}
+
+static void place_set(struct srv_client *cl, enum place_state to)
+{
+    enum place_state from = place_state(cl);
+    HD_ASSERT(to == (from + 1) % 4); /* the one way round: HOME, PLACING, GUEST, GOING_HOME */
+    cl->placing = to == PLACE_PLACING;
+    cl->guest = to == PLACE_GUEST || to == PLACE_GOING_HOME;
+    cl->going_home = to == PLACE_GOING_HOME;
+    HD_ASSERT(place_state(cl) == to);
+}
+
 /* A packet waiting in a peer entry's held (owner: its connection travels; guest shard: it
  * settles) keeps its route flags in app_flags: bit 0 the kind (disco), bit 1 forwarded. */
 static void held_put(struct srv_peer *p, struct hd_frame *f, uint32_t flags)
 {
+    HD_ASSERT(p->placing && p->held != NULL && p->held_count < SRV_PLACE_HELD_MAX);
     f->app_flags = (uint8_t)(flags & 3u);
     p->held[p->held_count++] = f;
 }
@@ -143,6 +173,9 @@ static int place_move(struct srv_client *cl, unsigned to)
 {
     struct srv_shard *ds = cl->ds;
     struct srv_peer *p = cl->peer;
+    /* its key's only connection, at home, nothing held for it (can_move) */
+    HD_ASSERT(p->clients == cl && cl->peer_next == NULL && p->active == cl);
+    HD_ASSERT(p->guest_at == 0 && !p->placing && p->held == NULL);
     p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
     if (p->held == NULL)
         return -ENOMEM;
@@ -153,8 +186,8 @@ static int place_move(struct srv_client *cl, unsigned to)
     p->guest_at = (uint8_t)(to + 1);
     p->placing = true;
     p->held_count = 0;
-    cl->phase = SRV_CLIENT_MOVING;
-    cl->placing = true;
+    srv_client_phase_set(cl, SRV_CLIENT_MOVING);
+    place_set(cl, PLACE_PLACING);
     cl->moved_ms = hd_now_ms(ds->s);
     ds->ctr.placement_moves++;
     int rc = net_conn_migrate(cl->conn, to, guest_adopt, cl);
@@ -246,9 +279,8 @@ static void guest_adopt(struct net_conn *c, void *arg)
     cl->conn = c;
     cl->ds = ds;
     net_conn_set_app(c, &srv_client_handler, cl);
-    cl->placing = false;
-    cl->guest = true;
-    cl->phase = SRV_CLIENT_ACTIVE;
+    place_set(cl, PLACE_GUEST);
+    srv_client_phase_set(cl, SRV_CLIENT_ACTIVE);
     struct srv_peer *g = calloc(1, sizeof(*g));
     if (g) {
         g->key = cl->key;
@@ -337,8 +369,8 @@ static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
     srv_client_unsettle(ds, cl);
     srv_sources_detach(cl);
     guest_leave(ds, cl); /* packets for it here go to the owner from now on */
-    cl->phase = SRV_CLIENT_MOVING;
-    cl->going_home = true;
+    srv_client_phase_set(cl, SRV_CLIENT_MOVING);
+    place_set(cl, PLACE_GOING_HOME);
     int rc = net_conn_migrate(cl->conn, srv_owner(ds, cl->key.bytes), home_adopt, cl);
     if (rc < 0)
         net_conn_close(cl->conn, rc, false);
@@ -359,6 +391,7 @@ static void home_ask_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
     if (p == NULL || p->guest_at != arg + 1 || p->placing || p->clients != NULL ||
         hd_shard_stopping(ds->s))
         return;
+    HD_ASSERT(p->held == NULL && p->held_count == 0); /* not placing: nothing held */
     struct hd_frame *call = srv_key_frame(ds, p->key.bytes, NULL);
     if (call == NULL)
         return;
@@ -375,6 +408,7 @@ static void home_ask_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
 
 static void held_drop(struct srv_shard *ds, struct srv_peer *p)
 {
+    HD_ASSERT(p->placing && p->held != NULL && p->held_count <= SRV_PLACE_HELD_MAX);
     for (unsigned i = 0; i < p->held_count; i++) {
         struct hd_frame *f = p->held[i];
         enum srv_kind kind = held_kind(f);
@@ -391,6 +425,7 @@ static void held_drop(struct srv_shard *ds, struct srv_peer *p)
 
 static void to_guest(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
 {
+    HD_ASSERT(p->guest_at != 0 && (unsigned)p->guest_at - 1 != here(ds)); /* lives elsewhere */
     struct hd_msg m = {
         .fn = srv_route_msg, .ptr = f, .u64 = {flags | SRV_ROUTE_TO_GUEST, ds->instance}};
     if (hd_bus_send(ds->s, (unsigned)p->guest_at - 1, &m) < 0) {
@@ -405,6 +440,7 @@ static void to_guest(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *
 
 void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
 {
+    HD_ASSERT(p->guest_at != 0 && p->active == NULL); /* its one connection is elsewhere */
     if (!p->placing) {
         to_guest(ds, p, f, flags);
         return;
@@ -423,6 +459,8 @@ void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame
 /* What waited for p's connection goes to its active connection here, else to its guest shard. */
 static void held_release(struct srv_shard *ds, struct srv_peer *p)
 {
+    HD_ASSERT(p->placing && p->held != NULL && p->held_count <= SRV_PLACE_HELD_MAX);
+    HD_ASSERT(p->active != NULL || p->guest_at != 0); /* somewhere to send them */
     p->placing = false;
     for (unsigned i = 0; i < p->held_count; i++) {
         struct hd_frame *h = p->held[i];
@@ -466,7 +504,8 @@ static void guest_gone_event(struct srv_shard *ds, struct hd_frame *f, uint64_t 
 
 void srv_place_recall(struct srv_shard *ds, struct srv_peer *p)
 {
-    if (p->placing) /* not there yet: its arrival calls it home */
+    HD_ASSERT(p->guest_at != 0); /* its first connection lives as a guest */
+    if (p->placing)              /* not there yet: its arrival calls it home */
         return;
     struct hd_frame *f = srv_key_frame(ds, p->key.bytes, NULL);
     if (f)
@@ -494,8 +533,8 @@ static void home_adopt(struct net_conn *c, void *arg)
     cl->conn = c;
     cl->ds = ds;
     net_conn_set_app(c, &srv_client_handler, cl);
-    cl->guest = cl->going_home = false;
-    cl->phase = SRV_CLIENT_ACTIVE;
+    place_set(cl, PLACE_HOME);
+    srv_client_phase_set(cl, SRV_CLIENT_ACTIVE);
     cl->peer = NULL;
     srv_client_settle(ds, cl);
     srv_sources_attach(cl);
@@ -517,6 +556,7 @@ static void home_adopt(struct net_conn *c, void *arg)
 
 void srv_place_event(struct srv_shard *ds, struct srv_peer *p, srv_event_fn *fn, struct hd_frame *f)
 {
+    HD_ASSERT(p->guest_at != 0);
     srv_event_send(ds, (unsigned)p->guest_at - 1, fn, f, 1);
 }
 
@@ -527,6 +567,7 @@ void srv_place_closed(struct srv_client *cl)
     struct srv_shard *ds = cl->ds;
     if (cl->placing) { /* closed on the owner before the move: nothing went anywhere */
         struct srv_peer *p = cl->peer;
+        HD_ASSERT(p != NULL && p->guest_at != 0 && p->clients_count > 0);
         held_drop(ds, p);
         p->guest_at = 0;
         cl->peer = NULL;

@@ -239,7 +239,7 @@ static void export_one(struct srv_shard *ds, struct srv_client *cl)
     }
     out->cl = cl;
     srv_admit_cancel(cl);
-    cl->phase = SRV_CLIENT_MOVING; /* no more enqueues: they count as dropped */
+    srv_client_phase_set(cl, SRV_CLIENT_MOVING); /* no more enqueues: they count as dropped */
     srv_client_unsettle(ds, cl);
     if (cl->guest)
         srv_place_closed(cl);
@@ -383,7 +383,7 @@ int srv_live_import(struct srv_shard *ds, int fd, const uint8_t *rec, size_t len
         return rc;
     }
     cl->conn = c;
-    cl->phase = SRV_CLIENT_ACTIVE;
+    srv_client_phase_set(cl, SRV_CLIENT_ACTIVE);
     hd_tbucket_fill(&cl->not_here, DERP_NOT_HERE_BURST, hd_now_ms(ds->s));
     srv_client_settle(ds, cl); /* a full rate bucket: no more than the old one had */
     double tokens;
