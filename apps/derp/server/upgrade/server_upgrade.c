@@ -55,6 +55,30 @@
 #include "server.h"
 #include "upgrade/server_upgrade_impl.h"
 
+/* The attempt's state changes, each one the table allows (u->lock held). */
+static void up_state_set_locked(struct srv_upgrade *u, enum up_state to)
+{
+#define UP_BIT(st) (1u << UP_##st)
+    static const uint8_t allowed[UP_STATES] = {
+        [UP_IDLE] = UP_BIT(SPAWNING),
+        [UP_SPAWNING] = UP_BIT(SENDING) | UP_BIT(IDLE),
+        [UP_SENDING] = UP_BIT(HANDING_OVER) | UP_BIT(IDLE),
+        [UP_HANDING_OVER] = UP_BIT(STOPPED),
+        [UP_STOPPED] = 0,
+    };
+#undef UP_BIT
+    HD_ASSERT(u->state < UP_STATES && to < UP_STATES);
+    HD_ASSERT(allowed[u->state] & (1u << to));
+    u->state = to;
+}
+
+static void up_state_set(struct srv_upgrade *u, enum up_state to)
+{
+    pthread_mutex_lock(&u->lock);
+    up_state_set_locked(u, to);
+    pthread_mutex_unlock(&u->lock);
+}
+
 int srv_upgrade_init(struct srv_config *cfg, char **argv, const char *pid_file, uint32_t timeout_ms)
 {
     struct srv_upgrade *u = calloc(1, sizeof(*u));
@@ -499,14 +523,18 @@ static void *upgrade_thread(void *arg)
     }
     pthread_mutex_lock(&u->lock);
     u->thread_sock = sock;
+    up_state_set_locked(u, UP_SENDING);
     pthread_mutex_unlock(&u->lock);
     hd_log(HD_LOG_INFO, "upgrade: started %s as PID %d", exe, (int)pid);
     int sent = send_all(u, sock);
     rc = sent < 0 ? sent : wait_ready(u, sock, pid);
-    if (rc < 0)
+    if (rc < 0) {
         reap_failed(pid, rc);
-    else
+    } else {
+        up_state_set(u, UP_HANDING_OVER);
         hand_over_and_stop(u, sock, pid, sent);
+        up_state_set(u, UP_STOPPED);
+    }
     pthread_mutex_lock(&u->lock);
     u->thread_sock = -1;
     pthread_mutex_unlock(&u->lock);
@@ -514,7 +542,8 @@ static void *upgrade_thread(void *arg)
 done:
     dups_close(u);
     pthread_mutex_lock(&u->lock);
-    u->running = false;
+    if (u->state != UP_STOPPED) /* failed: this process serves on, and may try again */
+        up_state_set_locked(u, UP_IDLE);
     pthread_mutex_unlock(&u->lock);
     return NULL;
 }
@@ -525,9 +554,11 @@ void srv_upgrade_signal(struct srv_config *cfg, struct hd_runtime *rt)
     if (u == NULL)
         return;
     pthread_mutex_lock(&u->lock);
-    if (u->running) {
+    if (u->state != UP_IDLE) {
+        enum up_state st = u->state;
         pthread_mutex_unlock(&u->lock);
-        hd_log(HD_LOG_WARN, "upgrade: SIGUSR2 while an upgrade runs: ignored");
+        hd_log(HD_LOG_WARN, "upgrade: SIGUSR2 while %s: ignored",
+               st == UP_STOPPED ? "this process stops after an upgrade" : "an upgrade runs");
         return;
     }
     if (u->joinable)
@@ -539,8 +570,11 @@ void srv_upgrade_signal(struct srv_config *cfg, struct hd_runtime *rt)
             u->dups[k][i] = u->slots[k][i] >= 0 ? fcntl(u->slots[k][i], F_DUPFD_CLOEXEC, 3) : -1;
     u->rt = rt;
     u->instance = srv_instance(cfg, rt);
+    up_state_set_locked(u, UP_SPAWNING); /* before the thread: it moves on from there */
     int rc = pthread_create(&u->thread, NULL, upgrade_thread, u);
-    u->running = u->joinable = rc == 0;
+    u->joinable = rc == 0;
+    if (rc != 0)
+        up_state_set_locked(u, UP_IDLE);
     pthread_mutex_unlock(&u->lock);
     if (rc == 0)
         return;

@@ -70,6 +70,14 @@ struct up_msg {
     uint32_t value;
 };
 
+/* The old process's attempt (one at a time; up_state_set asserts each change, under lock):
+ *   IDLE -> SPAWNING       SIGUSR2: the upgrade thread starts the new binary
+ *   SPAWNING -> SENDING    it runs: the listening sockets go to it, READY awaited
+ *   SPAWNING, SENDING -> IDLE   it could not start, or failed before READY: this one serves on
+ *   SENDING -> HANDING_OVER     READY: accepts stop, the logged-in clients go over
+ *   HANDING_OVER -> STOPPED     the runtime stops (nothing follows, a SIGUSR2 is ignored) */
+enum up_state { UP_IDLE, UP_SPAWNING, UP_SENDING, UP_HANDING_OVER, UP_STOPPED, UP_STATES };
+
 struct srv_upgrade {
     char **argv;
     const char *pid_file;
@@ -78,11 +86,11 @@ struct srv_upgrade {
     int got[SRV_UP_KINDS][SRV_UPGRADE_SLOTS];   /* inherited, until a shard takes one */
     int sock;                                   /* successor: to the predecessor */
     bool inherited;
-    pthread_mutex_t lock; /* thread_sock, running, joinable */
+    pthread_mutex_t lock; /* thread_sock, state, joinable */
     pthread_t thread;     /* the old process's upgrade thread, or the successor's watch */
     bool joinable;
-    bool running;    /* the thread has not finished its attempt */
-    int thread_sock; /* the thread's end while it waits (fini shuts it down) */
+    enum up_state state; /* the attempt's (the thread has not finished it: not IDLE) */
+    int thread_sock;     /* the thread's end while it waits (fini shuts it down) */
     struct hd_runtime *rt;
     unsigned instance; /* the relay's place in the runtime's modules (srv_shard_at) */
     pthread_cond_t answered;
