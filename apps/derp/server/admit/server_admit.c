@@ -150,6 +150,7 @@ static void note_refused(struct srv_client *cl, const char *why)
 static void answered(void *arg, int err, const struct net_http_result *r)
 {
     struct srv_client *cl = arg;
+    HD_ASSERT(cl->phase == SRV_CLIENT_ADMITTING && !cl->rechecking); /* a login's answer */
     cl->admit = NULL;
     bool allow;
     const char *why = srv_admit_judge(err, r, cl->ds->cfg->verify_fail_open, &allow);
@@ -190,6 +191,7 @@ int srv_admit_url_request(struct srv_client *cl, net_http_done_fn *done)
 {
     struct srv_shard *ds = cl->ds;
     const struct srv_config *cfg = ds->cfg;
+    HD_ASSERT(cl->admit == NULL && cfg->verify_url != NULL); /* one request at a time */
     char key[DERP_PUBKEY_TEXT_SIZE], ip[64], body[256];
     derp_pubkey_format(&cl->key, key);
     if (derp_addr_format_ip(&cl->remote, ip, sizeof(ip)) < 0)
@@ -250,6 +252,7 @@ static void wait_answer(struct srv_client *cl)
  * then -verify-client-url: both must pass (§5). */
 int srv_admit_start(struct srv_client *cl)
 {
+    HD_ASSERT(cl->phase == SRV_CLIENT_HANDSHAKE && cl->admit == NULL && !cl->mesh);
     int rc;
     if (cl->ds->cfg->verify_local) {
         rc = srv_admit_local_start(cl);
@@ -269,6 +272,7 @@ int srv_admit_start(struct srv_client *cl)
 
 void srv_admit_local_done(struct srv_client *cl, const char *why_refused)
 {
+    HD_ASSERT(cl->phase == SRV_CLIENT_ADMITTING && cl->admit == NULL); /* the whois answered */
     if (why_refused) {
         note_refused(cl, why_refused);
         srv_client_close(cl, -EACCES);

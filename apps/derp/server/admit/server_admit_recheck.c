@@ -118,6 +118,7 @@ static void rechecked(void *arg, int err, const struct net_http_result *r)
 {
     struct srv_client *cl = arg;
     struct srv_shard *ds = cl->ds;
+    HD_ASSERT(cl->rechecking && ds->rechecks_inflight > 0); /* counted when it started */
     cl->admit = NULL;
     cl->rechecking = false;
     ds->rechecks_inflight--;
@@ -159,14 +160,17 @@ static void recheck_fired(struct hd_timer *t)
         recheck_again(cl, ds->cfg->verify_recheck_ms);
         return;
     }
+    HD_ASSERT(!cl->rechecking && cl->admit != NULL);
     cl->rechecking = true;
     ds->rechecks_inflight++;
+    HD_ASSERT(ds->rechecks_inflight <= SRV_RECHECK_INFLIGHT_MAX);
     ds->ctr.admit_rechecks++;
 }
 
 void srv_admit_recheck_cancelled(struct srv_client *cl)
 {
     if (cl->rechecking) {
+        HD_ASSERT(cl->ds->rechecks_inflight > 0);
         cl->rechecking = false;
         cl->ds->rechecks_inflight--;
     }

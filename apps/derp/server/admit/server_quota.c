@@ -77,6 +77,7 @@ static int quota_entry(const char *name, json_t *o, struct srv_quota *q, char *e
         return rc;
     q->per_ms = (double)q->bytes_per_sec / 1000.0;
     q->burst = (double)(burst < DERP_RATE_BURST_MIN ? DERP_RATE_BURST_MIN : burst);
+    HD_ASSERT(q->burst >= SRV_RATE_TAKE_MAX); /* as the default's: a frame always fits */
     return 0;
 }
 
@@ -165,6 +166,7 @@ void srv_quota_attach(struct srv_client *cl)
         if (!u->used && st->count < SRV_QUOTA_KEYS_MAX) {
             *u = (struct srv_quota_use){.key = cl->key, .used = true};
             st->count++;
+            HD_ASSERT(st->count <= SRV_QUOTA_KEYS_MAX && st->count * 2 <= SRV_QUOTA_SLOTS);
             cl->quota = (i & (SRV_QUOTA_SLOTS - 1)) + 1;
             return;
         }

@@ -50,6 +50,7 @@ void srv_rate_set(struct srv_rate *r, uint64_t bytes_per_sec, uint64_t burst_byt
     r->burst_bytes = burst_bytes;
     r->per_ms = (double)bytes_per_sec / 1000.0;
     r->burst = (double)(burst_bytes < DERP_RATE_BURST_MIN ? DERP_RATE_BURST_MIN : burst_bytes);
+    HD_ASSERT(r->burst >= SRV_RATE_TAKE_MAX); /* a frame's charge always fits the bucket */
 }
 
 int srv_rate_load(const char *path, struct srv_rate *out, char *err, size_t err_size)
@@ -174,6 +175,7 @@ const struct srv_rate *srv_rate_current(const struct srv_shard *ds)
     if (ds->cfg->rate_var == NULL)
         return &ds->cfg->rate; /* no file: all zero, off */
     const struct hd_snap *sn = hd_snap_var_get(ds->cfg->rate_var, ds->s);
+    HD_ASSERT(sn != NULL); /* attached with a snapshot; a reload swaps one for another */
     return &hd_container_of(sn, const struct srv_rate_snap, snap)->rate;
 }
 
@@ -195,7 +197,9 @@ bool srv_rate_take(struct srv_client *cl, uint32_t payload_len)
         per_ms = q->per_ms, burst = q->burst;
     if (per_ms <= 0)
         return true;
+    HD_ASSERT(cl->phase == SRV_CLIENT_ACTIVE); /* the reader asks for active clients only */
     double n = payload_len < SRV_RATE_TAKE_MAX ? payload_len : SRV_RATE_TAKE_MAX;
+    HD_ASSERT(n <= burst); /* else no wait would ever be enough */
     if (hd_tbucket_take(&cl->rate, per_ms, burst, hd_now_ms(ds->s), n)) {
         cl->rate_paid = true;
         return true;
@@ -205,6 +209,7 @@ bool srv_rate_take(struct srv_client *cl, uint32_t payload_len)
      * low one). */
     double wait = (n - cl->rate.tokens) / per_ms;
     uint64_t wait_ms = wait >= SRV_RATE_WAIT_MAX_MS ? SRV_RATE_WAIT_MAX_MS : (uint64_t)wait + 1;
+    HD_ASSERT(wait > 0 && wait_ms >= 1 && wait_ms <= SRV_RATE_WAIT_MAX_MS);
     if (!cl->rate_waiting) {
         ds->ctr.rate_limit_waited++; /* once per frame that had to wait */
         if (per_ms != r->per_ms)

@@ -42,6 +42,7 @@ static enum pack_verdict verdict(const struct srv_shard *ds, unsigned *to)
             *to = i;
         }
     }
+    HD_ASSERT(n < 2 || (*to >= 1 && *to < n)); /* spreading goes to another shard than 0 */
     if (b0 >= ds->cfg->pack_high_ppm && least < ds->cfg->pack_low_ppm)
         return PACK_OUT; /* first: with water marks that overlap, spreading wins */
     if (sum < ds->cfg->pack_low_ppm && b0 < ds->cfg->pack_low_ppm)
@@ -60,6 +61,7 @@ static bool budget_take(struct srv_shard *ds)
     if (ds->pack_moves >= SRV_PACK_MOVES_MAX)
         return false;
     ds->pack_moves++;
+    HD_ASSERT(ds->pack_moves <= SRV_PACK_MOVES_MAX);
     return true;
 }
 
@@ -100,6 +102,7 @@ void srv_pack_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
     if ((mover->moved_ms != 0 && now - mover->moved_ms < SRV_PACK_HOLD_MS) ||
         !can_follow(follower, to) || !budget_take(ds))
         return;
+    HD_ASSERT(mover != follower && mover->ds == ds && ds->pack_moves > 0);
     if (srv_place_move_to(mover, to) < 0) {
         ds->pack_moves--; /* nothing moved: the budget is for moves */
         return;
