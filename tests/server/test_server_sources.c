@@ -38,7 +38,7 @@ static void lists_body(struct srv_shard *ds, void *arg)
         srv_source_subscribe(c[i], key); /* a repeat: nothing new */
         SRVT_CHECK(srv_source_has(c[i], key) && c[i]->sources.count == 1);
     }
-    SRVT_CHECK(ds->subs.count == 1 && ds->subs.refused == 0);
+    SRVT_CHECK(ds->subs.count == 1 && ds->ctr.subs_refused == 0);
     /* Leave from the middle and the front: the last subscriber moves into the hole and its
      * keyset's position follows (a later drop of it would otherwise remove someone else). */
     for (unsigned i = 0; i < SUBS; i += 3)
@@ -89,7 +89,7 @@ static void keyset_body(struct srv_shard *ds, void *arg)
     }
     SRVT_CHECK(cl->sources.count == SRV_SOURCES_MAX);
     SRVT_CHECK(cl->sources.cap == SRV_KEYSET_MIN << (SRV_KEYSET_CLASSES - 1));
-    SRVT_CHECK(ds->subs.count == SRV_SOURCES_MAX && ds->subs.refused == 10);
+    SRVT_CHECK(ds->subs.count == SRV_SOURCES_MAX && ds->ctr.subs_refused == 10);
     struct srv_subs_entry e;
     for (uint32_t n = 1; n <= SRV_SOURCES_MAX; n += 97) {
         srvt_key(n + 100, k);

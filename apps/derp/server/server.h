@@ -192,13 +192,13 @@ struct srv_subs_entry {
 };
 
 /* The shard's index (SRV_SUBS_SLOTS, allocated at shard start) and the pools of the keysets and
- * subscriber lists (server_sources.c); refused: subscriptions not made (index or pool full). */
+ * subscriber lists (server_sources.c); a subscription they have no room for is counted in
+ * ctr.subs_refused. */
 struct srv_subs {
     struct srv_subs_entry *slots;
     uint32_t cap, count;
     struct hd_slab *keysets[SRV_KEYSET_CLASSES]; /* class i: SRV_KEYSET_MIN << i slots */
     struct hd_slab *vecs[SRV_SUBS_VEC_CLASSES];  /* class i: SRV_SUBS_VEC_MIN << i pointers */
-    uint64_t refused;
 };
 
 struct derp_client; /* derp_client.h: the DERP client library */

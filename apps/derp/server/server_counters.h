@@ -36,8 +36,9 @@ struct srv_counters {
     uint64_t frames_reserve_dropped; /* packets dropped: only the control reserve was left */
     uint64_t frames_addr_dropped;    /* packets dropped: the sender's address held its share */
     uint64_t frame_addrs_spilled;    /* accounts that got the shared spill entry (no memory) */
-    uint64_t frame_addrs;            /* varz: source addresses with frame accounts (a gauge) */
-    uint64_t ctl_dropped;            /* KeepAlive/Pong not sent: no frame even in the reserve */
+    uint64_t subs_refused; /* PeerGone subscriptions not made (SRV_SOURCES_MAX, index, pools) */
+    uint64_t frame_addrs;  /* varz: source addresses with frame accounts (a gauge) */
+    uint64_t ctl_dropped;  /* KeepAlive/Pong not sent: no frame even in the reserve */
     uint64_t bytes_received, packets_received;
     uint64_t packets_received_kind[SRV_KINDS];
     uint64_t bytes_sent, packets_sent;

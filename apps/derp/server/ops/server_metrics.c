@@ -277,6 +277,7 @@ static void format_hderp(struct srv_text *o, const struct varz_slot *v, unsigned
                  (long long)SUM(frames_addr_dropped));
     put_own(o, "frame_addrs", "gauge", SUM(frame_addrs));
     put_own(o, "frame_addrs_spilled", "counter", SUM(frame_addrs_spilled));
+    put_own(o, "subscriptions_refused", "counter", SUM(subs_refused));
     put_own(o, "ctl_dropped", "counter", SUM(ctl_dropped));
 }
 

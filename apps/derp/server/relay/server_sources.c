@@ -9,9 +9,9 @@
  * Memory: a subscription is made per packet written, so nothing here calls malloc on that path
  * (tidy: no-malloc-data-path). The index is allocated at shard start (SRV_SUBS_SLOTS), keysets
  * and subscriber lists come from the shard's pools in power-of-two classes (server_limits.h);
- * a full index or pool refuses the subscription (counted in subs.refused). A keyset that moves
- * with its connection to another shard travels as a heap list of its prefixes (a move is not a
- * packet) and is rebuilt from the new shard's pools on arrival. */
+ * a full index or pool refuses the subscription (counted: hderp_subscriptions_refused). A
+ * keyset that moves with its connection to another shard travels as a heap list of its
+ * prefixes (a move is not a packet) and is rebuilt from the new shard's pools on arrival. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +34,11 @@ static uint32_t home_of(uint64_t p, uint32_t cap)
 }
 
 /* ---------------------------------------------------------------- the shard's pools */
+
+static void refused(struct srv_subs *t)
+{
+    hd_container_of(t, struct srv_shard, subs)->ctr.subs_refused++;
+}
 
 /* The class whose blocks hold n units exactly (n: min times a power of two). */
 static unsigned class_of(uint32_t n, uint32_t min)
@@ -146,7 +151,7 @@ static int64_t ks_find(const struct srv_keyset *ks, uint64_t p)
 }
 
 /* The new slot of p; -1 when it was there already, or the set is full (SRV_SOURCES_MAX, or
- * the pool: counted in t->refused). */
+ * the pool: counted). */
 static int64_t ks_add(struct srv_subs *t, struct srv_keyset *ks, uint64_t p)
 {
     HD_ASSERT(p != 0 && !ks->travelling);
@@ -154,7 +159,7 @@ static int64_t ks_add(struct srv_subs *t, struct srv_keyset *ks, uint64_t p)
         return -1;
     if (!(ks->cap && ks->count < ks->cap / 2) &&
         (ks->count >= SRV_SOURCES_MAX || !ks_grow(t, ks))) {
-        t->refused++;
+        refused(t);
         return -1;
     }
     uint32_t j = home_of(p, ks->cap);
@@ -207,7 +212,7 @@ static int64_t subs_add(struct srv_subs *t, uint64_t p, struct srv_client *cl)
     struct srv_subs_entry *e = subs_find(t, p);
     if (e == NULL) {
         if ((t->count + 1) * 2 > t->cap) { /* at most half full: probes stay short */
-            t->refused++;
+            refused(t);
             return -1;
         }
         uint32_t j = home_of(p, t->cap);
@@ -224,7 +229,7 @@ static int64_t subs_add(struct srv_subs *t, uint64_t p, struct srv_client *cl)
         uint32_t cap = room * 2 < SRV_SUBS_VEC_MIN ? SRV_SUBS_VEC_MIN : room * 2;
         struct srv_client **v = vec_get(t, cap);
         if (v == NULL) {
-            t->refused++;
+            refused(t);
             return -1;
         }
         memcpy(v, srv_subs_vec(e), e->count * sizeof(*v));
