@@ -115,7 +115,7 @@ struct rate_state {
     struct srv_client *cl;
     struct net_conn *c;
     int peer_fd;
-    uint64_t waited_at;
+    uint64_t waited_at, need_ms; /* when it had to wait; the refill's least time */
     unsigned retries;
 };
 static struct rate_state rt;
@@ -140,8 +140,8 @@ static void rate_retry(struct hd_timer *t)
         SRVT_CHECK(++rt.retries < 1000);
         return;
     }
-    /* the tokens came back at the configured rate: at least 10 ms for 10,000 bytes */
-    SRVT_CHECK(hd_now_ms(ds->s) - rt.waited_at >= 10);
+    /* the tokens came back at the configured rate, not sooner */
+    SRVT_CHECK(hd_now_ms(ds->s) - rt.waited_at >= rt.need_ms);
     SRVT_CHECK(ds->ctr.rate_limit_waited == 1); /* once per frame that had to wait */
     srv_rate_frame_done(cl);
     SRVT_CHECK(!cl->rate_waiting && !cl->rate_paid);
@@ -183,6 +183,8 @@ static void rate_body(struct srv_shard *ds, void *arg)
     srv_rate_frame_done(cl);
     cl->mesh = false;
     rt.waited_at = hd_now_ms(ds->s);
+    rt.need_ms = (uint64_t)((10000 - cl->rate.tokens) / (RATE_PER_SEC / 1000));
+    SRVT_CHECK(rt.need_ms >= 9); /* the burst is spent: the wait is a real one */
     SRVT_CHECK(!srv_rate_take(cl, 10000));
     SRVT_CHECK(cl->rate_waiting && hd_timer_armed(&cl->read_timer));
     SRVT_CHECK(ds->ctr.rate_limit_waited == 1);
