@@ -143,6 +143,8 @@ struct net_shard {
     uint32_t held_len[NET_BUF_RING_ENTRIES];
     uint8_t held_type[NET_BUF_RING_ENTRIES]; /* record type (0: untyped bytes) */
     struct hd_flush br_flush;
+    bool udp_gro;        /* UDP sockets receive with GRO where they can (net_shard_options) */
+    uint64_t udp_groups; /* bit i: buffer group NET_UDP_GRO_GROUP_FIRST + i is a UDP socket's */
 };
 
 #define NET_BID_NONE 0xffffu
@@ -218,6 +220,38 @@ void net_conn_maybe_finish(struct net_conn *c);
 void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags);
 bool net_conn_queues_empty(const struct net_conn *c);
 void net_conn_update_pressure(struct net_conn *c);
+
+/* udp_gro.c: UDP GRO on receive (net_limits.h). A UDP socket's own buffer ring. */
+struct net_udp_ring {
+    struct io_uring_buf_ring *br;
+    uint8_t *bufs;
+    uint16_t bgid;
+    uint16_t pending;      /* buffers returned since the last tail publish */
+    struct hd_flush flush; /* publishes them at the tick's end, as the shard's ring does */
+    struct hd_shard *shard;
+};
+/* Registers a ring of NET_UDP_GRO_BUFS buffers in a free group of the shard: 0, -ENOSPC (every
+ * group taken), -ENOMEM or the kernel's -errno (nothing kept). */
+int net_udp_ring_init(struct net_shard *ns, struct net_udp_ring *r);
+/* Unregisters it (the kernel returned every op that used the group) and frees it. */
+void net_udp_ring_fini(struct net_shard *ns, struct net_udp_ring *r);
+uint8_t *net_udp_ring_addr(const struct net_udp_ring *r, uint16_t bid);
+/* Gives buffer bid back to the kernel at the tick's end (so one tick takes at most
+ * NET_UDP_GRO_BUFS buffers). */
+void net_udp_ring_recycle(struct net_udp_ring *r, uint16_t bid);
+/* The segment size a UDP_GRO cmsg in control[0..len) carries: 0 when there is none (a datagram
+ * the kernel did not coalesce) or the block is malformed. Walks the block with every length
+ * checked; pure. */
+size_t net_udp_gro_size(const void *control, size_t len);
+typedef void net_udp_segment_fn(const uint8_t *seg, size_t len, void *arg);
+/* Cuts a received buffer of len bytes into the datagrams it holds: seg bytes each, the last one
+ * 1..seg; seg 0 or >= len: one datagram, the buffer whole (an empty datagram too). *stop is read
+ * before each segment after the first (the app closed the socket from fn). Returns how many
+ * segments fn got. Pure but for fn. */
+unsigned net_udp_gro_split(const uint8_t *data, size_t len, size_t seg, net_udp_segment_fn *fn,
+                           void *arg, const bool *stop);
+/* UDP_GRO on (or off) on fd: 0 or -errno (a kernel before 5.0, a socket that is not UDP). */
+int net_udp_gro_set(int fd, bool on);
 
 /* resolve.c: from net_shard_fini (the shard's lookups in flight are orphaned). */
 void net_resolve_shard_fini(struct hd_shard *s);

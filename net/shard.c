@@ -27,6 +27,7 @@ static int net_shard_init(struct hd_shard *s, void *arg, void **state)
         return -ENOMEM;
     ns->shard = s;
     ns->rx_tail_max = opt && opt->rx_tail_max ? opt->rx_tail_max : NET_RX_TAIL_MAX_DEFAULT;
+    ns->udp_gro = !(opt && opt->no_udp_gro);
     int rc;
     if ((rc = hd_slab_create(s, "net_conn", sizeof(struct net_conn), NET_CONNS_MAX, &ns->conns)) ||
         (rc = hd_slab_create(s, "net_sendq", sizeof(struct net_sendq_chunk), NET_SENDQ_CHUNKS_MAX,

@@ -2,13 +2,15 @@
  * buffer ring, one multishot recvmsg that stays armed and fills ring buffers (each holds the
  * kernel's io_uring_recvmsg_out header, the source address and the datagram), handed to the app
  * one by one in the tick they arrived and returned to the ring right after; every datagram of a
- * burst comes in one tick without a submission each. Without a ring: one recvmsg in flight into
- * the socket's own datagram buffer, re-armed after each datagram. Sends copy the datagram into
- * one of NET_UDP_SLOTS send slots (a received burst can be forwarded whole) and wait for the end
- * of the tick; then a run of datagrams to one address with one size goes as one sendmsg with
- * UDP_SEGMENT (GSO: the kernel cuts it; off for the socket after the kernel refused one), the
- * others as one sendmsg each, in the order queued (batched by the ring, submitted with the
- * tick). net_udp_adopt takes a socket handed over by another process. net_udp_claim (main
+ * burst comes in one tick without a submission each. With UDP GRO (udp_gro.c) the socket has a
+ * ring of its own with 64 KiB buffers: a buffer may hold several datagrams of one source, cut
+ * apart at the size its cmsg gives before the app sees them. Without a ring: one recvmsg in
+ * flight into the socket's own datagram buffer (64 KiB, with GRO too), re-armed after each. Sends
+ * copy the datagram into one of NET_UDP_SLOTS send slots (a received burst can be forwarded whole)
+ * and wait for the end of the tick; then a run of datagrams to one address with one size goes as
+ * one sendmsg with UDP_SEGMENT (GSO: the kernel cuts it; off for the socket after the kernel
+ * refused one), the others as one sendmsg each, in the order queued (batched by the ring, submitted
+ * with the tick). net_udp_adopt takes a socket handed over by another process. net_udp_claim (main
  * thread, before the shards bind a fixed port) tries throw-away binds (no flag, SO_REUSEPORT
  * alone, SO_REUSEADDR alone): a port where another process's reuseport group (whose datagrams
  * ours would split) or a socket that shares with nobody is bound is -EADDRINUSE; sockets with
@@ -33,6 +35,7 @@ struct net_udp_slot {
 };
 
 #define NET_UDP_CMSG_ROOM 32 /* >= CMSG_SPACE(sizeof(uint16_t)), asserted where it is used */
+_Static_assert(CMSG_SPACE(sizeof(int)) <= NET_UDP_CMSG_ROOM, "room for the UDP_GRO cmsg");
 
 /* One sendmsg carrying several datagrams to one address (UDP GSO: the kernel cuts them at
  * segment size). Its datagrams stay in their slots until it completes. */
@@ -57,8 +60,10 @@ struct net_udp {
     struct net_shard *ns;
     int fd;
     bool closing;
-    bool delivering; /* in the app's callback: a close there must not free us under it */
-    bool multishot;  /* the recv is a multishot recvmsg into the shard's buffer ring */
+    bool delivering;          /* in the app's callback: a close there must not free us under it */
+    bool multishot;           /* the recv is a multishot recvmsg into a buffer ring */
+    bool gro;                 /* UDP_GRO is on: a receive may carry several datagrams (udp_gro.c) */
+    struct net_udp_ring ring; /* with GRO and multishot: the socket's own ring (else br NULL) */
     struct hd_timer nobufs_timer; /* the ring was empty: arm again after NET_NOBUFS_RETRY_MS */
     net_udp_recv_fn *fn;
     void *arg;
@@ -66,6 +71,10 @@ struct net_udp {
     struct msghdr msg;
     struct iovec iov;
     struct net_addr from;
+    union { /* the plain recv's control block (the UDP_GRO cmsg), aligned as a cmsghdr */
+        char buf[NET_UDP_CMSG_ROOM];
+        size_t align;
+    } rcmsg;
     struct net_udp_stats stats;
     unsigned free_count; /* free_slots[0..free_count): slots not in flight */
     uint16_t free_slots[NET_UDP_SLOTS];
@@ -88,6 +97,7 @@ static bool udp_idle(const struct net_udp *u)
 static void udp_maybe_free(struct net_udp *u)
 {
     if (u->closing && !u->delivering && udp_idle(u)) {
+        net_udp_ring_fini(u->ns, &u->ring);
         close(u->fd);
         free(u);
     }
@@ -101,10 +111,24 @@ static void udp_deliver(struct net_udp *u, const uint8_t *data, size_t len)
     u->delivering = false;
 }
 
-/* A ring buffer the multishot recvmsg filled: [recvmsg_out][name][payload]. */
+static void udp_deliver_segment(const uint8_t *data, size_t len, void *arg)
+{
+    udp_deliver(arg, data, len);
+}
+
+/* What one receive brought: one datagram, or with GRO several of seg bytes each (the last one
+ * shorter) from one source, handed over one by one. */
+static void udp_deliver_all(struct net_udp *u, const uint8_t *data, size_t len, size_t seg)
+{
+    if (seg > 0 && seg < len)
+        u->stats.gro_receives++;
+    net_udp_gro_split(data, len, seg, udp_deliver_segment, u, &u->closing);
+}
+
+/* A ring buffer the multishot recvmsg filled: [recvmsg_out][name][control][payload]. */
 static void udp_deliver_buf(struct net_udp *u, uint16_t bid, int32_t res)
 {
-    uint8_t *buf = net_bufring_addr(u->ns, bid);
+    uint8_t *buf = u->ring.br ? net_udp_ring_addr(&u->ring, bid) : net_bufring_addr(u->ns, bid);
     struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(buf, res, &u->msg);
     if (o == NULL) {
         u->stats.recv_errors++;
@@ -117,8 +141,14 @@ static void udp_deliver_buf(struct net_udp *u, uint16_t bid, int32_t res)
     socklen_t namelen = o->namelen <= sizeof(u->from.ss) ? o->namelen : sizeof(u->from.ss);
     memcpy(&u->from.ss, io_uring_recvmsg_name(o), namelen);
     u->from.len = namelen;
-    udp_deliver(u, io_uring_recvmsg_payload(o, &u->msg),
-                io_uring_recvmsg_payload_length(o, res, &u->msg));
+    size_t seg = 0;
+    if (u->gro) {
+        const uint8_t *control = (const uint8_t *)io_uring_recvmsg_name(o) + u->msg.msg_namelen;
+        size_t clen = o->controllen <= u->msg.msg_controllen ? o->controllen : 0;
+        seg = net_udp_gro_size(control, clen);
+    }
+    udp_deliver_all(u, io_uring_recvmsg_payload(o, &u->msg),
+                    io_uring_recvmsg_payload_length(o, res, &u->msg), seg);
 }
 
 static void udp_nobufs_retry(struct hd_timer *t)
@@ -135,10 +165,14 @@ static void udp_recv_done(struct hd_op *op, int32_t res, uint32_t flags)
         uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
         if (res > 0 && !u->closing)
             udp_deliver_buf(u, bid, res);
-        net_bufring_recycle(u->ns, bid);
+        if (u->ring.br)
+            net_udp_ring_recycle(&u->ring, bid);
+        else
+            net_bufring_recycle(u->ns, bid);
     } else if (res >= 0 && !u->closing && !u->multishot) {
         u->from.len = u->msg.msg_namelen;
-        udp_deliver(u, u->buf, (size_t)res);
+        size_t clen = u->msg.msg_controllen <= sizeof(u->rcmsg.buf) ? u->msg.msg_controllen : 0;
+        udp_deliver_all(u, u->buf, (size_t)res, u->gro ? net_udp_gro_size(u->rcmsg.buf, clen) : 0);
     } else if (res == -ENOBUFS) {
         u->stats.recv_nobufs++;
     } else if (res < 0 && res != -ECANCELED) {
@@ -150,7 +184,11 @@ static void udp_recv_done(struct hd_op *op, int32_t res, uint32_t flags)
         udp_maybe_free(u);
         return;
     }
-    if (res == -ENOBUFS)
+    /* Out of buffers: the socket's own ring has every buffer back by the end of this tick
+     * (each is returned once handed over, its completions came before this one, and the
+     * returns are published before this submission goes); the shard's ring may be held by
+     * paused connections, so that one waits. */
+    if (res == -ENOBUFS && !u->ring.br)
         hd_timer_start(u->shard, &u->nobufs_timer, NET_NOBUFS_RETRY_MS);
     else
         udp_recv_arm(u);
@@ -163,17 +201,21 @@ static void udp_recv_arm(struct net_udp *u)
         return; /* SQ full even after submitting: the socket goes deaf (counted by the reactor) */
     if (u->multishot) {
         /* The kernel reads the name and control sizes from this header to lay out each buffer. */
-        u->msg = (struct msghdr){.msg_namelen = sizeof(u->from.ss)};
+        /* and with GRO room for the UDP_GRO cmsg, between the name and the payload */
+        u->msg = (struct msghdr){.msg_namelen = sizeof(u->from.ss),
+                                 .msg_controllen = u->gro ? NET_UDP_CMSG_ROOM : 0};
         io_uring_prep_recvmsg_multishot(sqe, u->fd, &u->msg, 0);
         sqe->flags |= IOSQE_BUFFER_SELECT;
-        sqe->buf_group = NET_BUF_GROUP;
+        sqe->buf_group = u->ring.br ? u->ring.bgid : NET_BUF_GROUP;
         return;
     }
     u->iov = (struct iovec){.iov_base = u->buf, .iov_len = sizeof(u->buf)};
     u->msg = (struct msghdr){.msg_name = &u->from.ss,
                              .msg_namelen = sizeof(u->from.ss),
                              .msg_iov = &u->iov,
-                             .msg_iovlen = 1};
+                             .msg_iovlen = 1,
+                             .msg_control = u->gro ? u->rcmsg.buf : NULL,
+                             .msg_controllen = u->gro ? sizeof(u->rcmsg.buf) : 0};
     io_uring_prep_recvmsg(sqe, u->fd, &u->msg, 0);
 }
 
@@ -301,6 +343,19 @@ static void udp_flush(struct hd_flush *f)
     u->pending_count = 0;
 }
 
+/* GRO where it can be had: the plain recv's buffer takes 64 KiB; a multishot recv needs the
+ * socket's own ring of 64 KiB buffers. Otherwise off (a socket handed over may have it on). */
+static void udp_gro_begin(struct net_udp *u)
+{
+    if (u->ns->udp_gro && (!u->multishot || net_udp_ring_init(u->ns, &u->ring) == 0)) {
+        u->gro = net_udp_gro_set(u->fd, true) == 0;
+        if (u->gro)
+            return;
+        net_udp_ring_fini(u->ns, &u->ring);
+    }
+    net_udp_gro_set(u->fd, false);
+}
+
 /* A UDP socket on fd, which it now owns (closed on failure too). */
 static int udp_begin(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg,
                      struct net_udp **out)
@@ -330,6 +385,7 @@ static int udp_begin(struct hd_shard *s, int fd, net_udp_recv_fn *fn, void *arg,
     }
     hd_flush_init(&u->flush, udp_flush);
     u->gso = true;
+    udp_gro_begin(u);
     udp_recv_arm(u);
     *out = u;
     return 0;

@@ -54,7 +54,7 @@ struct wgr_shard {
 /* What a shard reports to /metrics. */
 struct wgr_slot {
     struct wgr_stats st;
-    uint64_t live, pending, peers, send_dropped, gso_sends;
+    uint64_t live, pending, peers, send_dropped, gso_sends, gro_receives;
 };
 
 static const struct hd_module wgr_module;
@@ -191,8 +191,10 @@ static void metrics_fill(struct hd_shard *s, void *slot, void *arg)
     out->st = ws->st;
     if (ws->udp)
         out->send_dropped = net_udp_stats(ws->udp)->send_dropped;
-    if (ws->udp)
+    if (ws->udp) {
         out->gso_sends = net_udp_stats(ws->udp)->gso_sends;
+        out->gro_receives = net_udp_stats(ws->udp)->gro_receives;
+    }
     if (ws->table) {
         out->live = wgr_table_live_count(ws->table);
         out->pending = wgr_table_pending_count(ws->table);
@@ -233,6 +235,7 @@ static size_t metrics_format(const void *slots, unsigned count, char *buf, size_
     OUT("wgrelay_cookie_proven_total %llu\n", SUM(st.cookie_proven));
     OUT("wgrelay_socket_send_dropped_total %llu\n", SUM(send_dropped));
     OUT("wgrelay_socket_gso_sends_total %llu\n", SUM(gso_sends));
+    OUT("wgrelay_socket_gro_receives_total %llu\n", SUM(gro_receives));
     for (unsigned d = 0; d < WGR_DROP_COUNT; d++)
         OUT("wgrelay_dropped_total{reason=\"%s\"} %llu\n", wgr_drop_names[d], SUM(st.drops[d]));
     OUT("wgrelay_indexes_live %llu\n", SUM(live));

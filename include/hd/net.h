@@ -356,13 +356,18 @@ typedef void net_udp_recv_fn(struct net_udp *u, const uint8_t *data, size_t len,
                              const struct net_addr *from, void *arg);
 struct net_udp_stats {
     uint64_t received, sent, recv_errors, send_errors, send_dropped;
-    uint64_t recv_nobufs; /* the shard's buffer ring was empty (receive paused 1 ms) */
-    uint64_t truncated;   /* a datagram larger than a ring buffer (NET_BUF_SIZE), dropped */
-    uint64_t gso_sends;   /* sendmsgs that carried several datagrams (UDP GSO) */
+    uint64_t recv_nobufs;  /* the ring was empty (the shard's: receive paused 1 ms; the socket's
+                            * own, with GRO: armed again once the tick returned its buffers) */
+    uint64_t truncated;    /* a datagram larger than its ring buffer (NET_BUF_SIZE), dropped */
+    uint64_t gso_sends;    /* sendmsgs that carried several datagrams (UDP GSO) */
+    uint64_t gro_receives; /* receives that carried several datagrams (UDP GRO), cut apart */
 };
 /* A UDP socket bound to addr on shard s (SO_REUSEPORT: one per shard on the same address).
- * Datagrams arrive through a multishot recvmsg into the shard's buffer ring (a burst in one
- * tick), or one recvmsg at a time where the shard has no ring. Returns 0 or -errno
+ * Datagrams arrive through a multishot recvmsg into a buffer ring (a burst in one tick), or one
+ * recvmsg at a time where the shard has no ring. With UDP GRO (where the kernel has it): the
+ * kernel may hand over several datagrams of one source in one buffer; the app still gets them
+ * one by one, in order. Such a socket has a buffer ring of its own (net_limits.h,
+ * NET_UDP_GRO_BUFS), else it shares the shard's ring without GRO. Returns 0 or -errno
  * (-EADDRINUSE, -EACCES, -ENOMEM). */
 int net_udp_open(struct hd_shard *s, const struct net_addr *addr, net_udp_recv_fn *fn, void *arg,
                  struct net_udp **out);
@@ -430,6 +435,7 @@ struct net_shard_options {
     bool no_buf_ring; /* force the plain-recv fallback (tests) */
     /* Bit i: shard i only uses the plain-recv fallback (a test runs both paths at once). */
     uint64_t no_buf_ring_shards;
+    bool no_udp_gro; /* UDP sockets receive without GRO, through the shard's ring (tests) */
     /* Connections' default rx_tail_max (net_conn_options); 0: NET_RX_TAIL_MAX_DEFAULT. */
     uint32_t rx_tail_max;
 };

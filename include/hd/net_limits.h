@@ -68,6 +68,8 @@ _Static_assert(NET_SEND_HIGH_DEFAULT < NET_SEND_MAX_DEFAULT, "pause before refus
 #define NET_UDP_SEND_MAX     1500u
 #define NET_UDP_SLOTS        256u
 _Static_assert(NET_UDP_SLOTS >= NET_BUF_RING_ENTRIES, "a received burst can be forwarded whole");
+/* (With GRO a tick may bring more: NET_UDP_GRO_BUFS buffers of up to 64 datagrams each, only
+ * when a source sends that fast; sends beyond the slots are dropped and counted, as ever.) */
 /* UDP GSO: datagrams queued in one tick for one address with one size go as one sendmsg (the
  * kernel's UDP_MAX_SEGMENTS is 64; a UDP payload is at most 65,507 bytes), from at most
  * NET_UDP_GSO_GROUPS such sends in flight per socket (beyond them: one sendmsg per datagram). */
@@ -75,6 +77,20 @@ _Static_assert(NET_UDP_SLOTS >= NET_BUF_RING_ENTRIES, "a received burst can be f
 #define NET_UDP_GSO_BYTES_MAX 65000u
 #define NET_UDP_GSO_GROUPS    16u
 _Static_assert(NET_UDP_SLOTS <= 65535u, "slot numbers are u16");
+/* UDP GRO on receive: the kernel hands a socket with UDP_GRO one buffer of up to 64 datagrams
+ * of a flow (at most 64 KiB in all) with their size in a cmsg; net/ cuts it back into the
+ * datagrams. A coalesced datagram does not fit the shard's 16 KiB ring buffers (the kernel would
+ * cut off the rest), so such a socket receives into a buffer ring of its own: NET_UDP_GRO_BUFS
+ * buffers of NET_UDP_GRO_BUF_SIZE (the recvmsg header, the source address, the cmsg and 64 KiB:
+ * ~2 MiB per socket), one buffer group each (NET_UDP_GRO_GROUP_FIRST on, at most
+ * NET_UDP_GRO_GROUPS sockets per shard; beyond them, or where the kernel refuses UDP_GRO, a
+ * socket receives without GRO through the shard's ring as before). */
+#define NET_UDP_GRO_BUFS        32u
+#define NET_UDP_GRO_BUF_SIZE    (NET_UDP_DATAGRAM_MAX + 512u)
+#define NET_UDP_GRO_GROUP_FIRST 1u
+#define NET_UDP_GRO_GROUPS      64u
+_Static_assert(HD_IS_POW2(NET_UDP_GRO_BUFS), "kernel requires a power of two");
+_Static_assert(NET_UDP_GRO_GROUP_FIRST > NET_BUF_GROUP, "the shard's ring keeps its group");
 
 /* WebSocket (RFC 6455, net_ws.h). A frame header is at most 2 + 8 (64-bit length) + 4 (mask);
  * a control frame's payload at most 125 bytes (section 5.5), a close reason 125 - 2 (status).

@@ -1,9 +1,12 @@
 /* test_udp.c - UDP sockets (net_udp) on real loopback sockets, through the shard's buffer ring
  * (multishot recvmsg) and through the one-recvmsg fallback: a burst of datagrams arrives whole,
  * in order, with its source; a burst of sends (more than the old 32 slots) goes out whole; a
- * datagram larger than a ring buffer is counted and dropped without deafening the socket; equal
- * datagrams to one address leave as GSO sends and arrive as the datagrams they were; a
- * socket closed from its own receive callback is freed once, after the callback. */
+ * datagram larger than a ring buffer is counted and dropped without deafening the socket (or,
+ * with GRO's own 64 KiB buffers, arrives whole); equal datagrams to one address leave as GSO
+ * sends and arrive as the datagrams they were; datagrams a peer sends with GSO reach the socket
+ * coalesced (UDP GRO) and the app gets them one by one, in order, with their sizes; a socket
+ * closed from its own receive callback is freed once, after the callback. */
+#include <netinet/udp.h>
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -15,17 +18,19 @@
 #include "harness.h"
 #include <hd/net.h>
 
-#define BURST 64u /* fits the default socket receive buffer on loopback */
+#define BURST     64u /* fits the default socket receive buffer on loopback */
+#define GSO_BATCH 16u /* datagrams per GSO send of the peer (gso_in) */
+#define BIG       20000u
 
 static struct {
-    bool no_buf_ring, close_in_cb, oversize, same_size;
+    bool no_buf_ring, close_in_cb, oversize, same_size, gso_in, no_gro;
     int peer; /* a plain socket: the other end */
     struct sockaddr_in peer_addr;
     struct net_udp *u;
     struct hd_timer timer;
     struct hd_shard *s;
-    unsigned got, bad_order, bad_source, echoed, bad_echo, polls;
-    uint64_t truncated, gso_sends;
+    unsigned got, bad_order, bad_source, echoed, bad_echo, polls, big;
+    uint64_t truncated, gso_sends, gro_receives;
     bool closed_once;
 } g;
 
@@ -35,12 +40,14 @@ static void *const *net_layers_args(void)
 {
     static struct net_shard_options opt;
     static void *args[] = {&opt};
-    opt = (struct net_shard_options){.no_buf_ring = g.no_buf_ring};
+    opt = (struct net_shard_options){.no_buf_ring = g.no_buf_ring, .no_udp_gro = g.no_gro};
     return args;
 }
 
 static size_t size_of(unsigned i)
 {
+    if (g.gso_in) /* a GSO send's datagrams: one size, the last one shorter */
+        return i % GSO_BATCH == GSO_BATCH - 1 ? 200 + i : 1000;
     return g.same_size ? 1000 : 4 + (i * 37) % 500;
 }
 
@@ -53,6 +60,10 @@ static void on_datagram(struct net_udp *u, const uint8_t *data, size_t len,
         g.closed_once = true;
         net_udp_close(u); /* nothing of u may be touched by net/ after this returns */
         g.u = NULL;
+        return;
+    }
+    if (len == BIG) { /* the oversize datagram, where it fits (GRO's own buffers) */
+        g.big++;
         return;
     }
     uint32_t seq;
@@ -82,6 +93,7 @@ static void on_timer(struct hd_timer *t)
         if (g.u) {
             g.truncated = net_udp_stats(g.u)->truncated;
             g.gso_sends = net_udp_stats(g.u)->gso_sends;
+            g.gro_receives = net_udp_stats(g.u)->gro_receives;
             net_udp_close(g.u);
             g.u = NULL;
         }
@@ -89,6 +101,39 @@ static void on_timer(struct hd_timer *t)
         return;
     }
     hd_timer_start(g.s, &g.timer, 1);
+}
+
+/* The peer sends BURST datagrams as BURST / GSO_BATCH sendmsgs with UDP_SEGMENT: on loopback
+ * each reaches a UDP_GRO socket as one coalesced buffer (a socket without GRO gets them cut). */
+static void send_gso(const struct sockaddr_in *to, socklen_t tolen)
+{
+    static uint8_t batch[GSO_BATCH * 1000];
+    for (uint32_t first = 0; first < BURST; first += GSO_BATCH) {
+        size_t off = 0;
+        for (uint32_t i = first; i < first + GSO_BATCH; i++) {
+            memset(batch + off, (int)i, size_of(i));
+            memcpy(batch + off, &i, 4);
+            off += size_of(i);
+        }
+        union {
+            char buf[CMSG_SPACE(sizeof(uint16_t))];
+            struct cmsghdr align;
+        } cm = {0};
+        struct iovec iov = {.iov_base = batch, .iov_len = off};
+        struct msghdr m = {.msg_name = (void *)to,
+                           .msg_namelen = tolen,
+                           .msg_iov = &iov,
+                           .msg_iovlen = 1,
+                           .msg_control = cm.buf,
+                           .msg_controllen = sizeof(cm.buf)};
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        uint16_t seg = 1000;
+        memcpy(CMSG_DATA(c), &seg, sizeof(seg));
+        HDT_CHECK(sendmsg(g.peer, &m, 0) == (ssize_t)off);
+    }
 }
 
 static void body(struct hd_shard *s, void *arg)
@@ -101,9 +146,16 @@ static void body(struct hd_shard *s, void *arg)
     struct sockaddr_in me;
     socklen_t len = sizeof(me);
     HDT_CHECK(getsockname(net_udp_fd(g.u), (struct sockaddr *)&me, &len) == 0);
-    uint8_t buf[20000] = {0};
+    static uint8_t buf[BIG];
+    memset(buf, 0, sizeof(buf));
     if (g.oversize) /* larger than a ring buffer: counted, the socket keeps reading */
         HDT_CHECK(sendto(g.peer, buf, sizeof(buf), 0, (struct sockaddr *)&me, len) > 0);
+    if (g.gso_in) {
+        send_gso(&me, len);
+        hd_timer_init(&g.timer, on_timer);
+        hd_timer_start(s, &g.timer, 1);
+        return;
+    }
     for (uint32_t i = 0; i < (g.close_in_cb ? 3 : BURST); i++) {
         memcpy(buf, &i, 4);
         HDT_CHECK(sendto(g.peer, buf, size_of(i), 0, (struct sockaddr *)&me, len) ==
@@ -115,9 +167,9 @@ static void body(struct hd_shard *s, void *arg)
 
 static void run(bool no_buf_ring, bool close_in_cb, bool oversize)
 {
-    bool same_size = g.same_size;
+    bool same_size = g.same_size, gso_in = g.gso_in, no_gro = g.no_gro;
     memset(&g, 0, sizeof(g));
-    g.same_size = same_size;
+    g.same_size = same_size, g.gso_in = gso_in, g.no_gro = no_gro;
     g.no_buf_ring = no_buf_ring, g.close_in_cb = close_in_cb, g.oversize = oversize;
     g.peer = socket(AF_INET, SOCK_DGRAM, 0);
     cr_assert_geq(g.peer, 0);
@@ -162,10 +214,54 @@ Test(net_udp, burst_through_the_plain_recv)
 
 Test(net_udp, oversize_datagram_counted_and_the_socket_reads_on)
 {
+    g.no_gro = true; /* the shard's ring, 16 KiB buffers */
     run(false, false, true);
     cr_assert_eq(g.truncated, 1);
+    cr_assert_eq(g.big, 0);
     cr_assert_eq(g.got, BURST);
     cr_assert_eq(g.echoed, BURST);
+}
+
+Test(net_udp, large_datagram_arrives_whole_in_the_gro_buffers)
+{
+    run(false, false, true);
+    cr_assert_eq(g.truncated, 0);
+    cr_assert_eq(g.big, 1, "20000 bytes fit a 64 KiB buffer of the socket's own ring");
+    cr_assert_eq(g.got, BURST);
+    cr_assert_eq(g.echoed, BURST);
+}
+
+static void check_gso_in(void)
+{
+    cr_assert_eq(g.got, BURST);
+    cr_assert_eq(g.bad_order, 0, "every datagram cut out whole, in order, with its size");
+    cr_assert_eq(g.bad_source, 0);
+    cr_assert_eq(g.echoed, BURST);
+    cr_assert_eq(g.bad_echo, 0);
+}
+
+Test(net_udp, gso_sent_datagrams_arrive_coalesced_and_cut_apart_ring)
+{
+    g.gso_in = true;
+    run(false, false, false);
+    check_gso_in();
+    cr_assert_gt(g.gro_receives, 0, "the kernel handed over coalesced buffers (UDP GRO)");
+}
+
+Test(net_udp, gso_sent_datagrams_arrive_coalesced_and_cut_apart_plain_recv)
+{
+    g.gso_in = true;
+    run(true, false, false);
+    check_gso_in();
+    cr_assert_gt(g.gro_receives, 0, "the kernel handed over coalesced buffers (UDP GRO)");
+}
+
+Test(net_udp, gso_sent_datagrams_without_gro_arrive_cut_by_the_kernel)
+{
+    g.gso_in = true, g.no_gro = true;
+    run(false, false, false);
+    check_gso_in();
+    cr_assert_eq(g.gro_receives, 0);
 }
 
 Test(net_udp, close_in_the_callback_plain_recv)
