@@ -79,6 +79,9 @@ struct srv_client {
     enum srv_client_phase phase;
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
+    uint8_t notes_batches; /* watcher: notices frames sent since its writer last ran */
+    uint16_t batch_frames; /* frames handed to the connection in tick batch_tick */
+    uint64_t batch_tick;
     uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
     struct hd_frame *notes;   /* watcher: this tick's presence notices (server_peers.c) */
     bool send_paused;         /* net queue over its high watermark */
@@ -268,6 +271,9 @@ struct srv_shard {
     /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;
+    /* derper's average_queue_duration_ms: a moving average (weight 0.1 for the newest) of the
+     * milliseconds each packet written here waited in its receiver's queue (0: sent at once). */
+    double queue_avg_ms;
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct srv_prelogin prelogin;
     struct srv_frames frames;
@@ -455,8 +461,5 @@ struct srv_keylist {
 int srv_keylist_load(const char *path, uint32_t max, struct srv_keylist **out, char *err,
                      size_t err_size);
 bool srv_keylist_has(const struct srv_keylist *l, const struct derp_pubkey *key);
-
-/* server_metrics.c: /debug/varz (Prometheus text) or /debug/keys (JSON) */
-void srv_varz_request(struct srv_shard *ds, struct net_conn *c, bool head_only, bool keys);
 
 #endif /* SERVER_H */

@@ -138,6 +138,11 @@ struct srv_config {
      * answers as a snapshot per shard, refreshed every 10 minutes; NULL without names. */
     const char *bootdns_names, *bootdns_unpublished;
     struct hd_snap_var *bootdns;
+    /* /debug/ beyond loopback (tsweb's knobs, server_debug.c): $TS_ALLOW_DEBUG_IP and
+     * $TS_DEBUG_TRUSTED_CIDRS as one list; $TS_DEBUG_KEY_PATH (NULL: none). */
+    struct net_cidr debug_from[NET_CIDR_LIST_MAX + 1];
+    unsigned debug_from_count;
+    const char *debug_key_path;
     /* The upgrade (server_upgrade.c): the sockets to hand over or handed over; NULL when the
      * relay runs without one (tests with a runtime of their own). */
     struct srv_upgrade *upgrade;

@@ -26,6 +26,34 @@ extern const char *const srv_drop_names[SRV_DROPS];
 #define SRV_RTT_ERROR   SRV_RTT_BUCKETS
 #define SRV_RTT_LABELS  (SRV_RTT_BUCKETS + 1)
 
+/* derper's histograms (tailscale.com/metrics.Histogram): a count per bucket, bucket i holding
+ * what is at most bounds[i] and the last one what is above every bound (+Inf), and the sum of
+ * what was observed. Observed on the shard; printed cumulative, as derper's, by
+ * server_metrics.c. mesh_update_batch_size: presence notices written to a watcher together;
+ * mesh_update_loop_count: those batches per writer run; buffered_write_frames: frames a
+ * connection's writer run put in its send queue together (spec §9). */
+static const uint16_t srv_mesh_batch_bounds[] = {0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000};
+static const uint16_t srv_mesh_loop_bounds[] = {0, 1, 2, 5, 10, 20, 50, 100};
+static const uint16_t srv_write_frames_bounds[] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                   8, 9, 10, 15, 20, 25, 50, 100};
+#define SRV_HIST_BOUNDS(b) (sizeof(b) / sizeof((b)[0]))
+#define SRV_MESH_BATCH_N   (SRV_HIST_BOUNDS(srv_mesh_batch_bounds) + 1)
+#define SRV_MESH_LOOP_N    (SRV_HIST_BOUNDS(srv_mesh_loop_bounds) + 1)
+#define SRV_WRITE_FRAMES_N (SRV_HIST_BOUNDS(srv_write_frames_bounds) + 1)
+
+/* One observation of v: its bucket (n bounds, n + 1 buckets) and the sum. */
+static inline void srv_hist_observe(uint64_t *buckets, uint64_t *sum, const uint16_t *bounds,
+                                    unsigned n, uint64_t v)
+{
+    unsigned i = 0;
+    while (i < n && v > bounds[i])
+        i++;
+    buckets[i]++;
+    *sum += v;
+}
+#define SRV_HIST_OBSERVE(ctr, name, bounds, v)                                                     \
+    srv_hist_observe((ctr)->name, &(ctr)->name##_sum, bounds, SRV_HIST_BOUNDS(bounds), v)
+
 struct srv_counters {
     uint64_t accepts;
     uint64_t accepts_refused; /* closed by -accept-connection-limit */
@@ -74,8 +102,10 @@ struct srv_counters {
     /* client moves between shards begun here / ended here (arrived, failed or closed on the
      * way): an upgrade waits until every move ended (server_live.c) */
     uint64_t moves_sent, moves_done;
-    uint64_t stun_success, stun_not_stun, stun_write_error, stun_ipv4, stun_ipv6;
-    uint64_t stun_read_error; /* the STUN socket's receive errors (net_udp_stats), when read */
+    /* derper's stun_requests{disposition} in its order (read_error: the STUN socket's receive
+     * errors, net_udp_stats, set when read), then stun_addrfamily{family} */
+    uint64_t stun_success, stun_not_stun, stun_write_error, stun_read_error;
+    uint64_t stun_ipv4, stun_ipv6;
     /* mesh (§7): a key gained a second forwarder / went back to one; a removal for a
      * forwarder the key did not have; forwards lost because the link was down or full */
     uint64_t multiforwarder_created, multiforwarder_deleted;
@@ -91,6 +121,12 @@ struct srv_counters {
     uint64_t quota_dropped[SRV_QUOTA_WHYS], quota_dropped_bytes[SRV_QUOTA_WHYS];
     /* -proxy-protocol-from: headers read; connections from other sources refused; bad headers */
     uint64_t proxy_headers, proxy_untrusted, proxy_bad_headers;
+    /* derper's histograms (above) */
+    uint64_t mesh_batch[SRV_MESH_BATCH_N], mesh_batch_sum;
+    uint64_t mesh_loops[SRV_MESH_LOOP_N], mesh_loops_sum;
+    uint64_t write_frames[SRV_WRITE_FRAMES_N], write_frames_sum;
+    uint64_t listener_accepted; /* -a's connections past -accept-connection-limit */
+    uint64_t tls_requests;      /* HTTP requests over TLS on -a (derper_tls_request_version) */
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;

@@ -30,6 +30,7 @@
 #include <hd/net_ws.h>
 #include "server.h"
 #include "ops/server_acme.h"
+#include "ops/server_debug.h"
 
 static bool ds_acme(struct net_conn *c)
 {
@@ -57,20 +58,6 @@ static void reply_text(struct net_conn *c, uint16_t status, const char *text, bo
     int n = net_http_write_text(buf, sizeof(buf), status, net_http_cstr(text),
                                 keep ? NET_HTTP_CONN_OMIT : NET_HTTP_CONN_CLOSE, head_only);
     reply(c, buf, n);
-}
-
-static bool peer_is_loopback(const struct net_conn *c)
-{
-    const struct net_addr *a = net_conn_peer(c);
-    if (a->sa.sa_family == AF_INET)
-        return (ntohl(a->in4.sin_addr.s_addr) >> 24) == 127;
-    if (a->sa.sa_family == AF_INET6) {
-        const struct in6_addr *ip = &a->in6.sin6_addr;
-        if (IN6_IS_ADDR_LOOPBACK(ip))
-            return true;
-        return IN6_IS_ADDR_V4MAPPED(ip) && ip->s6_addr[12] == 127;
-    }
-    return false;
 }
 
 /* §8: a challenge of at most 64 characters of [A-Za-z0-9._:-] is echoed. */
@@ -308,6 +295,8 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
         return 0; /* wait for the (small, bounded) body */
     size_t used = (size_t)n + req.body_size;
     ds->ctr.http_requests++;
+    if (ds->cfg->tls && !port80) /* derper_tls_request_version: hderp speaks TLS 1.3 only */
+        ds->ctr.tls_requests++;
     char path[NET_HTTP_HEAD_SIZE_MAX];
     if (!decode_path(c, &req, path, sizeof(path)))
         return (ssize_t)len;
@@ -332,18 +321,10 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
         serve_204(c, &req, keep);
     } else if (net_http_str_eq(req.path, "/robots.txt")) {
         reply_text(c, 200, "User-agent: *\nDisallow: /\n", keep, head_only);
-    } else if (req.path.len >= 6 && memcmp(req.path.ptr, "/debug", 6) == 0) {
-        bool forwarded = net_http_header_get(&req.head, "X-Forwarded-For").ptr != NULL;
-        if (!peer_is_loopback(c) || forwarded) {
-            reply_text(c, 403, "debug access denied\n", keep, head_only);
-        } else if (net_http_str_eq(req.path, "/debug/varz") ||
-                   net_http_str_eq(req.path, "/debug/keys")) {
-            srv_varz_request(ds, c, head_only, net_http_str_eq(req.path, "/debug/keys"));
-            net_conn_pause_recv(c, true); /* one request at a time: the answer comes later */
+    } else if (net_http_str_eq(req.path, "/debug") ||
+               (req.path.len >= 7 && memcmp(req.path.ptr, "/debug/", 7) == 0)) {
+        if (srv_debug_serve(ds, c, &req, keep)) /* server_debug.c; true: it answers later */
             return (ssize_t)used;
-        } else {
-            reply_text(c, 404, "not found\n", keep, head_only);
-        }
     } else {
         serve_home(c, ds, &req, keep);
     }
@@ -472,6 +453,7 @@ void srv_http_accept(struct net_listener *l, int fd, const struct net_addr *peer
         close(fd);
         return;
     }
+    ds->ctr.listener_accepted++;
     struct net_conn *c = srv_http_adopt(ds, fd, peer);
     if (c && ds->cfg->tls)
         srv_http_tls_start(ds, c);

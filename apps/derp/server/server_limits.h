@@ -3,6 +3,9 @@
 #ifndef SERVER_LIMITS_H
 #define SERVER_LIMITS_H
 
+/* hderp-server's version (-version, /debug/vars, the version series of /debug/varz). */
+#define SRV_VERSION "0.1.0"
+
 #include "derp_limits.h"
 #include <hd/net_limits.h>
 

@@ -63,6 +63,7 @@ static void header_done(struct net_conn *c, int rc, const struct net_proxy_heade
         net_conn_close(c, 0, false);
         return;
     }
+    ds->ctr.listener_accepted++;
     if (ds->cfg->tls)
         srv_http_tls_start(ds, c); /* the bytes after the header are the ClientHello */
 }

@@ -247,6 +247,40 @@ static int configure_admission(struct srv_config *cfg, const struct srv_flags *f
     return 0;
 }
 
+/* Who may reach /debug/ besides loopback: tsweb's environment knobs. TS_ALLOW_DEBUG_IP (one
+ * address; derper compares it as text: something not an address never matches, said here) and
+ * TS_DEBUG_TRUSTED_CIDRS (a list of prefixes; derper stops on a bad one at the first debug
+ * request, hderp at start). TS_DEBUG_KEY_PATH: the ?debugkey= file (server_debug.c). */
+static int configure_debug_access(struct srv_config *cfg)
+{
+    const char *ip = getenv("TS_ALLOW_DEBUG_IP"), *cidrs = getenv("TS_DEBUG_TRUSTED_CIDRS");
+    const char *bad = NULL;
+    if (cidrs && cidrs[0]) {
+        int n = net_cidr_parse_list(cidrs, cfg->debug_from, NET_CIDR_LIST_MAX, &bad);
+        if (n < 0) {
+            fprintf(stderr,
+                    "hderp-server: TS_DEBUG_TRUSTED_CIDRS=%s: \"%.*s\" is not a prefix like "
+                    "10.0.0.0/8 (at most %u, host bits zero)\n",
+                    cidrs, bad ? (int)strcspn(bad, ",") : 0, bad ? bad : "", NET_CIDR_LIST_MAX);
+            return -EINVAL;
+        }
+        cfg->debug_from_count = (unsigned)n;
+    }
+    if (ip && ip[0]) {
+        if (strchr(ip, '/') == NULL &&
+            net_cidr_parse_list(ip, &cfg->debug_from[cfg->debug_from_count], 1, &bad) == 1)
+            cfg->debug_from_count++;
+        else
+            fprintf(stderr,
+                    "hderp-server: TS_ALLOW_DEBUG_IP=%s is not an IP address: it lets "
+                    "nobody in\n",
+                    ip);
+    }
+    const char *key = getenv("TS_DEBUG_KEY_PATH");
+    cfg->debug_key_path = key && key[0] ? key : NULL;
+    return 0;
+}
+
 int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
 {
     if (net_addr_parse(f->addr, &cfg->addr) < 0) {
@@ -273,6 +307,8 @@ int srv_configure(struct srv_config *cfg, const struct srv_flags *f)
     const char *rtt_off = getenv("TS_DERP_DISABLE_RTT_STATS"); /* Go's strconv.ParseBool */
     cfg->rtt_stats_off = rtt_off && (strcmp(rtt_off, "1") == 0 || strcasecmp(rtt_off, "t") == 0 ||
                                      strcasecmp(rtt_off, "true") == 0);
+    if (configure_debug_access(cfg) < 0)
+        return -EINVAL;
     cfg->tcp_user_timeout_ms = (int)f->tcp_user_timeout_ms;
     cfg->tcp_keepalive_s = (int)(f->tcp_keepalive_ms / 1000);
     cfg->home = f->home;

@@ -656,7 +656,7 @@ int srv_flags_parse(int argc, char **argv, struct srv_flags *f)
             return -1;
     }
     if (version) {
-        printf("hderp-server 0.1.0\n");
+        printf("hderp-server %s\n", SRV_VERSION);
         return 1;
     }
     if (f->dev && !addr_given)

@@ -32,6 +32,27 @@
 
 static void writer_run(struct hd_flush *f);
 
+/* derper's buffered_write_frames (spec §9): the frames handed to a connection in one tick go
+ * out in one flush (net's send at the tick's end). A tick's count is observed when the
+ * connection's next tick hands it a frame, or when it leaves the shard. */
+static void batch_observe(struct srv_client *cl)
+{
+    if (cl->batch_frames)
+        SRV_HIST_OBSERVE(&cl->ds->ctr, write_frames, srv_write_frames_bounds, cl->batch_frames);
+    cl->batch_frames = 0;
+}
+
+void srv_client_note_frame(struct srv_client *cl)
+{
+    uint64_t tick = hd_shard_stats(cl->ds->s)->ticks;
+    if (cl->batch_tick != tick) {
+        batch_observe(cl);
+        cl->batch_tick = tick;
+    }
+    if (cl->batch_frames < UINT16_MAX)
+        cl->batch_frames++;
+}
+
 /* A control frame (KeepAlive, Pong, ServerInfo, PeerGone, ...). No frame even in the pool's
  * reserve (-ENOMEM) is the shard's trouble, not this client's: the frame is skipped and counted
  * (a KeepAlive comes again, a lost Pong is a lost Ping). A queue over its cap (-ENOBUFS) is the
@@ -49,6 +70,7 @@ static int ctl_sent(struct srv_client *cl, int rc)
 
 int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
 {
+    srv_client_note_frame(cl);
     return ctl_sent(cl, net_conn_send_copy(cl->conn, frame, len));
 }
 
@@ -56,6 +78,7 @@ int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len)
  * not yet in the kernel's hands (net_conn_send_urgent; packets keep their order). */
 static int send_urgent(struct srv_client *cl, const uint8_t *frame, size_t len)
 {
+    srv_client_note_frame(cl);
     return ctl_sent(cl, net_conn_send_urgent(cl->conn, frame, len));
 }
 
@@ -68,16 +91,19 @@ static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop 
     hd_frame_unref(cl->ds->s, f);
 }
 
-/* Hand one packet frame to the connection (it goes out with this tick's sendmsg). */
-static void write_packet(struct srv_client *cl, struct hd_frame *f)
+/* Hand one packet frame to the connection (it goes out with this tick's sendmsg); it waited
+ * queued_ms in the connection's queue (derper's average_queue_duration_ms, spec §9). */
+static void write_packet(struct srv_client *cl, struct hd_frame *f, uint64_t queued_ms)
 {
     uint32_t len = f->len - SRV_ROUTE_OFF;
+    cl->ds->queue_avg_ms = 0.1 * (double)queued_ms + 0.9 * cl->ds->queue_avg_ms;
     int rc = net_conn_send(cl->conn, f, SRV_ROUTE_OFF, len);
     if (rc < 0) {
         drop_frame(cl, f, SRV_DROP_WRITE_ERROR);
         return;
     }
     cl->ds->ctr.packets_sent++;
+    srv_client_note_frame(cl);
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
     srv_tally_tx(cl, len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
     /* §6.7: the receiver now hears when this source leaves. */
@@ -90,6 +116,11 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f)
  * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one.
  * Returns 0 (written), SRV_ENQUEUED_BEHIND (queued behind its backlog: server_wait.c) or
  * -errno (dropped, counted). */
+static uint32_t *queue_times(const struct srv_client *cl)
+{
+    return (uint32_t *)(cl->qslots + SRV_KINDS * SRV_QUEUE_DEPTH);
+}
+
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind)
 {
     struct srv_pktq *q = &cl->q[kind];
@@ -100,11 +131,11 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind 
         return -EPIPE;
     }
     if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0) {
-        write_packet(cl, f);
+        write_packet(cl, f, 0);
         return 0;
     }
-    if (cl->qslots == NULL) {
-        cl->qslots = malloc(SRV_KINDS * SRV_QUEUE_DEPTH * sizeof(*cl->qslots));
+    if (cl->qslots == NULL) { /* the slots, then each slot's time in (hd_now_ms, 32 bits) */
+        cl->qslots = malloc(SRV_KINDS * SRV_QUEUE_DEPTH * (sizeof(*cl->qslots) + 4));
         if (cl->qslots == NULL) { /* no room to wait: as a full queue */
             drop_frame(cl, f, SRV_DROP_QUEUE_TAIL);
             return -ENOBUFS;
@@ -113,7 +144,9 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind 
     struct hd_frame **slots = cl->qslots + (size_t)kind * SRV_QUEUE_DEPTH;
     for (unsigned t = 0; t < SRV_QUEUE_TRIES; t++) {
         if (q->count < SRV_QUEUE_DEPTH) {
-            slots[(q->head + q->count) % SRV_QUEUE_DEPTH] = f;
+            unsigned at = (q->head + q->count) % SRV_QUEUE_DEPTH;
+            slots[at] = f;
+            queue_times(cl)[kind * SRV_QUEUE_DEPTH + at] = (uint32_t)hd_now_ms(cl->ds->s);
             q->count++;
             hd_flush_request(cl->ds->s, &cl->writer);
             return SRV_ENQUEUED_BEHIND;
@@ -127,13 +160,16 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind 
     return -ENOBUFS;
 }
 
-/* The oldest packet of queue k, or NULL; the slots go when both queues are empty. */
-static struct hd_frame *queue_pop(struct srv_client *cl, unsigned k)
+/* The oldest packet of queue k, or NULL, and how long it waited there (*queued_ms); the slots
+ * go when both queues are empty. */
+static struct hd_frame *queue_pop(struct srv_client *cl, unsigned k, uint64_t *queued_ms)
 {
     struct srv_pktq *q = &cl->q[k];
     if (q->count == 0)
         return NULL;
     struct hd_frame *f = cl->qslots[k * SRV_QUEUE_DEPTH + q->head];
+    *queued_ms =
+        (uint32_t)((uint32_t)hd_now_ms(cl->ds->s) - queue_times(cl)[k * SRV_QUEUE_DEPTH + q->head]);
     q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
     q->count--;
     if (cl->q[0].count == 0 && cl->q[1].count == 0) {
@@ -153,6 +189,7 @@ static void writer_run(struct hd_flush *fl)
     if (cl->phase != SRV_CLIENT_ACTIVE)
         return;
     srv_watch_notes_flush(cl);
+    srv_watch_notes_loops(cl);
     if (cl->pong_pending) {
         uint8_t pong[DERP_FRAME_HEADER_LEN + DERP_PING_LEN];
         derp_frame_pong_encode(pong, sizeof(pong), cl->pong);
@@ -163,9 +200,10 @@ static void writer_run(struct hd_flush *fl)
     unsigned turn = 0;
     while (!cl->send_paused && cl->phase == SRV_CLIENT_ACTIVE &&
            (cl->q[0].count || cl->q[1].count)) {
-        struct hd_frame *f = queue_pop(cl, turn++ & 1);
+        uint64_t queued_ms = 0;
+        struct hd_frame *f = queue_pop(cl, turn++ & 1, &queued_ms);
         if (f)
-            write_packet(cl, f);
+            write_packet(cl, f, queued_ms);
     }
     if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0)
         srv_wait_drained(cl); /* its waiting senders read again (server_wait.c) */
@@ -339,6 +377,8 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
 void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
 {
     srv_watch_notes_flush(cl); /* before its account goes (sent, or released if it closes) */
+    srv_watch_notes_loops(cl);
+    batch_observe(cl);
     hd_flush_cancel(ds->s, &cl->writer);
     hd_timer_stop(ds->s, &cl->keepalive);
     hd_timer_stop(ds->s, &cl->read_timer);
@@ -693,7 +733,8 @@ static void client_closed(struct net_conn *c, int reason)
     }
     for (unsigned k = 0; k < SRV_KINDS; k++) {
         struct hd_frame *f;
-        while ((f = queue_pop(cl, k)) != NULL)
+        uint64_t queued_ms;
+        while ((f = queue_pop(cl, k, &queued_ms)) != NULL)
             drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
     }
     ds->cfg->hooks->closed(cl); /* a pending admission or re-check request */

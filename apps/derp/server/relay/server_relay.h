@@ -74,6 +74,10 @@ struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_k
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_notes_flush(struct srv_client *cl); /* cl->notes into its send queue */
+/* The writer ran (or the watcher leaves the shard): the notices batches since, observed. */
+void srv_watch_notes_loops(struct srv_client *cl);
+/* A frame handed to the connection (derper's buffered_write_frames: per tick). */
+void srv_client_note_frame(struct srv_client *cl);
 void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
  * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). arg
