@@ -41,9 +41,15 @@ Scenarios:
       at start is waited for (logged "not found") and taken once stored; an unreachable server
       is logged by name; an empty secret means no mesh key (as derper); a value that is not 64
       hex digits, and a cache path that is a directory, refuse to start with a message naming
-      it"""
+      it
+  metric-names
+      derper and hderp-server side by side with the same flags (TLS, -rate-config): the names
+      of derper's /debug/varz series and of its /debug/vars entries must all be hderp's too,
+      except those docs/DERPER-PARITY.md lists as not published (between its not-published
+      markers); a name listed there that hderp does publish fails too (the list stays true)"""
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -692,6 +698,96 @@ def secrets():
     print("PASS: -secrets-url: the mesh key from a setec server and its cache, as derper")
 
 
+def fetch(port, path, ca):
+    ctx = ssl.create_default_context(cafile=ca)
+    with urllib.request.urlopen("https://localhost:%d%s" % (port, path), timeout=10,
+                                context=ctx) as r:
+        return r.read().decode()
+
+
+def series_names(text):
+    """The series names of a Prometheus text answer: every TYPE line's, and every sample's (a
+    histogram's or summary's _bucket, _sum and _count under its own name)."""
+    typed, names = {}, set()
+    for line in text.splitlines():
+        f = line.split()
+        if line.startswith("# TYPE ") and len(f) >= 4:
+            typed[f[2]] = f[3]
+            names.add(f[2])
+        elif f and not line.startswith("#"):
+            name = re.split(r"[{ ]", line, 1)[0]
+            base = re.sub(r"_(bucket|sum|count)$", "", name)
+            names.add(base if typed.get(base) in ("histogram", "summary") else name)
+    return names
+
+
+def vars_names(text):
+    """/debug/vars' top-level names, and "derp.NAME" for the derp set's members."""
+    v = json.loads(text)
+    return set(v) | {"derp." + k for k in v.get("derp", {})}
+
+
+def not_published():
+    """The names docs/DERPER-PARITY.md lists as derper's and not hderp's: every `name` in the
+    first column of the table between its <!-- not-published --> markers (a * ends a prefix)."""
+    with open(os.path.join(HERE, "..", "..", "docs", "DERPER-PARITY.md")) as f:
+        doc = f.read()
+    m = re.search(r"<!-- not-published -->(.*?)<!-- /not-published -->", doc, re.S)
+    if not m:
+        fail("docs/DERPER-PARITY.md has no <!-- not-published --> list")
+    out = set()
+    for line in m.group(1).splitlines():
+        cells = line.split("|")
+        if len(cells) > 2 and not set(cells[1].strip()) <= set("-: "):
+            out |= set(re.findall(r"`([^`]+)`", cells[1]))
+    return out
+
+
+def listed(name, names):
+    return any(name == n or (n.endswith("*") and name.startswith(n[:-1])) for n in names)
+
+
+def metric_names():
+    ca, certs = make_ca(WORK)
+    rate = os.path.join(WORK, "rate.json")
+    with open(rate, "w") as f:
+        json.dump({"PerClientRateLimitBytesPerSec": 1000000, "PerClientRateBurstBytes": 100000}, f)
+    hold, port = hold_port()
+    d = Derper("derper", port, certs, ["-rate-config", rate], dict(os.environ)).wait_up(ca)
+    h = Server(BIN, WORK, "hderp", ["-a", "127.0.0.1:0", "-stun-port", "0", "-c",
+                                    os.path.join(WORK, "hderp.key"), "-mesh-psk-file",
+                                    MESH_KEY_FILE, "-rate-config", rate] + tls_args(certs))
+    STARTED.append(h)
+    try:
+        h.start()
+        got = {}
+        for name, p in (("derper", port), ("hderp", h.port)):
+            fetch(p, "/debug/varz", ca)  # a TLS request counted first (derper_tls_*)
+            got[name] = (series_names(fetch(p, "/debug/varz", ca)) |
+                         {"vars:" + n for n in vars_names(fetch(p, "/debug/vars", ca))})
+    finally:
+        h.stop()
+        d.stop()
+        hold.close()
+    doc = not_published()
+    missing = sorted(n for n in got["derper"] - got["hderp"] if not listed(n, doc))
+    wrong = sorted(n for n in doc if "*" not in n and n in got["hderp"])
+    unknown = sorted(n for n in doc if "*" not in n and n not in got["derper"])
+    if missing:
+        fail("derper v1.102.5 publishes %s; hderp-server does not, and docs/DERPER-PARITY.md "
+             "does not list them as not published" % missing, [d, h])
+    if wrong:
+        fail("docs/DERPER-PARITY.md lists %s as not published, but hderp-server publishes "
+             "them" % wrong, [d, h])
+    if unknown:
+        fail("docs/DERPER-PARITY.md lists %s, which derper v1.102.5 does not publish" % unknown,
+             [d, h])
+    print("%d names of derper's, %d of hderp's; %d listed as not published" % (
+        len(got["derper"]), len(got["hderp"]), len(got["derper"] - got["hderp"])))
+    print("PASS: every metric and /debug/vars name of derper v1.102.5 is hderp-server's too, "
+          "or listed in docs/DERPER-PARITY.md as not published")
+
+
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 MESH_KEY_FILE = os.path.join(WORK, "mesh.key")
@@ -701,8 +797,9 @@ SCENARIOS = {"client-plain": lambda: client("plain"), "client-tls": lambda: clie
              "client-ws": lambda: client("ws"), "client-wss": lambda: client("wss"),
              "reference-derper": lambda: reference_derper("tls"),
              "reference-derper-wss": lambda: reference_derper("wss"),
-             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns, "bootstrap-dns-txt": bootstrap_dns_txt,
-             "secrets": secrets}
+             "derpprobe": derpprobe, "mixed": mixed, "bootstrap-dns": bootstrap_dns,
+             "bootstrap-dns-txt": bootstrap_dns_txt, "secrets": secrets,
+             "metric-names": metric_names}
 if SCENARIO not in SCENARIOS:
     fail("unknown scenario %r (one of %s)" % (SCENARIO, ", ".join(SCENARIOS)))
 try:

@@ -323,7 +323,8 @@ static ssize_t http_request(struct net_conn *c, const uint8_t *data, size_t len,
         reply_text(c, 200, "User-agent: *\nDisallow: /\n", keep, head_only);
     } else if (net_http_str_eq(req.path, "/debug") ||
                (req.path.len >= 7 && memcmp(req.path.ptr, "/debug/", 7) == 0)) {
-        if (srv_debug_serve(ds, c, &req, keep)) /* server_debug.c; true: it answers later */
+        if (srv_debug_serve(ds, c, &req, keep,
+                            ds->cfg->tls && !port80)) /* server_debug.c; true: it answers later */
             return (ssize_t)used;
     } else {
         serve_home(c, ds, &req, keep);

@@ -130,7 +130,9 @@ static void serve_index(struct net_conn *c, const struct srv_shard *ds, bool kee
     if (host[0] && !strpbrk(host, "<>&\"'"))
         srv_text_put(&o, "<li><b>Machine:</b> %s</li>", host);
     srv_text_put(&o, "<li><b>TLS hostname:</b> %s</li><li><b>Mesh key:</b> %s</li>",
-                 strpbrk(ds->cfg->hostname, "<>&\"'") ? "?" : ds->cfg->hostname,
+                 !ds->cfg->hostname[0]                  ? "(none: plain HTTP)"
+                 : strpbrk(ds->cfg->hostname, "<>&\"'") ? "?"
+                                                        : ds->cfg->hostname,
                  ds->cfg->have_mesh_key ? "true" : "false");
     static const char *const links[][2] = {
         {"vars", "Metrics (Go)"},       {"varz", "Metrics (Prometheus)"},
@@ -176,7 +178,7 @@ static bool serve_go_runtime(struct net_conn *c, struct net_http_str path, bool 
 }
 
 bool srv_debug_serve(struct srv_shard *ds, struct net_conn *c, const struct net_http_req *req,
-                     bool keep)
+                     bool keep, bool over_tls)
 {
     bool head_only = req->method == NET_HTTP_METHOD_HEAD;
     struct net_http_str path = req->path;
@@ -217,7 +219,7 @@ bool srv_debug_serve(struct srv_shard *ds, struct net_conn *c, const struct net_
                     {"/debug/check", SRV_DEBUG_CHECK}};
     for (size_t i = 0; i < HD_ARRAY_SIZE(collects); i++)
         if (net_http_str_eq(path, collects[i].path)) {
-            srv_debug_collect(ds, c, head_only, collects[i].kind);
+            srv_debug_collect(ds, c, head_only, collects[i].kind, over_tls);
             return true;
         }
     if (net_http_str_eq(path, "/debug/traffic")) {

@@ -13,14 +13,16 @@ enum srv_debug_kind {
     SRV_DEBUG_KEYS,  /* /debug/keys: per-key accounting, JSON */
     SRV_DEBUG_CHECK, /* /debug/check: the relay's consistency check */
 };
+/* over_tls: the request came in on the TLS listener (derper_tls_active_version counts it). */
 void srv_debug_collect(struct srv_shard *ds, struct net_conn *c, bool head_only,
-                       enum srv_debug_kind kind);
+                       enum srv_debug_kind kind, bool over_tls);
 
-/* server_debug.c: a request for /debug or under it (req->path decoded). Returns true when the
+/* server_debug.c: a request for /debug or under it (req->path decoded; over_tls: on the TLS
+ * listener, not port 80). Returns true when the
  * connection is taken over (an answer comes later: the caller returns the bytes used and does
  * nothing more); false when it answered (the caller closes or keeps the connection as usual). */
 bool srv_debug_serve(struct srv_shard *ds, struct net_conn *c, const struct net_http_req *req,
-                     bool keep);
+                     bool keep, bool over_tls);
 /* /debug/check's per-shard part, on the shard: "" when consistent, else what is not. */
 void srv_debug_check_shard(const struct srv_shard *ds, char *out, size_t size);
 /* An answer with a body (Connection: close when !keep). */

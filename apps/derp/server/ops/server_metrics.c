@@ -41,6 +41,7 @@ struct varz_req {
     unsigned instance;            /* ... its place in the runtime's modules */
     struct net_conn *conn;        /* NULL once the connection closed */
     bool head_only, done;
+    bool over_tls; /* the request came in on the TLS listener */
     enum srv_debug_kind kind;
 };
 
@@ -109,6 +110,7 @@ struct ctx {
     const struct varz_slot *v;
     unsigned count;
     const struct srv_config *cfg;
+    bool over_tls; /* the request being answered came in over TLS */
 };
 typedef void row_fn(const struct ctx *x, const struct series *s, bool json);
 
@@ -464,11 +466,11 @@ static void rate_burst_row(const struct ctx *x, const struct series *s, bool jso
 }
 
 /* derper counts an HTTP request over TLS as active while its handler runs: a DERP connection
- * for its whole life, and the request being answered (this one). hderp: its DERP connections
- * (all of them came in over TLS in TLS mode), and this request. */
+ * for its whole life, and the request being answered (this one, unless it came in on port 80).
+ * hderp: its DERP connections (in TLS mode all came in over TLS), and this request. */
 static void tls_active_row(const struct ctx *x, const struct series *s, bool json)
 {
-    int64_t n = sum_at(x, OFF(ctr.current_connections)) + 1;
+    int64_t n = sum_at(x, OFF(ctr.current_connections)) + x->over_tls;
     if (json)
         srv_text_put(x->o, "{\"%s\": %lld}", tls_versions[0], (long long)n);
     else
@@ -682,7 +684,7 @@ static void done(struct hd_shard *s, void *slots, unsigned count, void *arg)
         return;
     }
     const struct varz_slot *v = slots;
-    struct ctx x = {&o, v, count, r->cfg};
+    struct ctx x = {&o, v, count, r->cfg, r->over_tls};
     uint16_t status = 200;
     const char *type = "application/json";
     if (r->kind == SRV_DEBUG_KEYS) {
@@ -731,7 +733,7 @@ static const struct net_conn_handler varz_handler = {
 };
 
 void srv_debug_collect(struct srv_shard *ds, struct net_conn *c, bool head_only,
-                       enum srv_debug_kind kind)
+                       enum srv_debug_kind kind, bool over_tls)
 {
     struct varz_req *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -743,6 +745,7 @@ void srv_debug_collect(struct srv_shard *ds, struct net_conn *c, bool head_only,
     r->conn = c;
     r->head_only = head_only;
     r->kind = kind;
+    r->over_tls = over_tls;
     net_conn_set_app(c, &varz_handler, r);
     net_conn_pause_recv(c, true); /* one request at a time: the answer comes later */
     int rc = hd_collect(ds->s, sizeof(struct varz_slot), fill, done, r);
