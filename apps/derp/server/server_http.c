@@ -1,6 +1,6 @@
 /* server_http.c - a fresh connection's HTTP/1.1 phase on the accepting shard: the /derp upgrade
  * (spec §1.3) and derper's small endpoints (§8): /derp/probe, /derp/latency-check,
- * /generate_204, /robots.txt, /debug/varz and /debug/keys (loopback only) and the home page. The
+ * /generate_204, /robots.txt, /debug/ (ops/server_debug.c) and the home page. The
  * connection's app pointer is the shard's srv_shard: an HTTP connection owns no memory of its own.
  * The accept: -accept-connection-limit takes a token from this shard's bucket (rate and burst
  * divided by the shard count, so accepting shares no state; over it the connection is closed at

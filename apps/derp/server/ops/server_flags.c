@@ -196,11 +196,25 @@ static void usage_own(FILE *out)
     fprintf(out, text, srv_flags_deploy_usage);
 }
 
+/* derper's environment knobs hderp reads. */
+static void usage_env(FILE *out)
+{
+    static const char text[] =
+        "\nEnvironment (derper's): TS_DERP_DISABLE_RTT_STATS=true: no derp_tcp_rtt;\n"
+        "TAILSCALE_DERPER_MESH_KEY: the mesh key in -dev mode. /debug/ answers loopback, and\n"
+        "TS_ALLOW_DEBUG_IP (one address), TS_DEBUG_TRUSTED_CIDRS (prefixes, like\n"
+        "10.0.0.0/8,fd00::/8), a GET with ?debugkey= equal to the file TS_DEBUG_KEY_PATH names;\n"
+        "never a request with X-Forwarded-For, and not Tailscale's 100.64.0.0/10 (derper lets it\n"
+        "in: list the tailnet in TS_DEBUG_TRUSTED_CIDRS; docs/DERPER-PARITY.md).\n";
+    fputs(text, out);
+}
+
 static void usage(FILE *out)
 {
     usage_derper(out);
     usage_derper_admit(out);
     usage_own(out);
+    usage_env(out);
 }
 
 int64_t srv_parse_duration_ms(const char *t)

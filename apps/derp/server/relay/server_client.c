@@ -91,6 +91,12 @@ static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop 
     hd_frame_unref(cl->ds->s, f);
 }
 
+/* The time each queued packet went in (hd_now_ms, 32 bits), after the queues' slots. */
+static uint32_t *queue_times(const struct srv_client *cl)
+{
+    return (uint32_t *)(cl->qslots + SRV_KINDS * SRV_QUEUE_DEPTH);
+}
+
 /* Hand one packet frame to the connection (it goes out with this tick's sendmsg); it waited
  * queued_ms in the connection's queue (derper's average_queue_duration_ms, spec §9). */
 static void write_packet(struct srv_client *cl, struct hd_frame *f, uint64_t queued_ms)
@@ -116,11 +122,6 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f, uint64_t que
  * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one.
  * Returns 0 (written), SRV_ENQUEUED_BEHIND (queued behind its backlog: server_wait.c) or
  * -errno (dropped, counted). */
-static uint32_t *queue_times(const struct srv_client *cl)
-{
-    return (uint32_t *)(cl->qslots + SRV_KINDS * SRV_QUEUE_DEPTH);
-}
-
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind)
 {
     struct srv_pktq *q = &cl->q[kind];
