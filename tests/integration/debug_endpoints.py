@@ -183,6 +183,43 @@ def check_traffic(p, bpk):
           "/debug/traffic: %s" % lines)
 
 
+def check_queue_duration(p):
+    """derp_average_queue_duration_ms: a receiver that stops reading (a 4 KiB receive buffer)
+    while 160 packets of 60 kB come for it; they back up into its queue and wait there until it reads
+    again, 200 ms later (within its 2 s write timeout): the average is above 0 (it is 0 while
+    every packet goes at once)."""
+    before = testlib.varz(p, "derp_average_queue_duration_ms")
+    pk, sk = dc.keypair()
+    r = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    r.settimeout(10)
+    r.connect(("127.0.0.1", p))
+    r.sendall(b"GET /derp HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: DERP\r\n"
+              b"Derp-Fast-Start: 1\r\n\r\n")
+    dc.login(r, pk, sk)
+    a, _ = dc.connect(p)
+    a.settimeout(30)
+    for i in range(160):  # 9.6 MB: past the kernel's buffers and net's 1 MiB high watermark
+        dc.send(a, pk, b"%04d" % i + b"x" * 60000)
+    time.sleep(0.2)  # the packets wait (a floor for the figure, not a bound on anything)
+    r.settimeout(1)
+    got = 0
+    try:
+        while True:
+            dc.recv_packet(r)
+            got += 1
+    except (socket.timeout, EOFError, OSError):
+        pass
+    check(got > 0, "the slow receiver got nothing")
+    after = testlib.varz(p, "derp_average_queue_duration_ms")
+    if not (after is not None and after > 0):
+        drops = {k: v for k, v in testlib.varz(p).items() if "dropped" in k and v}
+        fail("derp_average_queue_duration_ms %s (before %s) after %d packets came to a slow "
+             "receiver; drops %s" % (after, before, got, drops))
+    a.close()
+    r.close()
+
+
 def plain():
     srv = plain_server()
     p = srv.port
@@ -218,6 +255,7 @@ def plain():
     check('version{version="%s",binary="hderp-server"} 1' % v["version"] in text, "version")
     check("tls_listener_" not in text and "derper_tls_" not in text, "TLS series in plain mode")
     check_traffic(p, bpk)
+    check_queue_duration(p)
     for s in (a, b, d1, d2, w, c):
         s.close()
     check(srv.stop() == 0, "hderp-server exited non-zero")
