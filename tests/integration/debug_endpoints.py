@@ -185,9 +185,9 @@ def check_traffic(p, bpk):
 
 def check_queue_duration(p):
     """derp_average_queue_duration_ms: a receiver that stops reading (a 4 KiB receive buffer)
-    while 160 packets of 60 kB come for it; they back up into its queue and wait there until it reads
-    again, 200 ms later (within its 2 s write timeout): the average is above 0 (it is 0 while
-    every packet goes at once)."""
+    while 160 packets of 60 kB come for it; they back up into its queue and wait there until it
+    reads again, 200 ms later (within its 2 s write timeout): the average is above 0 (it is 0
+    while every packet goes at once)."""
     before = testlib.varz(p, "derp_average_queue_duration_ms")
     pk, sk = dc.keypair()
     r = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

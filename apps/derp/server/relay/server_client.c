@@ -53,6 +53,30 @@ void srv_client_note_frame(struct srv_client *cl)
         cl->batch_frames++;
 }
 
+/* derper's mesh_update_batch_size: the notices that go out together (the frames in f). */
+void srv_watch_notes_observe(struct srv_client *cl, const struct hd_frame *f)
+{
+    uint64_t n = 0;
+    uint8_t type;
+    uint32_t len;
+    for (uint32_t off = 0;
+         off < f->len && derp_frame_header_decode(f->data + off, f->len - off, &type, &len) == 0;
+         n++)
+        off += DERP_FRAME_HEADER_LEN + len;
+    SRV_HIST_OBSERVE(&cl->ds->ctr, mesh_batch, srv_mesh_batch_bounds, n);
+    if (cl->notes_batches < UINT8_MAX)
+        cl->notes_batches++;
+}
+
+/* derper's mesh_update_loop_count: the batches one writer run sent (one, unless a notes frame
+ * filled up during the tick and went ahead). */
+void srv_watch_notes_loops(struct srv_client *cl)
+{
+    if (cl->notes_batches)
+        SRV_HIST_OBSERVE(&cl->ds->ctr, mesh_loops, srv_mesh_loop_bounds, cl->notes_batches);
+    cl->notes_batches = 0;
+}
+
 /* A control frame (KeepAlive, Pong, ServerInfo, PeerGone, ...). No frame even in the pool's
  * reserve (-ENOMEM) is the shard's trouble, not this client's: the frame is skipped and counted
  * (a KeepAlive comes again, a lost Pong is a lost Ping). A queue over its cap (-ENOBUFS) is the

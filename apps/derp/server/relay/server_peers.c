@@ -219,37 +219,13 @@ static void watch_note(struct srv_shard *ds, struct srv_client *w, const uint8_t
     f->len += len;
 }
 
-/* derper's mesh_update_batch_size: the notices that go out together (the frames in f). */
-static void notes_observe(struct srv_client *cl, const struct hd_frame *f)
-{
-    uint64_t n = 0;
-    uint8_t type;
-    uint32_t len;
-    for (uint32_t off = 0;
-         off < f->len && derp_frame_header_decode(f->data + off, f->len - off, &type, &len) == 0;
-         n++)
-        off += DERP_FRAME_HEADER_LEN + len;
-    SRV_HIST_OBSERVE(&cl->ds->ctr, mesh_batch, srv_mesh_batch_bounds, n);
-    if (cl->notes_batches < UINT8_MAX)
-        cl->notes_batches++;
-}
-
-/* derper's mesh_update_loop_count: the batches one writer run sent (one, unless a notes frame
- * filled up during the tick and went ahead). */
-void srv_watch_notes_loops(struct srv_client *cl)
-{
-    if (cl->notes_batches)
-        SRV_HIST_OBSERVE(&cl->ds->ctr, mesh_loops, srv_mesh_loop_bounds, cl->notes_batches);
-    cl->notes_batches = 0;
-}
-
 void srv_watch_notes_flush(struct srv_client *cl)
 {
     struct hd_frame *f = cl->notes;
     if (f == NULL)
         return;
     cl->notes = NULL;
-    notes_observe(cl, f);
+    srv_watch_notes_observe(cl, f);
     srv_client_note_frame(cl);
     if (net_conn_state(cl->conn) == NET_CONN_OPEN &&
         net_conn_send(cl->conn, f, 0, f->len) < 0) /* over its queue's cap: it cannot keep up */
