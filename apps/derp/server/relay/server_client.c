@@ -53,16 +53,17 @@ void srv_client_note_frame(struct srv_client *cl)
         cl->batch_frames++;
 }
 
-/* derper's mesh_update_batch_size: the notices that go out together (the frames in f). */
-void srv_watch_notes_observe(struct srv_client *cl, const struct hd_frame *f)
+/* derper's mesh_update_batch_size: the notices that go out together (the frames in data). */
+void srv_watch_notes_observe(struct srv_client *cl, const uint8_t *data, uint32_t size)
 {
     uint64_t n = 0;
     uint8_t type;
     uint32_t len;
     for (uint32_t off = 0;
-         off < f->len && derp_frame_header_decode(f->data + off, f->len - off, &type, &len) == 0;
-         n++)
+         off < size && derp_frame_header_decode(data + off, size - off, &type, &len) == 0; n++)
         off += DERP_FRAME_HEADER_LEN + len;
+    if (n == 0)
+        return; /* derper observes no empty batch either */
     SRV_HIST_OBSERVE(&cl->ds->ctr, mesh_batch, srv_mesh_batch_bounds, n);
     if (cl->notes_batches < UINT8_MAX)
         cl->notes_batches++;

@@ -225,7 +225,7 @@ void srv_watch_notes_flush(struct srv_client *cl)
     if (f == NULL)
         return;
     cl->notes = NULL;
-    srv_watch_notes_observe(cl, f);
+    srv_watch_notes_observe(cl, f->data, f->len);
     srv_client_note_frame(cl);
     if (net_conn_state(cl->conn) == NET_CONN_OPEN &&
         net_conn_send(cl->conn, f, 0, f->len) < 0) /* over its queue's cap: it cannot keep up */
@@ -677,9 +677,12 @@ static void snapshot_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
     if (p == NULL)
         p = srv_peers_find(&ds->guests, f->data); /* a watcher placed here */
     for (struct srv_client *cl = p ? p->clients : NULL; cl; cl = cl->peer_next) {
-        if (cl->watcher)
-            srv_watch_notes_flush(cl); /* the notices gathered so far go first */
-        if (cl->watcher && net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
+        if (!cl->watcher)
+            continue;
+        srv_watch_notes_flush(cl); /* the notices gathered so far go first */
+        /* derper queues its snapshot as one batch of its pending changes: so is this one */
+        srv_watch_notes_observe(cl, f->data + DERP_KEY_LEN, f->len - DERP_KEY_LEN);
+        if (net_conn_send(cl->conn, f, DERP_KEY_LEN, f->len - DERP_KEY_LEN) < 0)
             srv_client_close(cl, -ENOBUFS);
     }
 }

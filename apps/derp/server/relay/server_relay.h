@@ -74,9 +74,9 @@ struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_k
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_notes_flush(struct srv_client *cl); /* cl->notes into its send queue */
-/* Presence notices for a watcher (f) go out: derper's mesh_update_batch_size (server_client.c,
- * with srv_client_note_frame's histogram). */
-void srv_watch_notes_observe(struct srv_client *cl, const struct hd_frame *f);
+/* Presence notices for a watcher (size bytes of frames) go out together: derper's
+ * mesh_update_batch_size (server_client.c, beside srv_client_note_frame's histogram). */
+void srv_watch_notes_observe(struct srv_client *cl, const uint8_t *data, uint32_t size);
 /* The writer ran (or the watcher leaves the shard): the notices batches since, observed. */
 void srv_watch_notes_loops(struct srv_client *cl);
 /* A frame handed to the connection (derper's buffered_write_frames: per tick). */
