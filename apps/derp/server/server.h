@@ -80,8 +80,10 @@ struct srv_client {
     struct derp_pubkey key;
     bool mesh, prober, can_ack_pings, not_ideal, fast_start, preferred, watcher;
     uint8_t notes_batches; /* watcher: notices frames sent since its writer last ran */
-    uint16_t batch_frames; /* frames handed to the connection in tick batch_tick */
-    uint64_t batch_tick;
+    /* frames handed to the connection in the tick whose count's low 16 bits are batch_tick (in
+     * the padding before watch_idx: an idle connection costs nothing more; a frame exactly
+     * 65,536 ticks after the last merges into its batch, harmless) */
+    uint16_t batch_frames, batch_tick;
     uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
     struct hd_frame *notes;   /* watcher: this tick's presence notices (server_peers.c) */
     bool send_paused;         /* net queue over its high watermark */

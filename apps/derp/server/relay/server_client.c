@@ -44,7 +44,7 @@ static void batch_observe(struct srv_client *cl)
 
 void srv_client_note_frame(struct srv_client *cl)
 {
-    uint64_t tick = hd_shard_stats(cl->ds->s)->ticks;
+    uint16_t tick = (uint16_t)hd_shard_stats(cl->ds->s)->ticks;
     if (cl->batch_tick != tick) {
         batch_observe(cl);
         cl->batch_tick = tick;
