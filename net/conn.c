@@ -312,7 +312,10 @@ static int input_typed(struct net_conn *c, uint8_t type, uint8_t *data, size_t l
     c->stats.bytes_in += len;
     if (c->codec == NULL || c->codec->record == NULL)
         return -EPROTO; /* kept across a codec change that dropped the hook: undecodable */
-    return c->codec->record(c, c->codec_state, type, data, len);
+    uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
+    int rc = c->codec->record(c, c->codec_state, type, data, len);
+    c->codec_at = at;
+    return rc;
 }
 
 static void nobufs_retry(struct hd_timer *t)
@@ -608,9 +611,11 @@ void net_conn_maybe_finish(struct net_conn *c)
             return;
         c->flags &= ~NET_F_QUIET_WAIT;
         c->depth++;
-        if (c->codec && c->codec->quiesced)
+        if (c->codec && c->codec->quiesced) {
+            uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
             c->codec->quiesced(c, c->codec_state);
-        else
+            c->codec_at = at;
+        } else
             net_conn_quiet_end(c); /* the codec that asked is gone */
         c->depth--;
         /* On: the hook may have closed the connection. */
@@ -680,19 +685,33 @@ void net_conn_release(struct net_conn *c, bool notify)
     hd_slab_put(ns->conns, c);
 }
 
+/* A graceful close through the codec first (TLS: close_notify), once. Under a stacked codec
+ * (wss) the upper one frames what the app queued first, so the lower one's last records hold
+ * it; the lower codec's hook runs at its own level, wherever the close came from (the upper
+ * codec's decode: its records went to the upper codec's output and, with a pong waiting there,
+ * TLS sealed its own records again in a loop until the frame pool ran out). Returns true if the
+ * codec closes the connection. */
+static bool codec_close(struct net_conn *c, int reason)
+{
+    c->flags |= NET_F_CODEC_CLOSE;
+    int rc = net_conn_upper_encode(c);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return true;
+    }
+    uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
+    rc = c->codec->close(c, c->codec_state, reason);
+    c->codec_at = at;
+    return rc == 0;
+}
+
 void net_conn_close(struct net_conn *c, int reason, bool flush)
 {
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
         return;
-    /* A graceful close through the codec first (TLS: close_notify), once; not under a stacked
-     * codec (wss): the upper one's queued output is not sealed yet, and the close stalled the
-     * shard (test_interop_client_wss), so that connection closes as before. */
-    if (flush && c->state == NET_CONN_OPEN && c->codec && c->codec->close && c->upper == NULL &&
-        !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING))) {
-        c->flags |= NET_F_CODEC_CLOSE;
-        if (c->codec->close(c, c->codec_state, reason) == 0)
-            return;
-    }
+    if (flush && c->state == NET_CONN_OPEN && c->codec && c->codec->close &&
+        !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING)) && codec_close(c, reason))
+        return;
     if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {
         /* Stop reading, send what is queued (bounded by the write timeout), then close. */
         c->flags |= NET_F_FLUSH_CLOSE;

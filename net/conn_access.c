@@ -113,6 +113,22 @@ const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **st
     return c->upper;
 }
 
+unsigned net_conn_codec_enter(struct net_conn *c, const struct net_codec *codec)
+{
+    unsigned saved = c->codec_at;
+    if (codec != NULL && c->upper == codec)
+        c->codec_at = NET_CODEC_UPPER;
+    else if (codec != NULL && c->codec == codec)
+        c->codec_at = NET_CODEC_LOWER;
+    return saved;
+}
+
+void net_conn_codec_leave(struct net_conn *c, unsigned saved)
+{
+    HD_ASSERT(saved == NET_CODEC_LOWER || (saved == NET_CODEC_UPPER && c->upper != NULL));
+    c->codec_at = (uint8_t)saved;
+}
+
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)
 {
     c->codec = codec;

@@ -90,9 +90,9 @@ static int upper_input(struct net_conn *c, const uint8_t *data, size_t len)
     struct hd_frame *t = c->upper_tail;
     if (rc < 0 || t == NULL || t->len == 0)
         return rc;
-    c->flags |= NET_F_UPPER_IN;
+    uint8_t at = net_conn_codec_at(c, NET_CODEC_UPPER);
     ssize_t n = c->upper->decode(c, c->upper_state, t->data, t->len);
-    c->flags &= ~NET_F_UPPER_IN;
+    c->codec_at = at;
     if (n < 0)
         return (int)n;
     HD_ASSERT((size_t)n <= t->len && t == c->upper_tail);
@@ -157,7 +157,10 @@ static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool f
     while (done < len && c->state == NET_CONN_OPEN && !(c->flags & NET_F_RECV_PAUSED)) {
         uint32_t in_data = c->flags & NET_F_IN_DATA;
         c->flags |= NET_F_IN_DATA;
+        /* The app speaks from outside the codecs (a codec's call it makes says its level). */
+        uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
         ssize_t n = c->h->on_data(c, data + done, len - done);
+        c->codec_at = at;
         c->flags = (c->flags & ~NET_F_IN_DATA) | in_data;
         if (n < 0)
             return (int)n;
@@ -182,7 +185,7 @@ static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool f
 
 int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
 {
-    if (c->upper && !(c->flags & NET_F_UPPER_IN))
+    if (c->upper && c->codec_at == NET_CODEC_LOWER)
         return upper_input(c, data, len); /* from the lower codec: the upper one is next */
     /* With a tail, add only what fits under rx_tail_max, offer it, and go on with the rest:
      * a partial frame near the limit plus a whole new buffer must not overflow the tail when the
@@ -247,7 +250,9 @@ int net_conn_input(struct net_conn *c, uint8_t *data, size_t len)
         data = c->raw_tail->data;
         len = c->raw_tail->len;
     }
+    uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
     ssize_t n = c->codec->decode(c, c->codec_state, data, len);
+    c->codec_at = at;
     if (n < 0)
         return (int)n;
     if (c->raw_tail && data == c->raw_tail->data && (size_t)n == len) {

@@ -148,9 +148,9 @@ void net_conn_encode_request(struct net_conn *c)
 
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
 {
-    /* Called by codecs during encode: the reference moves to the queue. An upper codec's
-     * output is the lower one's plaintext. */
-    bool upper = (c->flags & (NET_F_UPPER_IN | NET_F_UPPER_ENC)) != 0;
+    /* Called by codecs: the reference moves to the queue. An upper codec's output is the lower
+     * one's plaintext. */
+    bool upper = c->codec_at == NET_CODEC_UPPER;
     int rc = net_sendq_push(c->ns, upper ? &c->mid : &c->wire, f, off, len);
     if (rc < 0) {
         hd_frame_unref(c->shard, f);
@@ -164,7 +164,7 @@ int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len)
 {
     /* The lower codec of two takes what the upper one encoded. */
-    struct net_sendq *q = c->upper && !(c->flags & NET_F_UPPER_ENC) ? &c->mid : &c->plain;
+    struct net_sendq *q = c->upper && c->codec_at == NET_CODEC_LOWER ? &c->mid : &c->plain;
     struct net_sendq_entry *e = net_sendq_at(q, 0);
     if (e == NULL)
         return NULL;
@@ -290,24 +290,35 @@ static void send_ctx_fill(struct net_conn *c, struct net_send_ctx *x)
         send_ctx_cut(x);
 }
 
+int net_conn_upper_encode(struct net_conn *c)
+{
+    if (c->upper == NULL || c->plain.count == 0)
+        return 0;
+    uint32_t encoding = c->flags & NET_F_ENCODING;
+    c->flags |= NET_F_ENCODING;
+    uint8_t at = net_conn_codec_at(c, NET_CODEC_UPPER);
+    int rc = c->upper->encode(c, c->upper_state);
+    c->codec_at = at;
+    c->flags = (c->flags & ~NET_F_ENCODING) | encoding;
+    return rc;
+}
+
 void net_conn_flush_now(struct net_conn *c)
 {
     if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
         return; /* one send in flight: its completion flushes again; a moving one waits */
-    if (c->upper && c->plain.count) {
-        c->flags |= NET_F_ENCODING | NET_F_UPPER_ENC;
-        int rc = c->upper->encode(c, c->upper_state);
-        c->flags &= ~(NET_F_ENCODING | NET_F_UPPER_ENC);
-        if (rc < 0) {
-            net_conn_close(c, rc, false);
-            return;
-        }
+    int rc = net_conn_upper_encode(c);
+    if (rc < 0) {
+        net_conn_close(c, rc, false);
+        return;
     }
     const struct net_sendq *lower = c->upper ? &c->mid : &c->plain;
     if (c->codec && (lower->count || (c->flags & NET_F_ENCODE_DUE))) {
         c->flags &= ~NET_F_ENCODE_DUE; /* encode asks again if it keeps plaintext back */
         c->flags |= NET_F_ENCODING;
-        int rc = c->codec->encode(c, c->codec_state);
+        uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
+        rc = c->codec->encode(c, c->codec_state);
+        c->codec_at = at;
         c->flags &= ~NET_F_ENCODING;
         if (rc < 0) {
             net_conn_close(c, rc, false);

@@ -217,7 +217,7 @@ void net_migrate_step(struct net_conn *c)
     HD_ASSERT(m != NULL && m->c == c && (c->flags & NET_F_MIGRATING));
     HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0 && !(c->flags & NET_F_QUIET));
     HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
-    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s));
+    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s) && c->codec_at == NET_CODEC_LOWER);
     if (m->export_done) { /* to another process (export.c) */
         c->migration = NULL;
         c->flags &= ~NET_F_MIGRATING;

@@ -71,8 +71,6 @@ enum net_conn_flag {
     NET_F_ENCODE_DUE = 1u << 12,  /* the codec holds plaintext of its own: encode at the flush */
     NET_F_CODEC_REST = 1u << 13,  /* net_conn_switch_codec in on_data: the rest is codec input */
     NET_F_IN_DATA = 1u << 14,     /* inside on_data */
-    NET_F_UPPER_IN = 1u << 15,    /* inside upper->decode: deliveries go to the app */
-    NET_F_UPPER_ENC = 1u << 16,   /* inside upper->encode: plain -> mid */
     NET_F_SEND_BACKED = 1u << 17, /* the last send went in part: the next covers backed_kib */
     NET_F_REOFFER = 1u << 18,     /* net_conn_reoffer: an offer of the kept bytes is deferred */
     NET_F_CODEC_CLOSE = 1u << 19, /* codec->close was asked: the next graceful close is its */
@@ -89,6 +87,11 @@ struct net_conn {
     int close_reason;
     uint8_t closed_by;   /* enum net_conn_timer: which of our timers closed it (NONE: none) */
     uint16_t backed_kib; /* NET_F_SEND_BACKED: what the last send took, in KiB (capped) */
+    /* Which codec is speaking (NET_CODEC_LOWER or NET_CODEC_UPPER): set by net around each call
+     * into a codec's hooks (and by net_conn_codec_enter), so what a codec queues goes to its own
+     * output queue and what it takes comes from its own input. Outside any hook (the app, a
+     * timer) it is NET_CODEC_LOWER. */
+    uint8_t codec_at;
     const struct net_conn_handler *h;
     void *app;
     const struct net_codec *codec;
@@ -125,6 +128,18 @@ struct net_conn {
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
     struct hd_handle handle;                /* net_conn_handle: closed just before on_close */
 };
+
+/* The two places a codec can have on a connection (net_conn.codec_at). */
+enum { NET_CODEC_LOWER = 0, NET_CODEC_UPPER = 1 };
+
+/* Enter a codec's level for a call into it; returns the level to restore afterwards. */
+static inline uint8_t net_conn_codec_at(struct net_conn *c, uint8_t level)
+{
+    uint8_t prev = c->codec_at;
+    HD_ASSERT(level == NET_CODEC_LOWER || (level == NET_CODEC_UPPER && c->upper != NULL));
+    c->codec_at = level;
+    return prev;
+}
 
 struct net_shard {
     struct hd_shard *shard;
@@ -220,6 +235,9 @@ void net_conn_maybe_finish(struct net_conn *c);
 void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags);
 bool net_conn_queues_empty(const struct net_conn *c);
 void net_conn_update_pressure(struct net_conn *c);
+/* The upper codec encodes the app's plaintext into the lower one's input (a flush; a graceful
+ * close before the lower codec ends its protocol). Returns 0 or -errno (the caller closes). */
+int net_conn_upper_encode(struct net_conn *c);
 
 /* udp_gro.c: UDP GRO on receive (net_limits.h). A UDP socket's own buffer ring. */
 struct net_udp_ring {

@@ -282,27 +282,36 @@ static struct net_ws *ws_of(const struct net_conn *c)
     return net_conn_codec(c, &state) == &ws_codec ? state : NULL;
 }
 
-int net_ws_close(struct net_conn *c, uint16_t status, const char *text, int reason)
+/* The app's call, at the codec's own level (over TLS: above it). */
+static void ws_close_call(struct net_conn *c, struct net_ws *w, uint16_t status, const char *text,
+                          int reason)
 {
-    struct net_ws *w = ws_of(c);
-    if (w == NULL)
-        return -EINVAL;
     size_t text_len = text ? strlen(text) : 0;
     if (w->server || w->closing) {
         close_out(c, w, status, text, text_len, reason);
-        return 0;
+        return;
     }
     /* RFC 6455 section 7.1.1: a client waits for the server to answer (and close first). */
     int rc = close_frame(c, w, status, text, text_len);
     if (rc < 0) {
         net_conn_close(c, rc, false);
-        return 0;
+        return;
     }
     w->awaiting = true;
     w->close_reason = reason;
     uint32_t idle_ms, write_ms;
     net_conn_timeouts(c, &idle_ms, &write_ms);
     net_conn_set_timeouts(c, NET_WS_CLOSE_WAIT_MS, write_ms);
+}
+
+int net_ws_close(struct net_conn *c, uint16_t status, const char *text, int reason)
+{
+    struct net_ws *w = ws_of(c);
+    if (w == NULL)
+        return -EINVAL;
+    unsigned at = net_conn_codec_enter(c, &ws_codec);
+    ws_close_call(c, w, status, text, reason);
+    net_conn_codec_leave(c, at);
     return 0;
 }
 

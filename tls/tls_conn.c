@@ -631,7 +631,10 @@ int tls_conn_close_notify(struct net_conn *c)
         net_conn_close(c, 0, false);
         return -ENOTCONN;
     }
-    return close_notify_out(c, t, 0);
+    /* Through net's graceful close, which reaches close_notify_out by the codec's close hook:
+     * under a stacked codec (wss) the upper one frames what the app queued before that. */
+    net_conn_close(c, 0, true);
+    return 0;
 }
 
 int tls_conn_key_update(struct net_conn *c, bool request_peer)

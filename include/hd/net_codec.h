@@ -66,6 +66,13 @@ void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void 
 int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state);
 /* The codec installed above the first one by net_conn_switch_codec (NULL: none). */
 const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **state);
+/* A codec's own public call (one the app makes, not one of its hooks) that queues wire bytes or
+ * takes plaintext brackets that work with these, so that on a connection with two codecs its
+ * output goes below it and not past the other one (net sets the level itself around every
+ * hook, and outside them it is the lower codec's). enter returns what leave restores; a codec
+ * not installed on c leaves the level as it is. */
+unsigned net_conn_codec_enter(struct net_conn *c, const struct net_codec *codec);
+void net_conn_codec_leave(struct net_conn *c, unsigned saved);
 /* The installed codec (NULL: none) and its state. */
 const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
 /* For codecs: hand decoded plaintext to the app (copied into the app's reassembly if the app
