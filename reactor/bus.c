@@ -147,11 +147,7 @@ static void wake(struct hd_shard *s, struct hd_shard *dst)
 {
     s->stats.wakes_sent++;
     if (s->features & HD_FEAT_MSG_RING) {
-        struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-        if (sqe == NULL) {
-            io_uring_submit(&s->ring);
-            sqe = io_uring_get_sqe(&s->ring);
-        }
+        struct io_uring_sqe *sqe = hd_sqe_get(s); /* NULL: the eventfd below instead */
         if (sqe) {
             io_uring_prep_msg_ring(sqe, dst->ring_fd, 0, HD_TAG_WAKE, 0);
             io_uring_sqe_set_data64(sqe, HD_TAG_IGNORE);

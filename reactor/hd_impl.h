@@ -208,6 +208,13 @@ int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable);
 /* Publish the prepared SQEs (the SQ tail) without entering; returns how many await submission,
  * the to_submit of a hand-made io_uring_enter. */
 unsigned hd_ring_sq_publish(struct io_uring *ring);
+/* Submit what the SQ holds without waiting, counted once: one enter, and the SQEs the kernel
+ * took. Returns io_uring_submit's result. */
+int hd_ring_submit(struct hd_shard *s);
+/* The one way to a free SQE (ops, cancels, wake-ups): take one; when the SQ is full, submit it
+ * (hd_ring_submit) and take one again. NULL, counted in sqe_full, when it is still full. The
+ * caller writes user_data. */
+struct io_uring_sqe *hd_sqe_get(struct hd_shard *s);
 void hd_wheel_init(struct hd_wheel *w, uint64_t now_ms);
 void hd_wheel_expire(struct hd_shard *s, uint64_t now_ms);
 /* ms until the next timer is due (0 = now), or UINT64_MAX when none is armed. */

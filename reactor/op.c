@@ -52,18 +52,9 @@ struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op)
         s->ops_inflight++;
         return sqe;
     }
-    sqe = io_uring_get_sqe(&s->ring);
-    if (hd_unlikely(sqe == NULL)) {
-        int n = io_uring_submit(&s->ring);
-        if (n > 0)
-            s->stats.sqes += (uint64_t)n;
-        s->stats.enters++;
-        sqe = io_uring_get_sqe(&s->ring);
-        if (sqe == NULL) {
-            s->stats.sqe_full++;
-            return NULL;
-        }
-    }
+    sqe = hd_sqe_get(s);
+    if (hd_unlikely(sqe == NULL))
+        return NULL;
     /* Callers prep after this: liburing's io_uring_prep_* helpers never write user_data. */
     io_uring_sqe_set_data64(sqe, op_tag(op));
     op->inflight++;
@@ -142,13 +133,9 @@ int hd_op_cancel(struct hd_shard *s, struct hd_op *op)
 {
     if (op->inflight == 0)
         return -ENOENT;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-    if (sqe == NULL) {
-        io_uring_submit(&s->ring);
-        sqe = io_uring_get_sqe(&s->ring);
-        if (sqe == NULL)
-            return -EBUSY;
-    }
+    struct io_uring_sqe *sqe = hd_sqe_get(s);
+    if (sqe == NULL)
+        return -EBUSY;
     /* ALL: a multishot op or several SQEs of the same op go in one request. */
     io_uring_prep_cancel64(sqe, op_tag(op), IORING_ASYNC_CANCEL_ALL);
     io_uring_sqe_set_data64(sqe, HD_TAG_IGNORE);
@@ -172,10 +159,6 @@ int hd_op_timeout(struct hd_shard *s, struct hd_op *op, uint64_t timeout_ns)
     if (sqe == NULL)
         return -EBUSY;
     io_uring_prep_timeout(sqe, &ts, 0, 0);
-    /* The kernel reads ts when it takes the SQE: submit while ts is alive. */
-    int n = io_uring_submit(&s->ring);
-    s->stats.enters++;
-    if (n > 0)
-        s->stats.sqes += (uint64_t)n;
+    hd_ring_submit(s); /* the kernel reads ts when it takes the SQE: submit while ts is alive */
     return 0;
 }

@@ -62,6 +62,27 @@ int hd_ring_setup(struct hd_shard *s, uint32_t entries, uint32_t disable)
     return 0;
 }
 
+int hd_ring_submit(struct hd_shard *s)
+{
+    int n = io_uring_submit(&s->ring);
+    s->stats.enters++;
+    if (n > 0)
+        s->stats.sqes += (uint64_t)n;
+    return n;
+}
+
+struct io_uring_sqe *hd_sqe_get(struct hd_shard *s)
+{
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+    if (hd_likely(sqe != NULL))
+        return sqe;
+    hd_ring_submit(s); /* a full SQ: make room, never spin on it */
+    sqe = io_uring_get_sqe(&s->ring);
+    if (sqe == NULL)
+        s->stats.sqe_full++;
+    return sqe;
+}
+
 unsigned hd_ring_sq_publish(struct io_uring *ring)
 {
     /* What liburing's submit does before its io_uring_enter (2.3 does not export it): make the

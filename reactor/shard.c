@@ -148,11 +148,7 @@ static void wake_arm(struct hd_shard *s)
 
 static void cancel_all(struct hd_shard *s)
 {
-    struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
-    if (sqe == NULL) {
-        io_uring_submit(&s->ring);
-        sqe = io_uring_get_sqe(&s->ring);
-    }
+    struct io_uring_sqe *sqe = hd_sqe_get(s); /* NULL: the next CANCELLING tick tries again */
     if (sqe) {
         io_uring_prep_cancel64(sqe, 0, IORING_ASYNC_CANCEL_ANY | IORING_ASYNC_CANCEL_ALL);
         io_uring_sqe_set_data64(sqe, HD_TAG_IGNORE);
@@ -239,10 +235,7 @@ static bool input_pending(const struct hd_shard *s)
 static bool spin(struct hd_shard *s, uint32_t us)
 {
     uint64_t end = hd_clock_ns() + (uint64_t)us * 1000u;
-    int n = io_uring_submit(&s->ring);
-    if (n > 0)
-        s->stats.sqes += (uint64_t)n;
-    s->stats.enters++;
+    hd_ring_submit(s);
     s->stats.spins++;
     for (;;) {
         if (input_pending(s)) {

@@ -306,7 +306,7 @@ struct hd_shard_stats {
     uint64_t sqes;             /* SQEs submitted */
     uint64_t cqes;             /* CQEs dispatched */
     uint64_t cqes_stale;       /* completions of an op's previous life: dropped */
-    uint64_t sqe_full;         /* hd_op prep found no SQE even after submitting */
+    uint64_t sqe_full;         /* no SQE even after submitting (an op, a cancel, a wake-up) */
     uint64_t tasks_run, timers_fired; /* deferred tasks run; timers fired */
     uint64_t tasks_stale;    /* of those tasks, hd_defer_handle's dropped: their handle was stale */
     uint64_t bus_sent;       /* messages accepted by hd_bus_send */
