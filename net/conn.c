@@ -42,6 +42,7 @@
 
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags);
 static void nobufs_wait(struct net_conn *c);
+static void nobufs_retry(struct hd_timer *t);
 
 /* The timers run only while the connection is open (a close stops them), so the one that fires
  * is the one that closes it. */
@@ -115,6 +116,7 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
     hd_flush_init(&c->flush, conn_flush_cb);
     hd_timer_init(&c->idle_timer, idle_fired);
     hd_timer_init(&c->write_timer, write_fired);
+    hd_timer_init(&c->nobufs_timer, nobufs_retry);
     hd_timer_init(&c->deadline_timer, deadline_fired);
     c->send_high = NET_SEND_HIGH_DEFAULT;
     c->send_low = NET_SEND_LOW_DEFAULT;
@@ -249,7 +251,7 @@ static void record_arm(struct net_conn *c, struct io_uring_sqe *sqe)
         sqe->flags |= IOSQE_BUFFER_SELECT;
         sqe->buf_group = NET_BUF_GROUP;
     }
-    c->recv_op.user = 1; /* this read carries a record type */
+    c->flags |= NET_F_RECV_TYPED; /* this read carries a record type */
 }
 
 /* The record type of the recvmsg that just completed (kTLS puts it in a cmsg). */
@@ -293,7 +295,7 @@ void net_conn_recv_arm(struct net_conn *c)
         record_arm(c, sqe);
         return;
     }
-    c->recv_op.user = 0; /* untyped bytes */
+    c->flags &= ~NET_F_RECV_TYPED; /* untyped bytes */
     if (c->ns->buf_ring) {
         io_uring_prep_recv_multishot(sqe, c->fd, NULL, 0, 0);
         sqe->flags |= IOSQE_BUFFER_SELECT;
@@ -320,11 +322,11 @@ static int input_typed(struct net_conn *c, uint8_t type, uint8_t *data, size_t l
 
 static void nobufs_retry(struct hd_timer *t)
 {
-    struct net_conn *c = hd_container_of(t, struct net_conn, idle_timer);
+    struct net_conn *c = hd_container_of(t, struct net_conn, nobufs_timer);
+    HD_ASSERT((c->flags & NET_F_NOBUFS) && c->state == NET_CONN_OPEN); /* a close stops it */
     c->flags &= ~NET_F_NOBUFS;
     if (c->idle_timeout_ms)
         hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
-    c->idle_timer.fn = idle_fired;
     net_conn_recv_arm(c);
 }
 
@@ -468,12 +470,13 @@ int net_conn_replay(struct net_conn *c)
 }
 
 /* The buffer ring (or the frame pool, without one) is empty: recv again in a moment, never
- * in a tight loop. The idle timer doubles as the retry timer meanwhile. */
+ * in a tight loop. The idle timeout waits meanwhile: the peer is not idle, we are. */
 static void nobufs_wait(struct net_conn *c)
 {
+    HD_ASSERT(!(c->flags & NET_F_NOBUFS));
     c->flags |= NET_F_NOBUFS;
-    c->idle_timer.fn = nobufs_retry;
-    hd_timer_start(c->shard, &c->idle_timer, NET_NOBUFS_RETRY_MS);
+    hd_timer_stop(c->shard, &c->idle_timer);
+    hd_timer_start(c->shard, &c->nobufs_timer, NET_NOBUFS_RETRY_MS);
 }
 
 /* Bytes from a recv: to the codec and app, or kept (in order) while paused or quiet. */
@@ -482,7 +485,7 @@ static int recv_bytes(struct net_conn *c, int32_t res, uint32_t flags)
     bool ring = (flags & IORING_CQE_F_BUFFER) != 0;
     uint16_t bid = (uint16_t)(flags >> IORING_CQE_BUFFER_SHIFT);
     uint8_t *data = ring ? net_bufring_addr(c->ns, bid) : c->recv_frame->data;
-    uint8_t type = c->recv_op.user ? record_type(c) : 0;
+    uint8_t type = (c->flags & NET_F_RECV_TYPED) ? record_type(c) : 0;
     int rc = 0;
     if (ring && c->state == NET_CONN_OPEN &&
         ((c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) || c->held_head != NET_BID_NONE ||
@@ -653,6 +656,7 @@ void net_conn_release(struct net_conn *c, bool notify)
     HD_ASSERT(c->state == NET_CONN_CLOSED && ns->conns_count > 0);
     hd_timer_stop(s, &c->idle_timer);
     hd_timer_stop(s, &c->write_timer);
+    hd_timer_stop(s, &c->nobufs_timer);
     hd_timer_stop(s, &c->deadline_timer);
     hd_flush_cancel(s, &c->flush);
     held_drain(c, false);
@@ -730,6 +734,7 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     c->flags &= ~NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->nobufs_timer);
     hd_timer_stop(c->shard, &c->deadline_timer);
     if (hd_op_busy(&c->recv_op))
         hd_op_cancel(c->shard, &c->recv_op);

@@ -79,8 +79,7 @@ int net_conn_quiet_read(struct net_conn *c, size_t len)
     }
     net_conn_pending_add(c, f); /* len 0 until the read completes */
     io_uring_prep_recv(sqe, c->fd, f->data, len, 0);
-    c->recv_op.user = 0;
-    c->flags |= NET_F_QUIET_READ;
+    c->flags = (c->flags & ~NET_F_RECV_TYPED) | NET_F_QUIET_READ;
     return 0;
 }
 

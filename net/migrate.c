@@ -64,6 +64,7 @@ static void migrate_wait(struct net_conn *c, struct net_migration *m)
     c->flags |= NET_F_MIGRATING;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
+    hd_timer_stop(c->shard, &c->nobufs_timer); /* the destination receives afresh */
     hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);

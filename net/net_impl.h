@@ -75,6 +75,7 @@ enum net_conn_flag {
     NET_F_REOFFER = 1u << 18,     /* net_conn_reoffer: an offer of the kept bytes is deferred */
     NET_F_CODEC_CLOSE = 1u << 19, /* codec->close was asked: the next graceful close is its */
     NET_F_EOF_HELD = 1u << 20,    /* the peer's end came while bytes before it were held */
+    NET_F_RECV_TYPED = 1u << 21,  /* the recv in flight is record-typed (codec->record) */
 };
 
 struct net_conn {
@@ -105,6 +106,7 @@ struct net_conn {
     struct hd_op recv_op, send_op, ctl_op;
     struct hd_flush flush;
     struct hd_timer idle_timer, write_timer;
+    struct hd_timer nobufs_timer; /* NET_F_NOBUFS: the recv's retry (the idle timer is off) */
     uint32_t idle_timeout_ms, write_timeout_ms;
     /* An absolute deadline (net_conn_set_deadline): bytes do not restart it. deadline_at_ms is
      * the shard clock's time of it (0: none), so a move can re-arm what is left. */
