@@ -457,9 +457,10 @@ static void tick(struct hd_shard *s)
     s->now_ms = t2 / 1000000u;
     /* The wait is over: the dispatch below is new work (the watchdog times it from here). */
     atomic_store_explicit(&s->beat, s->stats.ticks | (UINT64_C(1) << 63), memory_order_relaxed);
-    /* Bus messages that arrived during the wait go before its completions: a message another
-     * shard published before the I/O that caused a completion here (an owner telling a guest's
-     * shard to send it home, then answering the duplicate whose peer now sends) is seen first. */
+    /* Bus messages that arrived during the wait go before its completions, cause before effect:
+     * a message another shard published before the I/O that caused a completion here (it sent
+     * bytes whose answer arrives on a connection here) is handled first, so the completion never
+     * acts on state the message retires (a route to a connection that moved or closed). */
     if (hd_bus_pending(s))
         hd_bus_drain(s, HD_BUS_DRAIN_BUDGET);
     unsigned cqes = hd_ops_dispatch(s, HD_CQE_BUDGET_MAX);
