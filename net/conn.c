@@ -155,7 +155,7 @@ int net_conn_adopt(struct hd_shard *s, int fd, const struct net_conn_handler *h,
     c->peer.len = sizeof(c->peer.ss);
     if (getpeername(fd, &c->peer.sa, &c->peer.len) < 0)
         c->peer.len = 0;
-    c->state = NET_CONN_OPEN;
+    net_conn_state_set(c, NET_CONN_OPEN);
     if (c->idle_timeout_ms)
         hd_timer_start(s, &c->idle_timer, c->idle_timeout_ms);
     net_conn_recv_arm(c);
@@ -184,8 +184,7 @@ static void connect_done(struct hd_op *op, int32_t res, uint32_t flags)
         net_conn_maybe_finish(c);
         return;
     }
-    HD_ASSERT(c->state == NET_CONN_CONNECTING); /* CONNECTING -> OPEN, once */
-    c->state = NET_CONN_OPEN;
+    net_conn_state_set(c, NET_CONN_OPEN);
     if (c->idle_timeout_ms)
         hd_timer_start(c->shard, &c->idle_timer, c->idle_timeout_ms);
     net_conn_recv_arm(c);
@@ -214,11 +213,11 @@ int net_conn_connect(struct hd_shard *s, const struct net_addr *addr, uint32_t t
         return -ENOMEM;
     }
     c->peer = *addr;
-    c->state = NET_CONN_CONNECTING;
+    HD_ASSERT(c->state == NET_CONN_CONNECTING); /* fresh: zeroed */
     c->ctl_op.fn = connect_done;
     struct io_uring_sqe *sqe = hd_op_sqe(s, &c->ctl_op);
     if (sqe == NULL) {
-        c->state = NET_CONN_CLOSING;
+        net_conn_state_set(c, NET_CONN_CLOSING);
         c->close_reason = -EBUSY;
         net_conn_maybe_finish(c);
         return -EBUSY;
@@ -601,8 +600,9 @@ static void close_done(struct hd_op *op, int32_t res, uint32_t flags)
 /* Once no op is in flight: close the fd through the ring, then free everything. */
 void net_conn_maybe_finish(struct net_conn *c)
 {
-    /* A move waits for the end of a quiet state: the codec may be in the middle of rekeying. */
-    if ((c->flags & NET_F_MIGRATING) && c->state == NET_CONN_OPEN && !(c->flags & NET_F_QUIET)) {
+    /* A move waits for the end of a quiet state (NET_HOLD_QUIET_MOVE): the codec may be in the
+     * middle of rekeying. */
+    if (c->hold == NET_HOLD_MOVE && c->state == NET_CONN_OPEN) {
         if (c->depth == 0 && !hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) &&
             !hd_op_busy(&c->ctl_op))
             net_migrate_step(c);
@@ -626,7 +626,7 @@ void net_conn_maybe_finish(struct net_conn *c)
     if (c->state != NET_CONN_CLOSING || c->depth > 0 || hd_op_busy(&c->recv_op) ||
         hd_op_busy(&c->send_op) || hd_op_busy(&c->ctl_op))
         return;
-    HD_ASSERT(!(c->flags & NET_F_MIGRATING)); /* a move ends OPEN; a closed one drops it */
+    HD_ASSERT(c->migration == NULL); /* a move ends OPEN; a closed one drops it */
     if (!(c->flags & NET_F_FD_CLOSED)) {
         c->ctl_op.fn = close_done;
         struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->ctl_op);
@@ -642,9 +642,8 @@ void net_conn_maybe_finish(struct net_conn *c)
 
 void net_conn_finish_close(struct net_conn *c)
 {
-    HD_ASSERT(c->state == NET_CONN_CLOSING && (c->flags & NET_F_FD_CLOSED) && c->depth == 0);
-    HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
-    c->state = NET_CONN_CLOSED;
+    HD_ASSERT(c->state == NET_CONN_CLOSING && (c->flags & NET_F_FD_CLOSED));
+    net_conn_state_set(c, NET_CONN_CLOSED); /* asserts no op in flight, no handler running */
     net_conn_release(c, true);
 }
 
@@ -682,7 +681,7 @@ void net_conn_release(struct net_conn *c, bool notify)
     *c->all_pprev = c->all_next;
     if (c->all_next)
         c->all_next->all_pprev = c->all_pprev;
-    free(c->migration); /* closed while waiting to move: the package was never filled */
+    HD_ASSERT(c->migration == NULL); /* a close frees a waiting move's package, a move sends it */
     if (c->rmsg)
         hd_slab_put(ns->rmsgs, c->rmsg);
     ns->conns_count--;
@@ -726,12 +725,15 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
         hd_flush_request(c->shard, &c->flush);
         return;
     }
-    HD_ASSERT(c->state == NET_CONN_OPEN || c->state == NET_CONN_CONNECTING);
-    c->state = NET_CONN_CLOSING; /* OPEN/CONNECTING -> CLOSING, once */
+    net_conn_state_set(c, NET_CONN_CLOSING); /* OPEN/CONNECTING -> CLOSING, once */
     c->close_reason = reason;
-    /* Closed while waiting to move (an op still in flight failed): the move is off, and
-     * net_conn_release frees its empty package. */
-    c->flags &= ~NET_F_MIGRATING;
+    /* Closed while waiting to move (an op still in flight failed): the move is off, and its
+     * package, still empty, goes. */
+    if (c->migration != NULL) {
+        free(c->migration);
+        c->migration = NULL;
+        net_conn_hold_set(c, c->hold == NET_HOLD_QUIET_MOVE ? NET_HOLD_QUIET : NET_HOLD_NONE);
+    }
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
     hd_timer_stop(c->shard, &c->nobufs_timer);

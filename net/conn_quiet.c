@@ -17,7 +17,8 @@ int net_conn_quiet_begin(struct net_conn *c)
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & NET_F_MIGRATING))
         return -EBUSY;
-    c->flags |= NET_F_QUIET | NET_F_QUIET_WAIT;
+    net_conn_hold_set(c, NET_HOLD_QUIET); /* from steady, or another round */
+    c->flags |= NET_F_QUIET_WAIT;
     if (hd_op_busy(&c->recv_op) && !(c->flags & NET_F_QUIET_READ))
         hd_op_cancel(c->shard, &c->recv_op); /* its last CQE (or the flush) runs the check */
     hd_flush_request(c->shard, &c->flush);
@@ -26,7 +27,9 @@ int net_conn_quiet_begin(struct net_conn *c)
 
 void net_conn_quiet_end(struct net_conn *c)
 {
-    c->flags &= ~(NET_F_QUIET | NET_F_QUIET_WAIT);
+    c->flags &= ~NET_F_QUIET_WAIT;
+    if (c->hold == NET_HOLD_QUIET || c->hold == NET_HOLD_QUIET_MOVE) /* else: not quiet now */
+        net_conn_hold_set(c, c->hold == NET_HOLD_QUIET ? NET_HOLD_NONE : NET_HOLD_MOVE);
     if (c->state != NET_CONN_OPEN)
         return;
     c->depth++;

@@ -120,7 +120,7 @@ void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn 
     }
     HD_ASSERT(w.len == w.cap);
     int fd = c->fd;
-    c->state = NET_CONN_CLOSED; /* released without on_close; the fd is not closed */
+    net_conn_state_set(c, NET_CONN_CLOSED); /* released without on_close; fd not closed */
     net_conn_release(c, false);
     done(fd, w.p, w.len, arg);
     free(w.p);
@@ -275,12 +275,12 @@ int net_conn_import(struct hd_shard *s, int fd, const uint8_t *blob, size_t len,
     struct net_conn *c = net_conn_new(s, fd, h, app, &v.opt);
     if (c == NULL)
         return -ENOMEM;
-    c->state = NET_CONN_OPEN;
+    net_conn_state_set(c, NET_CONN_OPEN);
     rc = import_state(c, &v);
     if (rc == 0 && v.codec_len > 0)
         rc = load(c, v.codec, v.codec_len);
     if (rc < 0) { /* let go of everything but the fd, which stays the caller's */
-        c->state = NET_CONN_CLOSED;
+        net_conn_state_set(c, NET_CONN_CLOSED);
         net_conn_release(c, false);
         return rc;
     }

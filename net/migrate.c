@@ -61,10 +61,10 @@ static struct net_migration *migrate_start(struct net_conn *c)
 static void migrate_wait(struct net_conn *c, struct net_migration *m)
 {
     c->migration = m;
-    c->flags |= NET_F_MIGRATING;
+    net_conn_hold_set(c, c->hold == NET_HOLD_QUIET ? NET_HOLD_QUIET_MOVE : NET_HOLD_MOVE);
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
-    hd_timer_stop(c->shard, &c->nobufs_timer); /* the destination receives afresh */
+    hd_timer_stop(c->shard, &c->nobufs_timer);   /* the destination receives afresh */
     hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);
@@ -215,13 +215,13 @@ void net_migrate_step(struct net_conn *c)
     struct net_migration *m = c->migration;
     struct hd_shard *s = c->shard;
     /* net_conn_maybe_finish calls this once nothing of c is in flight and it is still open */
-    HD_ASSERT(m != NULL && m->c == c && (c->flags & NET_F_MIGRATING));
-    HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0 && !(c->flags & NET_F_QUIET));
+    HD_ASSERT(m != NULL && m->c == c && c->hold == NET_HOLD_MOVE);
+    HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0);
     HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
     HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s) && c->codec_at == NET_CODEC_LOWER);
+    c->migration = NULL; /* the package is sent, or freed here */
+    net_conn_hold_set(c, NET_HOLD_NONE);
     if (m->export_done) { /* to another process (export.c) */
-        c->migration = NULL;
-        c->flags &= ~NET_F_MIGRATING;
         net_export_step(c, m->export_save, m->export_done, m->export_arg);
         free(m);
         return;
@@ -235,14 +235,11 @@ void net_migrate_step(struct net_conn *c)
         hd_log_rl(HD_LOG_WARN, "net: cannot move a connection: %s", strerror(-rc));
     }
     if (rc < 0) {
-        c->migration = NULL;
-        c->flags &= ~NET_F_MIGRATING;
         net_conn_close(c, rc, false);
         return;
     }
     take_rest(c, m);
-    c->migration = NULL;
-    c->state = NET_CONN_CLOSED;
+    net_conn_state_set(c, NET_CONN_CLOSED); /* moved: released without on_close */
     m->c = NULL;
     net_conn_release(c, false);
     hd_timer_init(&m->retry, migrate_retry);
@@ -326,7 +323,7 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     c->upper_tail = m->upper_tail;
     m->rx_tail = m->raw_tail = m->upper_tail = NULL;
     m->upper = NULL;
-    c->state = NET_CONN_OPEN;
+    net_conn_state_set(c, NET_CONN_OPEN);
     if (rc == 0)
         rc = requeue(c, &c->plain, m->plain, m->plain_count);
     if (rc == 0)

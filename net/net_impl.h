@@ -55,6 +55,14 @@ struct net_recv_msg {
     } control;
 };
 
+/* What holds an open connection away from its steady state (conn_life.c has the table). */
+enum net_conn_hold {
+    NET_HOLD_NONE,       /* steady: receiving, decoding, sending */
+    NET_HOLD_QUIET,      /* a codec holds the socket still (net_conn_quiet_begin .. _end) */
+    NET_HOLD_MOVE,       /* a move or export waits until no op is in flight (migrate.c) */
+    NET_HOLD_QUIET_MOVE, /* a move asked for while quiet: it waits for the quiet state's end */
+};
+
 enum net_conn_flag {
     NET_F_RECV_PAUSED = 1u << 0,
     NET_F_SEND_PAUSED = 1u << 1, /* above the high watermark, source told to pause */
@@ -63,9 +71,9 @@ enum net_conn_flag {
     NET_F_WR_SHUT = 1u << 4,     /* write side is shut */
     NET_F_NOBUFS = 1u << 5,      /* recv waits for the buffer ring to refill */
     NET_F_FD_CLOSED = 1u << 6,
-    NET_F_MIGRATING = 1u << 7,    /* moving to another shard once its ops are done */
+    NET_F_MIGRATING = 1u << 7,    /* hold MOVE or QUIET_MOVE (written by net_conn_hold_set) */
     NET_F_ENCODING = 1u << 8,     /* inside codec->encode (a flush is running) */
-    NET_F_QUIET = 1u << 9,        /* a layer holds the socket still (net_conn_quiet_begin) */
+    NET_F_QUIET = 1u << 9,        /* hold QUIET or QUIET_MOVE (written by net_conn_hold_set) */
     NET_F_QUIET_WAIT = 1u << 10,  /* ... and waits for codec->quiesced */
     NET_F_QUIET_READ = 1u << 11,  /* recv_op is a net_conn_quiet_read */
     NET_F_ENCODE_DUE = 1u << 12,  /* the codec holds plaintext of its own: encode at the flush */
@@ -93,6 +101,7 @@ struct net_conn {
      * output queue and what it takes comes from its own input. Outside any hook (the app, a
      * timer) it is NET_CODEC_LOWER. */
     uint8_t codec_at;
+    uint8_t hold; /* enum net_conn_hold: changed by net_conn_hold_set only */
     const struct net_conn_handler *h;
     void *app;
     const struct net_codec *codec;
@@ -126,7 +135,7 @@ struct net_conn {
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_recv_msg *rmsg;              /* record-typed receive only: from its first read */
-    struct net_migration *migration;        /* while NET_F_MIGRATING */
+    struct net_migration *migration;        /* while held for a move (NET_HOLD_*MOVE) */
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
     struct hd_handle handle;                /* net_conn_handle: closed just before on_close */
 };
@@ -222,6 +231,10 @@ void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn 
 int net_conn_input(struct net_conn *c, uint8_t *data, size_t len);
 int net_conn_tails_replay(struct net_conn *c);
 void net_conn_tail_drop(struct net_conn *c, struct hd_frame **tailp);
+
+/* conn_life.c: every change of c->state and c->hold, checked against the tables there. */
+void net_conn_state_set(struct net_conn *c, enum net_conn_state to);
+void net_conn_hold_set(struct net_conn *c, enum net_conn_hold to);
 
 /* conn.c / conn_send.c */
 struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
