@@ -13,6 +13,16 @@
 
 #define PAYLOAD 100u
 
+/* A packet of PAYLOAD bytes from src to key, routed as on_send_packet routes it. */
+static struct srv_routed route(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
+                               const uint8_t src[DERP_KEY_LEN], enum srv_kind kind, bool fwd)
+{
+    struct hd_frame *f = srvt_route_frame(ds, key, src, PAYLOAD);
+    f->app_flags =
+        (uint8_t)((kind == SRV_KIND_DISCO ? SRV_ROUTE_DISCO : 0) | (fwd ? SRV_ROUTE_FORWARDED : 0));
+    return srv_route(ds, f, srv_hash_node_key(key));
+}
+
 static uint64_t dropped(const struct srv_shard *ds, enum srv_drop why)
 {
     return ds->ctr.packets_dropped[why][SRV_KIND_OTHER];
@@ -71,16 +81,16 @@ static void route_body(struct srv_shard *ds, void *arg)
     srvt_key_owned(ds, 1, 0, there);
     srvt_key_owned(ds, 0, 1, moving);
     /* a key this shard owns, nobody connected: dropped here, counted with its bytes */
-    struct srv_routed r =
-        srv_route(ds, srvt_route_frame(ds, here, src, PAYLOAD), SRV_KIND_OTHER, false);
-    SRVT_CHECK(!r.crossed && r.behind == NULL && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
+    struct srv_routed r = route(ds, here, src, SRV_KIND_OTHER, false);
+    SRVT_CHECK(r.to == SRV_ROUTED_NONE && r.behind == NULL &&
+               dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
     SRVT_CHECK(ds->ctr.bytes_dropped[SRV_DROP_UNKNOWN_DEST][SRV_KIND_OTHER] == PAYLOAD);
     /* the same, come from a mesh peer: its own reason */
-    r = srv_route(ds, srvt_route_frame(ds, here, src, PAYLOAD), SRV_KIND_OTHER, true);
-    SRVT_CHECK(!r.crossed && dropped(ds, SRV_DROP_UNKNOWN_DEST_ON_FWD) == 1);
+    r = route(ds, here, src, SRV_KIND_OTHER, true);
+    SRVT_CHECK(r.to == SRV_ROUTED_NONE && dropped(ds, SRV_DROP_UNKNOWN_DEST_ON_FWD) == 1);
     /* a key shard 1 owns: one bus hop, dropped and counted there */
-    r = srv_route(ds, srvt_route_frame(ds, there, src, PAYLOAD), SRV_KIND_OTHER, false);
-    SRVT_CHECK(r.crossed && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
+    r = route(ds, there, src, SRV_KIND_OTHER, false);
+    SRVT_CHECK(r.to == SRV_ROUTED_OWNER && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
     /* a key whose one connection is on its way to shard 1: held, up to the cap */
     struct srv_peer *p = calloc(1, sizeof(*p));
     SRVT_CHECK(p != NULL);
@@ -92,16 +102,16 @@ static void route_body(struct srv_shard *ds, void *arg)
     SRVT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
     rs[0].travelling = p;
     for (unsigned i = 0; i < SRV_PLACE_HELD_MAX; i++) {
-        r = srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
-        SRVT_CHECK(!r.crossed); /* crossed counts only with packing (its senders follow) */
+        r = route(ds, moving, src, SRV_KIND_OTHER, false);
+        SRVT_CHECK(r.to == SRV_ROUTED_GUEST); /* placement follows it only with packing */
     }
     SRVT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 0);
-    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
+    (void)route(ds, moving, src, SRV_KIND_OTHER, false);
     SRVT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 1);
     /* it arrived, as far as this shard knows, but shard 1 has no such guest: the packet goes
      * there, comes back once (bounced), and is dropped here */
     p->placing = false;
-    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
+    (void)route(ds, moving, src, SRV_KIND_OTHER, false);
     p->placing = true; /* the held packets stay until the poll frees them */
     poll_start(&rs[0], ds, 2);
 }
@@ -195,9 +205,9 @@ static void held_kind_body(struct srv_shard *ds, void *arg)
     cl->peer = p;
     cl->placing = true;
     ds->ctr.clients_local = 1;
-    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_DISCO, false);
-    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, false);
-    (void)srv_route(ds, srvt_route_frame(ds, moving, src, PAYLOAD), SRV_KIND_OTHER, true);
+    (void)route(ds, moving, src, SRV_KIND_DISCO, false);
+    (void)route(ds, moving, src, SRV_KIND_OTHER, false);
+    (void)route(ds, moving, src, SRV_KIND_OTHER, true);
     SRVT_CHECK(p->held_count == 3);
     srv_place_closed(cl); /* closed before it left: what waited for it is dropped, counted */
     const uint64_t *gone = ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED];

@@ -107,15 +107,6 @@ static int send_urgent(struct srv_client *cl, const uint8_t *frame, size_t len)
     return ctl_sent(cl, net_conn_send_urgent(cl->conn, frame, len));
 }
 
-static void drop_frame(struct srv_client *cl, struct hd_frame *f, enum srv_drop why)
-{
-    enum srv_kind kind = (f->app_flags & 1) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
-    cl->ds->ctr.packets_dropped[why][kind]++;
-    cl->ds->ctr.bytes_dropped[why][kind] +=
-        f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    hd_frame_unref(cl->ds->s, f);
-}
-
 /* The time each queued packet went in (hd_now_ms, 32 bits), after the queues' slots. */
 static uint32_t *queue_times(const struct srv_client *cl)
 {
@@ -130,7 +121,7 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f, uint64_t que
     cl->ds->queue_avg_ms = 0.1 * (double)queued_ms + 0.9 * cl->ds->queue_avg_ms;
     int rc = net_conn_send(cl->conn, f, SRV_ROUTE_OFF, len);
     if (rc < 0) {
-        drop_frame(cl, f, SRV_DROP_WRITE_ERROR);
+        srv_packet_drop(cl->ds, f, SRV_DROP_WRITE_ERROR);
         return;
     }
     cl->ds->ctr.packets_sent++;
@@ -144,16 +135,15 @@ static void write_packet(struct srv_client *cl, struct hd_frame *f, uint64_t que
 
 /* While the connection keeps up (its send queue under the high watermark), packets go straight
  * to it; the two 32-packet queues fill only while it is backed up, and there derper's policy
- * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one.
- * Returns 0 (written), SRV_ENQUEUED_BEHIND (queued behind its backlog: server_wait.c) or
- * -errno (dropped, counted). */
-int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind)
+ * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one. */
+int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f)
 {
+    enum srv_kind kind = srv_frame_kind(f);
     struct srv_pktq *q = &cl->q[kind];
     if (cl->phase != SRV_CLIENT_ACTIVE) {
         if (cl->exporting) /* on its way to the successor: lost in the hand-over */
             cl->ds->handover_dropped++;
-        drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
+        srv_packet_drop(cl->ds, f, SRV_DROP_GONE_DISCONNECTED);
         return -EPIPE;
     }
     if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0) {
@@ -163,7 +153,7 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind 
     if (cl->qslots == NULL) { /* the slots, then each slot's time in (hd_now_ms, 32 bits) */
         cl->qslots = malloc(SRV_KINDS * SRV_QUEUE_DEPTH * (sizeof(*cl->qslots) + 4));
         if (cl->qslots == NULL) { /* no room to wait: as a full queue */
-            drop_frame(cl, f, SRV_DROP_QUEUE_TAIL);
+            srv_packet_drop(cl->ds, f, SRV_DROP_QUEUE_TAIL);
             return -ENOBUFS;
         }
     }
@@ -180,9 +170,9 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind 
         struct hd_frame *old = slots[q->head];
         q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
         q->count--;
-        drop_frame(cl, old, SRV_DROP_QUEUE_HEAD);
+        srv_packet_drop(cl->ds, old, SRV_DROP_QUEUE_HEAD);
     }
-    drop_frame(cl, f, SRV_DROP_QUEUE_TAIL);
+    srv_packet_drop(cl->ds, f, SRV_DROP_QUEUE_TAIL);
     return -ENOBUFS;
 }
 
@@ -548,8 +538,7 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     uint32_t out_len = DERP_FRAME_HEADER_LEN + DERP_KEY_LEN + pkt_len;
     struct hd_frame *f = srv_frame_get_data(cl, SRV_ROUTE_OFF + out_len);
     if (f == NULL) { /* the pool's reserve or this sender's share reached (server_frames.c) */
-        ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
-        ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] += pkt_len;
+        srv_packet_drop_count(ds, SRV_DROP_QUEUE_TAIL, kind, pkt_len);
         hd_log_rl(HD_LOG_WARN, "frame pool at a sender's share or the reserve: packet dropped");
         return;
     }
@@ -559,19 +548,20 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
                                          DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, src, pkt_len);
     memcpy(f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN, pkt, pkt_len);
     f->len = SRV_ROUTE_OFF + out_len;
-    f->app_flags = kind == SRV_KIND_DISCO ? 1 : 0;
-    /* A sender mostly sends to one peer: its last destination's hash is kept here, so the
-     * owner and table-slot lookups in srv_route hash nothing (the thread's one-key memo alone
-     * misses whenever packets of two directions or two pairs alternate, as they do). */
-    srv_hash_memo = cl->dst_hash;
-    struct srv_routed r = srv_route(ds, f, kind, forward);
-    cl->dst_hash = srv_hash_memo;
+    f->app_flags = (uint8_t)((kind == SRV_KIND_DISCO ? SRV_ROUTE_DISCO : 0) |
+                             (forward ? SRV_ROUTE_FORWARDED : 0));
+    /* A sender mostly sends to one peer: its last destination's hash is kept with it, so the
+     * owner shard and the table slot cost no hash; the hash goes on with the packet. */
+    struct srv_routed r = srv_route(ds, f, srv_hash_memo_get(&cl->dst_hash, dst));
     if (forward)
         return;
     if (srv_wait_note(cl, dst, r.behind) || !ds->cfg->placement)
         return; /* waiting: no move now (a backed-up receiver is no reason to go) */
-    if (r.crossed)
-        srv_place_note(cl, dst); /* it crossed the bus */
+    /* Placement follows a packet that crossed the bus; on the owner, one its connection's guest
+     * shard took only with packing (without, a sender on the owner that follows broke the
+     * duplicate test). */
+    if (r.to == SRV_ROUTED_OWNER || (r.to == SRV_ROUTED_GUEST && ds->cfg->pack))
+        srv_place_note(cl, dst);
     else if (ds->cfg->pack)
         srv_pack_note(cl, dst); /* it stayed on this shard */
 }
@@ -761,7 +751,7 @@ static void client_closed(struct net_conn *c, int reason)
         struct hd_frame *f;
         uint64_t queued_ms;
         while ((f = queue_pop(cl, k, &queued_ms)) != NULL)
-            drop_frame(cl, f, SRV_DROP_GONE_DISCONNECTED);
+            srv_packet_drop(cl->ds, f, SRV_DROP_GONE_DISCONNECTED);
     }
     ds->cfg->hooks->closed(cl); /* a pending admission or re-check request */
     srv_sources_drop(cl);

@@ -14,11 +14,9 @@
 _Static_assert(HD_SIPHASH_KEY_LEN == SRV_HASH_KEY_LEN, "SipHash takes a 16-byte key");
 
 static uint8_t hash_key[SRV_HASH_KEY_LEN];
-__thread struct srv_hash_memo srv_hash_memo;
 
 void srv_hash_init(const uint8_t *key)
 {
-    srv_hash_memo.valid = false; /* this thread's; shards start after the key is set */
     if (key)
         memcpy(hash_key, key, sizeof(hash_key));
     else

@@ -20,20 +20,23 @@ uint64_t srv_hash(const void *data, size_t len);
  * the rest adds nothing but instructions on the per-packet path). Its low bits pick the
  * peer-table slot, its high 32 bits the owner shard, so the two choices are independent. */
 #define SRV_HASH_NODE_KEY_BYTES 16
-/* The last node key this thread hashed: a relayed packet's destination is hashed for its owner
- * shard and again for the table slot, back to back (one hash instead of two per packet). */
+static inline uint64_t srv_hash_node_key(const uint8_t *key)
+{
+    return srv_hash(key, SRV_HASH_NODE_KEY_BYTES);
+}
+/* One node key's hash, remembered: a sender's last destination (struct srv_client.dst_hash). A
+ * sender mostly sends to one peer, so its packets' destinations hash nothing; the hash goes to
+ * the routing call as an argument (srv_route) and on with the packet. */
 struct srv_hash_memo {
     bool valid;
     uint8_t key[SRV_HASH_NODE_KEY_BYTES];
     uint64_t h;
 };
-extern __thread struct srv_hash_memo srv_hash_memo;
-static inline uint64_t srv_hash_node_key(const uint8_t *key)
+static inline uint64_t srv_hash_memo_get(struct srv_hash_memo *m, const uint8_t *key)
 {
-    struct srv_hash_memo *m = &srv_hash_memo;
     if (m->valid && memcmp(m->key, key, SRV_HASH_NODE_KEY_BYTES) == 0)
         return m->h;
-    m->h = srv_hash(key, SRV_HASH_NODE_KEY_BYTES);
+    m->h = srv_hash_node_key(key);
     memcpy(m->key, key, SRV_HASH_NODE_KEY_BYTES);
     m->valid = true;
     return m->h;

@@ -50,9 +50,11 @@ void srv_peers_fini(struct srv_peer_table *t)
     t->slots = NULL;
 }
 
-struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
+struct srv_peer *srv_peers_find_h(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN],
+                                  uint64_t h)
 {
-    for (uint32_t i = slot_of(t, key), probes = 0;; i = (i + 1) & (t->cap - 1)) {
+    HD_DASSERT(h == srv_hash_node_key(key));
+    for (uint32_t i = srv_key_slot(h, t->cap - 1), probes = 0;; i = (i + 1) & (t->cap - 1)) {
         HD_ASSERT(probes++ < t->cap); /* at most half full: a free slot ends every probe */
         struct srv_peer *p = t->slots[i];
         if (p == NULL)
@@ -60,6 +62,11 @@ struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP
         if (memcmp(p->key.bytes, key, DERP_KEY_LEN) == 0)
             return p;
     }
+}
+
+struct srv_peer *srv_peers_find(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
+{
+    return srv_peers_find_h(t, key, srv_hash_node_key(key));
 }
 
 static void table_put(struct srv_peer_table *t, struct srv_peer *p)
@@ -399,115 +406,121 @@ void srv_note_activity(struct srv_shard *ds, struct srv_client *cl)
 
 /* ---------------------------------------------------------------- routing */
 
-/* On the key's owner shard. flags: the route message's (kind, forwarded, SRV_ROUTE_*).
- * crossed: the frame went on to the key's guest shard (or waits for it to arrive there). */
-static struct srv_routed deliver(struct srv_shard *ds, struct hd_frame *f, uint32_t flags)
+void srv_packet_drop_count(struct srv_shard *ds, enum srv_drop why, enum srv_kind kind,
+                           uint64_t bytes)
 {
-    enum srv_kind kind = (enum srv_kind)(flags & 1);
-    bool forwarded = (flags & 2) != 0;
-    struct srv_peer *p = srv_peers_find(&ds->peers, f->data);
-    uint32_t len = f->len - SRV_ROUTE_OFF;
-    struct srv_routed r = {0};
-    if (p && p->active) { /* local always wins (§7) */
-        if (srv_client_enqueue(p->active, f, kind) == SRV_ENQUEUED_BEHIND)
-            r.behind = p->active;
-        return r;
-    }
-    if (p && p->guest_at && !(flags & SRV_ROUTE_BOUNCED)) { /* it lives on another shard */
-        srv_place_deliver(ds, p, f, flags & 3u);
-        r.crossed = true;
-        return r;
-    }
-    if (p && p->clients_count == 0 && !forwarded) { /* only the mesh has it: one hop */
-        srv_mesh_forward(ds, f, p->fwd[0]);
-        return r;
-    }
+    ds->ctr.packets_dropped[why][kind]++;
+    ds->ctr.bytes_dropped[why][kind] += bytes;
+}
+
+void srv_packet_drop(struct srv_shard *ds, struct hd_frame *f, enum srv_drop why)
+{
+    HD_ASSERT(f->len >= SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN);
+    srv_packet_drop_count(ds, why, srv_frame_kind(f),
+                          f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
+    hd_frame_unref(ds->s, f);
+}
+
+/* No route for f (p: the key's entry, or NULL): counted, and NotHere for a disco packet. */
+static void not_here(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f)
+{
+    bool forwarded = (f->app_flags & SRV_ROUTE_FORWARDED) != 0;
     enum srv_drop why = p && p->clients_count >= 2 ? SRV_DROP_DUP_CLIENT
                         : forwarded                ? SRV_DROP_UNKNOWN_DEST_ON_FWD
                                                    : SRV_DROP_UNKNOWN_DEST;
-    ds->ctr.packets_dropped[why][kind]++;
-    ds->ctr.bytes_dropped[why][kind] += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
     if (ds->handing_over) { /* its receiver left for the successor: no NotHere */
         ds->handover_dropped++;
-        hd_frame_unref(ds->s, f);
-        return r;
+        srv_packet_drop(ds, f, why);
+        return;
     }
     /* §6.2/§7: NotHere to the connection the packet came on: the sender, or the mesh peer that
      * forwarded it (so that it forgets the route). */
-    if (kind == SRV_KIND_DISCO && why != SRV_DROP_DUP_CLIENT)
+    if (srv_frame_kind(f) == SRV_KIND_DISCO && why != SRV_DROP_DUP_CLIENT)
         srv_not_here(ds, f->data + SRV_ROUTE_REPLY_OFF, f->data);
-    hd_frame_unref(ds->s, f);
+    srv_packet_drop(ds, f, why);
+}
+
+/* On the key's owner shard; bounced: the guest's shard sent it back (never to a guest again). */
+static struct srv_routed deliver(struct srv_shard *ds, struct hd_frame *f, uint64_t h, bool bounced)
+{
+    struct srv_peer *p = srv_peers_find_h(&ds->peers, f->data, h);
+    struct srv_routed r = {.to = SRV_ROUTED_LOCAL};
+    if (p && p->active) { /* local always wins (§7) */
+        if (srv_client_enqueue(p->active, f) == SRV_ENQUEUED_BEHIND)
+            r.behind = p->active;
+        return r;
+    }
+    if (p && p->guest_at && !bounced) { /* it lives on another shard */
+        srv_place_deliver(ds, p, f, h);
+        r.to = SRV_ROUTED_GUEST;
+        return r;
+    }
+    if (p && p->clients_count == 0 && !(f->app_flags & SRV_ROUTE_FORWARDED)) {
+        srv_mesh_forward(ds, f, p->fwd[0]); /* only the mesh has it: one hop */
+        r.to = SRV_ROUTED_MESH;
+        return r;
+    }
+    not_here(ds, p, f);
+    r.to = SRV_ROUTED_NONE;
     return r;
 }
 
-static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind);
+/* The bus to shard `to` was full: dropped as a full queue would, never blocking the reader. */
+static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f)
+{
+    ds->ctr.bus_dropped++;
+    srv_packet_drop(ds, f, SRV_DROP_QUEUE_TAIL);
+}
 
 void srv_route_msg(struct hd_shard *s, const struct hd_msg *m)
 {
-    struct srv_shard *ds = srv_shard_at(s, (unsigned)m->u64[1]);
+    struct srv_shard *ds = srv_shard_at(s, (unsigned)(m->u64[1] & UINT32_MAX));
     struct hd_frame *f = m->ptr;
-    uint32_t flags = (uint32_t)m->u64[0];
+    uint64_t h = m->u64[0];
+    uint32_t flags = (uint32_t)(m->u64[1] >> 32);
+    HD_ASSERT((flags & ~(SRV_ROUTE_TO_GUEST | SRV_ROUTE_BOUNCED)) == 0);
     if (ds == NULL || hd_shard_stopping(s)) {
-        if (ds) { /* the process stops: counted, as every packet a relay loses */
-            ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED][flags & 1]++;
-            ds->ctr.bytes_dropped[SRV_DROP_GONE_DISCONNECTED][flags & 1] +=
-                f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-        }
-        hd_frame_unref(s, f);
+        if (ds) /* the process stops: counted, as every packet a relay loses */
+            srv_packet_drop(ds, f, SRV_DROP_GONE_DISCONNECTED);
+        else
+            hd_frame_unref(s, f);
         return;
     }
     if (!(flags & SRV_ROUTE_TO_GUEST)) {
-        (void)deliver(ds, f, flags);
+        (void)deliver(ds, f, h, (flags & SRV_ROUTE_BOUNCED) != 0);
         return;
     }
-    enum srv_kind kind = (enum srv_kind)(flags & 1);
-    struct srv_client *cl = srv_place_guest(ds, f->data);
+    struct srv_client *cl = srv_place_guest_h(ds, f->data, h);
     if (cl) {
-        (void)srv_client_enqueue(cl, f, kind); /* no sender here to wait */
+        (void)srv_client_enqueue(cl, f); /* no sender here to wait */
         return;
     }
     /* The guest left (closed, or on its way home): back to the owner, who knows what now. */
-    struct hd_msg b = {
-        .fn = srv_route_msg, .ptr = f, .u64 = {(flags & 3u) | SRV_ROUTE_BOUNCED, m->u64[1]}};
-    if (hd_bus_send(s, srv_owner(ds, f->data), &b) < 0)
-        route_drop_bus(ds, f, kind);
+    struct hd_msg b = srv_route_msg_make(ds, f, h, SRV_ROUTE_BOUNCED);
+    if (hd_bus_send(s, srv_key_shard(h, hd_shard_count(s)), &b) < 0)
+        route_drop_bus(ds, f);
 }
 
-static void route_drop_bus(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind)
+struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, uint64_t h)
 {
-    ds->ctr.bus_dropped++;
-    ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
-    ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
-        f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    hd_frame_unref(ds->s, f);
-}
-
-struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind,
-                            bool forwarded)
-{
-    unsigned owner = srv_owner(ds, f->data);
-    uint32_t flags = kind | (forwarded ? 2u : 0u);
-    struct srv_routed r = {0};
-    /* crossed only if the key's connection is a guest; placement follows it there only with
-     * packing (without, a sender on the owner that follows broke the duplicate test) */
-    if (owner == hd_shard_id(ds->s)) {
-        r = deliver(ds, f, flags);
-        r.crossed = r.crossed && ds->cfg->pack;
-        return r;
-    }
-    struct srv_client *guest = srv_place_guest(ds, f->data); /* placed here beside its peer */
+    HD_ASSERT((f->app_flags & ~SRV_ROUTE_PACKET_FLAGS) == 0);
+    unsigned owner = srv_key_shard(h, hd_shard_count(ds->s));
+    if (owner == hd_shard_id(ds->s))
+        return deliver(ds, f, h, false);
+    struct srv_routed r = {.to = SRV_ROUTED_LOCAL};
+    struct srv_client *guest = srv_place_guest_h(ds, f->data, h); /* placed beside its peer */
     if (guest) {
-        if (srv_place_guest_enqueue(guest, f, kind, forwarded) == SRV_ENQUEUED_BEHIND)
+        if (srv_place_guest_enqueue(guest, f) == SRV_ENQUEUED_BEHIND)
             r.behind = guest;
         return r;
     }
-    struct hd_msg m = {.fn = srv_route_msg, .ptr = f, .u64 = {flags, ds->instance}};
+    struct hd_msg m = srv_route_msg_make(ds, f, h, 0);
     if (hd_bus_send(ds->s, owner, &m) < 0) {
-        /* The owner's bus is full: drop like a full queue would, never block the reader. */
-        route_drop_bus(ds, f, kind);
+        route_drop_bus(ds, f);
+        r.to = SRV_ROUTED_NONE;
         return r;
     }
-    r.crossed = true;
+    r.to = SRV_ROUTED_OWNER;
     return r;
 }
 

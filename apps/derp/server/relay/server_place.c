@@ -115,17 +115,11 @@ static void place_set(struct srv_client *cl, enum place_state to)
 }
 
 /* A packet waiting in a peer entry's held (owner: its connection travels; guest shard: it
- * settles) keeps its route flags in app_flags: bit 0 the kind (disco), bit 1 forwarded. */
-static void held_put(struct srv_peer *p, struct hd_frame *f, uint32_t flags)
+ * settles); its flags travel in its frame (SRV_ROUTE_DISCO, SRV_ROUTE_FORWARDED). */
+static void held_put(struct srv_peer *p, struct hd_frame *f)
 {
     HD_ASSERT(p->placing && p->held != NULL && p->held_count < SRV_PLACE_HELD_MAX);
-    f->app_flags = (uint8_t)(flags & 3u);
     p->held[p->held_count++] = f;
-}
-
-static enum srv_kind held_kind(const struct hd_frame *h)
-{
-    return (enum srv_kind)(h->app_flags & 1); /* as held_put stored it: the route flags' bit 0 */
 }
 
 static void held_release(struct srv_shard *ds, struct srv_peer *p);
@@ -139,12 +133,18 @@ static void tell_owner(struct srv_shard *ds, const struct derp_pubkey *key, srv_
         srv_event_send(ds, srv_owner(ds, key->bytes), fn, f, here(ds));
 }
 
-struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+struct srv_client *srv_place_guest_h(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
+                                     uint64_t h)
 {
     if (ds->guests.count == 0)
         return NULL;
-    struct srv_peer *g = srv_peers_find(&ds->guests, key);
+    struct srv_peer *g = srv_peers_find_h(&ds->guests, key, h);
     return g ? g->active : NULL;
+}
+
+struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    return ds->guests.count ? srv_place_guest_h(ds, key, srv_hash_node_key(key)) : NULL;
 }
 
 /* ---------------------------------------------------------------- deciding to move */
@@ -318,15 +318,14 @@ static void guest_settled_event(struct srv_shard *ds, struct hd_frame *f, uint64
         held_release(ds, cl->peer);
 }
 
-int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
-                            bool forwarded)
+int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f)
 {
     struct srv_peer *g = cl->peer;
     if (g && g->placing && g->held_count == SRV_PLACE_HELD_MAX)
         held_release(cl->ds, g); /* the owner's event is late (a full bus): bounded, in order */
     if (g == NULL || !g->placing)
-        return srv_client_enqueue(cl, f, kind);
-    held_put(g, f, kind | (forwarded ? 2u : 0u));
+        return srv_client_enqueue(cl, f);
+    held_put(g, f);
     return 0;
 }
 
@@ -338,10 +337,9 @@ static void guest_leave(struct srv_shard *ds, struct srv_client *cl)
         srv_peers_remove(&ds->guests, g);
         cl->peer = NULL;
         /* Packets still settling go where packets for the key go now: to its owner. */
-        for (unsigned i = 0; i < g->held_count; i++) {
-            struct hd_frame *h = g->held[i];
-            (void)srv_route(ds, h, held_kind(h), (h->app_flags & 2) != 0);
-        }
+        uint64_t h = g->held_count ? srv_hash_node_key(g->key.bytes) : 0;
+        for (unsigned i = 0; i < g->held_count; i++)
+            (void)srv_route(ds, g->held[i], h);
         free(g->held);
         free(g);
     }
@@ -409,51 +407,34 @@ static void home_ask_event(struct srv_shard *ds, struct hd_frame *f, uint64_t ar
 static void held_drop(struct srv_shard *ds, struct srv_peer *p)
 {
     HD_ASSERT(p->placing && p->held != NULL && p->held_count <= SRV_PLACE_HELD_MAX);
-    for (unsigned i = 0; i < p->held_count; i++) {
-        struct hd_frame *f = p->held[i];
-        enum srv_kind kind = held_kind(f);
-        ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED][kind]++;
-        ds->ctr.bytes_dropped[SRV_DROP_GONE_DISCONNECTED][kind] +=
-            f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-        hd_frame_unref(ds->s, f);
-    }
+    for (unsigned i = 0; i < p->held_count; i++)
+        srv_packet_drop(ds, p->held[i], SRV_DROP_GONE_DISCONNECTED);
     free(p->held);
     p->held = NULL;
     p->held_count = 0;
     p->placing = false;
 }
 
-static void to_guest(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
+/* h: p's key's hash (it travels with the message: the guest's shard finds its guest by it). */
+static void to_guest(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint64_t h)
 {
     HD_ASSERT(p->guest_at != 0 && (unsigned)p->guest_at - 1 != here(ds)); /* lives elsewhere */
-    struct hd_msg m = {
-        .fn = srv_route_msg, .ptr = f, .u64 = {flags | SRV_ROUTE_TO_GUEST, ds->instance}};
+    struct hd_msg m = srv_route_msg_make(ds, f, h, SRV_ROUTE_TO_GUEST);
     if (hd_bus_send(ds->s, (unsigned)p->guest_at - 1, &m) < 0) {
-        enum srv_kind kind = (enum srv_kind)(flags & 1);
         ds->ctr.bus_dropped++;
-        ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
-        ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
-            f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-        hd_frame_unref(ds->s, f);
+        srv_packet_drop(ds, f, SRV_DROP_QUEUE_TAIL);
     }
 }
 
-void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint32_t flags)
+void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint64_t h)
 {
     HD_ASSERT(p->guest_at != 0 && p->active == NULL); /* its one connection is elsewhere */
-    if (!p->placing) {
-        to_guest(ds, p, f, flags);
-        return;
-    }
-    if (p->held_count < SRV_PLACE_HELD_MAX) {
-        held_put(p, f, flags);
-        return;
-    }
-    enum srv_kind kind = (enum srv_kind)(flags & 1);
-    ds->ctr.packets_dropped[SRV_DROP_QUEUE_TAIL][kind]++;
-    ds->ctr.bytes_dropped[SRV_DROP_QUEUE_TAIL][kind] +=
-        f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
-    hd_frame_unref(ds->s, f);
+    if (!p->placing)
+        to_guest(ds, p, f, h);
+    else if (p->held_count < SRV_PLACE_HELD_MAX)
+        held_put(p, f);
+    else
+        srv_packet_drop(ds, f, SRV_DROP_QUEUE_TAIL);
 }
 
 /* What waited for p's connection goes to its active connection here, else to its guest shard. */
@@ -462,13 +443,12 @@ static void held_release(struct srv_shard *ds, struct srv_peer *p)
     HD_ASSERT(p->placing && p->held != NULL && p->held_count <= SRV_PLACE_HELD_MAX);
     HD_ASSERT(p->active != NULL || p->guest_at != 0); /* somewhere to send them */
     p->placing = false;
+    uint64_t h = p->active || p->held_count == 0 ? 0 : srv_hash_node_key(p->key.bytes);
     for (unsigned i = 0; i < p->held_count; i++) {
-        struct hd_frame *h = p->held[i];
-        enum srv_kind kind = held_kind(h);
         if (p->active)
-            (void)srv_client_enqueue(p->active, h, kind);
+            (void)srv_client_enqueue(p->active, p->held[i]);
         else
-            to_guest(ds, p, h, kind | (h->app_flags & 2));
+            to_guest(ds, p, p->held[i], h);
     }
     free(p->held);
     p->held = NULL;

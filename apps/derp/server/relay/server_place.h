@@ -15,16 +15,17 @@ unsigned srv_place_lives_at(struct srv_shard *ds, const uint8_t dst[DERP_KEY_LEN
  * is there), -EBUSY (not movable now), -EXDEV (a guest to a third shard), -ENOMEM. */
 int srv_place_move_to(struct srv_client *cl, unsigned to);
 void srv_pack_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN]); /* server_pack.c */
-/* Owner shard: deliver f to p's connection elsewhere (held while it moves). */
-void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f,
-                       uint32_t flags);
-/* The guest of this shard for key, or NULL. */
+/* Owner shard: deliver f (routed, h its key's hash) to p's connection elsewhere (held while it
+ * moves). */
+void srv_place_deliver(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f, uint64_t h);
+/* The guest of this shard for key (h: its hash), or NULL. */
 struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
+struct srv_client *srv_place_guest_h(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
+                                     uint64_t h);
 /* A sender on guest cl's shard sends it f: right after the guest arrived, f waits until its
  * owner released what it held (a sender here must not overtake its own packets that went by
  * the owner while the guest travelled). srv_client_enqueue's return (0 while held). */
-int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind,
-                            bool forwarded);
+int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f);
 /* A second connection registered for p while its first lives elsewhere: call that one home. */
 void srv_place_recall(struct srv_shard *ds, struct srv_peer *p);
 /* client_closed of a guest or placing connection (instead of the owner's unregister). */

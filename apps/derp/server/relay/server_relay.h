@@ -17,10 +17,32 @@ hd_frame_release_fn srv_frame_release;
 /* --frame-pool-mib: the two classes. 0 or -EINVAL (out of range). */
 int srv_frame_classes(uint32_t pool_mib, struct hd_frame_class out[SRV_FRAME_CLASSES]);
 
+/* A routed packet's flags: the packet's own (SRV_ROUTE_DISCO, SRV_ROUTE_FORWARDED) in its
+ * frame's app_flags, set once where it was read; a route message's (u64[1] >> 32) add where it
+ * goes (SRV_ROUTE_TO_GUEST, SRV_ROUTE_BOUNCED). */
+#define SRV_ROUTE_DISCO        1u /* a disco packet: derper's disco queue, NotHere if unknown */
+#define SRV_ROUTE_FORWARDED    2u /* from a mesh peer (ForwardPacket): never forwarded again */
+#define SRV_ROUTE_TO_GUEST     4u /* owner -> the guest's shard */
+#define SRV_ROUTE_BOUNCED      8u /* guest's shard -> owner: the guest had gone; never again */
+#define SRV_ROUTE_PACKET_FLAGS (SRV_ROUTE_DISCO | SRV_ROUTE_FORWARDED)
+static inline enum srv_kind srv_frame_kind(const struct hd_frame *f)
+{
+    return (f->app_flags & SRV_ROUTE_DISCO) ? SRV_KIND_DISCO : SRV_KIND_OTHER;
+}
+/* A packet lost: derper's packets_dropped / bytes_dropped by reason and kind (the payload's
+ * bytes), and the caller's reference of f released. */
+void srv_packet_drop(struct srv_shard *ds, struct hd_frame *f, enum srv_drop why);
+/* The counting alone: for a packet that never had a frame, or whose frame is still needed. */
+void srv_packet_drop_count(struct srv_shard *ds, enum srv_drop why, enum srv_kind kind,
+                           uint64_t bytes);
+
 /* server_client.c: the DERP connection */
 int srv_client_start(struct srv_shard *ds, struct net_conn *c, bool fast_start, bool not_ideal);
-#define SRV_ENQUEUED_BEHIND 1 /* queued behind the connection's backlog */
-int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f, enum srv_kind kind);
+/* Queue the packet frame f (its kind in its flags) for cl. Takes the caller's reference. 0
+ * (written), SRV_ENQUEUED_BEHIND (queued behind the connection's backlog: server_wait.c) or
+ * -errno (dropped, counted). */
+#define SRV_ENQUEUED_BEHIND 1
+int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f);
 int srv_client_send_ctl(struct srv_client *cl, const uint8_t *frame, size_t len);
 /* Stop reading cl for at most ms (then it reads again: whatever paused it checks again); read
  * again from the next tick. */
@@ -61,16 +83,23 @@ void srv_peers_remove(struct srv_peer_table *t, struct srv_peer *p);
 void srv_register(struct srv_shard *ds, struct srv_client *cl);
 void srv_unregister(struct srv_shard *ds, struct srv_client *cl);
 void srv_note_activity(struct srv_shard *ds, struct srv_client *cl);
-/* Route a packet frame: f->data[0..32) = destination key, then a whole RecvPacket frame of len
- * bytes at offset SRV_ROUTE_OFF. Takes the caller's reference. */
-/* crossed: the frame went to another shard over the bus (to the key's owner, or from the owner
- * on to the shard where its connection lives as a guest). */
-struct srv_routed {
-    bool crossed;              /* the frame went to another shard over the bus */
-    struct srv_client *behind; /* a receiver on this shard it was queued behind a backlog for */
+struct srv_peer *srv_peers_find_h(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN],
+                                  uint64_t h); /* h = srv_hash_node_key(key) */
+/* The one routing call of a packet: f->data[0..32) = destination key, h its hash
+ * (srv_hash_node_key), a whole RecvPacket frame at SRV_ROUTE_OFF (to f->len), the packet's
+ * flags in f->app_flags. Takes the caller's reference. Where it went: */
+enum srv_route_to {
+    SRV_ROUTED_LOCAL, /* a connection on this shard (its own, or a guest placed here) */
+    SRV_ROUTED_OWNER, /* over the bus to the key's owner shard */
+    SRV_ROUTED_GUEST, /* on the owner: on to (or held for) the shard its connection lives on */
+    SRV_ROUTED_MESH,  /* to the mesh node that reported the key (on the owner) */
+    SRV_ROUTED_NONE,  /* not here: dropped and counted (unknown, a duplicate's, a full bus) */
 };
-struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, enum srv_kind kind,
-                            bool forwarded);
+struct srv_routed {
+    enum srv_route_to to;
+    struct srv_client *behind; /* LOCAL: the receiver, when queued behind its backlog */
+};
+struct srv_routed srv_route(struct srv_shard *ds, struct hd_frame *f, uint64_t h);
 void srv_watch_start(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_stop(struct srv_shard *ds, struct srv_client *cl);
 void srv_watch_notes_flush(struct srv_client *cl); /* cl->notes into its send queue */
@@ -110,11 +139,16 @@ void srv_sources_attach(struct srv_client *cl);
 void srv_sources_forget(struct srv_client *cl);
 
 /* server_peers.c, for placement: the key's connection count falls by one (a guest left); p
- * may be freed. Route-message flag bits (u64[0]): bit 0 kind, bit 1 forwarded, and: */
-#define SRV_ROUTE_TO_GUEST 4u /* owner -> the guest's shard */
-#define SRV_ROUTE_BOUNCED  8u /* guest's shard -> owner: the guest had gone; never again */
+ * may be freed. A route message: ptr the frame, u64[0] its key's hash, u64[1] the relay
+ * instance and, above bit 32, SRV_ROUTE_TO_GUEST or SRV_ROUTE_BOUNCED. */
 void srv_peer_count_down(struct srv_shard *ds, struct srv_peer *p);
 void srv_route_msg(struct hd_shard *s, const struct hd_msg *m);
+static inline struct hd_msg srv_route_msg_make(const struct srv_shard *ds, struct hd_frame *f,
+                                               uint64_t h, uint32_t flags)
+{
+    return (struct hd_msg){
+        .fn = srv_route_msg, .ptr = f, .u64 = {h, ds->instance | (uint64_t)flags << 32}};
+}
 
 #include "relay/server_place.h" /* placement and packing */
 
