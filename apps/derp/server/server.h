@@ -102,9 +102,10 @@ struct srv_client {
     struct srv_client *peer_next; /* the key's other connections (dups) */
     uint64_t activity;            /* shard-wide sequence of its last frame */
     uint64_t connected_ms;
-    /* Both queues' slots (SRV_KINDS * SRV_QUEUE_DEPTH), allocated when a packet has to wait
-     * (the connection is backed up) and freed when both queues are empty again: a connection
-     * that keeps up, idle ones above all, pays 8 bytes here, not 512. */
+    /* Both queues' slots (SRV_KINDS * SRV_QUEUE_DEPTH), from the shard's qslots pool when a
+     * packet has to wait (the connection is backed up), back when both queues are empty again
+     * (and before the client leaves the shard: srv_client_drain): a connection that keeps up,
+     * idle ones above all, pays 8 bytes here, not 512. */
     struct hd_frame **qslots;
     struct srv_pktq q[SRV_KINDS];
     struct srv_keyset sources;
@@ -279,6 +280,7 @@ struct srv_shard {
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct srv_prelogin prelogin;
     struct srv_frames frames;
+    struct hd_slab *qslots; /* backed-up clients' packet queue slots (struct srv_client) */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
     struct srv_acct *acct;         /* per-key accounting (server_account.c) */

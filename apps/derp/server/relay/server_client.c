@@ -151,8 +151,8 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f)
         return 0;
     }
     if (cl->qslots == NULL) { /* the slots, then each slot's time in (hd_now_ms, 32 bits) */
-        cl->qslots = malloc(SRV_KINDS * SRV_QUEUE_DEPTH * (sizeof(*cl->qslots) + 4));
-        if (cl->qslots == NULL) { /* no room to wait: as a full queue */
+        cl->qslots = hd_slab_get(cl->ds->qslots); /* this shard's: put back before it leaves */
+        if (cl->qslots == NULL) {                 /* no room to wait: as a full queue */
             srv_packet_drop(cl->ds, f, SRV_DROP_QUEUE_TAIL);
             return -ENOBUFS;
         }
@@ -189,19 +189,18 @@ static struct hd_frame *queue_pop(struct srv_client *cl, unsigned k, uint64_t *q
     q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
     q->count--;
     if (cl->q[0].count == 0 && cl->q[1].count == 0) {
-        free(cl->qslots);
+        hd_slab_put(cl->ds->qslots, cl->qslots);
         cl->qslots = NULL;
         cl->q[0].head = cl->q[1].head = 0;
     }
     return f;
 }
 
-/* End of tick: Pong (ahead of the packets already queued in net), then packets from both queues
- * (alternating) until the connection's send queue reaches its high watermark;
- * on_send_pressure(false) runs the writer again. */
-static void writer_run(struct hd_flush *fl)
+/* Pong (ahead of the packets already queued in net), then packets from both queues
+ * (alternating) until the connection's send queue reaches its high watermark (all of them:
+ * force); on_send_pressure(false) runs the writer again. */
+static void writer_write(struct srv_client *cl, bool force)
 {
-    struct srv_client *cl = hd_container_of(fl, struct srv_client, writer);
     if (cl->phase != SRV_CLIENT_ACTIVE)
         return;
     srv_watch_notes_flush(cl);
@@ -214,7 +213,7 @@ static void writer_run(struct hd_flush *fl)
         send_urgent(cl, pong, sizeof(pong));
     }
     unsigned turn = 0;
-    while (!cl->send_paused && cl->phase == SRV_CLIENT_ACTIVE &&
+    while ((force || !cl->send_paused) && cl->phase == SRV_CLIENT_ACTIVE &&
            (cl->q[0].count || cl->q[1].count)) {
         uint64_t queued_ms = 0;
         struct hd_frame *f = queue_pop(cl, turn++ & 1, &queued_ms);
@@ -223,6 +222,11 @@ static void writer_run(struct hd_flush *fl)
     }
     if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0)
         srv_wait_drained(cl); /* its waiting senders read again (server_wait.c) */
+}
+
+static void writer_run(struct hd_flush *fl) /* end of tick */
+{
+    writer_write(hd_container_of(fl, struct srv_client, writer), false);
 }
 
 /* Reading paused by rate tokens or a wait (server_wait.c): the timer reads on; whatever paused
@@ -247,10 +251,8 @@ void srv_client_read_resume_soon(struct srv_client *cl)
 
 void srv_client_drain(struct srv_client *cl)
 {
-    bool paused = cl->send_paused;
-    cl->send_paused = false; /* past the watermark: the queues travel in the export */
-    writer_run(&cl->writer);
-    cl->send_paused = paused;
+    writer_write(cl, true); /* past the watermark: the queue slots are this shard's */
+    HD_ASSERT(cl->qslots == NULL || cl->phase != SRV_CLIENT_ACTIVE);
 }
 
 static void keepalive_fired(struct hd_timer *t)

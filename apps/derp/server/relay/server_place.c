@@ -364,6 +364,7 @@ static void go_home_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg
         tell_owner(ds, &cl->key, guest_here_event);
         return;
     }
+    srv_client_drain(cl); /* what waits for it goes with its connection */
     srv_client_unsettle(ds, cl);
     srv_sources_detach(cl);
     guest_leave(ds, cl); /* packets for it here go to the owner from now on */

@@ -171,8 +171,9 @@ void srv_mesh_fini(struct srv_shard *ds);
  * link (on the link's shard). Takes the caller's reference. */
 void srv_mesh_forward(struct srv_shard *ds, struct hd_frame *f, unsigned id);
 
-/* For the upgrade (upgrade/server_live.c): a frozen client's Pong and queued packets into its
- * connection's send queue (past the high watermark: the bytes go with the export). */
+/* A client about to leave its shard (an upgrade's export, upgrade/server_live.c; a guest going
+ * home, server_place.c): its Pong and queued packets into its connection's send queue (past the
+ * high watermark: the bytes go with the connection; the queue slots stay with the shard). */
 void srv_client_drain(struct srv_client *cl);
 /* server_sources.c: the source prefixes (at most max) and, in the successor, a keyset from them. */
 uint32_t srv_sources_list(const struct srv_client *cl, uint64_t *out, uint32_t max);
