@@ -14,8 +14,10 @@
  * at close. The keep-alive is derper's period (60 s + the connection's jitter), the first one
  * at a random point of the first period, so peers that log in together do not send theirs
  * together. The queues hold packets only while the connection is backed up, so their slots are
- * one block allocated when a packet first has to wait and freed when both are empty again: an
- * idle connection costs about 1 KiB of user memory, 2.4 KiB over TLS (perf/run-idle-mem.sh). */
+ * one block from the shard's qslots pool, taken when a packet first has to wait and given back
+ * when both are empty again, or before the client leaves the shard (srv_client_drain writes
+ * them into its connection's send queue, which travels with it): an idle connection costs
+ * about 1 KiB of user memory, 2.4 KiB over TLS (perf/run-idle-mem.sh). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -105,6 +107,22 @@ static int send_urgent(struct srv_client *cl, const uint8_t *frame, size_t len)
 {
     srv_client_note_frame(cl);
     return ctl_sent(cl, net_conn_send_urgent(cl->conn, frame, len));
+}
+
+/* Every packet the relay loses is counted here (derper's packets_dropped, bytes_dropped). */
+void srv_packet_drop_count(struct srv_shard *ds, enum srv_drop why, enum srv_kind kind,
+                           uint64_t bytes)
+{
+    ds->ctr.packets_dropped[why][kind]++;
+    ds->ctr.bytes_dropped[why][kind] += bytes;
+}
+
+void srv_packet_drop(struct srv_shard *ds, struct hd_frame *f, enum srv_drop why)
+{
+    HD_ASSERT(f->len >= SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN);
+    srv_packet_drop_count(ds, why, srv_frame_kind(f),
+                          f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
+    hd_frame_unref(ds->s, f);
 }
 
 /* The time each queued packet went in (hd_now_ms, 32 bits), after the queues' slots. */

@@ -1,24 +1,24 @@
 /* server_peers.c - each shard's peer table (the keys it owns), duplicate connections (§6.6),
- * packet routing between shards (§6.2), PeerGone to former correspondents (§6.7), watchers
- * (§6.8), ClosePeer and NotHere. Runs on each shard for its own table; other shards are reached
- * only through bus messages, whose payloads travel in refcounted frames.
- * Presence: a key's last connection leaving broadcasts one event; each shard sends PeerGone to
- * its subscribers of that key (server_sources.c) and its watchers (at most SRV_WATCHERS_MAX a
- * shard; a WatchConns past it is refused). A watcher's notices are gathered per tick into a
- * frame of its own (cl->notes, ~40 to a 2 KiB frame; sent by its writer at the tick's end, and
- * before a snapshot so that order holds), charged to its share (srv_frame_get_notice, never the
- * reserve); a watcher refused one is closed (hderp_watchers_closed{why}; derper queues without
- * bound). Registrations go to watchers only while there are watchers; WatchConns broadcasts a
- * watch request and each shard answers PeerPresent for its active keys and guests. NotHere goes
- * to the sender's owner shard, rate-limited per connection (DERP_NOT_HERE_BURST, 1/s).
- * The mesh's forwarder table is this table: struct srv_peer carries, besides its local
- * connections, fwd[], the node ids that reported the key, in order. A link's PeerPresent(K)
- * appends the node on K's owner (a second one counts multiforwarder_created); its PeerGone(K),
- * for any reason (NotHere after a forward too), removes it; a link's close broadcasts "forget
- * node id" (srv_forwarder_remove_node: the keys that left batched, up to 2,048 in one 64 KiB
- * frame per shard). An entry lives while it has a local connection or a forwarder, so
- * clients_total is the table size; PeerGone to former correspondents goes out when it dies;
- * watchers hear only of local connections. Local always wins over fwd[0]. */
+ * packet routing between shards (§6.2: srv_route, the one routing call, with the destination's
+ * hash as its argument), PeerGone to former correspondents (§6.7), watchers (§6.8), ClosePeer and
+ * NotHere. Runs on each shard for its own table; other shards are reached only through bus
+ * messages, whose payloads travel in refcounted frames. Presence: a key's last connection leaving
+ * broadcasts one event; each shard sends PeerGone to its subscribers of that key
+ * (server_sources.c) and its watchers (at most SRV_WATCHERS_MAX a shard; a WatchConns past it is
+ * refused). A watcher's notices are gathered per tick into a frame of its own (cl->notes, ~40 to a
+ * 2 KiB frame; sent by its writer at the tick's end, and before a snapshot so that order holds),
+ * charged to its share (srv_frame_get_notice, never the reserve); a watcher refused one is closed
+ * (hderp_watchers_closed{why}; derper queues without bound). Registrations go to watchers only
+ * while there are watchers; WatchConns broadcasts a watch request and each shard answers
+ * PeerPresent for its active keys and guests. NotHere goes to the sender's owner shard,
+ * rate-limited per connection (DERP_NOT_HERE_BURST, 1/s). The mesh's forwarder table is this
+ * table: struct srv_peer carries, besides its local connections, fwd[], the node ids that reported
+ * the key, in order. A link's PeerPresent(K) appends the node on K's owner (a second one counts
+ * multiforwarder_created); its PeerGone(K), for any reason (NotHere after a forward too), removes
+ * it; a link's close broadcasts "forget node id" (srv_forwarder_remove_node: the keys that left
+ * batched, up to 2,048 in one 64 KiB frame per shard). An entry lives while it has a local
+ * connection or a forwarder, so clients_total is the table size; PeerGone to former correspondents
+ * goes out when it dies; watchers hear only of local connections. Local always wins over fwd[0]. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,21 +405,6 @@ void srv_note_activity(struct srv_shard *ds, struct srv_client *cl)
 }
 
 /* ---------------------------------------------------------------- routing */
-
-void srv_packet_drop_count(struct srv_shard *ds, enum srv_drop why, enum srv_kind kind,
-                           uint64_t bytes)
-{
-    ds->ctr.packets_dropped[why][kind]++;
-    ds->ctr.bytes_dropped[why][kind] += bytes;
-}
-
-void srv_packet_drop(struct srv_shard *ds, struct hd_frame *f, enum srv_drop why)
-{
-    HD_ASSERT(f->len >= SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + DERP_KEY_LEN);
-    srv_packet_drop_count(ds, why, srv_frame_kind(f),
-                          f->len - SRV_ROUTE_OFF - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
-    hd_frame_unref(ds->s, f);
-}
 
 /* No route for f (p: the key's entry, or NULL): counted, and NotHere for a disco packet. */
 static void not_here(struct srv_shard *ds, struct srv_peer *p, struct hd_frame *f)

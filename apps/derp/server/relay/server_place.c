@@ -10,16 +10,17 @@
  * then on and calls it home as a duplicate would. Runs on the shards involved; they talk only
  * over bus events. docs/ARCHITECTURE.md, "Placement policy".
  *
- * - When. On the sender's shard, each SendPacket that srv_route put on the bus counts towards a run
- *   of packets to that destination key (a different key restarts the run). After SRV_PLACE_PACKETS
- *   (64) in a row the client moves to the destination's owner shard if it is movable: active, at
- *   home, the key's only connection, not a mesh peer or watcher, nothing queued or rate-paused,
- *   --placement on. Of a pair that talks both ways only one side moves: the one whose peer never
- *   sent to it, else the smaller key (each side decides alone, and both decide the same way). The
- *   destination is where the peer lives now: for a key the sender's shard owns, the shard its
- *   guest_at names (with packing, packets to such a guest cross the bus too, and count); else the
- *   peer's owner. Without packing a guest never moves again, so a connection moves at most once
- *   (and home once per duplicate).
+ * - When. On the sender's shard, each SendPacket that srv_route put on the bus (SRV_ROUTED_OWNER;
+ *   on the owner with packing, SRV_ROUTED_GUEST too) counts towards a run of packets to that
+ *   destination key (a different key restarts the run). After SRV_PLACE_PACKETS (64) in a row the
+ *   client moves to the destination's owner shard if it is movable: active, at home, the key's only
+ *   connection, not a mesh peer or watcher, nothing queued or rate-paused, --placement on. Of a
+ *   pair that talks both ways only one side moves: the one whose peer never sent to it, else the
+ *   smaller key (each side decides alone, and both decide the same way). The destination is where
+ *   the peer lives now: for a key the sender's shard owns, the shard its guest_at names (with
+ *   packing, packets to such a guest cross the bus too, and count); else the peer's owner. Without
+ *   packing a guest never moves again, so a connection moves at most once (and home once per
+ *   duplicate).
  * - Where things are. The owner's table keeps the key; its entry says guest_at (the shard + 1) and
  *   still counts the connection in clients_count, but has no local active. The guest's shard holds
  *   the connection in its own guests table. Routing on any shard: owned keys as before; else its
@@ -46,8 +47,9 @@
  *   (owner: the held packets drop; destination: tells the owner).
  * - Duplicates. A second connection for the key registers on the owner as before (newest active,
  *   lastWriterIsActive) and calls the guest home (go_home; after its arrival if it is still on the
- *   way). On the guest shard it leaves guests at once (packets for it go to the owner), migrates
- *   back and rejoins the key's list there as an inactive duplicate. A guest that became a watcher,
+ *   way). On the guest shard it leaves guests at once (packets for it go to the owner; what waits
+ *   in its derper queues goes into its connection's send queue: srv_client_drain), migrates back
+ *   and rejoins the key's list there as an inactive duplicate. A guest that became a watcher,
  *   or whose admission re-check is in flight, stays where it is.
  * - Events for the key that the owner handles (NotHere to it, ClosePeer) are handed on to the guest
  *   shard; watchers' snapshots are made by every shard from its own keys and its guests. PeerGone
