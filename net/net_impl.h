@@ -156,6 +156,7 @@ struct net_shard {
     struct hd_shard *shard;
     struct hd_slab *conns, *chunks, *send_ctxs;
     struct hd_slab *rmsgs; /* kTLS record-typed recvmsg state, one a connection that reads so */
+    struct net_sendq_chunk *chunk_spare; /* one emptied chunk kept aside (sendq.c), or NULL */
     struct io_uring_buf_ring *br;
     uint8_t *bufs;
     bool buf_ring;

@@ -1,5 +1,8 @@
 /* sendq.c - a connection's send queue: (frame, offset, length) entries in chunks from the
- * shard's chunk pool, so an idle connection holds no queue memory. Shard thread only. */
+ * shard's chunk pool, so an idle connection holds no queue memory. The shard keeps one emptied
+ * chunk aside (net_shard.chunk_spare): a connection whose queue empties at every send, the
+ * common case, takes it back at its next push without a round trip through the pool. Shard
+ * thread only. */
 #include <errno.h>
 
 #include "net_impl.h"
@@ -9,8 +12,10 @@ int net_sendq_push(struct net_shard *ns, struct net_sendq *q, struct hd_frame *f
 {
     struct net_sendq_chunk *c = q->last;
     if (c == NULL || c->tail == NET_SENDQ_CHUNK_ENTRIES) {
-        struct net_sendq_chunk *n = hd_slab_get(ns->chunks);
-        if (n == NULL)
+        struct net_sendq_chunk *n = ns->chunk_spare;
+        if (n != NULL)
+            ns->chunk_spare = NULL;
+        else if ((n = hd_slab_get(ns->chunks)) == NULL)
             return -ENOBUFS;
         n->next = NULL;
         n->head = n->tail = 0;
@@ -73,7 +78,11 @@ void net_sendq_pop(struct net_shard *ns, struct hd_shard *s, struct net_sendq *q
         q->first = c->next;
         if (q->first == NULL)
             q->last = NULL;
-        hd_slab_put(ns->chunks, c);
+        HD_DASSERT(hd_slab_owns(ns->chunks, c)); /* as hd_slab_put would check */
+        if (ns->chunk_spare == NULL)
+            ns->chunk_spare = c; /* the pool's own: freed with it at the shard's end */
+        else
+            hd_slab_put(ns->chunks, c);
     }
 }
 
