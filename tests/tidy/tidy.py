@@ -368,7 +368,6 @@ DATA_PATH = {
 DATA_PATH_ALLOC = {
     "apps/derp/server/relay/server_client.c": {
         # "function:word": only a call on a line that names word
-        "srv_client_enqueue:qslots": "qslots: being removed (issue 26 item 2)",
         "srv_client_start": "a connection's state, once at its start (it migrates with it)",
         "login_gather_start": "a ClientInfo over SRV_LOGIN_INLINE_MAX, once at login",
     },
@@ -542,8 +541,7 @@ def selftest():
             "bool srv_rate_take(void)\n{\n    /* malloc( in a comment */\n"
             "    char *p = calloc(1, 8);\n    return p != 0;\n}\n"),
         "apps/derp/server/relay/server_client.c": (
-            "int srv_client_enqueue(void)\n{\n    cl->qslots = malloc(8);\n"
-            "    void *q = realloc(cl->other, 16);\n    return 0;\n}\n"),
+            "int srv_client_enqueue(void)\n{\n    void *q = realloc(cl->other, 16);\n    return 0;\n}\n"),
         "apps/a/atom.c": "/* _Atomic in a comment */\nstatic _Atomic int x;\natomic_int y;\n",
         "reactor/bus.c": "static _Atomic unsigned head;\n",
         "tests/a/atom.c": "static atomic_bool done;\n",

@@ -12,7 +12,7 @@
 
 #define SHARDS    2
 #define FAIL_ON   1u /* the failing module fails on this shard only */
-#define NET_POOLS 3u /* net_conn, net_sendq, net_send_ctx */
+#define NET_POOLS 4u /* net_conn, net_sendq, net_send_ctx, net_rmsg (the kTLS receive state) */
 #define TLS_POOLS 2u /* tls_conn, tls_handshake */
 
 static struct {
