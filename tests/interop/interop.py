@@ -26,13 +26,15 @@ Scenarios:
       -unpublished-bootstrap-dns-names (numeric names, localhost and an empty entry: nothing
       leaves the machine): /bootstrap-dns and ?q= for published, unpublished and unknown names
       answer the same JSON (address lists compared as sets: derper shuffles them), the same
-      Content-Type and Connection: close; then only unpublished names (an empty body)
+      Content-Type and Connection: close; then only unpublished names (an empty body); derper's
+      counter_bootstrap_dns_* in /debug/vars grow alike in both over those requests (and over 501
+      distinct names: the queried set emptied past 500)
   bootstrap-dns-txt
       the same in a network and mount namespace of its own (unshare; root) whose resolv.conf
       names a DNS server of the test's on 127.0.0.1:53: names resolved through DNS, and
       NAME/TXTNAME rollout percentages from TXT records (50, 100, 0, not a number, no record),
       asked from 40 client addresses that are not loopback (derper seeds its draw with the
-      client's address): every answer the same bytes from both
+      client's address): every answer the same bytes from both, the counters grown alike
   secrets
       -secrets-url against a real setec server (GOBIN/setecserver: setec's own server and
       database): derper v1.102.5 and hderp-server each fetch the mesh key and cache it, hderp
@@ -373,6 +375,38 @@ def bootstrap_answer(port, path, source=None):
     return status, h.get("content-type"), h.get("connection"), parsed, body if one else None
 
 
+BOOTDNS_COUNTERS = ["counter_bootstrap_dns_" + n for n in (
+    "requests", "published_hits", "published_misses", "unpublished_hits", "unpublished_misses",
+    "unpublished_percent_misses", "queried_domains")]
+
+
+def bootdns_counters(port):
+    """derper's bootstrap DNS expvars in /debug/vars (plain HTTP, from loopback)."""
+    status, _, body = http_get(port, "/debug/vars")
+    v = json.loads(body) if status == 200 else {}
+    return {n: v.get(n) for n in BOOTDNS_COUNTERS}
+
+
+def bootdns_compare(before, after, what, requests):
+    """The counters' growth over the same requests (queried_domains: its value) from derper and
+    hderp-server must be the same; requests must have counted each; the figures (derper's)."""
+    grew = {}
+    for name in ("derper", "hderp-server"):
+        b, a = before[name], after[name]
+        if None in a.values() or None in b.values():
+            fail("%s: %s's /debug/vars lacks some of %r: %r" % (what, name, BOOTDNS_COUNTERS, a))
+        grew[name] = {n: a[n] - (0 if n.endswith("queried_domains") else b[n]) for n in a}
+    print("%s: bootstrap DNS counters: derper %r, hderp-server %r" % (
+        what, grew["derper"], grew["hderp-server"]))
+    if grew["derper"] != grew["hderp-server"]:
+        fail("%s: hderp-server's bootstrap DNS counters grew %r, derper's %r" % (
+            what, grew["hderp-server"], grew["derper"]))
+    if grew["derper"]["counter_bootstrap_dns_requests"] != requests:
+        fail("%s: %d requests made, counter_bootstrap_dns_requests grew %r" % (
+            what, requests, grew["derper"]["counter_bootstrap_dns_requests"]))
+    return grew["derper"]
+
+
 def bootstrap_dns():
     env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
     published = "127.0.0.2,::1,localhost,,127.0.0.2"
@@ -396,6 +430,7 @@ def bootstrap_dns():
             for name, p in (("derper", d.port), ("hderp-server", h.port)):  # first refresh
                 wait_for(lambda: bootstrap_answer(p, "/bootstrap-dns" + ready)[3] is not None,
                          "%s's first bootstrap DNS refresh" % name, 30)
+            before = {"derper": bootdns_counters(d.port), "hderp-server": bootdns_counters(h.port)}
             for q in queries:
                 path = "/bootstrap-dns" + q
                 want, got = bootstrap_answer(d.port, path), bootstrap_answer(h.port, path)
@@ -404,6 +439,26 @@ def bootstrap_dns():
                     fail("%s: hderp-server answered %r, derper %r" % (path, got, want))
                 if got[0] != 200 or got[1] != "application/json" or got[2] != "close":
                     fail("%s: status %r, Content-Type %r, Connection %r" % (path, *got[:3]))
+            after = {"derper": bootdns_counters(d.port), "hderp-server": bootdns_counters(h.port)}
+            grew = bootdns_compare(before, after, "configuration %d" % i, len(queries))
+            kinds = ["unpublished_hits", "unpublished_misses"] + (["published_hits"] if i == 0
+                                                                  else [])
+            for k in kinds:  # hits of both lists and misses asked: each counted at least once
+                if grew["counter_bootstrap_dns_" + k] < 1:
+                    fail("configuration %d: counter_bootstrap_dns_%s did not grow: %r" % (
+                        i, k, grew))
+            if i == 1:  # derper clears its set of queried names once it holds over 500
+                seen = grew["counter_bootstrap_dns_queried_domains"]
+                for n in range(501 - seen):
+                    for p in (d.port, h.port):
+                        http_get(p, "/bootstrap-dns?q=n%d.example" % n)
+                http_get(d.port, "/bootstrap-dns?q=last.example")
+                http_get(h.port, "/bootstrap-dns?q=last.example")
+                cleared = bootdns_compare(after, {"derper": bootdns_counters(d.port),
+                                                  "hderp-server": bootdns_counters(h.port)},
+                                          "501 names", 502 - seen)
+                if cleared["counter_bootstrap_dns_queried_domains"] != 1:
+                    fail("501 distinct names then one: queried_domains %r, not 1" % cleared)
         finally:
             h.stop()
             d.stop()
@@ -493,6 +548,7 @@ def bootstrap_dns_txt():
             wait_for(lambda: bootstrap_answer(p, "/bootstrap-dns?q=uplain.test", clients[0])[3]
                      == {"uplain.test": ["192.0.2.13"]}, "%s's bootstrap DNS" % name, 30)
         served = set()
+        before = {"derper": bootdns_counters(d.port), "hderp-server": bootdns_counters(h.port)}
         for src in clients:
             for q in ["", "?q=u50.test", "?q=u100.test", "?q=u0.test", "?q=ubad.test",
                       "?q=umiss.test", "?q=pub.test"]:
@@ -509,6 +565,10 @@ def bootstrap_dns_txt():
                     fail("%s from %s: %r (the TXT percentage not applied)" % (path, src, got))
         print("/bootstrap-dns from %d addresses: u50.test (50%%) answered alone to some: %s"
               % (len(clients), sorted(served)))
+        after = {"derper": bootdns_counters(d.port), "hderp-server": bootdns_counters(h.port)}
+        grew = bootdns_compare(before, after, "TXT rollout", len(clients) * 7)
+        if grew["counter_bootstrap_dns_unpublished_percent_misses"] < len(clients) * 3:
+            fail("u0, ubad and umiss (0 %%) are percent misses from every client: %r" % grew)
         if served != {True, False}:
             fail("the 50%% rollout answered every client alike (%r): the draw is not exercised"
                  % served)

@@ -404,6 +404,7 @@ void srv_bootdns_detach(struct srv_config *cfg);
 void srv_bootdns_serve(struct srv_shard *ds, struct net_conn *c, const struct net_http_req *req);
 bool srv_bootdns_addr_matches(const struct net_addr *a, double percent);
 double srv_bootdns_pcg_float64(uint64_t seed1, uint64_t seed2); /* Go's PCG: its first Float64 */
+unsigned srv_bootdns_queried_domains(void); /* distinct ?q= names seen (derper's, any thread) */
 
 /* server_http.c, for server_proxy.c: a main-listener connection in its HTTP phase (NULL: the
  * pool was full, fd closed), TLS under it (or closed), and the accept bucket's verdict. */

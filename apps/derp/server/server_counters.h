@@ -127,6 +127,11 @@ struct srv_counters {
     uint64_t write_frames[SRV_WRITE_FRAMES_N], write_frames_sum;
     uint64_t listener_accepted; /* -a's connections past -accept-connection-limit */
     uint64_t tls_requests;      /* HTTP requests over TLS on -a (derper_tls_request_version) */
+    /* derper's bootstrap DNS counters (handleBootstrapDNS, server_bootdns.c): requests; of
+     * those with a ?q=, a name of the unpublished list (hit), and of those the client outside
+     * its rollout percentage; a name of the published list (hit; miss: no address), neither */
+    uint64_t bootdns_requests, bootdns_unpub_hits, bootdns_unpub_pct_misses;
+    uint64_t bootdns_pub_hits, bootdns_pub_misses, bootdns_unpub_misses;
     /* gauges (this shard's share) */
     int64_t current_connections;
     int64_t current_home_connections;

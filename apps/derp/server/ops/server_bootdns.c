@@ -6,8 +6,9 @@
  * snapshot published to every shard (hd_snap_var_publish); GET /bootstrap-dns answers from the
  * shard's snapshot: the published names as derper's indented JSON object (name -> addresses,
  * shuffled each refresh), or for ?q=NAME of the unpublished list whose percentage admits the
- * client, only {NAME: addresses}. Main thread (attach/detach), the refresh thread, the shards
- * (serve). */
+ * client, only {NAME: addresses}. Counted as derper's handleBootstrapDNS counts (per shard,
+ * server_counters.h; the distinct ?q= names in one set for the process, as derper's
+ * bootstrapLookupMap). Main thread (attach/detach), the refresh thread, the shards (serve). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <arpa/nameser.h>
@@ -31,6 +32,8 @@
 #define BOOTDNS_ADDRS_MAX   32  /* addresses kept per name */
 #define BOOTDNS_JSON_MAX    (BOOTDNS_NAMES_MAX * (BOOTDNS_ADDRS_MAX * 56 + 600) + 16)
 #define BOOTDNS_TXT_ANS_MAX 4096
+#define BOOTDNS_QUERIED_MAX 500  /* derper: bootstrapLookupMap cleared when it holds more */
+#define BOOTDNS_QUERIED_CAP 1024 /* open addressing, at most half full */
 
 struct bootdns_name {
     char name[NI_MAXHOST];
@@ -39,12 +42,19 @@ struct bootdns_name {
     size_t json_len;
 };
 
+struct bootdns_pub {
+    char name[NI_MAXHOST];
+    unsigned addrs;
+};
+
 struct srv_bootdns_snap {
     struct hd_snap snap;
     char *published; /* NULL: no -bootstrap-dns-names, the body is empty */
     size_t published_len;
     struct bootdns_name *unpub; /* resolved unpublished names (with at least one address) */
     unsigned unpub_count;
+    struct bootdns_pub *pub; /* the published names (derper's dnsCache: hit or miss counted) */
+    unsigned pub_count;
 };
 
 static struct {
@@ -262,6 +272,7 @@ static void snap_free(struct hd_snap *sn)
     for (unsigned i = 0; i < b->unpub_count; i++)
         free(b->unpub[i].json);
     free(b->unpub);
+    free(b->pub);
     free(b->published);
     free(b);
 }
@@ -320,6 +331,12 @@ static struct srv_bootdns_snap *refresh(void)
             shuffle(r[i].addrs, r[i].count); /* derper: so clients do not all favour IPv6 */
         if ((b->published = marshal(r, n, &b->published_len)) == NULL)
             goto fail;
+        if (n && (b->pub = calloc(n, sizeof(*b->pub))) == NULL)
+            goto fail;
+        for (unsigned i = 0; i < n; i++, b->pub_count++) {
+            snprintf(b->pub[i].name, sizeof(b->pub[i].name), "%s", r[i].name);
+            b->pub[i].addrs = r[i].count;
+        }
     }
     if (B.unpublished[0] && build_unpublished(b, r, resolve_list(B.unpublished, r)) < 0)
         goto fail;
@@ -489,6 +506,79 @@ static bool query_q(struct net_http_str query, char *out, size_t cap)
     return false;
 }
 
+/* derper's bootstrapLookupMap: the distinct ?q= names (as keyed 64-bit hashes), cleared once
+ * it holds more than 500; one set for every shard, behind a lock (a few hashes' work). */
+static struct {
+    pthread_mutex_t mu;
+    bool keyed;
+    unsigned char key[crypto_shorthash_KEYBYTES];
+    unsigned count;
+    uint64_t slot[BOOTDNS_QUERIED_CAP]; /* 0: empty */
+} Q = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void queried_add(const char *q)
+{
+    unsigned char h[crypto_shorthash_BYTES];
+    pthread_mutex_lock(&Q.mu);
+    if (!Q.keyed) {
+        randombytes_buf(Q.key, sizeof(Q.key));
+        Q.keyed = true;
+    }
+    crypto_shorthash(h, (const unsigned char *)q, strlen(q), Q.key);
+    uint64_t v;
+    memcpy(&v, h, sizeof(v));
+    v += v == 0;
+    unsigned i = (unsigned)v & (BOOTDNS_QUERIED_CAP - 1);
+    while (Q.slot[i] != 0 && Q.slot[i] != v)
+        i = (i + 1) & (BOOTDNS_QUERIED_CAP - 1);
+    if (Q.slot[i] == 0) {
+        Q.slot[i] = v;
+        if (++Q.count > BOOTDNS_QUERIED_MAX) { /* derper's "defensive" Clear */
+            memset(Q.slot, 0, sizeof(Q.slot));
+            Q.count = 0;
+        }
+    }
+    pthread_mutex_unlock(&Q.mu);
+}
+
+unsigned srv_bootdns_queried_domains(void)
+{
+    pthread_mutex_lock(&Q.mu);
+    unsigned n = Q.count;
+    pthread_mutex_unlock(&Q.mu);
+    return n;
+}
+
+/* A ?q=NAME request as derper's handleBootstrapDNS counts it: the unpublished answer when NAME
+ * is of that list and the client falls in its percentage (NULL: the published body). */
+static const struct bootdns_name *query(struct srv_shard *ds, const struct srv_bootdns_snap *b,
+                                        const char *q, const struct net_addr *peer)
+{
+    struct srv_counters *ctr = &ds->ctr;
+    queried_add(q);
+    for (unsigned i = 0; b && i < b->unpub_count; i++) {
+        const struct bootdns_name *u = &b->unpub[i];
+        if (strcmp(u->name, q) != 0)
+            continue;
+        ctr->bootdns_unpub_hits++;
+        if (srv_bootdns_addr_matches(peer, u->percent))
+            return u;
+        ctr->bootdns_unpub_pct_misses++;
+        break;
+    }
+    for (unsigned i = 0; b && i < b->pub_count; i++) {
+        if (strcmp(b->pub[i].name, q) == 0) {
+            if (b->pub[i].addrs)
+                ctr->bootdns_pub_hits++;
+            else
+                ctr->bootdns_pub_misses++;
+            return NULL;
+        }
+    }
+    ctr->bootdns_unpub_misses++; /* in neither list: counted as the unpublished list's miss */
+    return NULL;
+}
+
 void srv_bootdns_serve(struct srv_shard *ds, struct net_conn *c, const struct net_http_req *req)
 {
     const struct srv_bootdns_snap *b =
@@ -496,14 +586,12 @@ void srv_bootdns_serve(struct srv_shard *ds, struct net_conn *c, const struct ne
     const char *body = b && b->published ? b->published : "";
     size_t body_len = b && b->published ? b->published_len : 0;
     char q[NI_MAXHOST];
-    if (b && query_q(req->query, q, sizeof(q)) && q[0]) {
-        for (unsigned i = 0; i < b->unpub_count; i++) {
-            const struct bootdns_name *u = &b->unpub[i];
-            if (strcmp(u->name, q) == 0 && srv_bootdns_addr_matches(net_conn_peer(c), u->percent)) {
-                body = u->json;
-                body_len = u->json_len;
-                break;
-            }
+    ds->ctr.bootdns_requests++;
+    if (query_q(req->query, q, sizeof(q)) && q[0]) {
+        const struct bootdns_name *u = query(ds, b, q, net_conn_peer(c));
+        if (u) {
+            body = u->json;
+            body_len = u->json_len;
         }
     }
     char buf[768];

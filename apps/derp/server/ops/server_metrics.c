@@ -194,7 +194,7 @@ static const char *const tls_modes[] = {"userspace", "ktls"};
 
 static row_fn fds_row, version_row, uptime_row, start_row, boot_row, cmdline_row, queue_row,
     remote_row, rate_bps_row, rate_burst_row, tls_active_row, derp_version_row, proc_row,
-    states_loaded_row, summaries_row, acct_row;
+    states_loaded_row, summaries_row, acct_row, queried_row;
 
 static const struct series series[] = {
     F("derp_current_file_descriptors", "gauge", "derp.gauge_current_file_descriptors", fds_row,
@@ -275,6 +275,20 @@ static const struct series series[] = {
       "version", tls_versions, W_TLS),
     F("derper_tls_active_version", "gauge", "gauge_derper_tls_active_version", tls_active_row,
       W_TLS),
+    /* cmd/derper's bootstrap DNS (tsweb strips varz's counter_) */
+    C("bootstrap_dns_requests", "counter", "counter_bootstrap_dns_requests", bootdns_requests),
+    C("bootstrap_dns_published_hits", "counter", "counter_bootstrap_dns_published_hits",
+      bootdns_pub_hits),
+    C("bootstrap_dns_published_misses", "counter", "counter_bootstrap_dns_published_misses",
+      bootdns_pub_misses),
+    C("bootstrap_dns_unpublished_hits", "counter", "counter_bootstrap_dns_unpublished_hits",
+      bootdns_unpub_hits),
+    C("bootstrap_dns_unpublished_misses", "counter", "counter_bootstrap_dns_unpublished_misses",
+      bootdns_unpub_misses),
+    C("bootstrap_dns_unpublished_percent_misses", "counter",
+      "counter_bootstrap_dns_unpublished_percent_misses", bootdns_unpub_pct_misses),
+    F("bootstrap_dns_queried_domains", "counter", "counter_bootstrap_dns_queried_domains",
+      queried_row, ALWAYS),
     /* tsweb's, and the Prometheus client's process collector */
     F("version", NULL, "version", version_row, ALWAYS),
     F("uptime_sec", "counter", "counter_uptime_sec", uptime_row, ALWAYS),
@@ -423,6 +437,11 @@ static void version_row(const struct ctx *x, const struct series *s, bool json)
 static void uptime_row(const struct ctx *x, const struct series *s, bool json)
 {
     put_int(x, s, json, srv_proc_uptime_s());
+}
+
+static void queried_row(const struct ctx *x, const struct series *s, bool json)
+{
+    put_int(x, s, json, (int64_t)srv_bootdns_queried_domains());
 }
 
 static void start_row(const struct ctx *x, const struct series *s, bool json)
