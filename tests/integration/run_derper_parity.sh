@@ -6,7 +6,9 @@
 # flag is not given, and -mesh-psk-file "" turns that off; an IP -hostname in -certmode manual
 # gets a self-signed certificate kept in -certdir and pinned by the CertName it logs; a client's
 # TCP round trip is counted in derp_tcp_rtt every 10 s (not with TS_DERP_DISABLE_RTT_STATS);
-# derp_current_file_descriptors counts the process's descriptors.
+# derp_current_file_descriptors counts the process's descriptors; derper's debug knobs hderp
+# does not honour (TS_DEBUG_DERP_PER_CLIENT_SEND_QUEUE_DEPTH, DERP_DEBUG_LOGS,
+# DERP_PROBER_DEBUG_LOGS, TS_DEBUG_VERBOSE_DROPS) are each named in one line at start.
 # Servers stopped by PID.
 set -u
 bin=$1 work=$2
@@ -105,5 +107,15 @@ now=$(ls "/proc/$srv_pid/fd" | wc -l)
     fail "derp_current_file_descriptors '$fds', /proc/$srv_pid/fd lists $now"
 stop_pid "$srv_pid" || fail "exit code $? after SIGTERM"
 stop_pid "$off_pid" || fail "exit code $? after SIGTERM (rtt off)"
+grep -q "ignored here" "$work/rtt.log" && fail "a knob named at start though none was set"
+TS_DEBUG_DERP_PER_CLIENT_SEND_QUEUE_DEPTH=64 DERP_DEBUG_LOGS=true DERP_PROBER_DEBUG_LOGS=1 \
+    TS_DEBUG_VERBOSE_DROPS=nodekey:00 server_start knobs -a 127.0.0.1:0 -stun=false \
+    -c "$work/derper.key"
+for k in TS_DEBUG_DERP_PER_CLIENT_SEND_QUEUE_DEPTH=64 DERP_DEBUG_LOGS=true \
+    DERP_PROBER_DEBUG_LOGS=1 TS_DEBUG_VERBOSE_DROPS=nodekey:00; do
+    [ "$(grep -c "^hderp-server: $k is derper's and ignored here: " "$work/knobs.log")" = 1 ] ||
+        fail "$k: not named once at start: $(cat "$work/knobs.log")"
+done
+stop_pid "$srv_pid" || fail "exit code $? after SIGTERM (knobs)"
 echo "PASS: /bootstrap-dns, CONNECT, the default mesh key file, the IP certificate and its" \
-    "CertName, derp_tcp_rtt, derp_current_file_descriptors, as derper v1.102.5"
+    "CertName, derp_tcp_rtt, derp_current_file_descriptors, as derper v1.102.5; derper's debug knobs named"

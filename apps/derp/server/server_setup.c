@@ -247,6 +247,25 @@ static int configure_admission(struct srv_config *cfg, const struct srv_flags *f
     return 0;
 }
 
+/* derper's debug knobs hderp does not honour: one line each at start, naming what it does. */
+static void note_unhonoured_env(void)
+{
+    static const char *const knobs[][2] = {
+        {"TS_DEBUG_DERP_PER_CLIENT_SEND_QUEUE_DEPTH",
+         "the per-client send queue stays 32 packets (derper's default)"},
+        {"DERP_DEBUG_LOGS", "use --verbose for debug logs"},
+        {"DERP_PROBER_DEBUG_LOGS", "use --verbose for debug logs (probers' included)"},
+        {"TS_DEBUG_VERBOSE_DROPS",
+         "use --verbose; drops are counted in derp_packets_dropped{reason,kind}"},
+    };
+    for (size_t i = 0; i < HD_ARRAY_SIZE(knobs); i++) {
+        const char *v = getenv(knobs[i][0]);
+        if (v && v[0])
+            fprintf(stderr, "hderp-server: %s=%s is derper's and ignored here: %s\n", knobs[i][0],
+                    v, knobs[i][1]);
+    }
+}
+
 /* Who may reach /debug/ besides loopback: tsweb's environment knobs. TS_ALLOW_DEBUG_IP (one
  * address; derper compares it as text: something not an address never matches, said here) and
  * TS_DEBUG_TRUSTED_CIDRS (a list of prefixes; derper stops on a bad one at the first debug
@@ -278,6 +297,7 @@ static int configure_debug_access(struct srv_config *cfg)
     }
     const char *key = getenv("TS_DEBUG_KEY_PATH");
     cfg->debug_key_path = key && key[0] ? key : NULL;
+    note_unhonoured_env();
     return 0;
 }
 

@@ -205,7 +205,10 @@ static void usage_env(FILE *out)
         "TS_ALLOW_DEBUG_IP (one address), TS_DEBUG_TRUSTED_CIDRS (prefixes, like\n"
         "10.0.0.0/8,fd00::/8), a GET with ?debugkey= equal to the file TS_DEBUG_KEY_PATH names;\n"
         "never a request with X-Forwarded-For, and not Tailscale's 100.64.0.0/10 (derper lets it\n"
-        "in: list the tailnet in TS_DEBUG_TRUSTED_CIDRS; docs/DERPER-PARITY.md).\n";
+        "in: list the tailnet in TS_DEBUG_TRUSTED_CIDRS; docs/DERPER-PARITY.md). Not honoured, "
+        "named\n"
+        "at start when set: TS_DEBUG_DERP_PER_CLIENT_SEND_QUEUE_DEPTH (the queue is 32),\n"
+        "DERP_DEBUG_LOGS, DERP_PROBER_DEBUG_LOGS, TS_DEBUG_VERBOSE_DROPS (use --verbose).\n";
     fputs(text, out);
 }
 
