@@ -31,6 +31,10 @@
 #define FAULT_SLICE_MS 100
 /* Probes after the load: faults are still on, so one refused probe is allowed to be retried. */
 #define FAULT_PROBES 20
+/* Pings at the end of a pair, per client: a Pong that found no frame (an alloc fault) is skipped
+ * and counted by the server (hderp_ctl_dropped; a lost Pong is a lost Ping, as in derper), so a
+ * client pings again, as Tailscale's does. Every Ping lost must be one the server counted. */
+#define FAULT_PING_TRIES 3
 
 /* How a pair ended. OUT_DROPS: open to the end, some packets missing; the server must have
  * counted at least as many drops (a pool get that failed drops the packet, as under exhaustion).
@@ -40,9 +44,10 @@ enum outcome { OUT_ACTIVE, OUT_PACKETS, OUT_CLOSED, OUT_DROPS, OUT_STUCK, OUT_WR
 struct pair {
     struct conf_raw a, b; /* a sends to b */
     enum outcome out;
-    int err;            /* OUT_STUCK / OUT_WRONG: what went wrong */
-    uint32_t sent, got; /* packets a sent, b received */
-    uint32_t next;      /* the lowest sequence number b may get next */
+    int err;             /* OUT_STUCK / OUT_WRONG: what went wrong */
+    uint32_t sent, got;  /* packets a sent, b received */
+    uint32_t next;       /* the lowest sequence number b may get next */
+    uint32_t pongs_lost; /* Pings at the end that went unanswered before one was answered */
 };
 
 struct worker {
@@ -147,15 +152,30 @@ static void pair_receive(struct pair *p)
     }
 }
 
-/* The end of an open pair: both clients must still be served (a Ping gets its Pong) or see a
- * close. A connection the server dropped without closing its socket fails here. */
+/* One client's Ping at the end of its pair, tried FAULT_PING_TRIES times (each with its own
+ * value, so a late Pong is not taken for the next one's): 0 or the last try's -errno. */
+static int ping_tries(struct pair *p, struct conf_raw *r, uint64_t ping)
+{
+    int rc = -ETIMEDOUT;
+    for (uint64_t t = 0; t < FAULT_PING_TRIES; t++) {
+        rc = conf_raw_ping_pong(r, ping * FAULT_PING_TRIES + t, FAULT_WAIT_MS);
+        if (rc != -ETIMEDOUT)
+            return rc;
+        p->pongs_lost++;
+    }
+    return rc;
+}
+
+/* The end of an open pair: both clients must still be served (a Ping gets its Pong, within
+ * FAULT_PING_TRIES) or see a close. A connection the server dropped without closing its socket
+ * fails here. */
 static void pair_finish(struct pair *p, uint64_t ping)
 {
     if (p->out != OUT_ACTIVE)
         return;
-    int rc = conf_raw_ping_pong(&p->a, ping, FAULT_WAIT_MS);
+    int rc = ping_tries(p, &p->a, ping);
     if (rc == 0)
-        rc = conf_raw_ping_pong(&p->b, ping, FAULT_WAIT_MS);
+        rc = ping_tries(p, &p->b, ping);
     if (rc != 0)
         pair_end(p, is_close(rc) ? OUT_CLOSED : OUT_STUCK, rc);
     else
@@ -240,14 +260,18 @@ static int injected(const char *dir, unsigned long long n[4])
     return rc;
 }
 
-/* Clients per outcome into n; returns the packets missing on connections open to the end. */
-static uint64_t count(const struct worker *w, unsigned *n)
+/* Clients per outcome into n; returns the packets missing on connections open to the end, and
+ * the Pings answered only on a later try in *pongs_lost. */
+static uint64_t count(const struct worker *w, unsigned *n, uint64_t *pongs_lost)
 {
     uint64_t missing = 0;
+    *pongs_lost = 0;
     for (int t = 0; t < FAULT_THREADS; t++) {
         for (int i = 0; i < FAULT_PAIRS; i++) {
             const struct pair *p = &w[t].pairs[i];
             n[p->out] += 2; /* both clients of the pair */
+            if (p->out == OUT_PACKETS || p->out == OUT_DROPS)
+                *pongs_lost += p->pongs_lost;
             if (p->out == OUT_DROPS)
                 missing += p->sent - p->got;
             if (p->out == OUT_STUCK || p->out == OUT_WRONG)
@@ -259,11 +283,11 @@ static uint64_t count(const struct worker *w, unsigned *n)
     return missing;
 }
 
-/* derp_packets_dropped, all reasons: retried, since the faults may refuse a request too. */
-static int64_t drops_counted(const struct conf_server *s)
+/* A counter (all its series): retried, since the faults may refuse a request too; -1 if none. */
+static int64_t counted(const struct conf_server *s, const char *name)
 {
     int64_t v = -1;
-    for (int i = 0; i < FAULT_PROBES && conf_varz(s, "derp_packets_dropped", true, &v) != 0; i++)
+    for (int i = 0; i < FAULT_PROBES && conf_varz(s, name, true, &v) != 0; i++)
         v = -1;
     return v;
 }
@@ -282,13 +306,17 @@ Test(test_conformance_faults, load_under_faults)
     for (int t = 0; t < FAULT_THREADS; t++)
         pthread_join(w[t].thread, NULL);
     unsigned n[OUT_WRONG + 1] = {0};
-    uint64_t missing = count(w, n);
-    int64_t drops = drops_counted(&srv);
+    uint64_t pongs_lost;
+    uint64_t missing = count(w, n, &pongs_lost);
+    int64_t drops = counted(&srv, "derp_packets_dropped");
+    int64_t ctl_dropped = counted(&srv, "hderp_ctl_dropped");
     fprintf(stderr,
             "faults: clients: %u got every packet, %u saw a close, %u missed %llu packets "
-            "(server counted %lld drops), %u stuck, %u wrong\n",
+            "(server counted %lld drops), %u stuck, %u wrong; %llu Pings unanswered, then "
+            "answered (server counted %lld control frames not sent)\n",
             n[OUT_PACKETS], n[OUT_CLOSED], n[OUT_DROPS], (unsigned long long)missing,
-            (long long)drops, n[OUT_STUCK], n[OUT_WRONG]);
+            (long long)drops, n[OUT_STUCK], n[OUT_WRONG], (unsigned long long)pongs_lost,
+            (long long)ctl_dropped);
     cr_expect(conf_server_alive(&srv), "the server died under faults");
     cr_expect(probe_ok(&srv), "no /derp/probe answered after the load");
     int fds_after = fds_settle(srv.pid, fds_before);
@@ -297,6 +325,7 @@ Test(test_conformance_faults, load_under_faults)
     cr_expect_eq(n[OUT_STUCK], 0, "clients that got neither an answer nor a close");
     cr_expect_eq(n[OUT_WRONG], 0, "clients given a wrong packet");
     cr_expect_geq(drops, (int64_t)missing, "packets missing on open connections, not counted");
+    cr_expect_geq(ctl_dropped, (int64_t)pongs_lost, "Pings left unanswered, not counted");
     cr_expect_gt(n[OUT_PACKETS], 0, "no client got through: the rates are too high to test");
     cr_expect_gt(n[OUT_CLOSED], 0, "no client was closed: the faults did not bite");
     CONF_OK(conf_server_stop_keep(&srv));
