@@ -59,6 +59,20 @@ static void deliver(struct hd_shard *s, void *arg)
     free(r);
 }
 
+unsigned net_addrs_from_addrinfo(const struct addrinfo *ai, struct net_addr *out, unsigned cap)
+{
+    unsigned n = 0;
+    for (const struct addrinfo *a = ai; a && n < cap; a = a->ai_next) {
+        if (a->ai_addrlen > sizeof(out[0].ss))
+            continue;
+        struct net_addr *o = &out[n++];
+        memset(o, 0, sizeof(*o));
+        memcpy(&o->ss, a->ai_addr, a->ai_addrlen);
+        o->len = a->ai_addrlen;
+    }
+    return n;
+}
+
 static void lookup(struct net_resolve *r)
 {
     char port[8];
@@ -69,14 +83,7 @@ static void lookup(struct net_resolve *r)
         r->rc = rc == EAI_AGAIN ? -EAGAIN : -ENOENT;
         return;
     }
-    for (struct addrinfo *a = res; a && r->count < NET_RESOLVE_ADDRS_MAX; a = a->ai_next) {
-        if (a->ai_addrlen > sizeof(r->addrs[0].ss))
-            continue;
-        struct net_addr *o = &r->addrs[r->count++];
-        memset(o, 0, sizeof(*o));
-        memcpy(&o->ss, a->ai_addr, a->ai_addrlen);
-        o->len = a->ai_addrlen;
-    }
+    r->count = net_addrs_from_addrinfo(res, r->addrs, NET_RESOLVE_ADDRS_MAX);
     freeaddrinfo(res);
     r->rc = r->count ? 0 : -ENOENT;
 }

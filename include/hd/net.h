@@ -76,6 +76,11 @@ int net_resolve_start(struct hd_shard *s, const char *host, uint16_t port, net_r
 /* done will not run; the lookup's memory goes when its thread is done. Shard s's thread, before
  * done ran. */
 void net_resolve_cancel(struct net_resolve *r);
+/* getaddrinfo's answer ai (a list) as net_addrs: the first cap addresses in its order (one
+ * larger than a net_addr is skipped) into out. Returns how many (0..cap). For a caller that runs
+ * getaddrinfo itself, on a thread of its own; pure, any thread. */
+struct addrinfo;
+unsigned net_addrs_from_addrinfo(const struct addrinfo *ai, struct net_addr *out, unsigned cap);
 
 /* ---------------------------------------------------------------- connections */
 

@@ -158,15 +158,7 @@ static int lookup_ip(struct resolved *r)
         hd_log(HD_LOG_WARN, "bootstrap DNS lookup \"%s\": %s", r->name, gai_strerror(rc));
         return -ENOENT;
     }
-    r->count = 0;
-    for (struct addrinfo *a = res; a && r->count < BOOTDNS_ADDRS_MAX; a = a->ai_next) {
-        if (a->ai_addrlen > sizeof(r->addrs[0].ss))
-            continue;
-        struct net_addr *o = &r->addrs[r->count++];
-        memset(o, 0, sizeof(*o));
-        memcpy(&o->ss, a->ai_addr, a->ai_addrlen);
-        o->len = a->ai_addrlen;
-    }
+    r->count = net_addrs_from_addrinfo(res, r->addrs, BOOTDNS_ADDRS_MAX);
     freeaddrinfo(res);
     return r->count ? 0 : -ENOENT;
 }
