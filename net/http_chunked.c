@@ -26,17 +26,6 @@ bool net_http_chunked_done(const struct net_http_chunked *c)
     return c->state == CHUNK_DONE;
 }
 
-static int hex_digit(uint8_t b)
-{
-    if (b >= '0' && b <= '9')
-        return b - '0';
-    if (b >= 'a' && b <= 'f')
-        return b - 'a' + 10;
-    if (b >= 'A' && b <= 'F')
-        return b - 'A' + 10;
-    return -1;
-}
-
 /* The line at p (len bytes available): its length with the LF, 0 while its end has not
  * arrived, or -EPROTO once it is longer than max (complete or not, so a split feed decides as
  * the whole would). */
@@ -57,7 +46,7 @@ static int parse_size(const uint8_t *p, size_t n, uint64_t *size)
         n--;
     size_t i = 0;
     *size = 0;
-    for (int v; i < n && (v = hex_digit(p[i])) >= 0; i++) {
+    for (int v; i < n && (v = net_hex_digit((char)p[i])) >= 0; i++) {
         if (i == 16)
             return -EPROTO; /* more than 64 bits */
         *size = *size << 4 | (uint64_t)v;

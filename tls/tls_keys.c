@@ -15,6 +15,7 @@
 #include <openssl/mem.h>
 
 #include <hd/hd_base.h>
+#include <hd/net_http.h>
 
 /* What each suite is made of (RFC 8446 §B.4). */
 struct tls_suite_desc {
@@ -169,32 +170,6 @@ int tls_traffic_keys_update(struct tls_traffic_keys *keys)
 
 /* ---- keylog lines ---- */
 
-static int tls_hex_nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Decodes exactly 2 * out_len hex digits. Returns 0 or -EINVAL. */
-static int tls_hex_decode(const char *hex, size_t hex_len, uint8_t *out, size_t out_len)
-{
-    if (hex_len != 2 * out_len)
-        return -EINVAL;
-    for (size_t i = 0; i < out_len; i++) {
-        int hi = tls_hex_nibble(hex[2 * i]);
-        int lo = tls_hex_nibble(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -EINVAL;
-        out[i] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
-}
-
 static bool tls_keylog_label_char(char c)
 {
     return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -232,13 +207,14 @@ static int tls_keylog_parse_fields(const char *line, size_t len, struct tls_keyl
         if (!tls_keylog_label_char(line[i]))
             return -EINVAL;
     }
-    if (tls_hex_decode(line + start[1], flen[1], entry->client_random, TLS_CLIENT_RANDOM_LEN) < 0)
+    if (net_hex_decode(line + start[1], flen[1], entry->client_random, TLS_CLIENT_RANDOM_LEN) !=
+        TLS_CLIENT_RANDOM_LEN)
         return -EINVAL;
     /* Secrets are Hash.length (32 or 48) in TLS 1.3, the 48-byte master secret in TLS 1.2. */
     size_t secret_len = flen[2] / 2;
     if (flen[2] % 2 != 0 || (secret_len != 32 && secret_len != 48))
         return -EINVAL;
-    if (tls_hex_decode(line + start[2], flen[2], entry->secret, secret_len) < 0)
+    if (net_hex_decode(line + start[2], flen[2], entry->secret, secret_len) != (ssize_t)secret_len)
         return -EINVAL;
     entry->secret_len = (uint8_t)secret_len;
 

@@ -184,6 +184,13 @@ bool net_http_header_has_token(const struct net_http_head *head, const char *nam
  * server: 400 Bad Request), or -ENOSPC. Pure, any thread. */
 ssize_t net_http_path_unescape(struct net_http_str path, char *out, size_t cap, bool keep_slash);
 
+/* Hex digits, either case (Go's unhex): a digit's value 0..15, or -1 for any other char. */
+int net_hex_digit(char c);
+/* hex[0..hex_len) as bytes into out[0..cap): returns hex_len / 2, -EINVAL for an odd length or
+ * a byte that is not a hex digit (out may hold the bytes before it), -ENOSPC when the bytes do
+ * not fit cap. */
+ssize_t net_hex_decode(const char *hex, size_t hex_len, uint8_t *out, size_t cap);
+
 /* String helpers. */
 bool net_http_str_eq(struct net_http_str s, const char *lit);        /* exact */
 bool net_http_str_eq_nocase(struct net_http_str s, const char *lit); /* ASCII case-insensitive */

@@ -657,3 +657,31 @@ Test(test_http_parse, path_unescape)
                      "%s", bad[i]);
     cr_assert_eq(net_http_path_unescape(net_http_cstr("/abcd"), out, 3, true), -ENOSPC);
 }
+
+/* Hex digits either case; a byte string's hex of odd length, a bad digit or too long refused. */
+Test(test_http_parse, hex)
+{
+    const char digits[] = "0123456789abcdefABCDEF";
+    for (const char *d = digits; *d; d++)
+        cr_assert_eq(net_hex_digit(*d), (int)(d - digits < 16 ? d - digits : d - digits - 6), "%c",
+                     *d);
+    const char not_digits[] = {'g', 'G', '/', ':', '@', '`', ' ', '\0', '\x80', '\xff', 'x'};
+    for (size_t i = 0; i < sizeof(not_digits); i++)
+        cr_assert_eq(net_hex_digit(not_digits[i]), -1, "%#x", (unsigned char)not_digits[i]);
+
+    uint8_t out[4];
+    cr_assert_eq(net_hex_decode("00ff7FaB", 8, out, sizeof(out)), 4);
+    cr_assert(memcmp(out, "\x00\xff\x7f\xab", 4) == 0);
+    cr_assert_eq(net_hex_decode("DEADbeef", 8, out, sizeof(out)), 4, "upper and lower case");
+    cr_assert(memcmp(out, "\xde\xad\xbe\xef", 4) == 0);
+    cr_assert_eq(net_hex_decode("", 0, out, 0), 0);
+    cr_assert_eq(net_hex_decode("abc", 3, out, sizeof(out)), -EINVAL, "odd length");
+    cr_assert_eq(net_hex_decode("a", 1, out, sizeof(out)), -EINVAL, "odd length");
+    cr_assert_eq(net_hex_decode("0g", 2, out, sizeof(out)), -EINVAL, "bad digit");
+    cr_assert_eq(net_hex_decode("g0", 2, out, sizeof(out)), -EINVAL, "bad digit");
+    cr_assert_eq(net_hex_decode("00 1", 4, out, sizeof(out)), -EINVAL, "a space");
+    cr_assert_eq(net_hex_decode("0x00", 4, out, sizeof(out)), -EINVAL, "a 0x prefix");
+    cr_assert_eq(net_hex_decode("0011223344", 10, out, sizeof(out)), -ENOSPC, "past cap");
+    cr_assert_eq(net_hex_decode("00ff", 2, out, sizeof(out)), 1, "hex_len bounds the read");
+    cr_assert_eq(out[0], 0);
+}

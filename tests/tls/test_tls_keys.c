@@ -262,6 +262,22 @@ Test(tls_keys, keylog_malformed_lines)
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         cr_assert_eq(parse(bad[i], &e), -EINVAL, "line %zu: '%s'", i, bad[i]);
+    /* The client random's hex: one byte too many, an odd length, a bad digit (either end). */
+    static const char *const bad_random[] = {
+        "CLIENT_TRAFFIC_SECRET_0 " RANDOM_HEX "00 " RFC8448_C_AP_SECRET,
+        "CLIENT_TRAFFIC_SECRET_0 " RANDOM_HEX "0 " RFC8448_C_AP_SECRET,
+    };
+    for (size_t i = 0; i < sizeof(bad_random) / sizeof(bad_random[0]); i++)
+        cr_assert_eq(parse(bad_random[i], &e), -EINVAL, "'%s'", bad_random[i]);
+    char digit[TLS_KEYLOG_LINE_MAX];
+    size_t at[] = {24, 24 + 63}; /* the random's first and last digit */
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        snprintf(digit, sizeof(digit), "CLIENT_TRAFFIC_SECRET_0 %s %s", RANDOM_HEX,
+                 RFC8448_C_AP_SECRET);
+        cr_assert_eq(parse(digit, &e), 1);
+        digit[at[i]] = 'g';
+        cr_assert_eq(parse(digit, &e), -EINVAL, "'%s'", digit);
+    }
 
     /* Over TLS_KEYLOG_LINE_MAX, even if it would parse otherwise. */
     char line[TLS_KEYLOG_LINE_MAX + 8];

@@ -13,18 +13,9 @@
 #include <openssl/crypto.h>
 #include <openssl/digest.h>
 
-#include "tls_keys.h"
+#include <hd/net_http.h>
 
-static int tt_nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
+#include "tls_keys.h"
 
 size_t tt_hex(const char *hex, uint8_t *out, size_t cap)
 {
@@ -33,7 +24,7 @@ size_t tt_hex(const char *hex, uint8_t *out, size_t cap)
     for (const char *p = hex; *p; p++) {
         if (*p == ' ' || *p == '\n')
             continue;
-        int v = tt_nibble(*p);
+        int v = net_hex_digit(*p);
         cr_assert(v >= 0, "bad hex digit '%c'", *p);
         if (hi < 0) {
             hi = v;

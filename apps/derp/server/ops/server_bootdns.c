@@ -455,11 +455,6 @@ bool srv_bootdns_addr_matches(const struct net_addr *a, double percent)
     return percent > srv_bootdns_pcg_float64(s1, s2);
 }
 
-static int hexval(char c)
-{
-    return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-}
-
 /* Go's r.URL.Query().Get("q"): '&'-separated pairs (one with ';' skipped), '+' a space, %XX
  * escapes (a pair with a bad one skipped); the first q. false: none. */
 static bool query_q(struct net_http_str query, char *out, size_t cap)
@@ -478,9 +473,10 @@ static bool query_q(struct net_http_str query, char *out, size_t cap)
                 if (ch == '+') {
                     ch = ' ';
                 } else if (ch == '%') {
-                    bad = pe - v < 3 || !isxdigit((unsigned char)v[1]) ||
-                          !isxdigit((unsigned char)v[2]);
-                    ch = bad ? 0 : (hexval(v[1]) << 4 | hexval(v[2]));
+                    int hi = pe - v < 3 ? -1 : net_hex_digit(v[1]);
+                    int lo = hi < 0 ? -1 : net_hex_digit(v[2]);
+                    bad = lo < 0;
+                    ch = bad ? 0 : hi << 4 | lo;
                     v += 2;
                 }
                 if (!bad && n + 1 < cap)
