@@ -34,14 +34,17 @@ ssize_t net_hex_decode(const char *hex, size_t hex_len, uint8_t *out, size_t cap
     return (ssize_t)(hex_len / 2);
 }
 
-ssize_t net_http_path_unescape(struct net_http_str path, char *out, size_t cap, bool keep_slash)
+/* Go's unescape: "%XX" is that byte; mode: keep "%2F" as it is (keep_slash), "+" a space
+ * (plus_space: query mode). */
+static ssize_t unescape(struct net_http_str in, char *out, size_t cap, bool keep_slash,
+                        bool plus_space)
 {
     size_t n = 0;
-    for (size_t i = 0; i < path.len; i++) {
-        char c = path.ptr[i];
+    for (size_t i = 0; i < in.len; i++) {
+        char c = in.ptr[i];
         if (c == '%') {
-            int hi = i + 2 < path.len ? net_hex_digit(path.ptr[i + 1]) : -1;
-            int lo = hi >= 0 ? net_hex_digit(path.ptr[i + 2]) : -1;
+            int hi = i + 2 < in.len ? net_hex_digit(in.ptr[i + 1]) : -1;
+            int lo = hi >= 0 ? net_hex_digit(in.ptr[i + 2]) : -1;
             if (lo < 0)
                 return -EPROTO;
             char d = (char)(hi << 4 | lo);
@@ -49,10 +52,22 @@ ssize_t net_http_path_unescape(struct net_http_str path, char *out, size_t cap, 
                 c = d;
                 i += 2;
             }
+        } else if (c == '+' && plus_space) {
+            c = ' ';
         }
         if (n == cap)
             return -ENOSPC;
         out[n++] = c;
     }
     return (ssize_t)n;
+}
+
+ssize_t net_http_path_unescape(struct net_http_str path, char *out, size_t cap, bool keep_slash)
+{
+    return unescape(path, out, cap, keep_slash, false);
+}
+
+ssize_t net_http_query_unescape(struct net_http_str s, char *out, size_t cap)
+{
+    return unescape(s, out, cap, false, true);
 }

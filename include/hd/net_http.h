@@ -183,6 +183,10 @@ bool net_http_header_has_token(const struct net_http_head *head, const char *nam
  * length (never more than path.len), -EPROTO for "%" without two hex digits after it (Go's
  * server: 400 Bad Request), or -ENOSPC. Pure, any thread. */
 ssize_t net_http_path_unescape(struct net_http_str path, char *out, size_t cap, bool keep_slash);
+/* A query's key or value decoded as Go's url.QueryUnescape: "+" is a space, "%XX" that byte.
+ * Returns the length (never more than s.len), -EPROTO for "%" without two hex digits after it,
+ * or -ENOSPC. Pure, any thread. */
+ssize_t net_http_query_unescape(struct net_http_str s, char *out, size_t cap);
 
 /* Hex digits, either case (Go's unhex): a digit's value 0..15, or -1 for any other char. */
 int net_hex_digit(char c);

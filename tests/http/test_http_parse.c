@@ -658,6 +658,29 @@ Test(test_http_parse, path_unescape)
     cr_assert_eq(net_http_path_unescape(net_http_cstr("/abcd"), out, 3, true), -ENOSPC);
 }
 
+/* A query's key or value, as Go's url.QueryUnescape: "+" a space, "%2B" a plus. */
+Test(test_http_parse, query_unescape)
+{
+    char out[64];
+    struct {
+        const char *in, *want;
+    } ok[] = {
+        {"a+b%20c", "a b c"}, {"%2B+%2b", "+ +"}, {"%3A%3a2", "::2"},
+        {"a%2Fb", "a/b"},     {"plain", "plain"}, {"", ""},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        ssize_t n = net_http_query_unescape(net_http_cstr(ok[i].in), out, sizeof(out));
+        cr_assert_eq(n, (ssize_t)strlen(ok[i].want), "%s: %zd", ok[i].in, n);
+        cr_assert(memcmp(out, ok[i].want, (size_t)n) == 0, "%s", ok[i].in);
+    }
+    const char *bad[] = {"%", "a%4", "%zz", "%4g", "+%g4"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_assert_eq(net_http_query_unescape(net_http_cstr(bad[i]), out, sizeof(out)), -EPROTO,
+                     "%s", bad[i]);
+    cr_assert_eq(net_http_query_unescape(net_http_cstr("a+b+"), out, 3), -ENOSPC);
+    cr_assert_eq(net_http_query_unescape(net_http_cstr("a%41+"), out, 3), 3);
+}
+
 /* Hex digits either case; a byte string's hex of odd length, a bad digit or too long refused. */
 Test(test_http_parse, hex)
 {

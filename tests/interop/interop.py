@@ -414,7 +414,9 @@ def bootstrap_dns():
     configs = [  # flags, a query answered once the names are resolved, the queries
         (["-bootstrap-dns-names", published, "-unpublished-bootstrap-dns-names", unpublished],
          "", ["", "?q=127.0.0.3", "?q=%3A%3A2", "?q=localhost", "?q=127.0.0.2",
-              "?q=nothing.example", "?q=127.0.0.3&q=::2", "?x=1&q=127.0.0.3", "?q=127.0.0.3;x"]),
+              "?q=nothing.example", "?q=127.0.0.3&q=::2", "?x=1&q=127.0.0.3", "?q=127.0.0.3;x",
+              "?q=%31%32%37.0.0.%33", "?q=%3a%3A2", "?q=%zz&q=127.0.0.3", "?q=%3&q=localhost",
+              "?q=127.0.0.3+", "?q=local+host", "?q=%2B"]),
         (["-unpublished-bootstrap-dns-names", unpublished],
          "?q=127.0.0.3", ["", "?q=127.0.0.3", "?q=nothing.example"]),
     ]

@@ -455,8 +455,8 @@ bool srv_bootdns_addr_matches(const struct net_addr *a, double percent)
     return percent > srv_bootdns_pcg_float64(s1, s2);
 }
 
-/* Go's r.URL.Query().Get("q"): '&'-separated pairs (one with ';' skipped), '+' a space, %XX
- * escapes (a pair with a bad one skipped); the first q. false: none. */
+/* Go's r.URL.Query().Get("q"): '&'-separated pairs (one with ';' skipped), the value unescaped
+ * as url.QueryUnescape does (a pair with a bad escape skipped); the first q. false: none. */
 static bool query_q(struct net_http_str query, char *out, size_t cap)
 {
     const char *p = query.ptr, *end = p ? p + query.len : NULL;
@@ -466,25 +466,10 @@ static bool query_q(struct net_http_str query, char *out, size_t cap)
         bool semi = memchr(p, ';', (size_t)(pe - p)) != NULL;
         const char *eq = memchr(p, '=', (size_t)(pe - p));
         if (!semi && pe - p >= 1 && p[0] == 'q' && (eq == p + 1 || pe == p + 1)) {
-            size_t n = 0;
-            bool bad = false;
-            for (const char *v = eq ? eq + 1 : pe; v < pe && !bad; v++) {
-                int ch = *v;
-                if (ch == '+') {
-                    ch = ' ';
-                } else if (ch == '%') {
-                    int hi = pe - v < 3 ? -1 : net_hex_digit(v[1]);
-                    int lo = hi < 0 ? -1 : net_hex_digit(v[2]);
-                    bad = lo < 0;
-                    ch = bad ? 0 : hi << 4 | lo;
-                    v += 2;
-                }
-                if (!bad && n + 1 < cap)
-                    out[n++] = (char)ch;
-                else
-                    bad = true;
-            }
-            if (!bad) {
+            const char *v = eq ? eq + 1 : pe;
+            struct net_http_str value = {v, (size_t)(pe - v)};
+            ssize_t n = net_http_query_unescape(value, out, cap - 1); /* room for the NUL */
+            if (n >= 0) {
                 out[n] = '\0';
                 return true;
             }
