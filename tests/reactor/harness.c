@@ -22,12 +22,16 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
 {
     (void)arg;
     *state = NULL;
-    if (the_ctx->o->shard_init) {
-        int rc = the_ctx->o->shard_init(s);
-        if (rc < 0)
-            return rc;
-    }
-    return hd_defer(s, body_task, s);
+    int rc = the_ctx->o->state_init ? the_ctx->o->state_init(s, state) : 0;
+    if (rc < 0)
+        return rc;
+    if (the_ctx->o->shard_init)
+        rc = the_ctx->o->shard_init(s);
+    if (rc >= 0)
+        rc = hd_defer(s, body_task, s);
+    if (rc < 0 && the_ctx->o->state_fini)
+        the_ctx->o->state_fini(s, *state);
+    return rc;
 }
 
 static void shard_stop(struct hd_shard *s, void *state)
@@ -39,9 +43,10 @@ static void shard_stop(struct hd_shard *s, void *state)
 
 static void shard_fini(struct hd_shard *s, void *state)
 {
-    (void)state;
     if (the_ctx->o->shard_fini)
         the_ctx->o->shard_fini(s);
+    if (the_ctx->o->state_fini)
+        the_ctx->o->state_fini(s, state);
 }
 
 static const struct hd_module test_module = {

@@ -37,6 +37,11 @@ struct hdt_options {
     int (*shard_init)(struct hd_shard *s);
     void (*shard_stop)(struct hd_shard *s);
     void (*shard_fini)(struct hd_shard *s);
+    /* Optional: the test module's own per-shard state, for code that finds its state as a
+     * module's (hd_shard_instance_state at index layers_count): made before shard_init, dropped
+     * after shard_fini. */
+    int (*state_init)(struct hd_shard *s, void **state);
+    void (*state_fini)(struct hd_shard *s, void *state);
 };
 
 /* Starts a runtime, runs body on every shard, waits for the stop. Returns hd_runtime_wait's

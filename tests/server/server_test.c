@@ -1,7 +1,6 @@
 /* server_test.c - see server_test.h. */
 #include "server_test.h"
 
-#include <stdatomic.h>
 #include <string.h>
 
 struct srv_config srvt_cfg;
@@ -74,40 +73,28 @@ static const struct srv_relay_hooks srvt_hooks = {
     .quota_take = hook_take,
 };
 
-/* ---------------------------------------------------------------- the module */
+/* ---------------------------------------------------------------- each shard's relay state */
 
-struct srvt_ctx {
-    srvt_body_fn *body;
-    void *arg;
-    _Atomic unsigned remaining;
-};
-static struct srvt_ctx *the_ctx;
+/* The relay's state is the test module's (hdt_run puts it after the layers): its index is the
+ * relay instance, as srv_shard_at finds it. */
+static unsigned the_instance;
+static srvt_body_fn *the_body;
 
-static void body_task(void *p)
-{
-    struct srv_shard *ds = p;
-    the_ctx->body(ds, the_ctx->arg);
-}
-
-static const struct hd_module srvt_module;
-
-static int shard_init(struct hd_shard *s, void *arg, void **state)
+static int state_init(struct hd_shard *s, void **state)
 {
     struct srv_shard *ds = calloc(1, sizeof(*ds));
-    SRVT_CHECK(ds != NULL);
+    HDT_CHECK(ds != NULL);
     ds->s = s;
-    ds->cfg = arg;
-    int idx = hd_runtime_module_index(hd_shard_runtime(s), &srvt_module, arg);
-    SRVT_CHECK(idx >= 0);
-    ds->instance = (unsigned)idx;
-    SRVT_CHECK(srv_peers_init(&ds->peers) == 0);
-    SRVT_CHECK(srv_peers_init(&ds->guests) == 0);
-    SRVT_CHECK(srv_sources_shard_init(ds) == 0);
+    ds->cfg = &srvt_cfg;
+    ds->instance = the_instance;
+    HDT_CHECK(srv_peers_init(&ds->peers) == 0);
+    HDT_CHECK(srv_peers_init(&ds->guests) == 0);
+    HDT_CHECK(srv_sources_shard_init(ds) == 0);
     *state = ds;
-    return hd_defer(s, body_task, ds);
+    return 0;
 }
 
-static void shard_fini(struct hd_shard *s, void *state)
+static void state_fini(struct hd_shard *s, void *state)
 {
     (void)s;
     struct srv_shard *ds = state;
@@ -119,45 +106,35 @@ static void shard_fini(struct hd_shard *s, void *state)
     free(ds);
 }
 
-static const struct hd_module srvt_module = {
-    .abi_version = HD_MODULE_ABI,
-    .name = "srvt",
-    .shard_init = shard_init,
-    .shard_fini = shard_fini,
-};
+static void body(struct hd_shard *s, void *arg)
+{
+    struct srv_shard *ds = srv_shard_at(s, the_instance);
+    HDT_CHECK(ds != NULL && ds->s == s);
+    the_body(ds, arg);
+}
 
 void srvt_done(struct srv_shard *ds)
 {
-    if (atomic_fetch_sub(&the_ctx->remaining, 1) == 1)
-        hd_runtime_stop(hd_shard_runtime(ds->s));
+    hdt_done(ds->s);
 }
 
-int srvt_run(const struct srvt_opts *o, srvt_body_fn *body, void *arg)
+int srvt_run(const struct srvt_opts *o, srvt_body_fn *fn, void *arg)
 {
     unsigned shards = o && o->shards ? o->shards : 1;
     srv_hash_init(NULL);
     srvt_cfg.hooks = &srvt_hooks;
     srvt_cfg.shards = shards;
     memset(srvt_hooks_seen, 0, sizeof(srvt_hooks_seen));
-    struct srvt_ctx ctx = {.body = body, .arg = arg};
-    atomic_init(&ctx.remaining, shards);
-    the_ctx = &ctx;
-    const struct hd_module *mods[2];
-    void *args[2] = {0};
-    unsigned n = 0;
-    if (o && o->net)
-        mods[n++] = &net_module;
-    mods[n] = &srvt_module;
-    args[n++] = &srvt_cfg;
-    struct hd_runtime_config cfg = {
-        .shards_count = shards, .modules = mods, .modules_args = args, .modules_count = n};
-    struct hd_runtime *rt;
-    int rc = hd_runtime_create(&cfg, &rt);
-    if (rc < 0)
-        return rc;
-    rc = hd_runtime_run(rt);
-    hd_runtime_destroy(rt);
-    the_ctx = NULL;
+    static const struct hd_module *const net_layer[] = {&net_module};
+    struct hdt_options ho = {.shards = shards,
+                             .layers = net_layer,
+                             .layers_count = o && o->net ? 1 : 0,
+                             .state_init = state_init,
+                             .state_fini = state_fini};
+    the_instance = ho.layers_count;
+    the_body = fn;
+    int rc = hdt_run(&ho, body, arg, NULL);
+    the_body = NULL;
     return rc;
 }
 
@@ -188,7 +165,7 @@ struct srv_client *srvt_client(struct srv_shard *ds, const uint8_t key[DERP_KEY_
                                enum srv_client_phase phase)
 {
     struct srv_client *cl = calloc(1, sizeof(*cl));
-    SRVT_CHECK(cl != NULL);
+    HDT_CHECK(cl != NULL);
     cl->ds = ds;
     cl->instance = ds->instance;
     cl->phase = phase;
@@ -207,7 +184,7 @@ struct hd_frame *srvt_route_frame(struct srv_shard *ds, const uint8_t dst[DERP_K
 {
     uint32_t body = DERP_KEY_LEN + payload;
     struct hd_frame *f = hd_frame_get(ds->s, SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN + body);
-    SRVT_CHECK(f != NULL);
+    HDT_CHECK(f != NULL);
     memcpy(f->data, dst, DERP_KEY_LEN);
     memcpy(f->data + SRV_ROUTE_REPLY_OFF, src, DERP_KEY_LEN);
     uint8_t *h = f->data + SRV_ROUTE_OFF;

@@ -1,25 +1,16 @@
 /* server_test.h - unit tests of the relay's parts (apps/derp/server) on real shards. srvt_run
- * starts a runtime whose one module builds each shard's relay state as server_module.c does
+ * runs the test's body on every shard through the reactor's harness (tests/reactor/harness.h,
+ * hdt_run), whose test module's per-shard state is the relay's as server_module.c builds it
  * (the peer and guest tables, the sources' index and pools) without listeners, mesh or
- * admission, then runs the test's body on every shard as its first task; the bodies end with
- * srvt_done (the last one stops the runtime). Clients are stand-ins (srvt_client): a relay
- * client's fields with no connection unless a test adopts one. Checks inside shard threads
- * abort (Criterion reports the crash), as cr_assert must stay on the test's thread. */
+ * admission; the bodies end with srvt_done (the last one stops the runtime). Clients are
+ * stand-ins (srvt_client): a relay client's fields with no connection unless a test adopts one.
+ * Checks inside shard threads are HDT_CHECK (they abort; Criterion reports the crash), as
+ * cr_assert must stay on the test's thread. */
 #ifndef SERVER_TEST_H
 #define SERVER_TEST_H
 
-#include <stdio.h>
-#include <stdlib.h>
-
+#include "harness.h"
 #include "server.h"
-
-#define SRVT_CHECK(cond)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);               \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
 
 typedef void srvt_body_fn(struct srv_shard *ds, void *arg);
 

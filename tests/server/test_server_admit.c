@@ -59,31 +59,31 @@ static void table_body(struct srv_shard *ds, void *arg)
         struct srv_client *cl = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
         srv_quota_attach(cl);
         if (n <= SRV_QUOTA_KEYS_MAX) {
-            SRVT_CHECK(cl->quota >= 1 && cl->quota <= SRV_QUOTA_SLOTS);
+            HDT_CHECK(cl->quota >= 1 && cl->quota <= SRV_QUOTA_SLOTS);
             slots_seen++;
         } else {
-            SRVT_CHECK(cl->quota == 0); /* the table is full */
+            HDT_CHECK(cl->quota == 0); /* the table is full */
         }
         srvt_client_free(cl);
     }
-    SRVT_CHECK(slots_seen == SRV_QUOTA_KEYS_MAX);
+    HDT_CHECK(slots_seen == SRV_QUOTA_KEYS_MAX);
     /* key 1 again: its slot, with what it used */
     srvt_key(1, k);
     struct srv_client *a = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
     srv_quota_attach(a);
-    SRVT_CHECK(srv_quota_take(a, 700));
+    HDT_CHECK(srv_quota_take(a, 700));
     uint32_t slot = a->quota;
     srvt_client_free(a);
     struct srv_client *b = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
     srv_quota_attach(b);
-    SRVT_CHECK(b->quota == slot);
-    SRVT_CHECK(!srv_quota_take(b, 301)); /* 700 + 301 > 1000 today */
-    SRVT_CHECK(ds->ctr.quota_dropped[SRV_QUOTA_DAILY] == 1);
-    SRVT_CHECK(ds->ctr.quota_dropped_bytes[SRV_QUOTA_DAILY] == 301);
-    SRVT_CHECK(srv_quota_take(b, 300));
+    HDT_CHECK(b->quota == slot);
+    HDT_CHECK(!srv_quota_take(b, 301)); /* 700 + 301 > 1000 today */
+    HDT_CHECK(ds->ctr.quota_dropped[SRV_QUOTA_DAILY] == 1);
+    HDT_CHECK(ds->ctr.quota_dropped_bytes[SRV_QUOTA_DAILY] == 301);
+    HDT_CHECK(srv_quota_take(b, 300));
     b->mesh = true; /* mesh peers are never attached */
     srv_quota_attach(b);
-    SRVT_CHECK(b->quota == 0);
+    HDT_CHECK(b->quota == 0);
     srvt_client_free(b);
     srvt_done(ds);
 }
@@ -137,14 +137,14 @@ static void rate_retry(struct hd_timer *t)
     struct srv_client *cl = rt.cl;
     struct srv_shard *ds = cl->ds;
     if (!srv_rate_take(cl, 10000)) { /* not yet: it paused again for what is missing */
-        SRVT_CHECK(++rt.retries < 1000);
+        HDT_CHECK(++rt.retries < 1000);
         return;
     }
     /* the tokens came back at the configured rate, not sooner */
-    SRVT_CHECK(hd_now_ms(ds->s) - rt.waited_at >= rt.need_ms);
-    SRVT_CHECK(ds->ctr.rate_limit_waited == 1); /* once per frame that had to wait */
+    HDT_CHECK(hd_now_ms(ds->s) - rt.waited_at >= rt.need_ms);
+    HDT_CHECK(ds->ctr.rate_limit_waited == 1); /* once per frame that had to wait */
     srv_rate_frame_done(cl);
-    SRVT_CHECK(!cl->rate_waiting && !cl->rate_paid);
+    HDT_CHECK(!cl->rate_waiting && !cl->rate_paid);
     hd_timer_stop(ds->s, &cl->read_timer);
     net_conn_close(rt.c, 0, false);
     close(rt.peer_fd);
@@ -156,38 +156,38 @@ static void rate_body(struct srv_shard *ds, void *arg)
 {
     (void)arg;
     int sv[2];
-    SRVT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+    HDT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
     uint8_t k[DERP_KEY_LEN];
     srvt_key(1, k);
     struct srv_client *cl = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
-    SRVT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &rt.c) == 0);
+    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &rt.c) == 0);
     cl->conn = rt.c;
     rt.cl = cl;
     rt.peer_fd = sv[1];
     hd_timer_init(&cl->read_timer, rate_retry);
     srv_rate_client_init(cl, hd_now_ms(ds->s)); /* a full bucket: the burst */
     double burst = srvt_cfg.rate.burst;
-    SRVT_CHECK(burst >= SRV_RATE_TAKE_MAX);
+    HDT_CHECK(burst >= SRV_RATE_TAKE_MAX);
     /* a frame is charged at most SRV_RATE_TAKE_MAX; a second take for the frame that paid is
      * free (it is offered again after a pause) */
-    SRVT_CHECK(srv_rate_take(cl, 1u << 20) && cl->rate_paid);
-    SRVT_CHECK(srv_rate_take(cl, 1u << 20));
+    HDT_CHECK(srv_rate_take(cl, 1u << 20) && cl->rate_paid);
+    HDT_CHECK(srv_rate_take(cl, 1u << 20));
     srv_rate_frame_done(cl);
     while (cl->rate.tokens >= 10000) { /* the rest of the burst */
-        SRVT_CHECK(srv_rate_take(cl, 10000));
+        HDT_CHECK(srv_rate_take(cl, 10000));
         srv_rate_frame_done(cl);
     }
     /* mesh peers are exempt */
     cl->mesh = true;
-    SRVT_CHECK(srv_rate_take(cl, 10000));
+    HDT_CHECK(srv_rate_take(cl, 10000));
     srv_rate_frame_done(cl);
     cl->mesh = false;
     rt.waited_at = hd_now_ms(ds->s);
     rt.need_ms = (uint64_t)((10000 - cl->rate.tokens) / (RATE_PER_SEC / 1000));
-    SRVT_CHECK(rt.need_ms >= 9); /* the burst is spent: the wait is a real one */
-    SRVT_CHECK(!srv_rate_take(cl, 10000));
-    SRVT_CHECK(cl->rate_waiting && hd_timer_armed(&cl->read_timer));
-    SRVT_CHECK(ds->ctr.rate_limit_waited == 1);
+    HDT_CHECK(rt.need_ms >= 9); /* the burst is spent: the wait is a real one */
+    HDT_CHECK(!srv_rate_take(cl, 10000));
+    HDT_CHECK(cl->rate_waiting && hd_timer_armed(&cl->read_timer));
+    HDT_CHECK(ds->ctr.rate_limit_waited == 1);
 }
 
 Test(server_rate, refill)

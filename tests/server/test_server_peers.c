@@ -129,35 +129,35 @@ static void dups_body(struct srv_shard *ds, void *arg)
     struct srv_client *c2 = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
     struct srv_client *c3 = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
     srv_register(ds, c1);
-    SRVT_CHECK(ds->ctr.clients_local == 1 && ds->ctr.current_dup_client_keys == 0);
+    HDT_CHECK(ds->ctr.clients_local == 1 && ds->ctr.current_dup_client_keys == 0);
     srv_register(ds, c2);
     srv_register(ds, c3);
     struct srv_peer *p = srv_peers_find(&ds->peers, k);
-    SRVT_CHECK(p && p->clients_count == 3 && p->active == c3); /* the newest is active */
-    SRVT_CHECK(ds->ctr.clients_local == 1);
-    SRVT_CHECK(ds->ctr.current_dup_client_keys == 1 && ds->ctr.current_dup_client_conns == 3);
-    SRVT_CHECK(ds->ctr.total_dup_client_conns == 2);
+    HDT_CHECK(p && p->clients_count == 3 && p->active == c3); /* the newest is active */
+    HDT_CHECK(ds->ctr.clients_local == 1);
+    HDT_CHECK(ds->ctr.current_dup_client_keys == 1 && ds->ctr.current_dup_client_conns == 3);
+    HDT_CHECK(ds->ctr.total_dup_client_conns == 2);
     srv_note_activity(ds, c1); /* lastWriterIsActive */
-    SRVT_CHECK(p->active == c1);
+    HDT_CHECK(p->active == c1);
     /* the active one leaves: the most recently active of the others takes over */
     srv_unregister(ds, c1);
-    SRVT_CHECK(p->active == c3 && p->clients_count == 2 && c1->peer == NULL);
-    SRVT_CHECK(ds->ctr.current_dup_client_keys == 1 && ds->ctr.current_dup_client_conns == 2);
+    HDT_CHECK(p->active == c3 && p->clients_count == 2 && c1->peer == NULL);
+    HDT_CHECK(ds->ctr.current_dup_client_keys == 1 && ds->ctr.current_dup_client_conns == 2);
     srv_unregister(ds, c3);
-    SRVT_CHECK(p->active == c2 && p->clients_count == 1);
-    SRVT_CHECK(ds->ctr.current_dup_client_keys == 0 && ds->ctr.current_dup_client_conns == 0);
+    HDT_CHECK(p->active == c2 && p->clients_count == 1);
+    HDT_CHECK(ds->ctr.current_dup_client_keys == 0 && ds->ctr.current_dup_client_conns == 0);
     /* A connection that received from k (not active: it sends nothing here) is subscribed. */
     struct srv_client *sub = srvt_client(ds, other, SRV_CLIENT_HANDSHAKE);
     srv_source_subscribe(sub, k);
-    SRVT_CHECK(srv_source_has(sub, k) && ds->subs.count == 1);
+    HDT_CHECK(srv_source_has(sub, k) && ds->subs.count == 1);
     /* k's last connection leaves: the entry goes, and so does the subscription (PeerGone) */
     srv_unregister(ds, c2);
-    SRVT_CHECK(srv_peers_find(&ds->peers, k) == NULL && ds->peers.count == 0);
-    SRVT_CHECK(ds->ctr.clients_local == 0);
-    SRVT_CHECK(!srv_source_has(sub, k) && ds->subs.count == 0 && sub->sources.count == 0);
+    HDT_CHECK(srv_peers_find(&ds->peers, k) == NULL && ds->peers.count == 0);
+    HDT_CHECK(ds->ctr.clients_local == 0);
+    HDT_CHECK(!srv_source_has(sub, k) && ds->subs.count == 0 && sub->sources.count == 0);
     /* and k may come back */
     srv_register(ds, c1);
-    SRVT_CHECK(srv_peers_find(&ds->peers, k) == c1->peer && ds->ctr.clients_local == 1);
+    HDT_CHECK(srv_peers_find(&ds->peers, k) == c1->peer && ds->ctr.clients_local == 1);
     srv_unregister(ds, c1);
     srvt_client_free(c1), srvt_client_free(c2), srvt_client_free(c3), srvt_client_free(sub);
     srvt_done(ds);
@@ -181,33 +181,33 @@ static void mesh_body(struct srv_shard *ds, void *arg)
     srv_source_subscribe(sub, k);
     srv_unregister(ds, c);
     struct srv_peer *p = srv_peers_find(&ds->peers, k);
-    SRVT_CHECK(p && p->clients_count == 0 && p->fwd_count == 1 && p->fwd[0] == 3);
-    SRVT_CHECK(srv_source_has(sub, k)); /* still in the region: no PeerGone */
-    srv_forwarder_add(ds, k, 3);        /* a repeat changes nothing */
-    SRVT_CHECK(p->fwd_count == 1 && ds->ctr.multiforwarder_created == 0);
+    HDT_CHECK(p && p->clients_count == 0 && p->fwd_count == 1 && p->fwd[0] == 3);
+    HDT_CHECK(srv_source_has(sub, k)); /* still in the region: no PeerGone */
+    srv_forwarder_add(ds, k, 3);       /* a repeat changes nothing */
+    HDT_CHECK(p->fwd_count == 1 && ds->ctr.multiforwarder_created == 0);
     srv_forwarder_remove(ds, k, 3); /* it left the region */
-    SRVT_CHECK(srv_peers_find(&ds->peers, k) == NULL && !srv_source_has(sub, k));
+    HDT_CHECK(srv_peers_find(&ds->peers, k) == NULL && !srv_source_has(sub, k));
     /* a: node 1 only; b: nodes 1 and 2. Node 1 goes away: a leaves, b stays via node 2. */
     srv_forwarder_add(ds, a, 1);
     srv_forwarder_add(ds, b, 1);
     srv_forwarder_add(ds, b, 2);
-    SRVT_CHECK(ds->ctr.multiforwarder_created == 1);
+    HDT_CHECK(ds->ctr.multiforwarder_created == 1);
     srv_source_subscribe(sub, a);
     srv_source_subscribe(sub, b);
     srv_forwarder_remove_node(ds, 1);
-    SRVT_CHECK(srv_peers_find(&ds->peers, a) == NULL);
+    HDT_CHECK(srv_peers_find(&ds->peers, a) == NULL);
     p = srv_peers_find(&ds->peers, b);
-    SRVT_CHECK(p && p->fwd_count == 1 && p->fwd[0] == 2);
-    SRVT_CHECK(ds->ctr.multiforwarder_deleted == 1);
-    SRVT_CHECK(!srv_source_has(sub, a) && srv_source_has(sub, b));
+    HDT_CHECK(p && p->fwd_count == 1 && p->fwd[0] == 2);
+    HDT_CHECK(ds->ctr.multiforwarder_deleted == 1);
+    HDT_CHECK(!srv_source_has(sub, a) && srv_source_has(sub, b));
     /* A full forwarder list ignores one more node. */
     for (unsigned id = 3; id < 3 + SRV_MESH_NODES_MAX + 2; id++)
         srv_forwarder_add(ds, b, id);
-    SRVT_CHECK(p->fwd_count == SRV_MESH_NODES_MAX);
+    HDT_CHECK(p->fwd_count == SRV_MESH_NODES_MAX);
     srv_forwarder_remove_node(ds, 2);
     for (unsigned id = 3; id < 3 + SRV_MESH_NODES_MAX; id++)
         srv_forwarder_remove(ds, b, id);
-    SRVT_CHECK(ds->peers.count == 0 && !srv_source_has(sub, b));
+    HDT_CHECK(ds->peers.count == 0 && !srv_source_has(sub, b));
     srvt_client_free(c), srvt_client_free(sub);
     srvt_done(ds);
 }

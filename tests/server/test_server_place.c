@@ -44,11 +44,11 @@ static void poll_fired(struct hd_timer *t)
     struct route_shard *me = hd_container_of(t, struct route_shard, poll);
     struct srv_shard *ds = me->ds;
     if (dropped(ds, SRV_DROP_UNKNOWN_DEST) < me->expect) {
-        SRVT_CHECK(++me->polls < 30000); /* 30 s: the bus is not that slow */
+        HDT_CHECK(++me->polls < 30000); /* 30 s: the bus is not that slow */
         hd_timer_start(ds->s, &me->poll, 1);
         return;
     }
-    SRVT_CHECK(dropped(ds, SRV_DROP_UNKNOWN_DEST) == me->expect); /* bounced once, no more */
+    HDT_CHECK(dropped(ds, SRV_DROP_UNKNOWN_DEST) == me->expect); /* bounced once, no more */
     struct srv_peer *p = me->travelling; /* the travelling key's entry and held packets go */
     for (unsigned i = 0; p && i < p->held_count; i++)
         hd_frame_unref(ds->s, p->held[i]);
@@ -82,32 +82,32 @@ static void route_body(struct srv_shard *ds, void *arg)
     srvt_key_owned(ds, 0, 1, moving);
     /* a key this shard owns, nobody connected: dropped here, counted with its bytes */
     struct srv_routed r = route(ds, here, src, SRV_KIND_OTHER, false);
-    SRVT_CHECK(r.to == SRV_ROUTED_NONE && r.behind == NULL &&
-               dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
-    SRVT_CHECK(ds->ctr.bytes_dropped[SRV_DROP_UNKNOWN_DEST][SRV_KIND_OTHER] == PAYLOAD);
+    HDT_CHECK(r.to == SRV_ROUTED_NONE && r.behind == NULL &&
+              dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
+    HDT_CHECK(ds->ctr.bytes_dropped[SRV_DROP_UNKNOWN_DEST][SRV_KIND_OTHER] == PAYLOAD);
     /* the same, come from a mesh peer: its own reason */
     r = route(ds, here, src, SRV_KIND_OTHER, true);
-    SRVT_CHECK(r.to == SRV_ROUTED_NONE && dropped(ds, SRV_DROP_UNKNOWN_DEST_ON_FWD) == 1);
+    HDT_CHECK(r.to == SRV_ROUTED_NONE && dropped(ds, SRV_DROP_UNKNOWN_DEST_ON_FWD) == 1);
     /* a key shard 1 owns: one bus hop, dropped and counted there */
     r = route(ds, there, src, SRV_KIND_OTHER, false);
-    SRVT_CHECK(r.to == SRV_ROUTED_OWNER && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
+    HDT_CHECK(r.to == SRV_ROUTED_OWNER && dropped(ds, SRV_DROP_UNKNOWN_DEST) == 1);
     /* a key whose one connection is on its way to shard 1: held, up to the cap */
     struct srv_peer *p = calloc(1, sizeof(*p));
-    SRVT_CHECK(p != NULL);
+    HDT_CHECK(p != NULL);
     memcpy(p->key.bytes, moving, DERP_KEY_LEN);
     p->clients_count = 1;
     p->guest_at = 2;
     p->placing = true;
     p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
-    SRVT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
+    HDT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
     rs[0].travelling = p;
     for (unsigned i = 0; i < SRV_PLACE_HELD_MAX; i++) {
         r = route(ds, moving, src, SRV_KIND_OTHER, false);
-        SRVT_CHECK(r.to == SRV_ROUTED_GUEST); /* placement follows it only with packing */
+        HDT_CHECK(r.to == SRV_ROUTED_GUEST); /* placement follows it only with packing */
     }
-    SRVT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 0);
+    HDT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 0);
     (void)route(ds, moving, src, SRV_KIND_OTHER, false);
-    SRVT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 1);
+    HDT_CHECK(p->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 1);
     /* it arrived, as far as this shard knows, but shard 1 has no such guest: the packet goes
      * there, comes back once (bounced), and is dropped here */
     p->placing = false;
@@ -139,36 +139,36 @@ static void place_body(struct srv_shard *ds, void *arg)
     struct srv_client *cl = srvt_client(ds, mine, SRV_CLIENT_ACTIVE);
     /* a run: SRV_PLACE_PACKETS in a row to one destination, then it starts again */
     for (unsigned i = 1; i < SRV_PLACE_PACKETS; i++)
-        SRVT_CHECK(!srv_place_run(cl, a));
-    SRVT_CHECK(srv_place_run(cl, a));
-    SRVT_CHECK(!srv_place_run(cl, a)); /* a new run */
+        HDT_CHECK(!srv_place_run(cl, a));
+    HDT_CHECK(srv_place_run(cl, a));
+    HDT_CHECK(!srv_place_run(cl, a)); /* a new run */
     for (unsigned i = 0; i < SRV_PLACE_PACKETS - 2; i++)
-        SRVT_CHECK(!srv_place_run(cl, a));
-    SRVT_CHECK(!srv_place_run(cl, b)); /* another destination breaks the run */
+        HDT_CHECK(!srv_place_run(cl, a));
+    HDT_CHECK(!srv_place_run(cl, b)); /* another destination breaks the run */
     for (unsigned i = 2; i < SRV_PLACE_PACKETS; i++)
-        SRVT_CHECK(!srv_place_run(cl, b));
-    SRVT_CHECK(srv_place_run(cl, b));
+        HDT_CHECK(!srv_place_run(cl, b));
+    HDT_CHECK(srv_place_run(cl, b));
     /* where a key's connection lives, as this shard knows it */
-    SRVT_CHECK(srv_place_lives_at(ds, theirs) == 1);
-    SRVT_CHECK(srv_place_lives_at(ds, mine) == 0);
+    HDT_CHECK(srv_place_lives_at(ds, theirs) == 1);
+    HDT_CHECK(srv_place_lives_at(ds, mine) == 0);
     struct srv_peer *p = calloc(1, sizeof(*p));
-    SRVT_CHECK(p != NULL);
+    HDT_CHECK(p != NULL);
     memcpy(p->key.bytes, mine, DERP_KEY_LEN);
     p->guest_at = 2;
-    SRVT_CHECK(srv_peers_insert(&ds->peers, p) == 0);
-    SRVT_CHECK(srv_place_lives_at(ds, mine) == 1); /* a guest on shard 1 */
+    HDT_CHECK(srv_peers_insert(&ds->peers, p) == 0);
+    HDT_CHECK(srv_place_lives_at(ds, mine) == 1); /* a guest on shard 1 */
     srv_peers_remove(&ds->peers, p);
     free(p);
     /* srv_place_move_to's answers that need no move */
-    SRVT_CHECK(srv_place_move_to(cl, 0) == -EALREADY); /* here already */
-    SRVT_CHECK(srv_place_move_to(cl, 2) == -EALREADY); /* no such shard */
+    HDT_CHECK(srv_place_move_to(cl, 0) == -EALREADY); /* here already */
+    HDT_CHECK(srv_place_move_to(cl, 2) == -EALREADY); /* no such shard */
     cl->phase = SRV_CLIENT_ADMITTING;
-    SRVT_CHECK(srv_place_move_to(cl, 1) == -EBUSY); /* not active */
+    HDT_CHECK(srv_place_move_to(cl, 1) == -EBUSY); /* not active */
     cl->phase = SRV_CLIENT_ACTIVE;
     cl->guest = true;
-    SRVT_CHECK(srv_place_move_to(cl, 1) == -EXDEV); /* a guest moves home only, with packing */
+    HDT_CHECK(srv_place_move_to(cl, 1) == -EXDEV); /* a guest moves home only, with packing */
     srvt_cfg.pack = true;
-    SRVT_CHECK(srv_place_move_to(cl, 1) == -EXDEV); /* shard 1 is not its owner */
+    HDT_CHECK(srv_place_move_to(cl, 1) == -EXDEV); /* shard 1 is not its owner */
     srvt_cfg.pack = false;
     srvt_client_free(cl);
     srvt_done(ds);
@@ -195,24 +195,24 @@ static void held_kind_body(struct srv_shard *ds, void *arg)
     srvt_key_owned(ds, 0, 0, moving);
     struct srv_client *cl = srvt_client(ds, moving, SRV_CLIENT_MOVING);
     struct srv_peer *p = calloc(1, sizeof(*p));
-    SRVT_CHECK(p != NULL);
+    HDT_CHECK(p != NULL);
     memcpy(p->key.bytes, moving, DERP_KEY_LEN);
     p->clients_count = 1;
     p->guest_at = 2;
     p->placing = true;
     p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
-    SRVT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
+    HDT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
     cl->peer = p;
     cl->placing = true;
     ds->ctr.clients_local = 1;
     (void)route(ds, moving, src, SRV_KIND_DISCO, false);
     (void)route(ds, moving, src, SRV_KIND_OTHER, false);
     (void)route(ds, moving, src, SRV_KIND_OTHER, true);
-    SRVT_CHECK(p->held_count == 3);
+    HDT_CHECK(p->held_count == 3);
     srv_place_closed(cl); /* closed before it left: what waited for it is dropped, counted */
     const uint64_t *gone = ds->ctr.packets_dropped[SRV_DROP_GONE_DISCONNECTED];
-    SRVT_CHECK(gone[SRV_KIND_DISCO] == 1 && gone[SRV_KIND_OTHER] == 2);
-    SRVT_CHECK(srv_peers_find(&ds->peers, moving) == NULL && ds->ctr.clients_local == 0);
+    HDT_CHECK(gone[SRV_KIND_DISCO] == 1 && gone[SRV_KIND_OTHER] == 2);
+    HDT_CHECK(srv_peers_find(&ds->peers, moving) == NULL && ds->ctr.clients_local == 0);
     free(cl);
     srvt_done(ds);
 }

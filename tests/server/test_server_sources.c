@@ -36,38 +36,38 @@ static void lists_body(struct srv_shard *ds, void *arg)
         c[i] = client_n(ds, i + 1);
         srv_source_subscribe(c[i], key);
         srv_source_subscribe(c[i], key); /* a repeat: nothing new */
-        SRVT_CHECK(srv_source_has(c[i], key) && c[i]->sources.count == 1);
+        HDT_CHECK(srv_source_has(c[i], key) && c[i]->sources.count == 1);
     }
-    SRVT_CHECK(ds->subs.count == 1 && ds->ctr.subs_refused == 0);
+    HDT_CHECK(ds->subs.count == 1 && ds->ctr.subs_refused == 0);
     /* Leave from the middle and the front: the last subscriber moves into the hole and its
      * keyset's position follows (a later drop of it would otherwise remove someone else). */
     for (unsigned i = 0; i < SUBS; i += 3)
         srv_sources_drop(c[i]);
     srv_sources_drop(c[SUBS - 1]);
     struct srv_subs_entry e;
-    SRVT_CHECK(srv_sources_take(ds, key, &e));
+    HDT_CHECK(srv_sources_take(ds, key, &e));
     unsigned left = 0;
     for (unsigned i = 0; i < SUBS; i++) {
         bool dropped = i % 3 == 0 || i == SUBS - 1;
-        SRVT_CHECK(vec_has(&e, c[i]) == !dropped);
-        SRVT_CHECK(!srv_source_has(c[i], key)); /* taken: every keyset forgot the key */
+        HDT_CHECK(vec_has(&e, c[i]) == !dropped);
+        HDT_CHECK(!srv_source_has(c[i], key)); /* taken: every keyset forgot the key */
         left += !dropped;
     }
-    SRVT_CHECK(e.count == left && ds->subs.count == 0);
+    HDT_CHECK(e.count == left && ds->subs.count == 0);
     srv_subs_entry_free(&e);
-    SRVT_CHECK(!srv_sources_take(ds, key, &e)); /* gone: nothing to take */
+    HDT_CHECK(!srv_sources_take(ds, key, &e)); /* gone: nothing to take */
     /* Shrinking: 40 subscribers, then all but one leave; the list shrinks class by class. */
     for (unsigned i = 0; i < SUBS; i++)
         srv_source_subscribe(c[i], key);
     for (unsigned i = 1; i < SUBS; i++)
         srv_sources_drop(c[i]);
-    SRVT_CHECK(ds->subs.count == 1 && srv_source_has(c[0], key));
-    SRVT_CHECK(srv_sources_take(ds, key, &e) && e.count == 1 && e.cap <= SRV_SUBS_VEC_MIN);
-    SRVT_CHECK(srv_subs_vec(&e)[0] == c[0]);
+    HDT_CHECK(ds->subs.count == 1 && srv_source_has(c[0], key));
+    HDT_CHECK(srv_sources_take(ds, key, &e) && e.count == 1 && e.cap <= SRV_SUBS_VEC_MIN);
+    HDT_CHECK(srv_subs_vec(&e)[0] == c[0]);
     srv_subs_entry_free(&e);
     for (unsigned i = 0; i < SUBS; i++)
         srvt_client_free(c[i]);
-    SRVT_CHECK(ds->subs.count == 0);
+    HDT_CHECK(ds->subs.count == 0);
     srvt_done(ds);
 }
 
@@ -87,18 +87,18 @@ static void keyset_body(struct srv_shard *ds, void *arg)
         srvt_key(n + 100, k);
         srv_source_subscribe(cl, k);
     }
-    SRVT_CHECK(cl->sources.count == SRV_SOURCES_MAX);
-    SRVT_CHECK(cl->sources.cap == SRV_KEYSET_MIN << (SRV_KEYSET_CLASSES - 1));
-    SRVT_CHECK(ds->subs.count == SRV_SOURCES_MAX && ds->ctr.subs_refused == 10);
+    HDT_CHECK(cl->sources.count == SRV_SOURCES_MAX);
+    HDT_CHECK(cl->sources.cap == SRV_KEYSET_MIN << (SRV_KEYSET_CLASSES - 1));
+    HDT_CHECK(ds->subs.count == SRV_SOURCES_MAX && ds->ctr.subs_refused == 10);
     struct srv_subs_entry e;
     for (uint32_t n = 1; n <= SRV_SOURCES_MAX; n += 97) {
         srvt_key(n + 100, k);
-        SRVT_CHECK(srv_sources_take(ds, k, &e) && e.count == 1 && e.one == cl);
+        HDT_CHECK(srv_sources_take(ds, k, &e) && e.count == 1 && e.one == cl);
         srv_subs_entry_free(&e);
-        SRVT_CHECK(!srv_source_has(cl, k));
+        HDT_CHECK(!srv_source_has(cl, k));
     }
     srvt_client_free(cl);
-    SRVT_CHECK(ds->subs.count == 0);
+    HDT_CHECK(ds->subs.count == 0);
     srvt_done(ds);
 }
 
@@ -119,29 +119,29 @@ static void move_arrive(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
     struct move_state *m = (struct move_state *)(uintptr_t)f->app_u64;
     (void)arg;
     struct srv_client *cl = m->cl;
-    SRVT_CHECK(cl->sources.travelling && cl->sources.count == 50);
+    HDT_CHECK(cl->sources.travelling && cl->sources.count == 50);
     cl->ds = ds;
     srv_sources_attach(cl);
-    SRVT_CHECK(!cl->sources.travelling && cl->sources.count == 50);
-    SRVT_CHECK(ds->subs.count == 50);
+    HDT_CHECK(!cl->sources.travelling && cl->sources.count == 50);
+    HDT_CHECK(ds->subs.count == 50);
     uint8_t k[DERP_KEY_LEN];
     for (uint32_t n = 1; n <= 50; n++) {
         srvt_key(n + 500, k);
-        SRVT_CHECK(srv_source_has(cl, k));
+        HDT_CHECK(srv_source_has(cl, k));
     }
     /* an upgrade's hand-over: the prefixes, into a fresh connection's keyset */
     uint64_t list[64];
-    SRVT_CHECK(srv_sources_list(cl, list, 64) == 50);
+    HDT_CHECK(srv_sources_list(cl, list, 64) == 50);
     struct srv_client *heir = client_n(ds, 9);
     srv_sources_restore(heir, list, 50);
-    SRVT_CHECK(heir->sources.count == 50 && ds->subs.count == 50);
+    HDT_CHECK(heir->sources.count == 50 && ds->subs.count == 50);
     struct srv_subs_entry e;
     srvt_key(501, k);
-    SRVT_CHECK(srv_sources_take(ds, k, &e) && e.count == 2);
+    HDT_CHECK(srv_sources_take(ds, k, &e) && e.count == 2);
     srv_subs_entry_free(&e);
     srvt_client_free(heir);
     srvt_client_free(cl);
-    SRVT_CHECK(ds->subs.count == 0);
+    HDT_CHECK(ds->subs.count == 0);
     f->app_u64 = 0;
     atomic_store(&m->step, 2);
     srvt_done(ds);
@@ -161,17 +161,17 @@ static void move_body(struct srv_shard *ds, void *arg)
         if (n % 2)
             srv_source_subscribe(m->stay, k);
     }
-    SRVT_CHECK(ds->subs.count == 50);
+    HDT_CHECK(ds->subs.count == 50);
     srv_sources_detach(m->cl);
-    SRVT_CHECK(m->cl->sources.travelling && !srv_source_has(m->cl, k)); /* in no index */
-    SRVT_CHECK(ds->subs.count == 25); /* the keys the other one heard from stay */
-    srv_sources_detach(m->cl);        /* twice: nothing more */
+    HDT_CHECK(m->cl->sources.travelling && !srv_source_has(m->cl, k)); /* in no index */
+    HDT_CHECK(ds->subs.count == 25); /* the keys the other one heard from stay */
+    srv_sources_detach(m->cl);       /* twice: nothing more */
     struct hd_frame *f = hd_frame_get(ds->s, 8);
-    SRVT_CHECK(f != NULL);
+    HDT_CHECK(f != NULL);
     f->app_u64 = (uint64_t)(uintptr_t)m;
-    SRVT_CHECK(srv_event_send(ds, 1, move_arrive, f, 0) == 0);
+    HDT_CHECK(srv_event_send(ds, 1, move_arrive, f, 0) == 0);
     srvt_client_free(m->stay);
-    SRVT_CHECK(ds->subs.count == 0);
+    HDT_CHECK(ds->subs.count == 0);
     atomic_store(&m->step, 1);
     srvt_done(ds);
 }
@@ -193,9 +193,9 @@ static void forget_body(struct srv_shard *ds, void *arg)
     srvt_key(7, k);
     srv_source_subscribe(cl, k);
     srv_sources_detach(cl);
-    SRVT_CHECK(cl->sources.travelling && ds->subs.count == 0);
+    HDT_CHECK(cl->sources.travelling && ds->subs.count == 0);
     srv_sources_forget(cl);
-    SRVT_CHECK(cl->sources.slots == NULL && !cl->sources.travelling);
+    HDT_CHECK(cl->sources.slots == NULL && !cl->sources.travelling);
     srv_sources_drop(cl); /* and a close after it is harmless */
     free(cl);
     srvt_done(ds);
