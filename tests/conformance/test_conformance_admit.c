@@ -35,6 +35,21 @@ static pid_t ctl_pid, tls_ctl_pid; /* the http and the https controller */
 static int64_t last;               /* conf_varz_wait's last value */
 static char dir[256], rules[300], url[64];
 
+/* argv[0] (a program on PATH) started with its stdout and stderr on /dev/null (not the test's:
+ * ctest waits for its pipe); its PID. */
+static pid_t spawn_quiet(const char *const argv[])
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    cr_assert_eq(rc, 0, "%s: %s", argv[0], strerror(rc));
+    return pid;
+}
+
 /* Starts admit_controller.py (https with cert/key when given) with its port file dir/NAME.port;
  * returns its PID and writes its port. */
 static pid_t ctl_spawn(const char *name, const char *cert, const char *key, int *port_out)
@@ -42,14 +57,7 @@ static pid_t ctl_spawn(const char *name, const char *cert, const char *key, int 
     char port_file[300];
     snprintf(port_file, sizeof(port_file), "%s/%s.port", dir, name);
     const char *argv[] = {"python3", ADMIT_CTL, port_file, rules, cert, key, NULL};
-    posix_spawn_file_actions_t fa; /* not the test's stdout: ctest waits for its pipe */
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0);
+    pid_t pid = spawn_quiet(argv);
     int port = 0;
     for (int64_t end = conf_now_ms() + CTL_START_MS; port == 0 && conf_now_ms() < end;) {
         FILE *f = fopen(port_file, "r");
@@ -90,11 +98,19 @@ static void ctl_down(void)
 
 TestSuite(test_conformance_admit, .init = ctl_up, .fini = ctl_down, .timeout = 120);
 
+/* The server asking u, fail_open one of the -verify-client-url-fail-open forms, with one more
+ * flag and its value (flag NULL: none) on shards shards. */
+static void server_up_with(const char *u, const char *fail_open, const char *flag,
+                           const char *value, unsigned shards)
+{
+    const char *extra[] = {"-verify-client-url", u, fail_open, flag, value, NULL};
+    cr_assert_eq(
+        conf_server_start(&srv, &(struct conf_server_opts){.shards = shards, .extra = extra}), 0);
+}
+
 static void server_up(const char *u, const char *fail_open)
 {
-    const char *extra[] = {"-verify-client-url", u, fail_open, NULL};
-    cr_assert_eq(
-        conf_server_start(&srv, &(struct conf_server_opts){.shards = SHARDS, .extra = extra}), 0);
+    server_up_with(u, fail_open, NULL, NULL, SHARDS);
 }
 
 /* A fresh key pair whose admission mode is mode ("allow", "deny", "slow", "500", "junk"). */
@@ -119,6 +135,22 @@ static void two_in(const char *mode, struct derp_keypair *ka, struct derp_keypai
     CONF_OK(conf_raw_login(b, &srv, kb, NULL));
 }
 
+/* The counter name now, which must be want. */
+static void varz_is(const char *name, int64_t want, const char *why)
+{
+    int64_t v = -1;
+    CONF_OK(conf_varz(&srv, name, false, &v));
+    cr_assert_eq(v, want, "%s is %lld, not %lld: %s", name, (long long)v, (long long)want, why);
+}
+
+/* The end of a test with two clients in: both closed, the server stopped (it must exit 0). */
+static void two_out(struct conf_raw *a, struct conf_raw *b)
+{
+    conf_raw_close(a);
+    conf_raw_close(b);
+    conf_server_stop_clean(&srv);
+}
+
 static void exchange(struct conf_raw *a, struct conf_raw *b, const char *text)
 {
     struct derp_pubkey src;
@@ -130,15 +162,48 @@ static void exchange(struct conf_raw *a, struct conf_raw *b, const char *text)
     cr_assert(len == strlen(text) && memcmp(data, text, len) == 0);
 }
 
-/* Login must fail: the server closes after ClientInfo (§5), nothing else. */
+/* Login with a fresh key kp in mode must fail: the server closes after ClientInfo (§5), nothing
+ * else, and hderp_admit_refused comes to want_refused. */
+static void refused_key(struct derp_keypair *kp, const char *mode, int64_t want_refused)
+{
+    keyed(kp, mode);
+    struct conf_raw r;
+    cr_assert_neq(conf_raw_login(&r, &srv, kp, NULL), 0, "%s: admitted", mode);
+    conf_raw_close(&r);
+    CONF_OK(conf_varz_wait(&srv, "hderp_admit_refused", want_refused, CONF_IO_TIMEOUT_MS, &last));
+}
+
 static void refused(const char *mode, int64_t want_refused)
 {
     struct derp_keypair kp;
-    keyed(&kp, mode);
-    struct conf_raw r;
-    cr_assert_neq(conf_raw_login(&r, &srv, &kp, NULL), 0, "%s: admitted", mode);
-    conf_raw_close(&r);
-    CONF_OK(conf_varz_wait(&srv, "hderp_admit_refused", want_refused, CONF_IO_TIMEOUT_MS, &last));
+    refused_key(&kp, mode, want_refused);
+}
+
+/* How many of the controller's logged request bodies hold text (whole: are that line). */
+static int ctl_log_count(const char *text, bool whole)
+{
+    char log[320], line[512];
+    snprintf(log, sizeof(log), "%s.log", rules);
+    FILE *f = fopen(log, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof(line), f))
+        n += whole ? strcmp(line, text) == 0 : strstr(line, text) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* How many requests the controller got about kp. */
+static int ctl_asked_count(const struct derp_keypair *kp)
+{
+    char key[DERP_PUBKEY_TEXT_SIZE];
+    derp_pubkey_format(&kp->pub, key);
+    return ctl_log_count(key, false);
+}
+
+static bool ctl_asked(const struct derp_keypair *kp)
+{
+    return ctl_asked_count(kp) > 0;
 }
 
 Test(test_conformance_admit, allow_then_packets_and_the_request_body)
@@ -151,24 +216,12 @@ Test(test_conformance_admit, allow_then_packets_and_the_request_body)
     exchange(&b, &a, "admitted b to a");
     CONF_OK(conf_raw_ping_pong(&a, 7, CONF_IO_TIMEOUT_MS));
     /* The body exactly as spec §5 has it. */
-    char want[600], log[320], line[512];
-    char key[DERP_PUBKEY_TEXT_SIZE];
+    char want[600], key[DERP_PUBKEY_TEXT_SIZE];
     derp_pubkey_format(&ka.pub, key);
     snprintf(want, sizeof(want), "{\"NodePublic\":\"%s\",\"Source\":\"127.0.0.1\"}\n", key);
-    snprintf(log, sizeof(log), "%s.log", rules);
-    FILE *f = fopen(log, "r");
-    cr_assert_not_null(f);
-    bool seen = false;
-    while (!seen && fgets(line, sizeof(line), f))
-        seen = strcmp(line, want) == 0;
-    fclose(f);
-    cr_assert(seen, "no request body %s", want);
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_refused", false, &v));
-    cr_assert_eq(v, 0);
-    conf_raw_close(&a);
-    conf_raw_close(&b);
-    conf_server_stop_clean(&srv);
+    cr_assert_gt(ctl_log_count(want, true), 0, "no request body %s", want);
+    varz_is("hderp_admit_refused", 0, "nobody was refused");
+    two_out(&a, &b);
 }
 
 Test(test_conformance_admit, deny_non200_and_bad_json_refuse_even_fail_open)
@@ -177,9 +230,7 @@ Test(test_conformance_admit, deny_non200_and_bad_json_refuse_even_fail_open)
     refused("deny", 1);
     refused("500", 2);
     refused("junk", 3);
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_errors", false, &v));
-    cr_assert_eq(v, 0, "answers are not transport errors");
+    varz_is("hderp_admit_errors", 0, "answers are not transport errors");
     conf_server_stop_clean(&srv);
 }
 
@@ -193,9 +244,7 @@ Test(test_conformance_admit, oversized_or_cut_answers_refuse_even_fail_open)
                            "500huge", "bighead", "redirect",  "101"};
     for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++)
         refused(modes[i], (int64_t)i + 1);
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_errors", false, &v));
-    cr_assert_eq(v, 0, "answers are not transport errors");
+    varz_is("hderp_admit_errors", 0, "answers are not transport errors");
     conf_server_stop_clean(&srv);
 }
 
@@ -211,12 +260,8 @@ Test(test_conformance_admit, answer_judged_from_its_first_4k_as_derper)
     CONF_OK(conf_raw_login(&a, &srv, &ka, NULL));
     CONF_OK(conf_raw_login(&b, &srv, &kb, NULL));
     exchange(&a, &b, "judged from the first 4 KiB");
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_refused", false, &v));
-    cr_assert_eq(v, 0);
-    conf_raw_close(&a);
-    conf_raw_close(&b);
-    conf_server_stop_clean(&srv);
+    varz_is("hderp_admit_refused", 0, "nobody was refused");
+    two_out(&a, &b);
 }
 
 /* A port nobody listens on (bound, then closed). */
@@ -241,9 +286,7 @@ Test(test_conformance_admit, unreachable_fail_open_admits)
     CONF_OK(conf_raw_login(&b, &srv, NULL, NULL));
     exchange(&a, &b, "fail open");
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_errors", 2, CONF_IO_TIMEOUT_MS, &last));
-    conf_raw_close(&a);
-    conf_raw_close(&b);
-    conf_server_stop_clean(&srv);
+    two_out(&a, &b);
 }
 
 Test(test_conformance_admit, unreachable_fail_closed_refuses)
@@ -288,14 +331,7 @@ Test(test_conformance_admit, slow_answer_does_not_block_others)
 
 static void openssl_run(const char *const argv[])
 {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    cr_assert_eq(rc, 0);
+    pid_t pid = spawn_quiet(argv);
     int st;
     cr_assert_eq(waitpid(pid, &st, 0), pid);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "openssl %s failed", argv[1]);
@@ -383,27 +419,18 @@ static void server_up_trusting(const char *cert_file, const char *u, const char 
     unsetenv("SSL_CERT_DIR");
 }
 
-/* Whether the controller saw a request for kp (its log of bodies). */
-static bool ctl_asked(const struct derp_keypair *kp)
+/* The https controller up and the server asking it, trusting only the test CA that signed the
+ * controller's certificate (trust_ca) or only the other one. */
+static void https_up(bool trust_ca, const char *fail_open)
 {
-    char key[DERP_PUBKEY_TEXT_SIZE], log[320], line[512];
-    derp_pubkey_format(&kp->pub, key);
-    snprintf(log, sizeof(log), "%s.log", rules);
-    FILE *f = fopen(log, "r");
-    if (f == NULL)
-        return false;
-    bool seen = false;
-    while (!seen && fgets(line, sizeof(line), f))
-        seen = strstr(line, key) != NULL;
-    fclose(f);
-    return seen;
+    char u[64];
+    https_ctl_up(u, sizeof(u));
+    server_up_trusting(trust_ca ? ca_pem : other_pem, u, fail_open);
 }
 
 Test(test_conformance_admit, https_allow_and_deny)
 {
-    char u[64];
-    https_ctl_up(u, sizeof(u));
-    server_up_trusting(ca_pem, u, "-verify-client-url-fail-open=false");
+    https_up(true, "-verify-client-url-fail-open=false");
     struct derp_keypair ka, kb;
     struct conf_raw a, b;
     two_in("allow", &ka, &kb, &a, &b);
@@ -411,27 +438,17 @@ Test(test_conformance_admit, https_allow_and_deny)
     cr_assert(ctl_asked(&ka) && ctl_asked(&kb));
     refused("deny", 1);
     refused("500", 2);
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_errors", false, &v));
-    cr_assert_eq(v, 0, "https answers are not transport errors");
-    conf_raw_close(&a);
-    conf_raw_close(&b);
-    conf_server_stop_clean(&srv);
+    varz_is("hderp_admit_errors", 0, "https answers are not transport errors");
+    two_out(&a, &b);
 }
 
 /* The controller's CA is not among the roots: the handshake fails, nothing is asked, and
  * fail-closed refuses an "allow" key. */
 Test(test_conformance_admit, https_untrusted_fail_closed_refuses)
 {
-    char u[64];
-    https_ctl_up(u, sizeof(u));
-    server_up_trusting(other_pem, u, "-verify-client-url-fail-open=false");
+    https_up(false, "-verify-client-url-fail-open=false");
     struct derp_keypair kp;
-    keyed(&kp, "allow");
-    struct conf_raw r;
-    cr_assert_neq(conf_raw_login(&r, &srv, &kp, NULL), 0, "admitted through an untrusted TLS");
-    conf_raw_close(&r);
-    CONF_OK(conf_varz_wait(&srv, "hderp_admit_refused", 1, CONF_IO_TIMEOUT_MS, &last));
+    refused_key(&kp, "allow", 1); /* admitted through an untrusted TLS otherwise */
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_errors", 1, CONF_IO_TIMEOUT_MS, &last));
     cr_assert(!ctl_asked(&kp), "the request went to a controller that did not verify");
     conf_server_stop_clean(&srv);
@@ -440,29 +457,17 @@ Test(test_conformance_admit, https_untrusted_fail_closed_refuses)
 /* Same, fail-open: a "deny" key is admitted, since the controller was never reached. */
 Test(test_conformance_admit, https_untrusted_fail_open_admits)
 {
-    char u[64];
-    https_ctl_up(u, sizeof(u));
-    server_up_trusting(other_pem, u, "-verify-client-url-fail-open=true");
+    https_up(false, "-verify-client-url-fail-open=true");
     struct derp_keypair ka, kb;
     struct conf_raw a, b;
     two_in("deny", &ka, &kb, &a, &b);
     exchange(&a, &b, "fail open over https");
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_errors", 2, CONF_IO_TIMEOUT_MS, &last));
     cr_assert(!ctl_asked(&ka) && !ctl_asked(&kb));
-    conf_raw_close(&a);
-    conf_raw_close(&b);
-    conf_server_stop_clean(&srv);
+    two_out(&a, &b);
 }
 
 /* ---------------------------------------------------------------- revocation */
-
-static void server_up_with(const char *u, const char *fail_open, const char *flag,
-                           const char *value, unsigned shards)
-{
-    const char *extra[] = {"-verify-client-url", u, fail_open, flag, value, NULL};
-    cr_assert_eq(
-        conf_server_start(&srv, &(struct conf_server_opts){.shards = shards, .extra = extra}), 0);
-}
 
 /* The controller's answer for kp from now on (the rules file rewritten in one rename). */
 static void set_mode(const struct derp_keypair *kp, const char *mode)
@@ -479,21 +484,6 @@ static void set_mode(const struct derp_keypair *kp, const char *mode)
     fclose(in);
     fclose(out);
     cr_assert_eq(rename(tmp, rules), 0);
-}
-
-/* How many requests the controller got about kp. */
-static int ctl_asked_count(const struct derp_keypair *kp)
-{
-    char key[DERP_PUBKEY_TEXT_SIZE], log[320], line[512];
-    derp_pubkey_format(&kp->pub, key);
-    snprintf(log, sizeof(log), "%s.log", rules);
-    FILE *f = fopen(log, "r");
-    int n = 0;
-    while (f && fgets(line, sizeof(line), f))
-        n += strstr(line, key) != NULL;
-    if (f)
-        fclose(f);
-    return n;
 }
 
 /* A key revoked at the controller while it relays is closed within the re-check interval; the
@@ -515,9 +505,7 @@ Test(test_conformance_admit, revoked_key_closed_others_untouched)
     exchange(&b, &c, "b to c after a was revoked");
     exchange(&c, &b, "c to b after a was revoked");
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_rechecks", 6, 10000, &last)); /* b, c again */
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_revoked", false, &v));
-    cr_assert_eq(v, 1, "only the revoked key was closed");
+    varz_is("hderp_admit_revoked", 1, "only the revoked key was closed");
     exchange(&b, &c, "still relaying");
     conf_raw_close(&a);
     conf_raw_close(&b);
@@ -539,12 +527,8 @@ Test(test_conformance_admit, controller_down_closes_nobody)
     CONF_OK(conf_varz_wait(&srv, "hderp_admit_recheck_errors", 4, 15000, &last));
     exchange(&a, &b, "the controller is down");
     exchange(&b, &a, "and nobody was closed");
-    int64_t v = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_revoked", false, &v));
-    cr_assert_eq(v, 0);
-    conf_raw_close(&a);
-    conf_raw_close(&b);
-    conf_server_stop_clean(&srv);
+    varz_is("hderp_admit_revoked", 0, "nobody was closed");
+    two_out(&a, &b);
 }
 
 /* -verify-cache-ttl: a key's second login within the TTL is decided without asking; a refusal
@@ -565,9 +549,7 @@ Test(test_conformance_admit, cached_answers_decide_logins)
         conf_raw_close(&d);
     }
     int asked = ctl_asked_count(&ka) + ctl_asked_count(&kd);
-    int64_t hits = -1;
-    CONF_OK(conf_varz(&srv, "hderp_admit_cache_hits", false, &hits));
     cr_assert_eq(asked, 2, "the controller was asked %d times for two keys", asked);
-    cr_assert_eq(hits, 2, "the second logins were decided by the cache");
+    varz_is("hderp_admit_cache_hits", 2, "the second logins were decided by the cache");
     conf_server_stop_clean(&srv);
 }
