@@ -116,10 +116,24 @@ def tls_args(certs):
             "-http-port", "-1"]
 
 
+def env_without_ca():
+    """This process's environment without SSL_CERT_FILE (Go's programs then trust only what a
+    test hands them)."""
+    return {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+
+
+def free_port():
+    """A loopback port nobody listens on now (held, then let go), for a server that must be
+    started on a port named beforehand."""
+    hold, port = hold_port()
+    hold.close()
+    return port
+
+
 def run_go(args, env_extra, servers, what):
     """Runs a Go program of the suite; its environment has SSL_CERT_FILE only if env_extra sets
     it (derpclient insists: the CA must be needed where it is given)."""
-    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    env = env_without_ca()
     env.update(env_extra)
     print("+ %s" % " ".join(args), flush=True)
     try:
@@ -166,7 +180,22 @@ def run_derpclient(mode, port, ca, servers, extra=()):
         fail("derpclient (%s) exited %d" % (mode, p.returncode), servers)
 
 
-class Derper:
+class LoggedProc:
+    """A Go program of the suite started by a subclass into self.proc, its output in self.log;
+    stopped by PID."""
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def stop(self):
+        return stop_pid(self.proc)
+
+
+class Derper(LoggedProc):
     """derper (built from the module) on a held port, TLS with the test CA's certificate; its
     log in WORK/NAME.log. Stopped by PID."""
 
@@ -189,16 +218,6 @@ class Derper:
             return derp_probe_ok(self.port, ca)
         wait_for(up, "derper to serve /derp/probe", 30)
         return self
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def log_text(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        return stop_pid(self.proc)
 
 
 def reference_derper(mode):
@@ -408,7 +427,7 @@ def bootdns_compare(before, after, what, requests):
 
 
 def bootstrap_dns():
-    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    env = env_without_ca()
     published = "127.0.0.2,::1,localhost,,127.0.0.2"
     unpublished = "127.0.0.3,localhost/,::2"
     configs = [  # flags, a query answered once the names are resolved, the queries
@@ -421,8 +440,7 @@ def bootstrap_dns():
          "?q=127.0.0.3", ["", "?q=127.0.0.3", "?q=nothing.example"]),
     ]
     for i, (flags, ready, queries) in enumerate(configs):
-        hold, port = hold_port()
-        hold.close()
+        port = free_port()
         d = Derper("derper%d" % i, port, None, flags, env).wait_up(None)
         h = Server(BIN, WORK, "hderp%d" % i, ["-a", "127.0.0.1:0", "-stun=false", "-c",
                                               os.path.join(WORK, "server.key")] + flags)
@@ -537,9 +555,8 @@ def bootstrap_dns_txt():
              "-unpublished-bootstrap-dns-names",
              "u50.test/pct50.test,u100.test/pct100.test,u0.test/pct0.test,"
              "ubad.test/pctbad.test,umiss.test/nope.test,uplain.test"]
-    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
-    hold, port = hold_port()
-    hold.close()
+    env = env_without_ca()
+    port = free_port()
     d = Derper("derper", port, None, flags, env).wait_up(None)
     h = Server(BIN, WORK, "hderp", ["-a", "127.0.0.1:0", "-stun=false", "-c",
                                     os.path.join(WORK, "server.key")] + flags)
@@ -580,7 +597,7 @@ def bootstrap_dns_txt():
     print("PASS: bootstrap DNS through DNS and TXT rollout percentages, as derper v1.102.5")
 
 
-class Setec:
+class Setec(LoggedProc):
     """GOBIN/setecserver on 127.0.0.1 (a kernel-picked port), secrets put at start; stopped by
     PID. url is its base URL."""
 
@@ -612,16 +629,6 @@ class Setec:
         with urllib.request.urlopen(rq, timeout=10) as r:
             assert r.status == 200, r.status
 
-    def alive(self):
-        return self.proc.poll() is None
-
-    def log_text(self):
-        with open(self.log, errors="replace") as f:
-            return f.read()
-
-    def stop(self):
-        return stop_pid(self.proc)
-
 
 def check_cache(path, name):
     """The cache file as setec's FileCache writes it, holding name's value (the mesh key)."""
@@ -651,6 +658,13 @@ def mesh_checks(s, what):
     print("ok: %s: hderp-server accepts the mesh key" % what)
 
 
+def start_unready(h):
+    """Starts hderp-server h without waiting for it to listen (it waits for its mesh key)."""
+    h.proc = subprocess.Popen([h.binary] + h.args + ["--port-file", h.port_file],
+                              stdout=open(h.log, "w"), stderr=subprocess.STDOUT)
+    STARTED.append(h)
+
+
 def wait_log(s, text, what):
     wait_for(lambda: text in s.log_text() or (s.proc.poll() is not None and
                                               fail("%s exited:\n%s" % (s.name, s.log_text()))),
@@ -658,12 +672,11 @@ def wait_log(s, text, what):
 
 
 def secrets():
-    env = {k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"}
+    env = env_without_ca()
     st = Setec("setec", {"prod/derp/meshkey": MESH_KEY, "interop/r1/meshkey": MESH_KEY,
                          "interop/short/meshkey": "abcd" * 4})
     dcache, hcache = os.path.join(WORK, "dcache", "s"), os.path.join(WORK, "hcache", "d", "s")
-    hold, port = hold_port()
-    hold.close()
+    port = free_port()
     d = Derper("derper", port, None, ["-secrets-url", st.url, "-secrets-cache-dir", dcache], env)
     d.wait_up(None)
     d.stop()
@@ -689,9 +702,7 @@ def secrets():
     print("ok: derper and hderp-server start from each other's setec cache")
     # unreachable: logged by name, start-up waits
     h = hderp_setec("hderp-unreachable", st.url, os.path.join(WORK, "c3", "s"))
-    h.proc = subprocess.Popen([h.binary] + h.args + ["--port-file", h.port_file],
-                              stdout=open(h.log, "w"), stderr=subprocess.STDOUT)
-    STARTED.append(h)
+    start_unready(h)
     wait_log(h, 'error fetching \"prod/derp/meshkey\": connect to %s: Connection refused '
              "(retrying)" % st.url[len("http://"):], "hderp-server to log the refused connection")
     if os.path.exists(h.port_file):
@@ -701,9 +712,7 @@ def secrets():
     # not found: waited for, taken once stored
     st2 = Setec("setec2", {})
     h = hderp_setec("hderp-notfound", st2.url, os.path.join(WORK, "c4", "s"))
-    h.proc = subprocess.Popen([h.binary] + h.args + ["--port-file", h.port_file],
-                              stdout=open(h.log, "w"), stderr=subprocess.STDOUT)
-    STARTED.append(h)
+    start_unready(h)
     wait_log(h, 'error fetching \"prod/derp/meshkey\": not found (HTTP 404) (retrying)',
              "hderp-server to log the missing secret")
     st2.put("prod/derp/meshkey", MESH_KEY)
@@ -723,8 +732,7 @@ def secrets():
             h.log_text():
         fail("an empty setec secret: hderp-server did not run without a mesh key, saying so")
     h.stop()
-    hold, port = hold_port()
-    hold.close()
+    port = free_port()
     d = Derper("derper-empty", port, None, ["-secrets-url", st3.url, "-secrets-path-prefix",
                                             "interop/empty", "-secrets-cache-dir",
                                             os.path.join(WORK, "c9", "s")], env).wait_up(None)
@@ -746,8 +754,7 @@ def secrets():
         print("+ %s: exit %d: %s" % (" ".join(cmd), p.returncode, p.stderr.strip()[-300:]))
         if p.returncode == 0 or want not in p.stderr:
             fail("%s: exit %d, want a failure saying %r" % (name, p.returncode, want))
-    hold, port = hold_port()
-    hold.close()
+    port = free_port()
     p = subprocess.run([go_program("derper"), "-a", "127.0.0.1:%d" % port, "-stun=false", "-c",
                         os.path.join(WORK, "derper-short.json"), "-secrets-url", st3.url,
                         "-secrets-path-prefix", "interop/short", "-secrets-cache-dir",
