@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/net_http.h>
+
 /* Decodes hex, ignoring spaces and newlines, into out (at most out_size bytes).
  * Returns the byte count; aborts on a malformed vector (a bug in the test itself). */
 static inline size_t test_hex(const char *hex, uint8_t *out, size_t out_size)
@@ -15,16 +17,10 @@ static inline size_t test_hex(const char *hex, uint8_t *out, size_t out_size)
     size_t n = 0;
     int hi = -1;
     for (const char *p = hex; *p; p++) {
-        int v;
         if (*p == ' ' || *p == '\n')
             continue;
-        if (*p >= '0' && *p <= '9')
-            v = *p - '0';
-        else if (*p >= 'a' && *p <= 'f')
-            v = *p - 'a' + 10;
-        else if (*p >= 'A' && *p <= 'F')
-            v = *p - 'A' + 10;
-        else
+        int v = net_hex_digit(*p);
+        if (v < 0)
             abort();
         if (hi < 0) {
             hi = v;
