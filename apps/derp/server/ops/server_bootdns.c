@@ -455,8 +455,18 @@ bool srv_bootdns_addr_matches(const struct net_addr *a, double percent)
     return percent > srv_bootdns_pcg_float64(s1, s2);
 }
 
-/* Go's r.URL.Query().Get("q"): '&'-separated pairs (one with ';' skipped), the value unescaped
- * as url.QueryUnescape does (a pair with a bad escape skipped); the first q. false: none. */
+/* Is this query key "q" once unescaped as Go's url.ParseQuery does ("q" or "%71", either case)?
+ * A key with a bad escape is a pair Go skips. */
+static bool key_is_q(const char *k, size_t len)
+{
+    char key[4];
+    ssize_t n = net_http_query_unescape((struct net_http_str){k, len}, key, sizeof(key));
+    return n == 1 && key[0] == 'q'; /* longer keys (-ENOSPC) are not "q" either */
+}
+
+/* Go's r.URL.Query().Get("q"): '&'-separated pairs (one with ';' skipped), key and value
+ * unescaped as url.QueryUnescape does (a pair with a bad escape in either skipped); the first q.
+ * false: none. */
 static bool query_q(struct net_http_str query, char *out, size_t cap)
 {
     const char *p = query.ptr, *end = p ? p + query.len : NULL;
@@ -465,7 +475,8 @@ static bool query_q(struct net_http_str query, char *out, size_t cap)
         const char *pe = amp ? amp : end;
         bool semi = memchr(p, ';', (size_t)(pe - p)) != NULL;
         const char *eq = memchr(p, '=', (size_t)(pe - p));
-        if (!semi && pe - p >= 1 && p[0] == 'q' && (eq == p + 1 || pe == p + 1)) {
+        const char *ke = eq ? eq : pe;
+        if (!semi && key_is_q(p, (size_t)(ke - p))) {
             const char *v = eq ? eq + 1 : pe;
             struct net_http_str value = {v, (size_t)(pe - v)};
             ssize_t n = net_http_query_unescape(value, out, cap - 1); /* room for the NUL */
