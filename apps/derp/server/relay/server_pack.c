@@ -79,10 +79,10 @@ static bool can_follow(const struct srv_client *c, unsigned to)
     return !c->guest || srv_owner(c->ds, c->key.bytes) == to;
 }
 
-void srv_pack_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+void srv_pack_decide(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
     struct srv_shard *ds = cl->ds;
-    if (hd_shard_count(ds->s) < 2 || !srv_place_run(cl, dst))
+    if (hd_shard_count(ds->s) < 2)
         return;
     unsigned to = 0, me = hd_shard_id(ds->s);
     enum pack_verdict v = verdict(ds, &to);

@@ -231,13 +231,7 @@ int srv_place_move_to(struct srv_client *cl, unsigned to)
 
 bool srv_place_run(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
-    uint64_t d;
-    memcpy(&d, dst + 8, sizeof(d));
-    if (d != cl->place_dst) {
-        cl->place_dst = d;
-        cl->place_run = 0;
-    }
-    if (++cl->place_run < SRV_PLACE_PACKETS)
+    if (!srv_place_run_h(cl, srv_hash_node_key(dst)))
         return false;
     cl->place_run = 0;
     return true;
@@ -254,10 +248,8 @@ unsigned srv_place_lives_at(struct srv_shard *ds, const uint8_t dst[DERP_KEY_LEN
     return p && p->guest_at ? (unsigned)p->guest_at - 1 : owner;
 }
 
-void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+void srv_place_decide(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
-    if (!srv_place_run(cl, dst))
-        return;
     /* A pair moves one side only: the one whose peer never sent to it, else the smaller key
      * (each side decides alone, and the same way). */
     if (srv_source_has(cl, dst) && memcmp(cl->key.bytes, dst, DERP_KEY_LEN) > 0)

@@ -11,7 +11,10 @@
  * and subscriber lists come from the shard's pools in power-of-two classes (server_limits.h);
  * a full index or pool refuses the subscription (counted: hderp_subscriptions_refused). A
  * keyset that moves with its connection to another shard travels as a heap list of its
- * prefixes (a move is not a packet) and is rebuilt from the new shard's pools on arrival. */
+ * prefixes (a move is not a packet) and is rebuilt from the new shard's pools on arrival.
+ * Per packet: a keyset remembers the prefix it subscribed to last (a receiver mostly hears from
+ * one source in a row), so a repeated source costs one compare and no probe; the memo names
+ * only a prefix in the set (cleared when that one leaves it). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +178,8 @@ static int64_t ks_add(struct srv_subs *t, struct srv_keyset *ks, uint64_t p)
 static void ks_remove_at(struct srv_keyset *ks, uint32_t j)
 {
     HD_ASSERT(j < ks->cap && ks->slots[j] != 0 && ks->count > 0);
+    if (ks->slots[j] == ks->last)
+        ks->last = 0; /* the memo names only a prefix in the set */
     uint32_t mask = ks->cap - 1, hole = j, *pos = ks_pos(ks);
     for (uint32_t k = (j + 1) & mask; ks->slots[k]; k = (k + 1) & mask) {
         if (((k - home_of(ks->slots[k], ks->cap)) & mask) >= ((k - hole) & mask)) {
@@ -310,16 +315,24 @@ static void subs_del(struct srv_subs *t, uint64_t p, uint32_t at)
 void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
 {
     uint64_t p = key_prefix(key);
+    struct srv_keyset *ks = &cl->sources;
+    if (p == ks->last)
+        return; /* the source of its last packet: the common case, no probe */
     struct srv_subs *t = &cl->ds->subs;
-    int64_t j = ks_add(t, &cl->sources, p);
-    if (j < 0)
-        return; /* known already (the common case), or full */
-    int64_t at = subs_add(t, p, cl);
-    if (at < 0) {
-        ks_remove_at(&cl->sources, (uint32_t)j); /* not subscribed at all */
+    if (ks_find(ks, p) >= 0) {
+        ks->last = p; /* known already */
         return;
     }
-    ks_pos(&cl->sources)[j] = (uint32_t)at;
+    int64_t j = ks_add(t, ks, p);
+    if (j < 0)
+        return; /* full (counted at every packet, as before the memo) */
+    int64_t at = subs_add(t, p, cl);
+    if (at < 0) {
+        ks_remove_at(ks, (uint32_t)j); /* not subscribed at all */
+        return;
+    }
+    ks_pos(ks)[j] = (uint32_t)at;
+    ks->last = p;
 }
 
 /* Out of every subscriber list of this shard (the keyset stays as it is). */
