@@ -24,13 +24,6 @@
 
 #define KS_SLOT_BYTES (sizeof(uint64_t) + sizeof(uint32_t)) /* a prefix and its position */
 
-static uint64_t key_prefix(const uint8_t key[DERP_KEY_LEN])
-{
-    uint64_t h;
-    memcpy(&h, key + 16, sizeof(h)); /* not the shard bits (bytes 0..8) */
-    return h ? h : 1;
-}
-
 static uint32_t home_of(uint64_t p, uint32_t cap)
 {
     return (uint32_t)(p * 0x9E3779B97F4A7C15ull >> 32) & (cap - 1);
@@ -312,12 +305,12 @@ static void subs_del(struct srv_subs *t, uint64_t p, uint32_t at)
 
 /* ---------------------------------------------------------------- the two together */
 
-void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
+/* Not the source of its last packet (srv_source_subscribe, server_relay.h: that one is the
+ * common case, and costs no probe). */
+void srv_source_subscribe_new(struct srv_client *cl, uint64_t p)
 {
-    uint64_t p = key_prefix(key);
     struct srv_keyset *ks = &cl->sources;
-    if (p == ks->last)
-        return; /* the source of its last packet: the common case, no probe */
+    HD_ASSERT(p != 0 && p != ks->last);
     struct srv_subs *t = &cl->ds->subs;
     if (ks_find(ks, p) >= 0) {
         ks->last = p; /* known already */
@@ -361,7 +354,7 @@ void srv_sources_drop(struct srv_client *cl)
 bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
                       struct srv_subs_entry *out)
 {
-    uint64_t p = key_prefix(key);
+    uint64_t p = srv_source_prefix(key);
     struct srv_subs_entry *e = subs_find(&ds->subs, p);
     if (e == NULL)
         return false;
@@ -380,7 +373,7 @@ bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
 
 bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
 {
-    return ks_find(&cl->sources, key_prefix(key)) >= 0;
+    return ks_find(&cl->sources, srv_source_prefix(key)) >= 0;
 }
 
 /* A move, not a packet: the keyset leaves this shard's pools as a heap list of its prefixes. */
