@@ -1,6 +1,6 @@
 #!/bin/bash
-# run-relay-callgrind.sh SERVER_BIN_DIR CLIENT_BIN_DIR OUT - one relay (SHARDS shards, default 1;
-# plain, on a port held for it) under callgrind; the dump is OUT.1. The load (LOAD):
+# run-relay-callgrind.sh SERVER_BIN_DIR CLIENT_BIN_DIR OUT - one relay (one shard, plain, on a
+# port held for it) under callgrind; the dump is OUT.1. The load (LOAD):
 #   ping (default)   N=3000 pings of 1400 B from hderp-echo ping to an echo peer through it
 #                    (~6,000 packets relayed, one per receive: the latency path);
 #   client, batched  hderp-bench --load LOAD: PAIRS (4) pairs, RATE Mbit/s (client 24, batched
@@ -16,12 +16,12 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 B=$1; C=$2; OUT=$3; N=${N:-3000}; LOAD=${LOAD:-ping}
-PAIRS=${PAIRS:-4}; SHARDS=${SHARDS:-1}; DUR=${DUR:-3}; RATE=${RATE:-$([ "$LOAD" = batched ] && echo 60 || echo 24)}
+PAIRS=${PAIRS:-4}; DUR=${DUR:-3}; RATE=${RATE:-$([ "$LOAD" = batched ] && echo 60 || echo 24)}
 T=$(mktemp -d); cd $T
 work=$T
 . "$here/lib.sh"
 port_hold; A1=$held_port # under valgrind: a held port, probed (lib.sh, server_start_probed)
-server_start_probed s1 $A1 valgrind --tool=callgrind --callgrind-out-file=$OUT $B/hderp-server -a 127.0.0.1:$A1 -stun=false -c k1 --shards $SHARDS
+server_start_probed s1 $A1 valgrind --tool=callgrind --callgrind-out-file=$OUT $B/hderp-server -a 127.0.0.1:$A1 -stun=false -c k1 --shards 1
 P1=$srv_pid; U=http://127.0.0.1:$A1
 if [ "$LOAD" = ping ]; then
     $C/hderp-echo echo --server $U/derp > echo.log 2>&1 & EP=$!
