@@ -98,6 +98,7 @@ static void state_fini(struct hd_shard *s, void *state)
 {
     (void)s;
     struct srv_shard *ds = state;
+    srv_place_tick_fini(ds);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);
     srv_sources_shard_fini(ds);

@@ -1,8 +1,9 @@
 /* test_server_sources.c - PeerGone subscriptions (relay/server_sources.c): a keyset that grows
  * through its pool classes up to SRV_SOURCES_MAX, subscriber lists that grow and shrink, a
  * connection that leaves from the middle of a list, a key's departure, a move between shards
- * (detach, travel, attach on the other shard), an upgrade's list and restore, and the index
- * full. Memory comes from the shard's pools: nothing is malloc'd per subscription. */
+ * (detach, travel, attach on the other shard), an upgrade's list and restore, the index full,
+ * and the last-source memo. Memory comes from the shard's pools: nothing is malloc'd per
+ * subscription. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -74,6 +75,42 @@ static void lists_body(struct srv_shard *ds, void *arg)
 Test(server_sources, subscriber_lists)
 {
     cr_assert_eq(srvt_run(NULL, lists_body, NULL), 0);
+}
+
+/* The last-source memo (a repeated source costs no probe): a source whose departure took it
+ * out of the set is subscribed to again at its next packet, though it was the last one. */
+static void memo_body(struct srv_shard *ds, void *arg)
+{
+    (void)arg;
+    uint8_t a[DERP_KEY_LEN], b[DERP_KEY_LEN];
+    srvt_key(1000, a), srvt_key(1001, b);
+    struct srv_client *cl = client_n(ds, 1);
+    srv_source_subscribe(cl, a);
+    srv_source_subscribe(cl, a);
+    SRVT_CHECK(srv_source_has(cl, a) && cl->sources.count == 1 && ds->subs.count == 1);
+    struct srv_subs_entry e;
+    SRVT_CHECK(srv_sources_take(ds, a, &e) && e.count == 1);
+    srv_subs_entry_free(&e);
+    SRVT_CHECK(!srv_source_has(cl, a) && cl->sources.count == 0);
+    srv_source_subscribe(cl, a); /* its next packet: subscribed again */
+    SRVT_CHECK(srv_source_has(cl, a) && cl->sources.count == 1 && ds->subs.count == 1);
+    /* another source leaving keeps the memo of the last one */
+    srv_source_subscribe(cl, b);
+    srv_source_subscribe(cl, a);
+    SRVT_CHECK(srv_sources_take(ds, b, &e) && e.count == 1);
+    srv_subs_entry_free(&e);
+    srv_source_subscribe(cl, a);
+    SRVT_CHECK(srv_source_has(cl, a) && !srv_source_has(cl, b) && cl->sources.count == 1);
+    srv_source_subscribe(cl, b);
+    SRVT_CHECK(srv_source_has(cl, b) && cl->sources.count == 2 && ds->subs.count == 2);
+    srvt_client_free(cl);
+    SRVT_CHECK(ds->subs.count == 0);
+    srvt_done(ds);
+}
+
+Test(server_sources, last_source_memo)
+{
+    cr_assert_eq(srvt_run(NULL, memo_body, NULL), 0);
 }
 
 /* One connection hears from SRV_SOURCES_MAX keys and more: its keyset goes through every

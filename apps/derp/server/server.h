@@ -43,6 +43,7 @@ struct srv_keyset {
     uint64_t *slots;
     uint32_t cap, count;
     bool travelling;
+    uint64_t last; /* the prefix subscribed to last, in slots (0: none): the per-packet memo */
 };
 
 /* A client's phase, changed only by srv_client_phase_set (below), which asserts each change:
@@ -130,10 +131,11 @@ struct srv_client {
     uint16_t run_len;
     /* Placement (server_place.c): guest = the connection lives on another shard than its key's
      * owner (cl->peer is then this shard's guest entry); placing = on its way there. The
-     * remote destination this client sent to last, and how many packets in a row. */
-    bool guest, placing, going_home;
+     * hash of the destination this client sent to last, and how many packets in a row
+     * (server_place_tick.c); place_due: on its shard's list for this tick's decisions. */
+    bool guest, placing, going_home, place_due;
     uint32_t place_run;
-    uint64_t place_dst;
+    uint64_t place_h;
     uint64_t moved_ms, asked_ms; /* its last move or ask to go home; its last ask */
     /* -verify-recheck-interval (server_admit_recheck.c): the next re-check; the request in
      * flight is cl->admit, rechecking while it is. */
@@ -248,6 +250,19 @@ struct srv_frames {
     struct srv_frame_addr *spill;  /* for connections whose entry could not be made */
 };
 
+/* This tick's placement decisions (server_place_tick.c): the clients whose run of packets
+ * reached SRV_PLACE_PACKETS, with the destination and what the route asked for. */
+struct srv_place_due {
+    struct srv_client *cl; /* NULL: it left the shard or closed since */
+    uint8_t why;           /* enum srv_place_for (server_place.h) */
+    uint8_t dst[DERP_KEY_LEN];
+};
+struct srv_place_tick {
+    struct hd_flush flush; /* queued while count > 0 */
+    uint32_t count;
+    struct srv_place_due due[SRV_PLACE_DUE_MAX];
+};
+
 struct srv_shard {
     struct hd_shard *s;
     const struct srv_config *cfg;
@@ -270,7 +285,8 @@ struct srv_shard {
     uint64_t activity_seq;
     uint64_t pack_window_ms; /* server_pack.c: its moves in the window that began then */
     uint32_t pack_moves;
-    uint8_t *scratch; /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
+    struct srv_place_tick place_tick; /* this tick's placement decisions (server_place_tick.c) */
+    uint8_t *scratch;                 /* ClientInfo plaintext (DERP_CLIENT_INFO_PLAIN_MAX) */
     /* -accept-connection-limit: this shard's share of the rate and burst (rate 0: off) */
     struct hd_tbucket accept;
     double accept_per_ms, accept_burst;

@@ -157,6 +157,11 @@ _Static_assert((SRV_SUBS_SLOTS & (SRV_SUBS_SLOTS - 1)) == 0, "masked index");
  * many packets in a row to that one peer went over the bus (a few ms of WireGuard traffic; a
  * handshake or a burst to many peers never moves anyone). */
 #define SRV_PLACE_PACKETS 64u
+/* The decisions a shard takes at the end of one tick (server_place_tick.c: a fixed list in the
+ * shard); a client whose run ends while it is full tries again at its next packet. A tick of a
+ * busy shard holds a few hundred packets, so more than a few clients whose runs end in it are
+ * rare. */
+#define SRV_PLACE_DUE_MAX 64u
 /* Packets for a client held by its owner shard while its connection is on the way to another
  * shard; more are dropped as a full queue. The client is not backed up, only travelling (one
  * bus round trip once its sends are done), so this is eight queues' worth: a sender's burst

@@ -128,6 +128,7 @@ static void shard_fini(struct hd_shard *s, void *state)
     struct srv_shard *ds = state;
     (void)s;
     srv_mesh_fini(ds);
+    srv_place_tick_fini(ds);
     free(ds->watch_list);
     srv_peers_fini(&ds->peers);
     srv_peers_fini(&ds->guests);

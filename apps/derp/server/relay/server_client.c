@@ -419,7 +419,8 @@ void srv_client_unsettle(struct srv_shard *ds, struct srv_client *cl)
     hd_timer_stop(ds->s, &cl->keepalive);
     hd_timer_stop(ds->s, &cl->read_timer);
     hd_timer_stop(ds->s, &cl->rtt_timer);
-    srv_wait_leave(cl); /* its wait, and its waiting senders, end with its time here */
+    srv_wait_leave(cl);       /* its wait, and its waiting senders, end with its time here */
+    srv_place_tick_leave(cl); /* and this tick's placement decision for it */
     ds->cfg->hooks->unsettle(cl);
     srv_frames_client_fini(cl);
     ds->ctr.current_connections--;
@@ -580,10 +581,7 @@ static void on_send_packet(struct srv_client *cl, const uint8_t *payload, uint32
     /* Placement follows a packet that crossed the bus; on the owner, one its connection's guest
      * shard took only with packing (without, a sender on the owner that follows broke the
      * duplicate test). */
-    if (r.to == SRV_ROUTED_OWNER || (r.to == SRV_ROUTED_GUEST && ds->cfg->pack))
-        srv_place_note(cl, dst);
-    else if (ds->cfg->pack)
-        srv_pack_note(cl, dst); /* it stayed on this shard */
+    srv_place_count(cl, dst, cl->dst_hash.h, r.to); /* decided at the tick's end */
 }
 
 static void on_note_preferred(struct srv_client *cl, const uint8_t *payload)

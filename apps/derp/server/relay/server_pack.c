@@ -2,9 +2,10 @@
  * loaded, pairs gather on shard 0 so that the other loops sleep (at a light load a loop sleeps
  * and is woken for nearly every packet, and that wake-up is most of a packet's cost; with two
  * shards each loop has half the packets, so fewer per wake-up); while shard 0 is busy and
- * another shard is not, pairs spread out again. It decides on the sender's shard, at each run of
- * SRV_PLACE_PACKETS packets a client sent to a peer on the same shard, and moves one side of the
- * pair: the side the placement rule keeps still (srv_place_note: of a pair that talks both ways
+ * another shard is not, pairs spread out again. It decides on the sender's shard, at the end of
+ * the tick in which a run of SRV_PLACE_PACKETS packets a client sent to a peer on the same shard
+ * ended (server_place_tick.c; the packet path only counts the run), and moves one side of the
+ * pair: the side the placement rule keeps still (srv_place_decide: of a pair that talks both ways
  * the larger key, else the receiver), so that the other one follows it by that rule (its packets
  * now cross the bus, and after its next run placement moves it to where its peer lives) and no
  * two moves cross. The moves themselves are placement's (server_place.c). docs/ARCHITECTURE.md,
@@ -79,10 +80,10 @@ static bool can_follow(const struct srv_client *c, unsigned to)
     return !c->guest || srv_owner(c->ds, c->key.bytes) == to;
 }
 
-void srv_pack_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+void srv_pack_decide(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
     struct srv_shard *ds = cl->ds;
-    if (hd_shard_count(ds->s) < 2 || !srv_place_run(cl, dst))
+    if (hd_shard_count(ds->s) < 2)
         return;
     unsigned to = 0, me = hd_shard_id(ds->s);
     enum pack_verdict v = verdict(ds, &to);

@@ -12,15 +12,16 @@
  *
  * - When. On the sender's shard, each SendPacket that srv_route put on the bus (SRV_ROUTED_OWNER;
  *   on the owner with packing, SRV_ROUTED_GUEST too) counts towards a run of packets to that
- *   destination key (a different key restarts the run). After SRV_PLACE_PACKETS (64) in a row the
- *   client moves to the destination's owner shard if it is movable: active, at home, the key's only
- *   connection, not a mesh peer or watcher, nothing queued or rate-paused, --placement on. Of a
- *   pair that talks both ways only one side moves: the one whose peer never sent to it, else the
- *   smaller key (each side decides alone, and both decide the same way). The destination is where
- *   the peer lives now: for a key the sender's shard owns, the shard its guest_at names (with
- *   packing, packets to such a guest cross the bus too, and count); else the peer's owner. Without
- *   packing a guest never moves again, so a connection moves at most once (and home once per
- *   duplicate).
+ *   destination key (a different key restarts the run; srv_place_count, the packet path's only
+ *   part). After SRV_PLACE_PACKETS (64) in a row the decision is taken at the end of that tick
+ *   (server_place_tick.c, srv_place_decide): the client moves to the destination's owner shard if
+ *   it is movable then: active, at home, the key's only connection, not a mesh peer or watcher,
+ *   nothing queued or rate-paused, --placement on. Of a pair that talks both ways only one side
+ *   moves: the one whose peer never sent to it, else the smaller key (each side decides alone,
+ *   and both decide the same way). The destination is where the peer lives now: for a key the
+ *   sender's shard owns, the shard its guest_at names (with packing, packets to such a guest
+ *   cross the bus too, and count); else the peer's owner. Without packing a guest never moves
+ *   again, so a connection moves at most once (and home once per duplicate).
  * - Where things are. The owner's table keeps the key; its entry says guest_at (the shard + 1) and
  *   still counts the connection in clients_count, but has no local active. The guest's shard holds
  *   the connection in its own guests table. Routing on any shard: owned keys as before; else its
@@ -231,13 +232,7 @@ int srv_place_move_to(struct srv_client *cl, unsigned to)
 
 bool srv_place_run(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
-    uint64_t d;
-    memcpy(&d, dst + 8, sizeof(d));
-    if (d != cl->place_dst) {
-        cl->place_dst = d;
-        cl->place_run = 0;
-    }
-    if (++cl->place_run < SRV_PLACE_PACKETS)
+    if (!srv_place_run_h(cl, srv_hash_node_key(dst)))
         return false;
     cl->place_run = 0;
     return true;
@@ -254,10 +249,8 @@ unsigned srv_place_lives_at(struct srv_shard *ds, const uint8_t dst[DERP_KEY_LEN
     return p && p->guest_at ? (unsigned)p->guest_at - 1 : owner;
 }
 
-void srv_place_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
+void srv_place_decide(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN])
 {
-    if (!srv_place_run(cl, dst))
-        return;
     /* A pair moves one side only: the one whose peer never sent to it, else the smaller key
      * (each side decides alone, and the same way). */
     if (srv_source_has(cl, dst) && memcmp(cl->key.bytes, dst, DERP_KEY_LEN) > 0)

@@ -60,8 +60,23 @@ void srv_client_close(struct srv_client *cl, int reason);
 /* Admission passed: activate here or move to the key's owner shard. 0 or -errno. */
 int srv_client_admitted(struct srv_client *cl);
 
-/* server_sources.c: PeerGone subscriptions (§6.7). A RecvPacket from key was written to cl. */
-void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN]);
+/* server_sources.c: PeerGone subscriptions (§6.7). A key is known by a 64-bit prefix (not the
+ * shard bits; never 0). */
+static inline uint64_t srv_source_prefix(const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t h;
+    memcpy(&h, key + 16, sizeof(h));
+    return h ? h : 1;
+}
+void srv_source_subscribe_new(struct srv_client *cl, uint64_t prefix);
+/* A RecvPacket from key was written to cl: the source of the last one costs a compare with the
+ * keyset's memo, another one a probe of it (and a subscription when it is new). */
+static inline void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
+{
+    uint64_t p = srv_source_prefix(key);
+    if (p != cl->sources.last)
+        srv_source_subscribe_new(cl, p);
+}
 /* cl closes: out of every subscriber list, its keyset freed. */
 void srv_sources_drop(struct srv_client *cl);
 /* key left: its subscribers here, moved to *out (each one's keyset forgets key); false when it

@@ -11,7 +11,10 @@
  * and subscriber lists come from the shard's pools in power-of-two classes (server_limits.h);
  * a full index or pool refuses the subscription (counted: hderp_subscriptions_refused). A
  * keyset that moves with its connection to another shard travels as a heap list of its
- * prefixes (a move is not a packet) and is rebuilt from the new shard's pools on arrival. */
+ * prefixes (a move is not a packet) and is rebuilt from the new shard's pools on arrival.
+ * Per packet: a keyset remembers the prefix it subscribed to last (a receiver mostly hears from
+ * one source in a row), so a repeated source costs one compare and no probe; the memo names
+ * only a prefix in the set (cleared when that one leaves it). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,13 +23,6 @@
 #include "server.h"
 
 #define KS_SLOT_BYTES (sizeof(uint64_t) + sizeof(uint32_t)) /* a prefix and its position */
-
-static uint64_t key_prefix(const uint8_t key[DERP_KEY_LEN])
-{
-    uint64_t h;
-    memcpy(&h, key + 16, sizeof(h)); /* not the shard bits (bytes 0..8) */
-    return h ? h : 1;
-}
 
 static uint32_t home_of(uint64_t p, uint32_t cap)
 {
@@ -175,6 +171,8 @@ static int64_t ks_add(struct srv_subs *t, struct srv_keyset *ks, uint64_t p)
 static void ks_remove_at(struct srv_keyset *ks, uint32_t j)
 {
     HD_ASSERT(j < ks->cap && ks->slots[j] != 0 && ks->count > 0);
+    if (ks->slots[j] == ks->last)
+        ks->last = 0; /* the memo names only a prefix in the set */
     uint32_t mask = ks->cap - 1, hole = j, *pos = ks_pos(ks);
     for (uint32_t k = (j + 1) & mask; ks->slots[k]; k = (k + 1) & mask) {
         if (((k - home_of(ks->slots[k], ks->cap)) & mask) >= ((k - hole) & mask)) {
@@ -307,19 +305,27 @@ static void subs_del(struct srv_subs *t, uint64_t p, uint32_t at)
 
 /* ---------------------------------------------------------------- the two together */
 
-void srv_source_subscribe(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
+/* Not the source of its last packet (srv_source_subscribe, server_relay.h: that one is the
+ * common case, and costs no probe). */
+void srv_source_subscribe_new(struct srv_client *cl, uint64_t p)
 {
-    uint64_t p = key_prefix(key);
+    struct srv_keyset *ks = &cl->sources;
+    HD_ASSERT(p != 0 && p != ks->last);
     struct srv_subs *t = &cl->ds->subs;
-    int64_t j = ks_add(t, &cl->sources, p);
-    if (j < 0)
-        return; /* known already (the common case), or full */
-    int64_t at = subs_add(t, p, cl);
-    if (at < 0) {
-        ks_remove_at(&cl->sources, (uint32_t)j); /* not subscribed at all */
+    if (ks_find(ks, p) >= 0) {
+        ks->last = p; /* known already */
         return;
     }
-    ks_pos(&cl->sources)[j] = (uint32_t)at;
+    int64_t j = ks_add(t, ks, p);
+    if (j < 0)
+        return; /* full (counted at every packet, as before the memo) */
+    int64_t at = subs_add(t, p, cl);
+    if (at < 0) {
+        ks_remove_at(ks, (uint32_t)j); /* not subscribed at all */
+        return;
+    }
+    ks_pos(ks)[j] = (uint32_t)at;
+    ks->last = p;
 }
 
 /* Out of every subscriber list of this shard (the keyset stays as it is). */
@@ -348,7 +354,7 @@ void srv_sources_drop(struct srv_client *cl)
 bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
                       struct srv_subs_entry *out)
 {
-    uint64_t p = key_prefix(key);
+    uint64_t p = srv_source_prefix(key);
     struct srv_subs_entry *e = subs_find(&ds->subs, p);
     if (e == NULL)
         return false;
@@ -367,7 +373,7 @@ bool srv_sources_take(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
 
 bool srv_source_has(const struct srv_client *cl, const uint8_t key[DERP_KEY_LEN])
 {
-    return ks_find(&cl->sources, key_prefix(key)) >= 0;
+    return ks_find(&cl->sources, srv_source_prefix(key)) >= 0;
 }
 
 /* A move, not a packet: the keyset leaves this shard's pools as a heap list of its prefixes. */
