@@ -48,7 +48,7 @@ static void sends(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN], unsign
 
 static void next_tick(struct srv_shard *ds)
 {
-    SRVT_CHECK(++ts.polls[0] < 30000);
+    HDT_CHECK(++ts.polls[0] < 30000);
     hd_timer_start(ds->s, &ts.poll[0], 1);
 }
 
@@ -59,39 +59,39 @@ static void step0(struct hd_timer *t)
     struct srv_client *cl = ts.cl;
     struct srv_shard *ds = cl->ds;
     struct srv_place_tick *pt = &ds->place_tick;
-    SRVT_CHECK(pt->count == 0 && !cl->place_due); /* the tick's end took its decisions */
+    HDT_CHECK(pt->count == 0 && !cl->place_due); /* the tick's end took its decisions */
     switch (ts.step++) {
     case 0: /* the run of 64 was decided: the guest asked its owner to call it home */
-        SRVT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms != 0);
+        HDT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms != 0);
         /* not movable now (its connection backed up): a run decides, nothing moves */
         cl->asked_ms = 0;
         cl->send_paused = true;
         sends(cl, ts.dst, SRV_PLACE_PACKETS);
-        SRVT_CHECK(cl->place_due && pt->count == 1);
+        HDT_CHECK(cl->place_due && pt->count == 1);
         break;
     case 1:
-        SRVT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms == 0);
+        HDT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms == 0);
         cl->send_paused = false; /* movable again, but it leaves the list before the tick ends */
         sends(cl, ts.dst, SRV_PLACE_PACKETS);
-        SRVT_CHECK(cl->place_due && pt->count == 1);
+        HDT_CHECK(cl->place_due && pt->count == 1);
         srv_place_tick_leave(cl);
-        SRVT_CHECK(!cl->place_due && pt->count == 1 && pt->due[0].cl == NULL);
+        HDT_CHECK(!cl->place_due && pt->count == 1 && pt->due[0].cl == NULL);
         break;
     case 2: /* not decided; now a full list: SRV_PLACE_DUE_MAX others first */
-        SRVT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms == 0);
+        HDT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms == 0);
         for (unsigned i = 0; i < SRV_PLACE_DUE_MAX; i++)
             sends(ts.others[i], ts.dst, SRV_PLACE_PACKETS);
-        SRVT_CHECK(pt->count == SRV_PLACE_DUE_MAX);
+        HDT_CHECK(pt->count == SRV_PLACE_DUE_MAX);
         sends(cl, ts.dst, SRV_PLACE_PACKETS + 1); /* its run stays at its length */
-        SRVT_CHECK(!cl->place_due && cl->place_run == SRV_PLACE_PACKETS + 1);
+        HDT_CHECK(!cl->place_due && cl->place_run == SRV_PLACE_PACKETS + 1);
         break;
     case 3: /* the others were not movable (no connection); cl's next packet lists it */
-        SRVT_CHECK(ds->ctr.placement_returns == 1 && ds->ctr.placement_moves == 0);
+        HDT_CHECK(ds->ctr.placement_returns == 1 && ds->ctr.placement_moves == 0);
         sends(cl, ts.dst, 1);
-        SRVT_CHECK(cl->place_due && pt->count == 1 && cl->place_run == 0);
+        HDT_CHECK(cl->place_due && pt->count == 1 && cl->place_run == 0);
         break;
     case 4:
-        SRVT_CHECK(ds->ctr.placement_returns == 2 && cl->asked_ms != 0);
+        HDT_CHECK(ds->ctr.placement_returns == 2 && cl->asked_ms != 0);
         break;
     default: /* the owner's answer (go home) reached this shard, which has no such guest */
         if (!atomic_load(&ts.asked))
@@ -116,7 +116,7 @@ static void step1(struct hd_timer *t)
     struct srv_peer *p = ts.entry;
     struct srv_shard *ds = ts.ds1;
     if (!p->placing) {
-        SRVT_CHECK(++ts.polls[1] < 30000);
+        HDT_CHECK(++ts.polls[1] < 30000);
         hd_timer_start(ds->s, &ts.poll[1], 1);
         return;
     }
@@ -134,12 +134,12 @@ static void tick_body(struct srv_shard *ds, void *arg)
     srvt_key_owned(ds, 1, 0, mine);
     if (hd_shard_id(ds->s) == 1) {
         struct srv_peer *p = calloc(1, sizeof(*p));
-        SRVT_CHECK(p != NULL);
+        HDT_CHECK(p != NULL);
         memcpy(p->key.bytes, mine, DERP_KEY_LEN);
         ts.ds1 = ds;
         p->clients_count = 1;
         p->guest_at = 1; /* its one connection is a guest on shard 0 */
-        SRVT_CHECK(srv_peers_insert(&ds->peers, p) == 0);
+        HDT_CHECK(srv_peers_insert(&ds->peers, p) == 0);
         ts.entry = p;
         hd_timer_init(&ts.poll[1], step1);
         hd_timer_start(ds->s, &ts.poll[1], 1);
@@ -151,9 +151,9 @@ static void tick_body(struct srv_shard *ds, void *arg)
     srvt_key_owned(ds, 1, 1, ts.dst);
     srvt_key(7, ts.other);
     int sv[2];
-    SRVT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+    HDT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
     struct srv_client *cl = srvt_client(ds, ts.mine, SRV_CLIENT_ACTIVE);
-    SRVT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &ts.c) == 0);
+    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &ts.c) == 0);
     cl->conn = ts.c;
     ts.peer_fd = sv[1];
     cl->guest = true;
@@ -169,15 +169,15 @@ static void tick_body(struct srv_shard *ds, void *arg)
     sends(cl, ts.dst, SRV_PLACE_PACKETS - 1);
     sends(cl, ts.other, 1);
     sends(cl, ts.dst, SRV_PLACE_PACKETS - 1);
-    SRVT_CHECK(!cl->place_due && pt->count == 0);
+    HDT_CHECK(!cl->place_due && pt->count == 0);
     /* the 64th in a row puts it on the list; the decision waits for the tick's end */
     sends(cl, ts.dst, 1);
-    SRVT_CHECK(cl->place_due && pt->count == 1 && cl->place_run == 0);
-    SRVT_CHECK(pt->due[0].cl == cl && memcmp(pt->due[0].dst, ts.dst, DERP_KEY_LEN) == 0);
-    SRVT_CHECK(ds->ctr.placement_returns == 0);
+    HDT_CHECK(cl->place_due && pt->count == 1 && cl->place_run == 0);
+    HDT_CHECK(pt->due[0].cl == cl && memcmp(pt->due[0].dst, ts.dst, DERP_KEY_LEN) == 0);
+    HDT_CHECK(ds->ctr.placement_returns == 0);
     /* a second run in the same tick is that same decision */
     sends(cl, ts.dst, SRV_PLACE_PACKETS);
-    SRVT_CHECK(pt->count == 1 && cl->place_run == 0 && ds->ctr.placement_returns == 0);
+    HDT_CHECK(pt->count == 1 && cl->place_run == 0 && ds->ctr.placement_returns == 0);
     hd_timer_init(&ts.poll[0], step0);
     hd_timer_start(ds->s, &ts.poll[0], 1);
 }
@@ -204,13 +204,13 @@ static void local_body(struct srv_shard *ds, void *arg)
     uint64_t h = srv_hash_node_key(dst);
     for (unsigned i = 0; i < SRV_PLACE_PACKETS; i++)
         srv_place_count(cl, dst, h, SRV_ROUTED_LOCAL);
-    SRVT_CHECK(cl->place_run == 0 && ds->place_tick.count == 0); /* not counted */
+    HDT_CHECK(cl->place_run == 0 && ds->place_tick.count == 0); /* not counted */
     srvt_cfg.pack = true;
     for (unsigned i = 0; i < SRV_PLACE_PACKETS - 1; i++)
         srv_place_count(cl, dst, h, SRV_ROUTED_LOCAL);
-    SRVT_CHECK(cl->place_run == SRV_PLACE_PACKETS - 1);
+    HDT_CHECK(cl->place_run == SRV_PLACE_PACKETS - 1);
     srv_place_count(cl, dst, h, SRV_ROUTED_LOCAL);
-    SRVT_CHECK(cl->place_run == 0 && !cl->place_due && ds->place_tick.count == 0);
+    HDT_CHECK(cl->place_run == 0 && !cl->place_due && ds->place_tick.count == 0);
     srvt_cfg.pack = false;
     srvt_client_free(cl);
     srvt_done(ds);

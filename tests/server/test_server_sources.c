@@ -87,24 +87,24 @@ static void memo_body(struct srv_shard *ds, void *arg)
     struct srv_client *cl = client_n(ds, 1);
     srv_source_subscribe(cl, a);
     srv_source_subscribe(cl, a);
-    SRVT_CHECK(srv_source_has(cl, a) && cl->sources.count == 1 && ds->subs.count == 1);
+    HDT_CHECK(srv_source_has(cl, a) && cl->sources.count == 1 && ds->subs.count == 1);
     struct srv_subs_entry e;
-    SRVT_CHECK(srv_sources_take(ds, a, &e) && e.count == 1);
+    HDT_CHECK(srv_sources_take(ds, a, &e) && e.count == 1);
     srv_subs_entry_free(&e);
-    SRVT_CHECK(!srv_source_has(cl, a) && cl->sources.count == 0);
+    HDT_CHECK(!srv_source_has(cl, a) && cl->sources.count == 0);
     srv_source_subscribe(cl, a); /* its next packet: subscribed again */
-    SRVT_CHECK(srv_source_has(cl, a) && cl->sources.count == 1 && ds->subs.count == 1);
+    HDT_CHECK(srv_source_has(cl, a) && cl->sources.count == 1 && ds->subs.count == 1);
     /* another source leaving keeps the memo of the last one */
     srv_source_subscribe(cl, b);
     srv_source_subscribe(cl, a);
-    SRVT_CHECK(srv_sources_take(ds, b, &e) && e.count == 1);
+    HDT_CHECK(srv_sources_take(ds, b, &e) && e.count == 1);
     srv_subs_entry_free(&e);
     srv_source_subscribe(cl, a);
-    SRVT_CHECK(srv_source_has(cl, a) && !srv_source_has(cl, b) && cl->sources.count == 1);
+    HDT_CHECK(srv_source_has(cl, a) && !srv_source_has(cl, b) && cl->sources.count == 1);
     srv_source_subscribe(cl, b);
-    SRVT_CHECK(srv_source_has(cl, b) && cl->sources.count == 2 && ds->subs.count == 2);
+    HDT_CHECK(srv_source_has(cl, b) && cl->sources.count == 2 && ds->subs.count == 2);
     srvt_client_free(cl);
-    SRVT_CHECK(ds->subs.count == 0);
+    HDT_CHECK(ds->subs.count == 0);
     srvt_done(ds);
 }
 
