@@ -673,6 +673,7 @@ void net_conn_release(struct net_conn *c, bool notify)
     net_conn_tail_drop(c, &c->rx_tail);
     net_conn_tail_drop(c, &c->raw_tail);
     net_conn_tail_drop(c, &c->recv_frame);
+    net_conn_class_clear(c, notify);         /* on_drop, before on_close */
     int hrc = hd_handle_close(s, c->handle); /* copies held anywhere are stale from now */
     HD_ASSERT(hrc == 0);
     (void)hrc;

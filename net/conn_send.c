@@ -83,6 +83,15 @@ int net_conn_send(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t
     return queue_checked(c, c->codec ? &c->plain : &c->wire, f, off, len);
 }
 
+int net_conn_send_class(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
+                        unsigned k)
+{
+    /* The common case: nothing waits and the socket keeps up, so the frame goes straight in. */
+    if (hd_likely(!(c->flags & (NET_F_SEND_PAUSED | NET_F_CLASS_WAIT))))
+        return queue_checked(c, c->codec ? &c->plain : &c->wire, f, off, len);
+    return net_conn_class_push(c, f, off, len, k);
+}
+
 int net_conn_send_copy(struct net_conn *c, const void *data, size_t len)
 {
     const uint8_t *p = data;
@@ -305,6 +314,9 @@ int net_conn_upper_encode(struct net_conn *c)
 
 void net_conn_flush_now(struct net_conn *c)
 {
+    if (hd_unlikely(c->flags & (NET_F_CLASS_WAIT | NET_F_CLASS_DRAIN)) &&
+        c->state == NET_CONN_OPEN && !(c->flags & NET_F_MIGRATING))
+        net_conn_class_feed(c, false); /* send classes (conn_class.c), also with a send in flight */
     if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
         return; /* one send in flight: its completion flushes again; a moving one waits */
     int rc = net_conn_upper_encode(c);

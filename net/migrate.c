@@ -75,6 +75,8 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
     if (dst >= hd_shard_count(c->shard) || dst == hd_shard_id(c->shard))
         return -EINVAL;
     bool busy = c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE));
+    if (!busy)
+        net_conn_class_drain(c); /* frames in send classes travel in the send queue */
     struct net_migration *m = migrate_start(c);
     if (m == NULL)
         return busy ? -EBUSY : -ENOMEM;
@@ -88,6 +90,8 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
 int net_migrate_begin(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg)
 {
     bool busy = c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE));
+    if (!busy)
+        net_conn_class_drain(c); /* frames in send classes travel in the send queue */
     struct net_migration *m = migrate_start(c);
     if (m == NULL)
         return busy ? -EBUSY : -ENOMEM;

@@ -15,6 +15,7 @@ struct net_sendq_chunk {
     struct net_sendq_chunk *next;
     uint16_t head, tail; /* entries [head, tail) are live */
     struct net_sendq_entry e[NET_SENDQ_CHUNK_ENTRIES];
+    uint32_t at[NET_SENDQ_CHUNK_ENTRIES]; /* a send class's entries: hd_now_ms when queued */
 };
 struct net_sendq {
     struct net_sendq_chunk *first, *last;
@@ -84,6 +85,8 @@ enum net_conn_flag {
     NET_F_CODEC_CLOSE = 1u << 19, /* codec->close was asked: the next graceful close is its */
     NET_F_EOF_HELD = 1u << 20,    /* the peer's end came while bytes before it were held */
     NET_F_RECV_TYPED = 1u << 21,  /* the recv in flight is record-typed (codec->record) */
+    NET_F_CLASS_WAIT = 1u << 22,  /* frames wait in send classes (conn_class.c) */
+    NET_F_CLASS_DRAIN = 1u << 23, /* frames waited: on_drained is due once they are all sent on */
 };
 
 struct net_conn {
@@ -132,6 +135,7 @@ struct net_conn {
     struct net_sendq plain;        /* app frames awaiting the codec (only with a codec) */
     struct net_sendq wire;         /* bytes for the socket */
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
+    struct net_sendq classq[NET_SEND_CLASSES_MAX]; /* frames waiting for room (conn_class.c) */
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_recv_msg *rmsg;              /* record-typed receive only: from its first read */
@@ -254,6 +258,14 @@ void net_conn_update_pressure(struct net_conn *c);
 /* The upper codec encodes the app's plaintext into the lower one's input (a flush; a graceful
  * close before the lower codec ends its protocol). Returns 0 or -errno (the caller closes). */
 int net_conn_upper_encode(struct net_conn *c);
+
+/* conn_class.c: send classes. At a flush (before the send): move waiting frames into the send
+ * queue while it is under its high watermark. At release: drop what waits (on_drop with
+ * NET_SEND_DROP_CLOSED when notify). */
+int net_conn_class_push(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
+                        unsigned k);
+void net_conn_class_feed(struct net_conn *c, bool all);
+void net_conn_class_clear(struct net_conn *c, bool notify);
 
 /* udp_gro.c: UDP GRO on receive (net_limits.h). A UDP socket's own buffer ring. */
 struct net_udp_ring {

@@ -29,6 +29,8 @@ _Static_assert(HD_IS_POW2(NET_BUF_RING_ENTRIES), "kernel requires a power of two
 #define NET_SEND_BACKED_MIN  (64u * 1024u)
 #define NET_SENDQ_CHUNKS_MAX (NET_CONNS_MAX * 2u)
 #define NET_SEND_CTX_MAX     NET_CONNS_MAX /* one in flight per connection at most */
+/* Send classes per connection (net_conn_send_class): each holds a queue head in the connection. */
+#define NET_SEND_CLASSES_MAX 2u
 
 /* Default watermarks: pause the source at 256 KiB queued, resume at 64 KiB, refuse past 4 MiB. */
 #define NET_SEND_HIGH_DEFAULT (256u * 1024u)
