@@ -86,7 +86,7 @@ int net_conn_class_push(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
     }
     if (sc->on_drop)
         sc->on_drop(c, f, off, len, k, NET_SEND_DROP_NEW);
-    return -ENOBUFS;
+    return -ENOSPC;
 }
 
 void net_conn_class_feed(struct net_conn *c, bool all)

@@ -4,6 +4,7 @@
 #define NET_IMPL_H
 
 #include <hd/hd_uring.h>
+#include <hd/net_class.h>
 #include <hd/net_codec.h>
 
 /* ---- send queues: chunks of (frame, off, len) entries */
