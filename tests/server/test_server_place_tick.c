@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <hd/net_class.h>
+
 #include "server_test.h"
 
 static struct tick_state {
@@ -65,13 +67,20 @@ static void step0(struct hd_timer *t)
         HDT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms != 0);
         /* not movable now (its connection backed up): a run decides, nothing moves */
         cl->asked_ms = 0;
-        cl->send_paused = true;
+        net_conn_set_limits(ts.c, 1, 0, NET_SEND_MAX_DEFAULT); /* a queued byte backs it up */
+        HDT_CHECK(net_conn_send_copy(ts.c, "x", 1) == 0 && net_conn_send_paused(ts.c));
         sends(cl, ts.dst, SRV_PLACE_PACKETS);
         HDT_CHECK(cl->place_due && pt->count == 1);
         break;
     case 1:
         HDT_CHECK(ds->ctr.placement_returns == 1 && cl->asked_ms == 0);
-        cl->send_paused = false; /* movable again, but it leaves the list before the tick ends */
+        if (net_conn_send_paused(ts.c)) { /* the byte is not sent yet: look again next tick */
+            ts.step = 1;
+            break;
+        }
+        /* movable again, but it leaves the list before the tick ends */
+        net_conn_set_limits(ts.c, NET_SEND_HIGH_DEFAULT, NET_SEND_LOW_DEFAULT,
+                            NET_SEND_MAX_DEFAULT);
         sends(cl, ts.dst, SRV_PLACE_PACKETS);
         HDT_CHECK(cl->place_due && pt->count == 1);
         srv_place_tick_leave(cl);

@@ -29,12 +29,6 @@
 struct srv_shard;
 struct srv_peer;
 
-/* A bounded FIFO of packet frames waiting for the connection (derper: two per client). Its
- * SRV_QUEUE_DEPTH slots are the k-th half of the connection's qslots. */
-struct srv_pktq {
-    uint8_t head, count;
-};
-
 /* Keys this connection has received packets from: they get PeerGone when those leave
  * (server_sources.c). One block of its shard's pool: cap key prefixes (0 = empty), then cap
  * uint32 positions of the connection in that key's subscriber list (struct srv_subs_entry).
@@ -87,7 +81,6 @@ struct srv_client {
     uint16_t batch_frames, batch_tick;
     uint32_t watch_idx;       /* watcher: its slot in ds->watch_list */
     struct hd_frame *notes;   /* watcher: this tick's presence notices (server_peers.c) */
-    bool send_paused;         /* net queue over its high watermark */
     bool prelogin;            /* counted in ds->prelogin (until admitted or closed) */
     struct srv_account *acct; /* frames its packets (a watcher: its notices) hold */
     /* A ClientInfo over SRV_LOGIN_INLINE_MAX, gathered here (net keeps at most
@@ -103,12 +96,6 @@ struct srv_client {
     struct srv_client *peer_next; /* the key's other connections (dups) */
     uint64_t activity;            /* shard-wide sequence of its last frame */
     uint64_t connected_ms;
-    /* Both queues' slots (SRV_KINDS * SRV_QUEUE_DEPTH), from the shard's qslots pool when a
-     * packet has to wait (the connection is backed up), back when both queues are empty again
-     * (and before the client leaves the shard: srv_client_drain): a connection that keeps up,
-     * idle ones above all, pays 8 bytes here, not 512. */
-    struct hd_frame **qslots;
-    struct srv_pktq q[SRV_KINDS];
     struct srv_keyset sources;
     struct hd_flush writer;
     struct hd_timer keepalive;
@@ -296,7 +283,6 @@ struct srv_shard {
     struct srv_mesh_link *links; /* cfg->mesh_count entries; this shard's: id % shards */
     struct srv_prelogin prelogin;
     struct srv_frames frames;
-    struct hd_slab *qslots; /* backed-up clients' packet queue slots (struct srv_client) */
     struct srv_admit_cache_slot *admit_cache; /* -verify-cache-ttl; NULL until the first */
     uint32_t rechecks_inflight;
     struct srv_acct *acct;         /* per-key accounting (server_account.c) */

@@ -13,10 +13,6 @@
 #define SRV_QUEUE_DEPTH 32
 /* derper: up to 3 attempts to make room by dropping the queue head, then drop the new one. */
 #define SRV_QUEUE_TRIES 3
-/* Queue slot blocks (SRV_KINDS * SRV_QUEUE_DEPTH pointers) per shard: one per connection that
- * is backed up, so at most one per connection; taken from a pool (no malloc on the data path),
- * carved as connections back up. */
-#define SRV_QSLOTS_MAX NET_CONNS_MAX
 
 /* Senders that wait for a backed-up receiver (server_wait.c, --sender-wait). A sender waits only
  * after this many packets in a row to that receiver (one that spreads its packets keeps

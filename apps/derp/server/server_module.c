@@ -69,12 +69,7 @@ static int shard_init(struct hd_shard *s, void *arg, void **state)
         return rc < 0 ? rc : -ENOMEM;
     }
     if ((rc = srv_sources_shard_init(ds)) < 0 || (rc = srv_prelogin_init(ds)) < 0 ||
-        (rc = srv_frames_init(ds)) < 0 ||
-        (rc = hd_slab_create(s, "qslots",
-                             SRV_KINDS * SRV_QUEUE_DEPTH *
-                                 (sizeof(struct hd_frame *) + sizeof(uint32_t)), /* + times */
-                             SRV_QSLOTS_MAX, &ds->qslots)) < 0 ||
-        (rc = srv_acct_shard_init(ds)) < 0) {
+        (rc = srv_frames_init(ds)) < 0 || (rc = srv_acct_shard_init(ds)) < 0) {
         ds_free(ds);
         return rc;
     }

@@ -1,23 +1,23 @@
 /* server_client.c - one DERP connection on the server: the login (ServerKey, ClientInfo,
  * the move to the key's owner shard, ServerInfo; spec §4), the reader's frame dispatch (§6.1),
- * the two 32-packet queues with derper's drop policy (§6.3) and the writer that feeds them to
- * the connection once per tick (§6.4), Ping/Pong, KeepAlive. Runs on the connection's shard;
- * owns its struct srv_client (heap: born on the accepting shard, freed on the owner).
- * The login has --login-deadline from the upgrade to ClientInfo (an absolute deadline, kept by
- * a move). A ClientInfo over SRV_LOGIN_INLINE_MAX (the spec allows 256 KiB; a DERP connection
- * keeps at most DERP_CONN_TAIL_MAX unconsumed) is gathered in its own heap buffer during the
- * login and split from there; its JSON is read as Go reads it (invalid UTF-8 becomes U+FFFD,
+ * the two 32-packet queues with derper's drop policy (§6.3: net's send classes, which also
+ * move them into the send queue as derper's writer does, §6.4), Ping/Pong, KeepAlive. Runs on
+ * the connection's shard; owns its struct srv_client (heap: born on the accepting shard, freed on
+ * the owner). The login has --login-deadline from the upgrade to ClientInfo (an absolute deadline,
+ * kept by a move). A ClientInfo over SRV_LOGIN_INLINE_MAX (the spec allows 256 KiB; a DERP
+ * connection keeps at most DERP_CONN_TAIL_MAX unconsumed) is gathered in its own heap buffer during
+ * the login and split from there; its JSON is read as Go reads it (invalid UTF-8 becomes U+FFFD,
  * nesting up to Go's 10,000: proto/derp_json.c). Logins with the mesh key are capped per shard
  * (--mesh-conns-max; refused past it, mesh_conns_refused). Settling on a shard
  * (srv_client_settle) starts the keep-alive and the frame account there, then the settle hook
  * (quota, rate bucket, accounting, re-checks); srv_client_unsettle undoes both before a move or
  * at close. The keep-alive is derper's period (60 s + the connection's jitter), the first one
  * at a random point of the first period, so peers that log in together do not send theirs
- * together. The queues hold packets only while the connection is backed up, so their slots are
- * one block from the shard's qslots pool, taken when a packet first has to wait and given back
- * when both are empty again, or before the client leaves the shard (srv_client_drain writes
- * them into its connection's send queue, which travels with it): an idle connection costs
- * about 1 KiB of user memory, 2.4 KiB over TLS (perf/run-idle-mem.sh). */
+ * together. The queues are the connection's send classes in net (net_conn_send_class): they
+ * hold packets only while the connection is backed up, in entries of net's send-queue pool, and
+ * before the client leaves the shard srv_client_drain moves them into its connection's send
+ * queue, which travels with it: an idle connection costs about 1 KiB of user memory, 2.4 KiB
+ * over TLS (perf/run-idle-mem.sh). */
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -27,6 +27,7 @@
 #include <sys/socket.h>
 
 #include <hd/hd_rand.h>
+#include <hd/net_class.h>
 
 #include "server.h"
 
@@ -125,99 +126,97 @@ void srv_packet_drop(struct srv_shard *ds, struct hd_frame *f, enum srv_drop why
     hd_frame_unref(ds->s, f);
 }
 
-/* The time each queued packet went in (hd_now_ms, 32 bits), after the queues' slots. */
-static uint32_t *queue_times(const struct srv_client *cl)
+/* A packet went into the connection's send queue (it goes out with this tick's sendmsg) after
+ * queued_ms waiting in its class (derper's average_queue_duration_ms, spec §9); len is its
+ * RecvPacket frame's. */
+static void packet_written(struct srv_client *cl, const struct hd_frame *f, uint32_t len,
+                           uint64_t queued_ms)
 {
-    return (uint32_t *)(cl->qslots + SRV_KINDS * SRV_QUEUE_DEPTH);
-}
-
-/* Hand one packet frame to the connection (it goes out with this tick's sendmsg); it waited
- * queued_ms in the connection's queue (derper's average_queue_duration_ms, spec §9). */
-static void write_packet(struct srv_client *cl, struct hd_frame *f, uint64_t queued_ms)
-{
-    uint32_t len = f->len - SRV_ROUTE_OFF;
     cl->ds->queue_avg_ms = 0.1 * (double)queued_ms + 0.9 * cl->ds->queue_avg_ms;
-    int rc = net_conn_send(cl->conn, f, SRV_ROUTE_OFF, len);
-    if (rc < 0) {
-        srv_packet_drop(cl->ds, f, SRV_DROP_WRITE_ERROR);
-        return;
-    }
     cl->ds->ctr.packets_sent++;
     srv_client_note_frame(cl);
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
     srv_tally_tx(cl, len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
     /* §6.7: the receiver now hears when this source leaves. */
     srv_source_subscribe(cl, f->data + SRV_ROUTE_OFF + DERP_FRAME_HEADER_LEN);
-    hd_frame_unref(cl->ds->s, f);
 }
 
-/* While the connection keeps up (its send queue under the high watermark), packets go straight
- * to it; the two 32-packet queues fill only while it is backed up, and there derper's policy
- * applies (§6.3): up to 3 tries to make room by dropping the oldest, then drop the new one. */
+/* derper's two 32-packet queues with its policy (§6.3) are the connection's send classes (net,
+ * net_conn_send_class): one per kind, up to 3 tries to make room by dropping the oldest, then
+ * drop the new one. They fill only while the connection is backed up (its send queue over the
+ * high watermark, or packets already waiting); net moves them into the send queue at each
+ * flush, one of each kind in turn, up to the watermark (derper's writer, §6.4). */
+static void class_dropped(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
+                          unsigned k, enum net_send_drop why)
+{
+    (void)off;
+    struct srv_client *cl = net_conn_app(c);
+    static const enum srv_drop as[] = {
+        [NET_SEND_DROP_OLDEST] = SRV_DROP_QUEUE_HEAD,
+        [NET_SEND_DROP_NEW] = SRV_DROP_QUEUE_TAIL,
+        [NET_SEND_DROP_ERROR] = SRV_DROP_WRITE_ERROR,
+        [NET_SEND_DROP_CLOSED] = SRV_DROP_GONE_DISCONNECTED,
+    };
+    HD_ASSERT((unsigned)why < sizeof(as) / sizeof(as[0]) && srv_frame_kind(f) == k);
+    srv_packet_drop_count(cl->ds, as[why], (enum srv_kind)k,
+                          len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
+}
+
+static void class_taken(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
+                        unsigned k, uint32_t waited_ms)
+{
+    (void)off, (void)k;
+    packet_written(net_conn_app(c), f, len, waited_ms);
+}
+
+static void class_drained(struct net_conn *c)
+{
+    srv_wait_drained(net_conn_app(c)); /* its waiting senders read again (server_wait.c) */
+}
+
+static const struct net_send_classes client_classes = {
+    .count = SRV_KINDS,
+    .cls = {[SRV_KIND_DISCO] = {.depth = SRV_QUEUE_DEPTH, .tries = SRV_QUEUE_TRIES},
+            [SRV_KIND_OTHER] = {.depth = SRV_QUEUE_DEPTH, .tries = SRV_QUEUE_TRIES}},
+    .on_drop = class_dropped,
+    .on_taken = class_taken,
+    .on_drained = class_drained,
+};
+_Static_assert(SRV_KINDS <= NET_SEND_CLASSES_MAX, "a send class per kind");
+_Static_assert(SRV_QUEUE_DEPTH <= UINT16_MAX && SRV_QUEUE_TRIES <= UINT8_MAX, "net's bounds");
+
+/* While the connection keeps up, a packet goes straight into its send queue; behind a backlog
+ * it waits in its kind's class (derper's policy applies there: class_dropped counts). */
 int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f)
 {
-    enum srv_kind kind = srv_frame_kind(f);
-    struct srv_pktq *q = &cl->q[kind];
     if (cl->phase != SRV_CLIENT_ACTIVE) {
         if (cl->exporting) /* on its way to the successor: lost in the hand-over */
             cl->ds->handover_dropped++;
         srv_packet_drop(cl->ds, f, SRV_DROP_GONE_DISCONNECTED);
         return -EPIPE;
     }
-    if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0) {
-        write_packet(cl, f, 0);
+    uint32_t len = f->len - SRV_ROUTE_OFF;
+    int rc = net_conn_send_class(cl->conn, f, SRV_ROUTE_OFF, len, srv_frame_kind(f));
+    if (hd_likely(rc == 0)) {
+        packet_written(cl, f, len, 0);
+        hd_frame_unref(cl->ds->s, f);
         return 0;
     }
-    if (cl->qslots == NULL) { /* the slots, then each slot's time in (hd_now_ms, 32 bits) */
-        cl->qslots = hd_slab_get(cl->ds->qslots); /* this shard's: put back before it leaves */
-        if (cl->qslots == NULL) {                 /* no room to wait: as a full queue */
-            srv_packet_drop(cl->ds, f, SRV_DROP_QUEUE_TAIL);
-            return -ENOBUFS;
-        }
+    if (rc > 0 || rc == -ENOSPC) { /* waits in its class, or dropped there (counted) */
+        hd_frame_unref(cl->ds->s, f);
+        return rc > 0 ? SRV_ENQUEUED_BEHIND : rc;
     }
-    struct hd_frame **slots = cl->qslots + (size_t)kind * SRV_QUEUE_DEPTH;
-    for (unsigned t = 0; t < SRV_QUEUE_TRIES; t++) {
-        if (q->count < SRV_QUEUE_DEPTH) {
-            unsigned at = (q->head + q->count) % SRV_QUEUE_DEPTH;
-            slots[at] = f;
-            queue_times(cl)[kind * SRV_QUEUE_DEPTH + at] = (uint32_t)hd_now_ms(cl->ds->s);
-            q->count++;
-            hd_flush_request(cl->ds->s, &cl->writer);
-            return SRV_ENQUEUED_BEHIND;
-        }
-        struct hd_frame *old = slots[q->head];
-        q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
-        q->count--;
-        srv_packet_drop(cl->ds, old, SRV_DROP_QUEUE_HEAD);
-    }
-    srv_packet_drop(cl->ds, f, SRV_DROP_QUEUE_TAIL);
-    return -ENOBUFS;
+    /* Closing: a backed-up connection's packet would have waited and gone with it. */
+    bool behind =
+        net_conn_send_paused(cl->conn) || net_conn_class_count(cl->conn, NET_SEND_CLASSES_MAX) > 0;
+    srv_packet_drop(cl->ds, f,
+                    rc == -EPIPE && behind ? SRV_DROP_GONE_DISCONNECTED : SRV_DROP_WRITE_ERROR);
+    return rc;
 }
 
-/* The oldest packet of queue k, or NULL, and how long it waited there (*queued_ms); the slots
- * go when both queues are empty. */
-static struct hd_frame *queue_pop(struct srv_client *cl, unsigned k, uint64_t *queued_ms)
-{
-    struct srv_pktq *q = &cl->q[k];
-    if (q->count == 0)
-        return NULL;
-    struct hd_frame *f = cl->qslots[k * SRV_QUEUE_DEPTH + q->head];
-    *queued_ms =
-        (uint32_t)((uint32_t)hd_now_ms(cl->ds->s) - queue_times(cl)[k * SRV_QUEUE_DEPTH + q->head]);
-    q->head = (uint8_t)((q->head + 1) % SRV_QUEUE_DEPTH);
-    q->count--;
-    if (cl->q[0].count == 0 && cl->q[1].count == 0) {
-        hd_slab_put(cl->ds->qslots, cl->qslots);
-        cl->qslots = NULL;
-        cl->q[0].head = cl->q[1].head = 0;
-    }
-    return f;
-}
-
-/* Pong (ahead of the packets already queued in net), then packets from both queues
- * (alternating) until the connection's send queue reaches its high watermark (all of them:
- * force); on_send_pressure(false) runs the writer again. */
-static void writer_write(struct srv_client *cl, bool force)
+/* Pong (ahead of the packets queued in net and not yet in the kernel's hands), watchers'
+ * notices; the packets waiting in the send classes net moves itself. */
+static void writer_write(struct srv_client *cl)
 {
     if (cl->phase != SRV_CLIENT_ACTIVE)
         return;
@@ -230,21 +229,11 @@ static void writer_write(struct srv_client *cl, bool force)
         cl->ds->ctr.sent_pong++;
         send_urgent(cl, pong, sizeof(pong));
     }
-    unsigned turn = 0;
-    while ((force || !cl->send_paused) && cl->phase == SRV_CLIENT_ACTIVE &&
-           (cl->q[0].count || cl->q[1].count)) {
-        uint64_t queued_ms = 0;
-        struct hd_frame *f = queue_pop(cl, turn++ & 1, &queued_ms);
-        if (f)
-            write_packet(cl, f, queued_ms);
-    }
-    if (!cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0)
-        srv_wait_drained(cl); /* its waiting senders read again (server_wait.c) */
 }
 
 static void writer_run(struct hd_flush *fl) /* end of tick */
 {
-    writer_write(hd_container_of(fl, struct srv_client, writer), false);
+    writer_write(hd_container_of(fl, struct srv_client, writer));
 }
 
 /* Reading paused by rate tokens or a wait (server_wait.c): the timer reads on; whatever paused
@@ -269,8 +258,9 @@ void srv_client_read_resume_soon(struct srv_client *cl)
 
 void srv_client_drain(struct srv_client *cl)
 {
-    writer_write(cl, true); /* past the watermark: the queue slots are this shard's */
-    HD_ASSERT(cl->qslots == NULL || cl->phase != SRV_CLIENT_ACTIVE);
+    writer_write(cl);
+    if (cl->phase == SRV_CLIENT_ACTIVE)
+        net_conn_class_drain(cl->conn); /* past the watermark: a move takes the send queue */
 }
 
 static void keepalive_fired(struct hd_timer *t)
@@ -406,7 +396,7 @@ void srv_client_settle(struct srv_shard *ds, struct srv_client *cl)
         ds->ctr.current_home_connections++;
     srv_frames_client_init(cl); /* this shard's frame account (its frames come from here) */
     ds->cfg->hooks->settle(cl); /* quota, rate bucket, accounting, re-checks */
-    if (cl->q[0].count || cl->q[1].count || cl->pong_pending)
+    if (cl->pong_pending)
         hd_flush_request(ds->s, &cl->writer);
 }
 
@@ -733,14 +723,6 @@ static ssize_t client_data(struct net_conn *c, const uint8_t *data, size_t len)
     return (ssize_t)done;
 }
 
-static void client_pressure(struct net_conn *c, bool paused)
-{
-    struct srv_client *cl = net_conn_app(c);
-    cl->send_paused = paused;
-    if (!paused && cl->phase == SRV_CLIENT_ACTIVE)
-        hd_flush_request(cl->ds->s, &cl->writer);
-}
-
 static void client_closed(struct net_conn *c, int reason)
 {
     struct srv_client *cl = net_conn_app(c);
@@ -765,12 +747,7 @@ static void client_closed(struct net_conn *c, int reason)
     } else if (cl->placing || cl->going_home) { /* closed on the way to another shard */
         srv_place_closed(cl);
     }
-    for (unsigned k = 0; k < SRV_KINDS; k++) {
-        struct hd_frame *f;
-        uint64_t queued_ms;
-        while ((f = queue_pop(cl, k, &queued_ms)) != NULL)
-            srv_packet_drop(cl->ds, f, SRV_DROP_GONE_DISCONNECTED);
-    }
+    /* packets still waiting in its send classes: counted by class_dropped just before */
     ds->cfg->hooks->closed(cl); /* a pending admission or re-check request */
     srv_sources_drop(cl);
     free(cl->login_buf);
@@ -784,6 +761,6 @@ void srv_client_close(struct srv_client *cl, int reason)
 
 const struct net_conn_handler srv_client_handler = {
     .on_data = client_data,
-    .on_send_pressure = client_pressure,
     .on_close = client_closed,
+    .send_classes = &client_classes,
 };

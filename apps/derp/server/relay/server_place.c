@@ -75,6 +75,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hd/net_class.h>
+
 #include "server.h"
 
 static void guest_here_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
@@ -157,8 +159,9 @@ struct srv_client *srv_place_guest(struct srv_shard *ds, const uint8_t key[DERP_
 static bool can_leave(const struct srv_client *cl)
 {
     return cl->phase == SRV_CLIENT_ACTIVE && !cl->mesh && !cl->watcher && !cl->rate_waiting &&
-           cl->wait_for == NULL && !cl->send_paused && cl->q[0].count == 0 && cl->q[1].count == 0 &&
-           cl->admit == NULL && cl->peer && net_conn_state(cl->conn) == NET_CONN_OPEN &&
+           cl->wait_for == NULL && cl->admit == NULL && cl->peer &&
+           net_conn_state(cl->conn) == NET_CONN_OPEN && !net_conn_send_paused(cl->conn) &&
+           net_conn_class_count(cl->conn, NET_SEND_CLASSES_MAX) == 0 &&
            !hd_shard_stopping(cl->ds->s);
 }
 

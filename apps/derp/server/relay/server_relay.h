@@ -187,8 +187,8 @@ void srv_mesh_fini(struct srv_shard *ds);
 void srv_mesh_forward(struct srv_shard *ds, struct hd_frame *f, unsigned id);
 
 /* A client about to leave its shard (an upgrade's export, upgrade/server_live.c; a guest going
- * home, server_place.c): its Pong and queued packets into its connection's send queue (past the
- * high watermark: the bytes go with the connection; the queue slots stay with the shard). */
+ * home, server_place.c): its Pong and the packets waiting in its send classes into its
+ * connection's send queue (past the high watermark: the bytes go with the connection). */
 void srv_client_drain(struct srv_client *cl);
 /* server_sources.c: the source prefixes (at most max) and, in the successor, a keyset from them. */
 uint32_t srv_sources_list(const struct srv_client *cl, uint64_t *out, uint32_t max);

@@ -11,11 +11,12 @@
  * SRV_WAIT_RUN_MIN packets to that one receiver (pausing a sender that spreads its packets
  * would hold its traffic to healthy receivers back: that one keeps derper's drop-oldest), and it
  * is an ordinary client (mesh links and watchers never wait; neither does a client on its way
- * to another shard). It waits until the receiver's queues drain (srv_wait_drained, from the
- * receiver's writer) or the receiver leaves the shard, at most --sender-wait-ms; a wait that
- * runs out is counted and the sender then gets derper's policy for SRV_WAIT_OFF_MS, so a
- * receiver that never reads costs its senders one bounded wait a period, never a standstill.
- * A waiting sender's own pings wait with it (they are behind its packets in its TCP stream).
+ * to another shard). It waits until the receiver's queues drain (srv_wait_drained, when net
+ * says its send classes drained under the watermark) or the receiver leaves the shard, at most
+ * --sender-wait-ms; a wait that runs out is counted and the sender then gets derper's policy for
+ * SRV_WAIT_OFF_MS, so a receiver that never reads costs its senders one bounded wait a period,
+ * never a standstill. A waiting sender's own pings wait with it (they are behind its packets in its
+ * TCP stream).
  *
  * Runs on the shard of both connections (the receiver was found in this shard's tables). Owns
  * nothing: the links live in struct srv_client (wait_for, waiters, wait_next, wait_pprev). */
@@ -75,8 +76,8 @@ bool srv_wait_note(struct srv_client *cl, const uint8_t dst[DERP_KEY_LEN], struc
     return true;
 }
 
-/* Every sender waiting for rcv reads again from the next tick (never from inside the
- * receiver's writer: a resumed sender routes packets to it at once). */
+/* Every sender waiting for rcv reads again from the next tick (never from inside net's flush
+ * of the receiver: a resumed sender routes packets to it at once). */
 static void wake_all(struct srv_client *rcv)
 {
     while (rcv->waiters) {
