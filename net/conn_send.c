@@ -314,11 +314,17 @@ int net_conn_upper_encode(struct net_conn *c)
 
 void net_conn_flush_now(struct net_conn *c)
 {
-    if (hd_unlikely(c->flags & (NET_F_CLASS_WAIT | NET_F_CLASS_DRAIN)) &&
-        c->state == NET_CONN_OPEN && !(c->flags & NET_F_MIGRATING))
+    if (c->state != NET_CONN_OPEN)
+        return;
+    if (hd_unlikely(c->flags & (NET_F_MIGRATING | NET_F_CLASS_WAIT | NET_F_CLASS_DRAIN))) {
+        if (c->flags & NET_F_MIGRATING)
+            return;                    /* a moving one waits */
         net_conn_class_feed(c, false); /* send classes (conn_class.c), also with a send in flight */
-    if (c->state != NET_CONN_OPEN || c->send_ctx != NULL || (c->flags & NET_F_MIGRATING))
-        return; /* one send in flight: its completion flushes again; a moving one waits */
+        if (c->state != NET_CONN_OPEN)
+            return; /* an app's callback closed it */
+    }
+    if (c->send_ctx != NULL)
+        return; /* one send in flight: its completion flushes again */
     int rc = net_conn_upper_encode(c);
     if (rc < 0) {
         net_conn_close(c, rc, false);
