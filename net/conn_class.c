@@ -67,6 +67,10 @@ int net_conn_class_push(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED ||
         (c->flags & (NET_F_FLUSH_CLOSE | NET_F_SHUT_WR)))
         return -EPIPE;
+    /* Moving (net_conn_migrate, net_migrate_begin): the classes were drained when it began and
+     * do not travel, the send queue does (send_max_bytes bounds it meanwhile). */
+    if (c->flags & NET_F_MIGRATING)
+        return net_conn_send(c, f, off, len);
     const struct net_send_class *cl = &sc->cls[k];
     struct net_sendq *q = &c->classq[k];
     for (unsigned t = 0; t <= cl->tries; t++) {

@@ -97,6 +97,7 @@ void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn 
 {
     uint8_t codec[NET_EXPORT_CODEC_MAX];
     struct export_parts p = {.codec = codec};
+    HD_ASSERT(net_conn_class_count(c, NET_SEND_CLASSES_MAX) == 0); /* drained, none since */
     ssize_t n = c->codec ? save(c, codec, sizeof(codec)) : 0;
     int rc = n < 0 ? (int)n : net_conn_held_take(c, &p.chunks, &p.chunks_count);
     p.codec_len = n > 0 ? (size_t)n : 0;

@@ -183,6 +183,7 @@ static void take_undo(struct net_conn *c, struct net_migration *m)
 static void take_rest(struct net_conn *c, struct net_migration *m)
 {
     HD_ASSERT(c->held_head == NET_BID_NONE && c->pending_head == NULL); /* all taken */
+    HD_ASSERT(net_conn_class_count(c, NET_SEND_CLASSES_MAX) == 0);      /* drained, none since */
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;

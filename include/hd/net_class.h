@@ -17,7 +17,8 @@
  * moves waiting frames into the send queue, one from each class in turn, until the send queue
  * reaches its high watermark. Urgent messages (net_conn_send_urgent) still go ahead of the
  * frames queued but not yet in the kernel's hands. Before a move or an export (and by
- * net_conn_class_drain) everything waiting goes into the send queue, past the watermark. */
+ * net_conn_class_drain) everything waiting goes into the send queue, past the watermark; while
+ * the connection moves, a frame goes into the send queue as net_conn_send (it travels). */
 enum net_send_drop {
     NET_SEND_DROP_OLDEST, /* the class was full: its oldest frame made room for a new one */
     NET_SEND_DROP_NEW,    /* the class was full after its tries (or no pool entry): the new one */

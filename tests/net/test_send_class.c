@@ -3,7 +3,8 @@
  * tries and else the new frame (on_drop says which), the waiting frames go into the send queue
  * one from each class in turn once it falls under its low watermark (on_taken each, on_drained
  * once), an urgent message goes ahead of them, and what still waits at a close is dropped
- * (on_drop, before on_close) or, drained, goes into the send queue past the watermark.
+ * (on_drop, before on_close) or, drained, goes into the send queue past the watermark; a frame
+ * sent to a class while the connection moves to another shard travels with it.
  *
  * The server side's socket has a small send buffer (and the reader a small receive buffer), and
  * the reader starts only once everything is queued, so the backlog of BACKLOG entries keeps the
@@ -32,6 +33,7 @@
 #define DELIVER  6 /* class frames that reach the reader */
 #define TOTAL    (BACKLOG * ENTRY + URGENT + DELIVER * ENTRY)
 #define SMALLBUF 4096
+#define MOVING   0xa0 /* the tag of the class frame sent while the connection moves */
 
 static const struct hd_module *const net_layers[] = {&net_module};
 static struct net_shard_options net_opts;
@@ -51,7 +53,7 @@ static struct {
     bool reading; /* the reader thread was started */
     _Atomic int go, done;
     uint8_t *got;
-    size_t got_len;
+    size_t got_len, want;
     int rc[C0_SENT + C1_SENT];
     int urgent_rc;
     unsigned counts[2]; /* class counts after the sends */
@@ -63,6 +65,8 @@ static struct {
     uint32_t taken_waited_max;
     size_t queued_before_drain, queued_after_drain;
     unsigned count_after_drain;
+    int moving_rc;
+    _Atomic(struct net_conn *) moved; /* the connection, adopted on shard 1 */
 } g;
 
 static void *reader_main(void *arg)
@@ -72,8 +76,8 @@ static void *reader_main(void *arg)
         usleep(1000);
     struct timeval tv = {.tv_sec = 10};
     setsockopt(g.reader_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    while (g.got_len < TOTAL) {
-        ssize_t n = read(g.reader_fd, g.got + g.got_len, TOTAL - g.got_len);
+    while (g.got_len < g.want) {
+        ssize_t n = read(g.reader_fd, g.got + g.got_len, g.want - g.got_len);
         if (n <= 0)
             break;
         g.got_len += (size_t)n;
@@ -224,13 +228,52 @@ static void body_drain(struct hd_shard *s, void *arg)
     hdt_done(s);
 }
 
-static void run(hdt_body_fn *body)
+/* Shard 1: the moved connection, closed once the reader is done. */
+static void moved_fired(struct hd_timer *t)
+{
+    struct hd_shard *s = hd_shard_current();
+    struct net_conn *c = atomic_load(&g.moved);
+    if (c == NULL || !atomic_load(&g.done)) {
+        hd_timer_start(s, t, 10);
+        return;
+    }
+    net_conn_close(c, 0, false);
+    hdt_done(s);
+}
+
+static void moved_adopt(struct net_conn *c, void *arg)
+{
+    (void)arg;
+    HDT_CHECK(c != NULL && hd_shard_id(net_conn_shard(c)) == 1);
+    atomic_store(&g.moved, c);
+}
+
+/* Shard 0 moves the backed-up connection to shard 1 (what waits in its classes goes into its
+ * send queue), then sends one more class frame while it moves: it must travel too. */
+static void body_migrate(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    if (hd_shard_id(s) == 1) {
+        hd_timer_init(&g.timer, moved_fired);
+        hd_timer_start(s, &g.timer, 10);
+        return;
+    }
+    setup(s, true);
+    HDT_CHECK(net_conn_migrate(g.c, 1, moved_adopt, NULL) == 0);
+    g.count_after_drain = net_conn_class_count(g.c, NET_SEND_CLASSES_MAX);
+    g.moving_rc = frame_send(s, MOVING, 0);
+    atomic_store(&g.go, 1);
+    hdt_done(s);
+}
+
+static void run_on(hdt_body_fn *body, unsigned shards, size_t bytes)
 {
     memset(&g, 0, sizeof(g));
-    g.got = malloc(TOTAL);
+    g.want = bytes;
+    g.got = malloc(bytes);
     cr_assert_not_null(g.got);
     struct hdt_options o = {
-        .shards = 1, .layers = net_layers, .layers_args = net_layers_args, .layers_count = 1};
+        .shards = shards, .layers = net_layers, .layers_args = net_layers_args, .layers_count = 1};
     cr_assert_eq(hdt_run(&o, body, NULL, NULL), 0);
     if (g.reading)
         pthread_join(g.reader, NULL);
@@ -255,6 +298,11 @@ static void run(hdt_body_fn *body)
     cr_assert_eq(g.drops[2].tag, 0xc2);
     cr_assert_eq(g.drops[2].why, NET_SEND_DROP_NEW);
     cr_assert_eq(g.closes, 1);
+}
+
+static void run(hdt_body_fn *body)
+{
+    run_on(body, 1, TOTAL);
 }
 
 Test(test_net_send_class, drop_policy_then_alternating_after_the_backlog, .timeout = 60)
@@ -303,4 +351,19 @@ Test(test_net_send_class, drain_moves_everything_past_the_watermark, .timeout = 
     cr_assert_eq(g.ntaken, DELIVER);
     cr_assert_eq(g.queued_after_drain, g.queued_before_drain + (size_t)DELIVER * ENTRY);
     cr_assert_eq(g.ndrops, 3, "nothing dropped at the close: it all was in the send queue");
+}
+
+Test(test_net_send_class, a_frame_sent_while_moving_travels, .timeout = 60)
+{
+    run_on(body_migrate, 2, TOTAL + ENTRY);
+    cr_assert_eq(g.count_after_drain, 0, "the move drained the classes");
+    cr_assert_eq(g.ntaken, DELIVER);
+    cr_assert_eq(g.ndrops, 3, "nothing dropped by the move (%u drops)", g.ndrops);
+    cr_assert_geq(g.moving_rc, 0, "the frame sent while moving: %d", g.moving_rc);
+    cr_assert_eq(g.got_len, (size_t)TOTAL + ENTRY,
+                 "got %zu of %d bytes: the frame sent while "
+                 "moving was lost",
+                 g.got_len, TOTAL + ENTRY);
+    for (size_t i = 0; i < ENTRY; i++)
+        cr_assert_eq(g.got[TOTAL + i], MOVING, "the last entry is the one sent while moving");
 }
