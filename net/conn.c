@@ -279,7 +279,7 @@ void net_conn_recv_arm(struct net_conn *c)
     /* The recvmsg state of record-typed reads (kTLS) lives until the connection is freed;
      * connections without them (plain, userspace TLS) never carry it. From the shard's pool: no
      * malloc on the data path (a full pool closes the connection, as a full conn pool would). */
-    bool record = c->codec && c->codec->record;
+    bool record = c->codecs_n && c->codecs[0].codec->record;
     if (record && c->rmsg == NULL && (c->rmsg = hd_slab_get(c->ns->rmsgs)) == NULL) {
         net_conn_close(c, -ENOMEM, false);
         return;
@@ -311,10 +311,11 @@ static int input_typed(struct net_conn *c, uint8_t type, uint8_t *data, size_t l
     if (type == 0 || type == NET_RECORD_DATA)
         return net_conn_input(c, data, len);
     c->stats.bytes_in += len;
-    if (c->codec == NULL || c->codec->record == NULL)
+    const struct net_codec_level *l = &c->codecs[0]; /* record is a level 0 hook */
+    if (l->codec == NULL || l->codec->record == NULL)
         return -EPROTO; /* kept across a codec change that dropped the hook: undecodable */
-    uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
-    int rc = c->codec->record(c, c->codec_state, type, data, len);
+    uint8_t at = net_conn_codec_at(c, 0);
+    int rc = l->codec->record(c, l->state, type, data, len);
     c->codec_at = at;
     return rc;
 }
@@ -614,9 +615,10 @@ void net_conn_maybe_finish(struct net_conn *c)
             return;
         c->flags &= ~NET_F_QUIET_WAIT;
         c->depth++;
-        if (c->codec && c->codec->quiesced) {
-            uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
-            c->codec->quiesced(c, c->codec_state);
+        const struct net_codec_level *l = &c->codecs[0]; /* quiesced is a level 0 hook */
+        if (l->codec && l->codec->quiesced) {
+            uint8_t at = net_conn_codec_at(c, 0);
+            l->codec->quiesced(c, l->state);
             c->codec_at = at;
         } else
             net_conn_quiet_end(c); /* the codec that asked is gone */
@@ -660,18 +662,20 @@ void net_conn_release(struct net_conn *c, bool notify)
     hd_flush_cancel(s, &c->flush);
     held_drain(c, false);
     pending_drain(c, false);
-    if (c->upper && c->upper->release)
-        c->upper->release(c, c->upper_state);
-    c->upper = NULL;
-    if (c->codec && c->codec->release)
-        c->codec->release(c, c->codec_state);
-    c->codec = NULL;
-    net_sendq_clear(ns, s, &c->mid);
-    net_conn_tail_drop(c, &c->upper_tail);
+    for (unsigned level = c->codecs_n; level-- > 0;) { /* the top one first */
+        struct net_codec_level *l = &c->codecs[level];
+        if (l->codec && l->codec->release) /* NULL: level 0's, gone with a failed move */
+            l->codec->release(c, l->state);
+        l->codec = NULL;
+    }
+    c->codecs_n = 0;
+    for (unsigned level = 0; level < NET_CODECS_MAX; level++)
+        net_conn_tail_drop(c, &c->codecs[level].tail);
+    for (unsigned i = 0; i < NET_CODECS_MAX - 1; i++)
+        net_sendq_clear(ns, s, &c->mid[i]);
     net_sendq_clear(ns, s, &c->plain);
     net_sendq_clear(ns, s, &c->wire);
     net_conn_tail_drop(c, &c->rx_tail);
-    net_conn_tail_drop(c, &c->raw_tail);
     net_conn_tail_drop(c, &c->recv_frame);
     net_conn_class_clear(c, notify);         /* on_drop, before on_close */
     int hrc = hd_handle_close(s, c->handle); /* copies held anywhere are stale from now */
@@ -703,8 +707,8 @@ static bool codec_close(struct net_conn *c, int reason)
         net_conn_close(c, rc, false);
         return true;
     }
-    uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
-    rc = c->codec->close(c, c->codec_state, reason);
+    uint8_t at = net_conn_codec_at(c, 0);
+    rc = c->codecs[0].codec->close(c, c->codecs[0].state, reason);
     c->codec_at = at;
     return rc == 0;
 }
@@ -713,7 +717,7 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
 {
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
         return;
-    if (flush && c->state == NET_CONN_OPEN && c->codec && c->codec->close &&
+    if (flush && c->state == NET_CONN_OPEN && c->codecs_n && c->codecs[0].codec->close &&
         !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING)) && codec_close(c, reason))
         return;
     if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {

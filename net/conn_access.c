@@ -102,35 +102,42 @@ void net_conn_timeouts(const struct net_conn *c, uint32_t *idle_timeout_ms,
 const struct net_codec *net_conn_codec(const struct net_conn *c, void **state)
 {
     if (state)
-        *state = c->codec_state;
-    return c->codec;
+        *state = c->codecs[0].state;
+    return c->codecs[0].codec;
 }
 
 const struct net_codec *net_conn_upper_codec(const struct net_conn *c, void **state)
 {
     if (state)
-        *state = c->upper_state;
-    return c->upper;
+        *state = c->codecs_n > 1 ? c->codecs[1].state : NULL;
+    return c->codecs_n > 1 ? c->codecs[1].codec : NULL;
 }
 
 unsigned net_conn_codec_enter(struct net_conn *c, const struct net_codec *codec)
 {
     unsigned saved = c->codec_at;
-    if (codec != NULL && c->upper == codec)
-        c->codec_at = NET_CODEC_UPPER;
-    else if (codec != NULL && c->codec == codec)
-        c->codec_at = NET_CODEC_LOWER;
+    for (unsigned level = c->codecs_n; codec != NULL && level-- > 0;) {
+        if (c->codecs[level].codec == codec) { /* the top one of its kind */
+            c->codec_at = (uint8_t)level;
+            break;
+        }
+    }
     return saved;
 }
 
 void net_conn_codec_leave(struct net_conn *c, unsigned saved)
 {
-    HD_ASSERT(saved == NET_CODEC_LOWER || (saved == NET_CODEC_UPPER && c->upper != NULL));
-    c->codec_at = (uint8_t)saved;
+    net_conn_codec_at(c, saved); /* asserts the level exists */
 }
 
+/* Level 0's codec: install, replace, or remove (only with none above it). */
 void net_conn_set_codec(struct net_conn *c, const struct net_codec *codec, void *state)
 {
-    c->codec = codec;
-    c->codec_state = state;
+    HD_ASSERT(codec != NULL || c->codecs_n <= 1);
+    c->codecs[0].codec = codec;
+    c->codecs[0].state = codec ? state : NULL;
+    if (codec == NULL)
+        c->codecs_n = 0;
+    else if (c->codecs_n == 0)
+        c->codecs_n = 1;
 }

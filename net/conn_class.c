@@ -100,7 +100,7 @@ void net_conn_class_feed(struct net_conn *c, bool all)
         c->flags &= ~(NET_F_CLASS_WAIT | NET_F_CLASS_DRAIN);
         return;
     }
-    struct net_sendq *dst = c->codec ? &c->plain : &c->wire;
+    struct net_sendq *dst = c->codecs_n ? &c->plain : &c->wire;
     uint32_t now = (uint32_t)hd_now_ms(c->shard);
     unsigned turn = 0;
     while ((c->flags & NET_F_CLASS_WAIT) && (all || !(c->flags & NET_F_SEND_PAUSED)) &&

@@ -2,13 +2,14 @@
  * codec's decode (and a second codec stacked above it by net_conn_switch_codec, such as WebSocket
  * over TLS), on_data, and the tails that keep what each layer left unconsumed (only a partial
  * tail is ever copied, into a pool frame, and offered again with the next bytes). A codec switch
- * inside on_data hands the rest of the bytes to the new codec. A connection holds at most two
- * codecs: a switch on one that already has a codec stacks the new one above it; the upper codec
- * decodes what the lower one delivers (from a copy in upper_tail), and what it encodes goes to a
- * middle queue that the lower codec takes as its plaintext. What was queued before the switch
- * (a 101) goes below the new codec. Both codecs and the middle queue move with a migrating
- * connection. Runs on the connection's shard; owns nothing beyond the connection's tails. The
- * recv itself, held buffers and replay are in conn.c. */
+ * inside on_data hands the rest of the bytes to the new codec. The codecs are a stack of levels
+ * (at most NET_CODECS_MAX, level 0 nearest the socket): a switch on a connection that already
+ * has a codec puts the new one on top; each level above 0 decodes what the one below delivers
+ * (from a copy in its level's tail), and what it encodes goes to a middle queue that the level
+ * below takes as its plaintext. What was queued before the switch (a 101) goes below the new
+ * codec. Every level and the middle queues move with a migrating connection. Runs on the
+ * connection's shard; owns nothing beyond the connection's tails. The recv itself, held buffers and
+ * replay are in conn.c. */
 #include <errno.h>
 #include <string.h>
 
@@ -82,20 +83,22 @@ static int tail_add(struct net_conn *c, struct hd_frame **tailp, const uint8_t *
     return *tailp ? tail_append(c, tailp, data, len) : tail_keep(c, tailp, data, len);
 }
 
-/* What the lower codec delivered, through the upper one (which may modify its input, so it
- * decodes a copy in upper_tail). Returns 0 or -errno. */
-static int upper_input(struct net_conn *c, const uint8_t *data, size_t len)
+/* What the level below delivered, through the codec at level (> 0), which may modify its input,
+ * so it decodes a copy in its level's tail. Returns 0 or -errno. */
+static int level_input(struct net_conn *c, unsigned level, const uint8_t *data, size_t len)
 {
-    int rc = tail_add(c, &c->upper_tail, data, len);
-    struct hd_frame *t = c->upper_tail;
+    struct net_codec_level *l = &c->codecs[level];
+    HD_ASSERT(level > 0 && level < c->codecs_n);
+    int rc = tail_add(c, &l->tail, data, len);
+    struct hd_frame *t = l->tail;
     if (rc < 0 || t == NULL || t->len == 0)
         return rc;
-    uint8_t at = net_conn_codec_at(c, NET_CODEC_UPPER);
-    ssize_t n = c->upper->decode(c, c->upper_state, t->data, t->len);
+    uint8_t at = net_conn_codec_at(c, level);
+    ssize_t n = l->codec->decode(c, l->state, t->data, t->len);
     c->codec_at = at;
     if (n < 0)
         return (int)n;
-    HD_ASSERT((size_t)n <= t->len && t == c->upper_tail);
+    HD_ASSERT((size_t)n <= t->len && t == l->tail);
     memmove(t->data, t->data + n, t->len - (size_t)n);
     t->len -= (uint32_t)n;
     return 0;
@@ -105,7 +108,7 @@ static int upper_input(struct net_conn *c, const uint8_t *data, size_t len)
  * kept as its tail (decoded by rest_decode). */
 static int rest_to_codec(struct net_conn *c, const uint8_t *data, size_t len)
 {
-    return tail_add(c, c->upper ? &c->upper_tail : &c->raw_tail, data, len);
+    return tail_add(c, &c->codecs[c->codecs_n - 1].tail, data, len);
 }
 
 /* The switch is complete: decode what was kept for the new codec (unless paused: replay then). */
@@ -114,37 +117,41 @@ static int rest_decode(struct net_conn *c, int rc)
     c->flags &= ~NET_F_CODEC_REST;
     if (rc < 0 || c->state != NET_CONN_OPEN || (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
         return rc;
-    if (c->upper)
-        return upper_input(c, NULL, 0);
-    if (c->raw_tail && c->raw_tail->len > 0)
+    if (c->codecs_n > 1) /* the new codec is the top one */
+        return level_input(c, c->codecs_n - 1u, NULL, 0);
+    if (c->codecs[0].tail && c->codecs[0].tail->len > 0)
         rc = net_conn_input(c, NULL, 0);
     return rc;
 }
 
 int net_conn_switch_codec(struct net_conn *c, const struct net_codec *codec, void *state)
 {
-    if (c->upper)
+    unsigned n = c->codecs_n;
+    if (n == NET_CODECS_MAX)
         return -EBUSY;
-    if (c->codec && (codec->move_out || codec->move_in || codec->record || codec->quiesced))
+    if (n > 0 && (codec->move_out || codec->move_in || codec->record || codec->quiesced))
         return -EINVAL;
     HD_ASSERT(c->flags & NET_F_IN_DATA); /* only on_data knows where the new protocol starts */
-    if (c->codec == NULL) {
-        c->codec = codec;
-        c->codec_state = state;
-    } else {
-        /* Queued before the switch: the lower codec's plaintext as it is. */
-        uint32_t off, len;
-        struct hd_frame *f;
-        while ((f = net_conn_plain_take(c, &off, &len)) != NULL) {
-            int rc = net_sendq_push(c->ns, &c->mid, f, off, len);
+    HD_ASSERT(c->codec_at == 0);         /* the app's call: not from inside a codec's hook */
+    if (n > 0) {
+        /* Queued before the switch: the top codec's plaintext as it is, now the input of that
+         * codec below the new one. */
+        HD_ASSERT(c->mid[n - 1].count == 0);
+        while (c->plain.count > 0) {
+            struct net_sendq_entry e = *net_sendq_at(&c->plain, 0);
+            net_sendq_pop(c->ns, c->shard, &c->plain, false);
+            if (e.frame == NULL)
+                continue; /* dropped (net_conn_drop_oldest) */
+            int rc = net_sendq_push(c->ns, &c->mid[n - 1], e.frame, e.off, e.len);
             if (rc < 0) {
-                hd_frame_unref(c->shard, f);
+                hd_frame_unref(c->shard, e.frame);
                 return rc;
             }
         }
-        c->upper = codec;
-        c->upper_state = state;
     }
+    c->codecs[n].codec = codec;
+    c->codecs[n].state = state;
+    c->codecs_n = (uint8_t)(n + 1);
     c->flags |= NET_F_CODEC_REST;
     return 0;
 }
@@ -158,7 +165,7 @@ static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool f
         uint32_t in_data = c->flags & NET_F_IN_DATA;
         c->flags |= NET_F_IN_DATA;
         /* The app speaks from outside the codecs (a codec's call it makes says its level). */
-        uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
+        uint8_t at = net_conn_codec_at(c, 0);
         ssize_t n = c->h->on_data(c, data + done, len - done);
         c->codec_at = at;
         c->flags = (c->flags & ~NET_F_IN_DATA) | in_data;
@@ -185,8 +192,8 @@ static int app_offer(struct net_conn *c, const uint8_t *data, size_t len, bool f
 
 int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
 {
-    if (c->upper && c->codec_at == NET_CODEC_LOWER)
-        return upper_input(c, data, len); /* from the lower codec: the upper one is next */
+    if (c->codec_at + 1u < c->codecs_n) /* from a codec with one above it: that one is next */
+        return level_input(c, c->codec_at + 1u, data, len);
     /* With a tail, add only what fits under rx_tail_max, offer it, and go on with the rest:
      * a partial frame near the limit plus a whole new buffer must not overflow the tail when the
      * frame completes inside that buffer. */
@@ -237,33 +244,35 @@ int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len)
     return rest_decode(c, rc);
 }
 
-/* Raw bytes from the socket: through the codec if there is one. */
+/* Raw bytes from the socket: through level 0's codec if there is one (in place: only what it
+ * leaves is copied, into its tail). */
 int net_conn_input(struct net_conn *c, uint8_t *data, size_t len)
 {
     c->stats.bytes_in += len;
-    if (c->codec == NULL)
+    if (c->codecs_n == 0)
         return net_conn_deliver(c, data, len);
-    if (c->raw_tail && c->raw_tail->len > 0) {
-        int rc = len ? tail_append(c, &c->raw_tail, data, len) : 0;
+    struct net_codec_level *l = &c->codecs[0];
+    if (l->tail && l->tail->len > 0) {
+        int rc = len ? tail_append(c, &l->tail, data, len) : 0;
         if (rc < 0)
             return rc;
-        data = c->raw_tail->data;
-        len = c->raw_tail->len;
+        data = l->tail->data;
+        len = l->tail->len;
     }
-    uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
-    ssize_t n = c->codec->decode(c, c->codec_state, data, len);
+    uint8_t at = net_conn_codec_at(c, 0);
+    ssize_t n = l->codec->decode(c, l->state, data, len);
     c->codec_at = at;
     if (n < 0)
         return (int)n;
-    if (c->raw_tail && data == c->raw_tail->data && (size_t)n == len) {
-        c->raw_tail->len = 0;
+    if (l->tail && data == l->tail->data && (size_t)n == len) {
+        l->tail->len = 0;
         return 0;
     }
-    return (size_t)n == len ? 0 : tail_keep(c, &c->raw_tail, data + n, len - (size_t)n);
+    return (size_t)n == len ? 0 : tail_keep(c, &l->tail, data + n, len - (size_t)n);
 }
 
-/* Offer the tails, in arrival order: the app's, the upper codec's, the codec's. Stops where the
- * app pauses (net_conn_replay goes on with pending frames and held buffers). */
+/* Offer the tails, in arrival order: the app's, then each codec level's from the top down.
+ * Stops where the app pauses (net_conn_replay goes on with pending frames and held buffers). */
 int net_conn_tails_replay(struct net_conn *c)
 {
     int rc = 0;
@@ -271,11 +280,14 @@ int net_conn_tails_replay(struct net_conn *c)
         rc = app_offer(c, c->rx_tail->data, c->rx_tail->len, true);
     tail_release_empty(c);
     c->flags &= ~NET_F_CODEC_REST; /* a switch: its bytes are the codec's tail, decoded next */
-    if (rc == 0 && c->upper && c->upper_tail && c->upper_tail->len > 0 &&
-        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
-        rc = upper_input(c, NULL, 0);
-    if (rc == 0 && c->codec && c->raw_tail && c->raw_tail->len > 0 &&
-        !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
-        rc = net_conn_input(c, NULL, 0);
+    for (unsigned level = c->codecs_n; rc == 0 && level-- > 0;) {
+        struct hd_frame *t = c->codecs[level].tail;
+        if (t == NULL || t->len == 0 || (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
+            continue;
+        if (level > 0)
+            rc = level_input(c, level, NULL, 0);
+        else
+            rc = net_conn_input(c, NULL, 0);
+    }
     return rc;
 }

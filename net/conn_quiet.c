@@ -13,7 +13,7 @@
 
 int net_conn_quiet_begin(struct net_conn *c)
 {
-    if (c->codec == NULL || c->codec->quiesced == NULL)
+    if (c->codecs_n == 0 || c->codecs[0].codec->quiesced == NULL)
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & NET_F_MIGRATING))
         return -EBUSY;
@@ -162,8 +162,8 @@ static void kept_piece(struct kept_walk *k, const uint8_t *p, size_t n)
 
 static void kept_walk(const struct net_conn *c, struct kept_walk *k)
 {
-    if (c->raw_tail)
-        kept_piece(k, c->raw_tail->data, c->raw_tail->len);
+    if (c->codecs[0].tail)
+        kept_piece(k, c->codecs[0].tail->data, c->codecs[0].tail->len);
     for (const struct hd_frame *f = c->pending_head; f; f = f->next)
         kept_piece(k, f->data, f->len);
     for (uint16_t b = c->held_head; b != NET_BID_NONE; b = c->ns->held_next[b])

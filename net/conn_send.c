@@ -29,21 +29,33 @@
 
 #include "net_impl.h"
 
+/* Entries in the queues between codec levels. */
+static uint32_t mid_count(const struct net_conn *c)
+{
+    uint32_t n = 0;
+    for (unsigned i = 0; i < NET_CODECS_MAX - 1; i++)
+        n += c->mid[i].count;
+    return n;
+}
+
 bool net_conn_queues_empty(const struct net_conn *c)
 {
-    return c->plain.count == 0 && c->mid.count == 0 && c->wire.count == 0 &&
+    return c->plain.count == 0 && mid_count(c) == 0 && c->wire.count == 0 &&
            !(c->flags & NET_F_ENCODE_DUE);
 }
 
 size_t net_conn_queued_bytes(const struct net_conn *c)
 {
-    return (size_t)(c->plain.bytes + c->mid.bytes + c->wire.bytes);
+    uint64_t b = c->plain.bytes + c->wire.bytes;
+    for (unsigned i = 0; i < NET_CODECS_MAX - 1; i++)
+        b += c->mid[i].bytes;
+    return (size_t)b;
 }
 
 void net_conn_update_pressure(struct net_conn *c)
 {
     size_t q = net_conn_queued_bytes(c);
-    uint32_t n = c->plain.count + c->mid.count + c->wire.count;
+    uint32_t n = c->plain.count + mid_count(c) + c->wire.count;
     bool frames = c->send_high_frames != 0; /* 0: no entry watermark */
     if (!(c->flags & NET_F_SEND_PAUSED)) {
         /* The common case, every packet: under both high marks. */
@@ -80,7 +92,7 @@ static int queue_checked(struct net_conn *c, struct net_sendq *q, struct hd_fram
 
 int net_conn_send(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
 {
-    return queue_checked(c, c->codec ? &c->plain : &c->wire, f, off, len);
+    return queue_checked(c, c->codecs_n ? &c->plain : &c->wire, f, off, len);
 }
 
 int net_conn_send_class(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
@@ -88,7 +100,7 @@ int net_conn_send_class(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
 {
     /* The common case: nothing waits and the socket keeps up, so the frame goes straight in. */
     if (hd_likely(!(c->flags & (NET_F_SEND_PAUSED | NET_F_CLASS_WAIT))))
-        return queue_checked(c, c->codec ? &c->plain : &c->wire, f, off, len);
+        return queue_checked(c, c->codecs_n ? &c->plain : &c->wire, f, off, len);
     return net_conn_class_push(c, f, off, len, k);
 }
 
@@ -121,15 +133,15 @@ int net_conn_send_urgent(struct net_conn *c, const void *data, size_t len)
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED ||
         (c->flags & (NET_F_FLUSH_CLOSE | NET_F_SHUT_WR)))
         return -EPIPE;
-    if (c->upper) /* a stacked codec (wss) frames its input: an entry put in its output queue
-                   * would skip that framing, so it queues as any other */
+    if (c->codecs_n > 1) /* a stacked codec (wss) frames its input: an entry put in its output queue
+                          * would skip that framing, so it queues as any other */
         return net_conn_send_copy(c, data, len);
     if (net_conn_queued_bytes(c) + len > c->send_max)
         return -ENOBUFS;
-    struct net_sendq *q = c->codec ? &c->plain : &c->wire;
+    struct net_sendq *q = c->codecs_n ? &c->plain : &c->wire;
     /* Past what the kernel has; without a send in flight the first entry may be the rest of one
      * that went in part (a send that found no context, a connection moving). */
-    uint32_t at = c->codec ? 0 : c->send_ctx ? c->send_ctx->entries : (q->count ? 1u : 0u);
+    uint32_t at = c->codecs_n ? 0 : c->send_ctx ? c->send_ctx->entries : (q->count ? 1u : 0u);
     while (at < q->count && net_sendq_at(q, at)->len <= NET_URGENT_MAX)
         at++;
     struct hd_frame *f = hd_frame_get(c->shard, len);
@@ -157,10 +169,9 @@ void net_conn_encode_request(struct net_conn *c)
 
 int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len)
 {
-    /* Called by codecs: the reference moves to the queue. An upper codec's output is the lower
-     * one's plaintext. */
-    bool upper = c->codec_at == NET_CODEC_UPPER;
-    int rc = net_sendq_push(c->ns, upper ? &c->mid : &c->wire, f, off, len);
+    /* Called by codecs: the reference moves to the queue. A codec's output is the plaintext of
+     * the one below it (level 0's: wire bytes). */
+    int rc = net_sendq_push(c->ns, net_conn_level_out(c, c->codec_at), f, off, len);
     if (rc < 0) {
         hd_frame_unref(c->shard, f);
         return rc;
@@ -172,8 +183,8 @@ int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
 
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len)
 {
-    /* The lower codec of two takes what the upper one encoded. */
-    struct net_sendq *q = c->upper && c->codec_at == NET_CODEC_LOWER ? &c->mid : &c->plain;
+    /* A codec below another takes what that one encoded. */
+    struct net_sendq *q = net_conn_level_in(c, c->codec_at);
     struct net_sendq_entry *e = net_sendq_at(q, 0);
     if (e == NULL)
         return NULL;
@@ -186,15 +197,15 @@ struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t
 
 unsigned net_conn_unsent_count(const struct net_conn *c)
 {
-    if (c->codec)
+    if (c->codecs_n)
         return c->plain.count;
     return c->wire.count - (c->send_ctx ? c->send_ctx->entries : 0);
 }
 
 uint32_t net_conn_drop_oldest(struct net_conn *c)
 {
-    struct net_sendq *q = c->codec ? &c->plain : &c->wire;
-    uint32_t skip = (!c->codec && c->send_ctx) ? c->send_ctx->entries : 0;
+    struct net_sendq *q = c->codecs_n ? &c->plain : &c->wire;
+    uint32_t skip = (!c->codecs_n && c->send_ctx) ? c->send_ctx->entries : 0;
     /* The oldest entry not in the kernel's hands; earlier drops left zero-length tombstones. */
     for (uint32_t i = skip; i < q->count; i++) {
         struct net_sendq_entry *e = net_sendq_at(q, i);
@@ -301,14 +312,17 @@ static void send_ctx_fill(struct net_conn *c, struct net_send_ctx *x)
 
 int net_conn_upper_encode(struct net_conn *c)
 {
-    if (c->upper == NULL || c->plain.count == 0)
-        return 0;
-    uint32_t encoding = c->flags & NET_F_ENCODING;
-    c->flags |= NET_F_ENCODING;
-    uint8_t at = net_conn_codec_at(c, NET_CODEC_UPPER);
-    int rc = c->upper->encode(c, c->upper_state);
-    c->codec_at = at;
-    c->flags = (c->flags & ~NET_F_ENCODING) | encoding;
+    int rc = 0;
+    for (unsigned level = c->codecs_n; rc == 0 && level-- > 1;) {
+        if (net_conn_level_in(c, level)->count == 0)
+            continue;
+        uint32_t encoding = c->flags & NET_F_ENCODING;
+        c->flags |= NET_F_ENCODING;
+        uint8_t at = net_conn_codec_at(c, level);
+        rc = c->codecs[level].codec->encode(c, c->codecs[level].state);
+        c->codec_at = at;
+        c->flags = (c->flags & ~NET_F_ENCODING) | encoding;
+    }
     return rc;
 }
 
@@ -330,12 +344,11 @@ void net_conn_flush_now(struct net_conn *c)
         net_conn_close(c, rc, false);
         return;
     }
-    const struct net_sendq *lower = c->upper ? &c->mid : &c->plain;
-    if (c->codec && (lower->count || (c->flags & NET_F_ENCODE_DUE))) {
+    if (c->codecs_n && (net_conn_level_in(c, 0)->count || (c->flags & NET_F_ENCODE_DUE))) {
         c->flags &= ~NET_F_ENCODE_DUE; /* encode asks again if it keeps plaintext back */
         c->flags |= NET_F_ENCODING;
-        uint8_t at = net_conn_codec_at(c, NET_CODEC_LOWER);
-        rc = c->codec->encode(c, c->codec_state);
+        uint8_t at = net_conn_codec_at(c, 0);
+        rc = c->codecs[0].codec->encode(c, c->codecs[0].state);
         c->codec_at = at;
         c->flags &= ~NET_F_ENCODING;
         if (rc < 0) {

@@ -61,8 +61,8 @@ struct export_parts {
 static size_t export_size(struct net_conn *c, const struct export_parts *p)
 {
     return NET_EXPORT_HEADER_SIZE + p->codec_len + (c->rx_tail ? c->rx_tail->len : 0) +
-           (c->raw_tail ? c->raw_tail->len : 0) + p->chunks_bytes + queue_size(&c->plain) +
-           queue_size(&c->wire);
+           (c->codecs[0].tail ? c->codecs[0].tail->len : 0) + p->chunks_bytes +
+           queue_size(&c->plain) + queue_size(&c->wire);
 }
 
 static void export_write(struct net_conn *c, const struct export_parts *p, struct hd_wbuf *w)
@@ -84,7 +84,7 @@ static void export_write(struct net_conn *c, const struct export_parts *p, struc
     hd_put32(w, (uint32_t)p->codec_len);
     hd_put(w, p->codec, p->codec_len);
     put_frame(w, c->rx_tail);
-    put_frame(w, c->raw_tail);
+    put_frame(w, c->codecs[0].tail);
     hd_put32(w, (uint32_t)p->chunks_bytes);
     for (uint32_t i = 0; i < p->chunks_count; i++)
         hd_put(w, p->chunks[i]->data, p->chunks[i]->len);
@@ -98,7 +98,7 @@ void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn 
     uint8_t codec[NET_EXPORT_CODEC_MAX];
     struct export_parts p = {.codec = codec};
     HD_ASSERT(net_conn_class_count(c, NET_SEND_CLASSES_MAX) == 0); /* drained, none since */
-    ssize_t n = c->codec ? save(c, codec, sizeof(codec)) : 0;
+    ssize_t n = c->codecs_n ? save(c, codec, sizeof(codec)) : 0;
     int rc = n < 0 ? (int)n : net_conn_held_take(c, &p.chunks, &p.chunks_count);
     p.codec_len = n > 0 ? (size_t)n : 0;
     for (uint32_t i = 0; rc == 0 && i < p.chunks_count; i++)
@@ -129,7 +129,7 @@ void net_export_step(struct net_conn *c, net_codec_save_fn *save, net_export_fn 
 
 int net_conn_export(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg)
 {
-    if (c->upper != NULL || (c->codec != NULL && save == NULL))
+    if (c->codecs_n > 1 || (c->codecs_n == 1 && save == NULL))
         return -EOPNOTSUPP;
     return net_migrate_begin(c, save, done, arg);
 }
@@ -234,7 +234,8 @@ static int import_state(struct net_conn *c, const struct net_export_view *v)
         c->flags |= NET_F_SEND_PAUSED;
     if (v->rx_tail_len && !(c->rx_tail = frame_copy(c->shard, v->rx_tail, v->rx_tail_len)))
         return -ENOBUFS;
-    if (v->raw_tail_len && !(c->raw_tail = frame_copy(c->shard, v->raw_tail, v->raw_tail_len)))
+    if (v->raw_tail_len &&
+        !(c->codecs[0].tail = frame_copy(c->shard, v->raw_tail, v->raw_tail_len)))
         return -ENOBUFS;
     for (size_t off = 0; off < v->received_len; off += NET_BUF_SIZE) {
         size_t n = v->received_len - off < NET_BUF_SIZE ? v->received_len - off : NET_BUF_SIZE;

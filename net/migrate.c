@@ -25,16 +25,17 @@ struct net_migration {
     int fd;
     const struct net_conn_handler *h;
     void *app;
-    const struct net_codec *codec, *upper;
-    void *codec_state, *upper_state;
-    struct hd_frame *rx_tail, *raw_tail, *upper_tail;
+    /* The codec stack: level 0's state as its move_out made it, the others' as they are. */
+    struct net_codec_level codecs[NET_CODECS_MAX];
+    uint8_t codecs_n;
+    struct hd_frame *rx_tail;
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_conn_options opt;
     uint64_t deadline_at_ms; /* net_conn_set_deadline's, on the shared monotonic clock; 0: none */
     bool send_paused; /* the app was told to pause (on_send_pressure) and waits for the resume */
-    struct net_sendq_entry *plain, *mid, *wire;
-    uint32_t plain_count, mid_count, wire_count;
+    struct net_sendq_entry *plain, *mid[NET_CODECS_MAX - 1], *wire;
+    uint32_t plain_count, mid_count[NET_CODECS_MAX - 1], wire_count;
     struct hd_frame **chunks; /* raw bytes that were held in ring buffers, in order */
     uint32_t chunks_count;
     struct hd_timer retry; /* the bus was full: try again */
@@ -132,16 +133,18 @@ static void migrate_retry(struct hd_timer *t)
     migrate_send(m, hd_shard_current());
 }
 
-/* The codec first: if it cannot move, nothing else has been taken apart yet. -ENOMEM: it
- * cannot (move_out released its pooled state either way). */
+/* Level 0's codec first (only it may have move hooks): if it cannot move, nothing else has been
+ * taken apart yet. -ENOMEM: it cannot (move_out released its pooled state either way). */
 static int take_codec(struct net_conn *c, struct net_migration *m)
 {
-    m->codec = c->codec;
-    m->codec_state = c->codec_state;
-    if (c->codec && c->codec->move_out) {
-        m->codec_state = c->codec->move_out(c, c->codec_state);
-        c->codec = NULL;
-        if (m->codec_state == NULL)
+    struct net_codec_level *l = &c->codecs[0];
+    m->codecs[0].codec = l->codec;
+    m->codecs[0].state = l->state;
+    if (l->codec && l->codec->move_out) {
+        m->codecs[0].state = l->codec->move_out(c, l->state);
+        l->codec = NULL;
+        l->state = NULL;
+        if (m->codecs[0].state == NULL)
             return -ENOMEM;
     }
     return 0;
@@ -153,8 +156,8 @@ static int take_buffers(struct net_conn *c, struct net_migration *m)
     int rc = net_conn_held_take(c, &m->chunks, &m->chunks_count);
     if (rc == 0)
         rc = take_queue(&c->plain, &m->plain, &m->plain_count);
-    if (rc == 0)
-        rc = take_queue(&c->mid, &m->mid, &m->mid_count);
+    for (unsigned i = 0; rc == 0 && i < NET_CODECS_MAX - 1; i++)
+        rc = take_queue(&c->mid[i], &m->mid[i], &m->mid_count[i]);
     if (rc == 0)
         rc = take_queue(&c->wire, &m->wire, &m->wire_count);
     return rc;
@@ -163,17 +166,17 @@ static int take_buffers(struct net_conn *c, struct net_migration *m)
 /* take_buffers failed: the codec goes back to c (to be closed), the package is freed. */
 static void take_undo(struct net_conn *c, struct net_migration *m)
 {
-    if (m->codec && m->codec->move_out) {
-        c->codec = m->codec;
-        c->codec_state = m->codec->move_in(c, m->codec_state);
-        if (c->codec_state == NULL)
-            c->codec = NULL;
+    const struct net_codec *codec = m->codecs[0].codec;
+    if (codec && codec->move_out) {
+        c->codecs[0].state = codec->move_in(c, m->codecs[0].state);
+        c->codecs[0].codec = c->codecs[0].state ? codec : NULL;
     }
     for (uint32_t i = 0; i < m->chunks_count; i++)
         hd_frame_unref(c->shard, m->chunks[i]);
     free(m->chunks);
     free(m->plain);
-    free(m->mid);
+    for (unsigned i = 0; i < NET_CODECS_MAX - 1; i++)
+        free(m->mid[i]);
     free(m->wire);
     free(m);
 }
@@ -188,10 +191,14 @@ static void take_rest(struct net_conn *c, struct net_migration *m)
     m->h = c->h;
     m->app = c->app;
     m->rx_tail = c->rx_tail;
-    m->raw_tail = c->raw_tail;
-    m->upper = c->upper; /* no move hooks (net_conn_switch_codec): the state moves as it is */
-    m->upper_state = c->upper_state;
-    m->upper_tail = c->upper_tail;
+    m->codecs_n = c->codecs_n;
+    for (unsigned level = 0; level < NET_CODECS_MAX; level++) {
+        if (level > 0) /* no move hooks (net_conn_switch_codec): the state moves as it is */
+            m->codecs[level] = c->codecs[level];
+        m->codecs[level].tail = c->codecs[level].tail; /* level 0's: also without a codec */
+        c->codecs[level] = (struct net_codec_level){0};
+    }
+    c->codecs_n = 0;
     m->peer = c->peer;
     m->stats = c->stats;
     m->send_paused = (c->flags & NET_F_SEND_PAUSED) != 0;
@@ -204,12 +211,12 @@ static void take_rest(struct net_conn *c, struct net_migration *m)
                                        .send_high_frames = c->send_high_frames,
                                        .send_low_frames = c->send_low_frames,
                                        .rx_tail_max = c->rx_tail_max};
-    c->codec = c->upper = NULL;
-    c->rx_tail = c->raw_tail = c->upper_tail = NULL;
+    c->rx_tail = NULL;
     while (c->plain.count)
         net_sendq_pop(c->ns, c->shard, &c->plain, false);
-    while (c->mid.count)
-        net_sendq_pop(c->ns, c->shard, &c->mid, false);
+    for (unsigned i = 0; i < NET_CODECS_MAX - 1; i++)
+        while (c->mid[i].count)
+            net_sendq_pop(c->ns, c->shard, &c->mid[i], false);
     while (c->wire.count)
         net_sendq_pop(c->ns, c->shard, &c->wire, false);
 }
@@ -223,7 +230,7 @@ void net_migrate_step(struct net_conn *c)
     HD_ASSERT(m != NULL && m->c == c && c->hold == NET_HOLD_MOVE);
     HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0);
     HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
-    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s) && c->codec_at == NET_CODEC_LOWER);
+    HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s) && c->codec_at == 0);
     c->migration = NULL; /* the package is sent, or freed here */
     net_conn_hold_set(c, NET_HOLD_NONE);
     if (m->export_done) { /* to another process (export.c) */
@@ -233,7 +240,7 @@ void net_migrate_step(struct net_conn *c)
     }
     int rc = take_codec(c, m);
     if (rc < 0) {
-        hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codec->name);
+        hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codecs[0].codec->name);
         free(m);
     } else if ((rc = take_buffers(c, m)) < 0) {
         take_undo(c, m);
@@ -256,9 +263,10 @@ static void package_drop(struct hd_shard *s, struct net_migration *m)
     for (uint32_t i = 0; i < m->plain_count; i++)
         if (m->plain[i].frame)
             hd_frame_unref(s, m->plain[i].frame);
-    for (uint32_t i = 0; i < m->mid_count; i++)
-        if (m->mid[i].frame)
-            hd_frame_unref(s, m->mid[i].frame);
+    for (unsigned q = 0; q < NET_CODECS_MAX - 1; q++)
+        for (uint32_t i = 0; i < m->mid_count[q]; i++)
+            if (m->mid[q][i].frame)
+                hd_frame_unref(s, m->mid[q][i].frame);
     for (uint32_t i = 0; i < m->wire_count; i++)
         if (m->wire[i].frame)
             hd_frame_unref(s, m->wire[i].frame);
@@ -267,14 +275,17 @@ static void package_drop(struct hd_shard *s, struct net_migration *m)
     free(m->chunks);
     if (m->rx_tail)
         hd_frame_unref(s, m->rx_tail);
-    if (m->raw_tail)
-        hd_frame_unref(s, m->raw_tail);
-    if (m->upper_tail)
-        hd_frame_unref(s, m->upper_tail);
-    if (m->upper && m->upper->release) /* the connection never got it */
-        m->upper->release(NULL, m->upper_state);
+    for (unsigned level = 0; level < NET_CODECS_MAX; level++) {
+        struct net_codec_level *l = &m->codecs[level];
+        if (l->tail)
+            hd_frame_unref(s, l->tail);
+        /* The connection never got it (level 0's moved state: move_drop, by the caller). */
+        if (level > 0 && l->codec && l->codec->release)
+            l->codec->release(NULL, l->state);
+    }
     free(m->plain);
-    free(m->mid);
+    for (unsigned i = 0; i < NET_CODECS_MAX - 1; i++)
+        free(m->mid[i]);
     free(m->wire);
     free(m);
 }
@@ -290,6 +301,29 @@ static int requeue(struct net_conn *c, struct net_sendq *q, struct net_sendq_ent
     return 0;
 }
 
+/* The codec stack and the tails onto the new connection (the package lets go of them): 0, or
+ * -ENOMEM when level 0's move_in failed (its level stays empty, to be closed). */
+static int codecs_arrive(struct net_conn *c, struct net_migration *m)
+{
+    int rc = 0;
+    c->rx_tail = m->rx_tail;
+    m->rx_tail = NULL;
+    for (unsigned level = 0; level < NET_CODECS_MAX; level++) {
+        c->codecs[level] = m->codecs[level];
+        m->codecs[level] = (struct net_codec_level){0};
+    }
+    c->codecs_n = m->codecs_n;
+    struct net_codec_level *l = &c->codecs[0];
+    if (l->codec && l->codec->move_in) {
+        l->state = l->codec->move_in(c, l->state);
+        if (l->state == NULL) {
+            l->codec = NULL;
+            rc = -ENOMEM;
+        }
+    }
+    return rc;
+}
+
 /* Destination side. */
 static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
 {
@@ -302,8 +336,9 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
         close(m->fd);
         net_adopt_fn *adopt = m->adopt;
         void *arg = m->arg;
-        if (m->codec && m->codec->move_drop) /* its moved state never arrived */
-            m->codec->move_drop(dst, m->codec_state);
+        const struct net_codec *codec = m->codecs[0].codec;
+        if (codec && codec->move_drop) /* its moved state never arrived */
+            codec->move_drop(dst, m->codecs[0].state);
         package_drop(dst, m);
         adopt(NULL, arg); /* the app frees its state */
         return;
@@ -312,27 +347,12 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
     c->stats = m->stats;
     if (m->send_paused) /* on_send_pressure(false) comes only from a queue marked paused */
         c->flags |= NET_F_SEND_PAUSED;
-    c->codec = m->codec;
-    c->codec_state = m->codec_state;
-    if (c->codec && c->codec->move_in) {
-        c->codec_state = c->codec->move_in(c, m->codec_state);
-        if (c->codec_state == NULL) {
-            c->codec = NULL;
-            rc = -ENOMEM;
-        }
-    }
-    c->rx_tail = m->rx_tail;
-    c->raw_tail = m->raw_tail;
-    c->upper = m->upper;
-    c->upper_state = m->upper_state;
-    c->upper_tail = m->upper_tail;
-    m->rx_tail = m->raw_tail = m->upper_tail = NULL;
-    m->upper = NULL;
+    rc = codecs_arrive(c, m);
     net_conn_state_set(c, NET_CONN_OPEN);
     if (rc == 0)
         rc = requeue(c, &c->plain, m->plain, m->plain_count);
-    if (rc == 0)
-        rc = requeue(c, &c->mid, m->mid, m->mid_count);
+    for (unsigned i = 0; rc == 0 && i < NET_CODECS_MAX - 1; i++)
+        rc = requeue(c, &c->mid[i], m->mid[i], m->mid_count[i]);
     if (rc == 0)
         rc = requeue(c, &c->wire, m->wire, m->wire_count);
     c->depth++;

@@ -65,6 +65,20 @@ enum net_conn_hold {
     NET_HOLD_QUIET_MOVE, /* a move asked for while quiet: it waits for the quiet state's end */
 };
 
+/* How deep codecs stack on a connection (net_conn_switch_codec): TLS and WebSocket above it. */
+#define NET_CODECS_MAX 2u
+_Static_assert(NET_CODECS_MAX >= 2 && NET_CODECS_MAX <= UINT8_MAX, "a stack, counted in a byte");
+
+/* One level of a connection's codec stack. */
+struct net_codec_level {
+    const struct net_codec *codec; /* NULL: no codec at this level */
+    void *state;
+    /* Bytes from below this level not consumed yet: level 0's are raw bytes from the socket
+     * (kept with a codec or not: a codec switched in, a hand-over, an import take them), a
+     * higher level's are a copy of what the level below delivered (its codec decodes in place). */
+    struct hd_frame *tail;
+};
+
 enum net_conn_flag {
     NET_F_RECV_PAUSED = 1u << 0,
     NET_F_SEND_PAUSED = 1u << 1, /* above the high watermark, source told to pause */
@@ -100,22 +114,21 @@ struct net_conn {
     int close_reason;
     uint8_t closed_by;   /* enum net_conn_timer: which of our timers closed it (NONE: none) */
     uint16_t backed_kib; /* NET_F_SEND_BACKED: what the last send took, in KiB (capped) */
-    /* Which codec is speaking (NET_CODEC_LOWER or NET_CODEC_UPPER): set by net around each call
-     * into a codec's hooks (and by net_conn_codec_enter), so what a codec queues goes to its own
-     * output queue and what it takes comes from its own input. Outside any hook (the app, a
-     * timer) it is NET_CODEC_LOWER. */
+    /* Which level of the codec stack is speaking: set by net around each call into a codec's
+     * hooks (and by net_conn_codec_enter), so what a codec queues goes to its own output queue
+     * and what it takes comes from its own input. Outside any hook (the app, a timer) it is
+     * level 0, the codec nearest the socket. */
     uint8_t codec_at;
-    uint8_t hold; /* enum net_conn_hold: changed by net_conn_hold_set only */
+    uint8_t codecs_n; /* levels of codecs[] in use (0: none), changed with codecs[] only */
+    uint8_t hold;     /* enum net_conn_hold: changed by net_conn_hold_set only */
     const struct net_conn_handler *h;
     void *app;
-    const struct net_codec *codec;
-    void *codec_state;
-    /* A second codec above the first (WebSocket over TLS): it decodes what codec delivers and
-     * encodes the app's plain queue into mid, which codec then encodes as its plaintext. */
-    const struct net_codec *upper;
-    void *upper_state;
-    struct hd_frame *upper_tail; /* bytes codec delivered that upper has not consumed */
-    struct net_sendq mid;        /* upper's output awaiting codec */
+    /* The codec stack, level 0 nearest the socket (TLS), level 1 above it (WebSocket over TLS):
+     * each level decodes what the one below delivers and encodes into the one below's input. */
+    struct net_codec_level codecs[NET_CODECS_MAX];
+    /* mid[i]: what level i+1 encoded, level i's plaintext (plain is the top level's input,
+     * wire level 0's output). */
+    struct net_sendq mid[NET_CODECS_MAX - 1];
     struct hd_op recv_op, send_op, ctl_op;
     struct hd_flush flush;
     struct hd_timer idle_timer, write_timer;
@@ -129,11 +142,10 @@ struct net_conn {
     uint32_t send_high_frames, send_low_frames; /* 0: no entry watermark */
     uint32_t rx_tail_max;          /* bound of each tail below (net_conn_options.rx_tail_max) */
     struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
-    struct hd_frame *raw_tail;     /* bytes the codec left unconsumed */
     struct hd_frame *recv_frame;   /* fallback recv target */
     uint16_t held_head, held_tail; /* ring buffers received while paused (NET_BID_NONE: none) */
     struct hd_frame *pending_head, *pending_tail; /* raw bytes to replay before new ones */
-    struct net_sendq plain;        /* app frames awaiting the codec (only with a codec) */
+    struct net_sendq plain;        /* app frames awaiting the top codec (only with a codec) */
     struct net_sendq wire;         /* bytes for the socket */
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
     struct net_sendq classq[NET_SEND_CLASSES_MAX]; /* frames waiting for room (conn_class.c) */
@@ -145,16 +157,28 @@ struct net_conn {
     struct hd_handle handle;                /* net_conn_handle: closed just before on_close */
 };
 
-/* The two places a codec can have on a connection (net_conn.codec_at). */
-enum { NET_CODEC_LOWER = 0, NET_CODEC_UPPER = 1 };
-
-/* Enter a codec's level for a call into it; returns the level to restore afterwards. */
-static inline uint8_t net_conn_codec_at(struct net_conn *c, uint8_t level)
+/* Enter a codec level for a call into it; returns the level to restore afterwards. Level 0 is
+ * also where the app and timers speak from, with a codec or without. */
+static inline uint8_t net_conn_codec_at(struct net_conn *c, unsigned level)
 {
     uint8_t prev = c->codec_at;
-    HD_ASSERT(level == NET_CODEC_LOWER || (level == NET_CODEC_UPPER && c->upper != NULL));
-    c->codec_at = level;
+    HD_ASSERT(level == 0 || level < c->codecs_n);
+    c->codec_at = (uint8_t)level;
     return prev;
+}
+
+/* The queue a level's codec encodes into (the one below takes it as its plaintext). */
+static inline struct net_sendq *net_conn_level_out(struct net_conn *c, unsigned level)
+{
+    HD_ASSERT(level < NET_CODECS_MAX);
+    return level == 0 ? &c->wire : &c->mid[level - 1];
+}
+
+/* The plaintext a level's codec encodes: the app's queue for the top one. */
+static inline struct net_sendq *net_conn_level_in(struct net_conn *c, unsigned level)
+{
+    HD_ASSERT(level < NET_CODECS_MAX);
+    return level + 1u >= c->codecs_n ? &c->plain : &c->mid[level];
 }
 
 struct net_shard {
@@ -256,8 +280,9 @@ void net_conn_maybe_finish(struct net_conn *c);
 void net_conn_send_done(struct hd_op *op, int32_t res, uint32_t flags);
 bool net_conn_queues_empty(const struct net_conn *c);
 void net_conn_update_pressure(struct net_conn *c);
-/* The upper codec encodes the app's plaintext into the lower one's input (a flush; a graceful
- * close before the lower codec ends its protocol). Returns 0 or -errno (the caller closes). */
+/* The levels above level 0 encode, top down, each its plaintext into the input of the one below
+ * (a flush; a graceful close before level 0 ends its protocol). Returns 0 or -errno (the caller
+ * closes). */
 int net_conn_upper_encode(struct net_conn *c);
 
 /* conn_class.c: send classes. At a flush (before the send): move waiting frames into the send
