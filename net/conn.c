@@ -43,6 +43,7 @@
 static void recv_done(struct hd_op *op, int32_t res, uint32_t flags);
 static void nobufs_wait(struct net_conn *c);
 static void nobufs_retry(struct hd_timer *t);
+static struct hd_frame *pending_pop(struct net_conn *c);
 
 /* The timers run only while the connection is open (a close stops them), so the one that fires
  * is the one that closes it. */
@@ -372,7 +373,7 @@ int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *cou
     uint32_t n = 0;
     for (uint16_t b = c->held_head; b != NET_BID_NONE; b = ns->held_next[b])
         n++;
-    for (struct hd_frame *f = c->pending_head; f; f = f->next)
+    for (struct hd_frame *f = net_conn_pending(c); f; f = f->next)
         n++;
     *out = NULL;
     *count = 0;
@@ -381,16 +382,12 @@ int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *cou
     struct hd_frame **v = calloc(n, sizeof(*v));
     int rc = v ? 0 : -ENOMEM;
     uint32_t i = 0;
-    while (c->pending_head) { /* older than anything held */
-        struct hd_frame *f = c->pending_head;
-        c->pending_head = f->next;
-        f->next = NULL;
+    for (struct hd_frame *p; (p = pending_pop(c)) != NULL;) { /* older than anything held */
         if (v)
-            v[i++] = f;
+            v[i++] = p;
         else
-            hd_frame_unref(c->shard, f);
+            hd_frame_unref(c->shard, p);
     }
-    c->pending_tail = NULL;
     while (c->held_head != NET_BID_NONE) {
         uint16_t bid = c->held_head;
         c->held_head = ns->held_next[bid];
@@ -412,27 +409,49 @@ int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *cou
     return rc;
 }
 
-void net_conn_pending_add(struct net_conn *c, struct hd_frame *f)
+int net_conn_pending_add(struct net_conn *c, struct hd_frame *f)
 {
+    if (c->hold == NET_HOLD_NONE) {
+        int rc = net_conn_hold_set(c, NET_HOLD_CARRY);
+        if (rc < 0)
+            return rc;
+    }
+    struct net_conn_move *m = c->move;
     f->next = NULL;
-    if (c->pending_tail)
-        c->pending_tail->next = f;
+    if (m->pending_tail)
+        m->pending_tail->next = f;
     else
-        c->pending_head = f;
-    c->pending_tail = f;
+        m->pending_head = f;
+    m->pending_tail = f;
+    return 0;
+}
+
+/* The first carried frame, taken off (the reference is the caller's), or NULL; the last one
+ * taken ends NET_HOLD_CARRY. */
+static struct hd_frame *pending_pop(struct net_conn *c)
+{
+    struct net_conn_move *m = c->move;
+    struct hd_frame *f = m ? m->pending_head : NULL;
+    if (f == NULL)
+        return NULL;
+    m->pending_head = f->next;
+    f->next = NULL;
+    if (m->pending_head == NULL) {
+        m->pending_tail = NULL;
+        if (c->hold == NET_HOLD_CARRY)
+            net_conn_hold_set(c, NET_HOLD_NONE);
+    }
+    return f;
 }
 
 /* Feed pending frames (raw bytes carried over by a move) while the app is not paused. */
 static int pending_drain(struct net_conn *c, bool deliver)
 {
     int rc = 0;
-    while (c->pending_head) {
+    while (net_conn_pending(c)) {
         if (deliver && (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
             return 0;
-        struct hd_frame *f = c->pending_head;
-        c->pending_head = f->next;
-        if (c->pending_head == NULL)
-            c->pending_tail = NULL;
+        struct hd_frame *f = pending_pop(c);
         if (deliver && rc == 0 && c->state == NET_CONN_OPEN)
             rc = input_typed(c, f->app_flags, f->data, f->len);
         hd_frame_unref(c->shard, f);
@@ -461,7 +480,7 @@ int net_conn_replay(struct net_conn *c)
         rc = held_drain(c, true);
     if (rc == 0 && (c->flags & NET_F_EOF_HELD) && c->state == NET_CONN_OPEN &&
         !(c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) && c->held_head == NET_BID_NONE &&
-        c->pending_head == NULL) {
+        net_conn_pending(c) == NULL) {
         /* Every byte before the peer's end is delivered: now the end, and no more recv. */
         c->flags = (c->flags & ~NET_F_EOF_HELD) | NET_F_RECV_PAUSED;
         rc = eof_in(c);
@@ -488,8 +507,8 @@ static int recv_bytes(struct net_conn *c, int32_t res, uint32_t flags)
     uint8_t type = (c->flags & NET_F_RECV_TYPED) ? record_type(c) : 0;
     int rc = 0;
     if (ring && c->state == NET_CONN_OPEN &&
-        ((c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)) || c->held_head != NET_BID_NONE ||
-         c->pending_head != NULL)) {
+        ((c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET | NET_F_CARRY)) ||
+         c->held_head != NET_BID_NONE)) {
         held_push(c, bid, (uint32_t)res, type); /* keep it, in order, until resumed */
         return 0;
     }
@@ -510,7 +529,7 @@ static int quiet_read_done(struct net_conn *c, int32_t res)
     if (c->state != NET_CONN_OPEN)
         return 0;
     if (res > 0)
-        c->pending_tail->len = (uint32_t)res;
+        c->move->pending_tail->len = (uint32_t)res;
     if (res > 0 || res == -ECANCELED) { /* cancelled by a pause: the codec asks again */
         c->flags |= NET_F_QUIET_WAIT;
         return 0;
@@ -536,7 +555,7 @@ static void recv_done(struct hd_op *op, int32_t res, uint32_t flags)
         rc = recv_bytes(c, res, flags);
     } else if (res == 0) {
         /* Bytes that came before the end but wait (paused, quiet) go first: the end waits. */
-        if (counts && (c->held_head != NET_BID_NONE || c->pending_head != NULL))
+        if (counts && (c->held_head != NET_BID_NONE || net_conn_pending(c) != NULL))
             c->flags |= NET_F_EOF_HELD;
         else if (counts)
             rc = eof_in(c);
@@ -628,7 +647,7 @@ void net_conn_maybe_finish(struct net_conn *c)
     if (c->state != NET_CONN_CLOSING || c->depth > 0 || hd_op_busy(&c->recv_op) ||
         hd_op_busy(&c->send_op) || hd_op_busy(&c->ctl_op))
         return;
-    HD_ASSERT(c->migration == NULL); /* a move ends OPEN; a closed one drops it */
+    HD_ASSERT(net_conn_migration(c) == NULL); /* a move ends OPEN; a closed one drops it */
     if (!(c->flags & NET_F_FD_CLOSED)) {
         c->ctl_op.fn = close_done;
         struct io_uring_sqe *sqe = hd_op_sqe(c->shard, &c->ctl_op);
@@ -662,6 +681,8 @@ void net_conn_release(struct net_conn *c, bool notify)
     hd_flush_cancel(s, &c->flush);
     held_drain(c, false);
     pending_drain(c, false);
+    if (c->hold != NET_HOLD_NONE) /* closed while quiet: the move state goes back */
+        net_conn_hold_set(c, NET_HOLD_NONE);
     for (unsigned level = c->codecs_n; level-- > 0;) { /* the top one first */
         struct net_codec_level *l = &c->codecs[level];
         if (l->codec && l->codec->release) /* NULL: level 0's, gone with a failed move */
@@ -686,7 +707,7 @@ void net_conn_release(struct net_conn *c, bool notify)
     *c->all_pprev = c->all_next;
     if (c->all_next)
         c->all_next->all_pprev = c->all_pprev;
-    HD_ASSERT(c->migration == NULL); /* a close frees a waiting move's package, a move sends it */
+    HD_ASSERT(c->move == NULL); /* a close frees a waiting move's package, a move sends it */
     if (c->rmsg)
         hd_slab_put(ns->rmsgs, c->rmsg);
     ns->conns_count--;
@@ -734,10 +755,12 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     c->close_reason = reason;
     /* Closed while waiting to move (an op still in flight failed): the move is off, and its
      * package, still empty, goes. */
-    if (c->migration != NULL) {
-        free(c->migration);
-        c->migration = NULL;
-        net_conn_hold_set(c, c->hold == NET_HOLD_QUIET_MOVE ? NET_HOLD_QUIET : NET_HOLD_NONE);
+    if (net_conn_migration(c) != NULL) {
+        free(c->move->migration);
+        c->move->migration = NULL;
+        net_conn_hold_set(c, c->hold == NET_HOLD_QUIET_MOVE ? NET_HOLD_QUIET
+                             : c->move->pending_head        ? NET_HOLD_CARRY
+                                                            : NET_HOLD_NONE);
     }
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);

@@ -17,7 +17,9 @@ int net_conn_quiet_begin(struct net_conn *c)
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & NET_F_MIGRATING))
         return -EBUSY;
-    net_conn_hold_set(c, NET_HOLD_QUIET); /* from steady, or another round */
+    int rc = net_conn_hold_set(c, NET_HOLD_QUIET); /* from steady or carrying, or another round */
+    if (rc < 0)
+        return rc;
     c->flags |= NET_F_QUIET_WAIT;
     if (hd_op_busy(&c->recv_op) && !(c->flags & NET_F_QUIET_READ))
         hd_op_cancel(c->shard, &c->recv_op); /* its last CQE (or the flush) runs the check */
@@ -28,8 +30,10 @@ int net_conn_quiet_begin(struct net_conn *c)
 void net_conn_quiet_end(struct net_conn *c)
 {
     c->flags &= ~NET_F_QUIET_WAIT;
-    if (c->hold == NET_HOLD_QUIET || c->hold == NET_HOLD_QUIET_MOVE) /* else: not quiet now */
-        net_conn_hold_set(c, c->hold == NET_HOLD_QUIET ? NET_HOLD_NONE : NET_HOLD_MOVE);
+    if (c->hold == NET_HOLD_QUIET_MOVE) /* else: not quiet now */
+        net_conn_hold_set(c, NET_HOLD_MOVE);
+    else if (c->hold == NET_HOLD_QUIET) /* bytes kept meanwhile are carried until replayed */
+        net_conn_hold_set(c, c->move->pending_head ? NET_HOLD_CARRY : NET_HOLD_NONE);
     if (c->state != NET_CONN_OPEN)
         return;
     c->depth++;
@@ -56,7 +60,9 @@ static int held_to_pending(struct net_conn *c)
         memcpy(f->data, net_bufring_addr(ns, bid), ns->held_len[bid]);
         f->len = ns->held_len[bid];
         f->app_flags = ns->held_type[bid];
-        net_conn_pending_add(c, f);
+        int rc = net_conn_pending_add(c, f); /* quiet: the carrying state is there */
+        HD_ASSERT(rc == 0);
+        (void)rc;
         c->held_head = ns->held_next[bid];
         if (c->held_head == NET_BID_NONE)
             c->held_tail = NET_BID_NONE;
@@ -80,7 +86,8 @@ int net_conn_quiet_read(struct net_conn *c, size_t len)
         hd_frame_unref(c->shard, f);
         return -EBUSY;
     }
-    net_conn_pending_add(c, f); /* len 0 until the read completes */
+    rc = net_conn_pending_add(c, f); /* len 0 until the read completes; quiet: cannot fail */
+    HD_ASSERT(rc == 0);
     io_uring_prep_recv(sqe, c->fd, f->data, len, 0);
     c->flags = (c->flags & ~NET_F_RECV_TYPED) | NET_F_QUIET_READ;
     return 0;
@@ -164,7 +171,7 @@ static void kept_walk(const struct net_conn *c, struct kept_walk *k)
 {
     if (c->codecs[0].tail)
         kept_piece(k, c->codecs[0].tail->data, c->codecs[0].tail->len);
-    for (const struct hd_frame *f = c->pending_head; f; f = f->next)
+    for (const struct hd_frame *f = net_conn_pending(c); f; f = f->next)
         kept_piece(k, f->data, f->len);
     for (uint16_t b = c->held_head; b != NET_BID_NONE; b = c->ns->held_next[b])
         kept_piece(k, net_bufring_addr(c->ns, b), c->ns->held_len[b]);
@@ -210,7 +217,14 @@ int net_conn_kept_restore(struct net_conn *c, const void *data, size_t len)
     }
     for (struct hd_frame *f = head, *next; f; f = next) {
         next = f->next;
-        net_conn_pending_add(c, f);
+        if (net_conn_pending_add(c, f) < 0) { /* only the first can fail: nothing was added */
+            HD_ASSERT(f == head);
+            for (; f; f = next) {
+                next = f->next;
+                hd_frame_unref(c->shard, f);
+            }
+            return -ENOBUFS;
+        }
     }
     if (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET))
         return 0; /* replayed on resume or at the quiet point's end */

@@ -242,7 +242,10 @@ static int import_state(struct net_conn *c, const struct net_export_view *v)
         struct hd_frame *f = frame_copy(c->shard, v->received + off, n);
         if (f == NULL)
             return -ENOBUFS;
-        net_conn_pending_add(c, f); /* untyped bytes (app_flags 0), replayed first */
+        if (net_conn_pending_add(c, f) < 0) { /* untyped bytes (app_flags 0), replayed first */
+            hd_frame_unref(c->shard, f);
+            return -ENOMEM;
+        }
     }
     int rc = import_queue(c, &c->plain, v, &v->plain);
     return rc < 0 ? rc : import_queue(c, &c->wire, v, &v->wire);

@@ -51,7 +51,7 @@ static struct net_migration *migrate_start(struct net_conn *c)
 {
     if (c->state != NET_CONN_OPEN || (c->flags & (NET_F_MIGRATING | NET_F_FLUSH_CLOSE)))
         return NULL;
-    HD_ASSERT(c->migration == NULL);
+    HD_ASSERT(net_conn_migration(c) == NULL);
     struct net_migration *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return NULL;
@@ -59,16 +59,22 @@ static struct net_migration *migrate_start(struct net_conn *c)
     return m;
 }
 
-static void migrate_wait(struct net_conn *c, struct net_migration *m)
+/* 0, or -ENOMEM (no move state: m is freed). */
+static int migrate_wait(struct net_conn *c, struct net_migration *m)
 {
-    c->migration = m;
-    net_conn_hold_set(c, c->hold == NET_HOLD_QUIET ? NET_HOLD_QUIET_MOVE : NET_HOLD_MOVE);
+    int rc = net_conn_hold_set(c, c->hold == NET_HOLD_QUIET ? NET_HOLD_QUIET_MOVE : NET_HOLD_MOVE);
+    if (rc < 0) {
+        free(m);
+        return rc;
+    }
+    c->move->migration = m;
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
     hd_timer_stop(c->shard, &c->nobufs_timer);   /* the destination receives afresh */
     hd_timer_stop(c->shard, &c->deadline_timer); /* deadline_at_ms travels; re-armed there */
     net_conn_pause_recv(c, true); /* cancels the recv; its last CQE brings us to the step */
     net_conn_maybe_finish(c);
+    return 0;
 }
 
 int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg)
@@ -84,8 +90,7 @@ int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void
     m->dst = dst;
     m->adopt = adopt;
     m->arg = arg;
-    migrate_wait(c, m);
-    return 0;
+    return migrate_wait(c, m);
 }
 
 int net_migrate_begin(struct net_conn *c, net_codec_save_fn *save, net_export_fn *done, void *arg)
@@ -100,8 +105,7 @@ int net_migrate_begin(struct net_conn *c, net_codec_save_fn *save, net_export_fn
     m->export_done = done;
     m->export_save = save;
     m->export_arg = arg;
-    migrate_wait(c, m);
-    return 0;
+    return migrate_wait(c, m);
 }
 
 static int take_queue(struct net_sendq *q, struct net_sendq_entry **out, uint32_t *count)
@@ -185,8 +189,8 @@ static void take_undo(struct net_conn *c, struct net_migration *m)
  * references now belong to the package). */
 static void take_rest(struct net_conn *c, struct net_migration *m)
 {
-    HD_ASSERT(c->held_head == NET_BID_NONE && c->pending_head == NULL); /* all taken */
-    HD_ASSERT(net_conn_class_count(c, NET_SEND_CLASSES_MAX) == 0);      /* drained, none since */
+    HD_ASSERT(c->held_head == NET_BID_NONE && c->move == NULL);    /* all taken */
+    HD_ASSERT(net_conn_class_count(c, NET_SEND_CLASSES_MAX) == 0); /* drained, none since */
     m->fd = c->fd;
     m->h = c->h;
     m->app = c->app;
@@ -224,15 +228,16 @@ static void take_rest(struct net_conn *c, struct net_migration *m)
 /* Source side, once nothing of c is in flight. */
 void net_migrate_step(struct net_conn *c)
 {
-    struct net_migration *m = c->migration;
+    struct net_migration *m = net_conn_migration(c);
     struct hd_shard *s = c->shard;
     /* net_conn_maybe_finish calls this once nothing of c is in flight and it is still open */
     HD_ASSERT(m != NULL && m->c == c && c->hold == NET_HOLD_MOVE);
     HD_ASSERT(c->state == NET_CONN_OPEN && c->depth == 0);
     HD_ASSERT(!hd_op_busy(&c->recv_op) && !hd_op_busy(&c->send_op) && !hd_op_busy(&c->ctl_op));
     HD_ASSERT(c->send_ctx == NULL && m->dst != hd_shard_id(s) && c->codec_at == 0);
-    c->migration = NULL; /* the package is sent, or freed here */
-    net_conn_hold_set(c, NET_HOLD_NONE);
+    c->move->migration = NULL; /* the package is sent, or freed here */
+    /* Carried bytes stay until net_conn_held_take takes them (the last one ends the carry). */
+    net_conn_hold_set(c, c->move->pending_head ? NET_HOLD_CARRY : NET_HOLD_NONE);
     if (m->export_done) { /* to another process (export.c) */
         net_export_step(c, m->export_save, m->export_done, m->export_arg);
         free(m);
@@ -368,10 +373,15 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg)
             hd_timer_start(dst, &c->deadline_timer,
                            m->deadline_at_ms > now ? m->deadline_at_ms - now : 0);
         }
-        for (uint32_t i = 0; i < m->chunks_count; i++)
-            net_conn_pending_add(c, m->chunks[i]); /* references move to the connection */
-        m->chunks_count = 0;
-        rc = net_conn_replay(c);
+        uint32_t i = 0; /* references move to the connection; the rest go with the package */
+        while (rc == 0 && i < m->chunks_count && (rc = net_conn_pending_add(c, m->chunks[i])) == 0)
+            i++;
+        if (i > 0) {
+            memmove(m->chunks, m->chunks + i, sizeof(*m->chunks) * (m->chunks_count - i));
+            m->chunks_count -= i;
+        }
+        if (rc == 0)
+            rc = net_conn_replay(c);
         if (rc < 0)
             net_conn_close(c, rc, false);
     }

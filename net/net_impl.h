@@ -63,6 +63,16 @@ enum net_conn_hold {
     NET_HOLD_QUIET,      /* a codec holds the socket still (net_conn_quiet_begin .. _end) */
     NET_HOLD_MOVE,       /* a move or export waits until no op is in flight (migrate.c) */
     NET_HOLD_QUIET_MOVE, /* a move asked for while quiet: it waits for the quiet state's end */
+    NET_HOLD_CARRY,      /* raw bytes carried from before (a move, an import, a hand-over, a
+                          * quiet read) wait for their replay, ahead of anything received */
+};
+
+/* What a connection holds only while away from its steady state (hold != NET_HOLD_NONE): from
+ * the shard's pool, taken by net_conn_hold_set as the connection leaves NET_HOLD_NONE and given
+ * back as it returns there, so a steady connection carries none of it. */
+struct net_conn_move {
+    struct hd_frame *pending_head, *pending_tail; /* raw bytes to replay before new ones */
+    struct net_migration *migration;              /* a move's package (NET_HOLD_*MOVE) */
 };
 
 /* How deep codecs stack on a connection (net_conn_switch_codec): TLS and WebSocket above it. */
@@ -95,6 +105,7 @@ enum net_conn_flag {
     NET_F_ENCODE_DUE = 1u << 12,  /* the codec holds plaintext of its own: encode at the flush */
     NET_F_CODEC_REST = 1u << 13,  /* net_conn_switch_codec in on_data: the rest is codec input */
     NET_F_IN_DATA = 1u << 14,     /* inside on_data */
+    NET_F_CARRY = 1u << 15,       /* hold CARRY (written by net_conn_hold_set) */
     NET_F_SEND_BACKED = 1u << 17, /* the last send went in part: the next covers backed_kib */
     NET_F_REOFFER = 1u << 18,     /* net_conn_reoffer: an offer of the kept bytes is deferred */
     NET_F_CODEC_CLOSE = 1u << 19, /* codec->close was asked: the next graceful close is its */
@@ -144,7 +155,6 @@ struct net_conn {
     struct hd_frame *rx_tail;      /* bytes the app left unconsumed (data[0..len)) */
     struct hd_frame *recv_frame;   /* fallback recv target */
     uint16_t held_head, held_tail; /* ring buffers received while paused (NET_BID_NONE: none) */
-    struct hd_frame *pending_head, *pending_tail; /* raw bytes to replay before new ones */
     struct net_sendq plain;        /* app frames awaiting the top codec (only with a codec) */
     struct net_sendq wire;         /* bytes for the socket */
     struct net_send_ctx *send_ctx; /* non-NULL while a sendmsg is in flight */
@@ -152,7 +162,7 @@ struct net_conn {
     struct net_addr peer;
     struct net_conn_stats stats;
     struct net_recv_msg *rmsg;              /* record-typed receive only: from its first read */
-    struct net_migration *migration;        /* while held for a move (NET_HOLD_*MOVE) */
+    struct net_conn_move *move;             /* exactly while hold != NET_HOLD_NONE */
     struct net_conn *all_next, **all_pprev; /* the shard's list of live connections */
     struct hd_handle handle;                /* net_conn_handle: closed just before on_close */
 };
@@ -185,6 +195,7 @@ struct net_shard {
     struct hd_shard *shard;
     struct hd_slab *conns, *chunks, *send_ctxs;
     struct hd_slab *rmsgs; /* kTLS record-typed recvmsg state, one a connection that reads so */
+    struct hd_slab *moves; /* struct net_conn_move, one a connection away from steady state */
     struct net_sendq_chunk *chunk_spare; /* one emptied chunk kept aside (sendq.c), or NULL */
     struct io_uring_buf_ring *br;
     uint8_t *bufs;
@@ -262,9 +273,22 @@ int net_conn_input(struct net_conn *c, uint8_t *data, size_t len);
 int net_conn_tails_replay(struct net_conn *c);
 void net_conn_tail_drop(struct net_conn *c, struct hd_frame **tailp);
 
-/* conn_life.c: every change of c->state and c->hold, checked against the tables there. */
+/* conn_life.c: every change of c->state and c->hold, checked against the tables there. Leaving
+ * NET_HOLD_NONE takes c->move from the shard's pool (-ENOMEM: nothing changed), returning there
+ * gives it back (its pending frames and package gone first); other changes return 0. */
 void net_conn_state_set(struct net_conn *c, enum net_conn_state to);
-void net_conn_hold_set(struct net_conn *c, enum net_conn_hold to);
+int net_conn_hold_set(struct net_conn *c, enum net_conn_hold to);
+
+/* The first raw frame carried for replay, or NULL. */
+static inline struct hd_frame *net_conn_pending(const struct net_conn *c)
+{
+    return c->move ? c->move->pending_head : NULL;
+}
+/* The package of a move that waits, or NULL. */
+static inline struct net_migration *net_conn_migration(const struct net_conn *c)
+{
+    return c->move ? c->move->migration : NULL;
+}
 
 /* conn.c / conn_send.c */
 struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_handler *h,
@@ -272,7 +296,10 @@ struct net_conn *net_conn_new(struct hd_shard *s, int fd, const struct net_conn_
 void net_conn_recv_arm(struct net_conn *c);
 void net_conn_release(struct net_conn *c, bool notify);
 int net_conn_held_take(struct net_conn *c, struct hd_frame ***out, uint32_t *count);
-void net_conn_pending_add(struct net_conn *c, struct hd_frame *f);
+/* Carry f (the reference moves) for replay ahead of new bytes: 0, or -ENOMEM (no carrying
+ * state: f is still the caller's; only the first frame of a connection in NET_HOLD_NONE can
+ * fail). */
+int net_conn_pending_add(struct net_conn *c, struct hd_frame *f);
 int net_conn_replay(struct net_conn *c);
 void net_conn_flush_now(struct net_conn *c);
 void net_conn_finish_close(struct net_conn *c);

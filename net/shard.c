@@ -34,8 +34,10 @@ static int net_shard_init(struct hd_shard *s, void *arg, void **state)
                              &ns->chunks)) ||
         (rc = hd_slab_create(s, "net_send_ctx", sizeof(struct net_send_ctx), NET_SEND_CTX_MAX,
                              &ns->send_ctxs)) ||
-        (rc =
-             hd_slab_create(s, "net_rmsg", sizeof(struct net_recv_msg), NET_CONNS_MAX, &ns->rmsgs)))
+        (rc = hd_slab_create(s, "net_rmsg", sizeof(struct net_recv_msg), NET_CONNS_MAX,
+                             &ns->rmsgs)) ||
+        (rc = hd_slab_create(s, "net_move", sizeof(struct net_conn_move), NET_CONNS_MAX,
+                             &ns->moves)))
         goto fail;
     unsigned id = hd_shard_id(s);
     bool no_ring = opt && (opt->no_buf_ring || (id < 64 && (opt->no_buf_ring_shards >> id) & 1));
@@ -55,6 +57,7 @@ fail:
     hd_slab_destroy(ns->chunks);
     hd_slab_destroy(ns->send_ctxs);
     hd_slab_destroy(ns->rmsgs);
+    hd_slab_destroy(ns->moves);
     free(ns);
     return rc;
 }
@@ -70,6 +73,7 @@ static void net_shard_fini(struct hd_shard *s, void *state)
     hd_slab_destroy(ns->chunks);
     hd_slab_destroy(ns->send_ctxs);
     hd_slab_destroy(ns->rmsgs);
+    hd_slab_destroy(ns->moves);
     free(ns);
 }
 

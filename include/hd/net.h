@@ -265,7 +265,8 @@ typedef void net_adopt_fn(struct net_conn *c, void *arg);
  * queued sends and codec (whose state must be heap memory, not a shard pool's) travel over the
  * bus, and adopt(new, arg) runs on dst; receiving resumes there. On this shard the app hears
  * nothing more of c (no on_close): the connection is not closed, only moved.
- * Returns 0, -EINVAL (dst out of range or this shard), -EBUSY (already moving or closing). */
+ * Returns 0, -EINVAL (dst out of range or this shard), -EBUSY (already moving or closing),
+ * -ENOMEM. */
 int net_conn_migrate(struct net_conn *c, unsigned dst, net_adopt_fn *adopt, void *arg);
 
 /* ---------------------------------------------------------------- export to another process */

@@ -106,7 +106,7 @@ int net_conn_wire_queue(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
  * (net_conn_quiet_sendmsg): quiesced runs again once that completed. It may also ask for another
  * round (net_conn_quiet_begin again, also allowed inside quiesced), and ends the quiet state
  * with net_conn_quiet_end. Returns 0, -EINVAL (the codec has no quiesced), -EBUSY (not open,
- * or moving). */
+ * or moving), -ENOMEM (no state for the quiet point: the shard's pool could not grow). */
 int net_conn_quiet_begin(struct net_conn *c);
 /* While quiet: read at most len more raw bytes (one recv) onto the kept bytes. A peer that
  * closes meanwhile closes the connection (-ECONNRESET). Returns 0, -EBUSY (not quiet, or a read

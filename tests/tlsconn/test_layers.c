@@ -10,9 +10,10 @@
 #include <hd/net.h>
 #include <hd/tls.h>
 
-#define SHARDS    2
-#define FAIL_ON   1u /* the failing module fails on this shard only */
-#define NET_POOLS 4u /* net_conn, net_sendq, net_send_ctx, net_rmsg (the kTLS receive state) */
+#define SHARDS  2
+#define FAIL_ON 1u /* the failing module fails on this shard only */
+#define NET_POOLS                                                                                  \
+    5u /* net_conn, net_sendq, net_send_ctx, net_rmsg (the kTLS receive state), net_move */
 #define TLS_POOLS 2u /* tls_conn, tls_handshake */
 
 static struct {
