@@ -15,8 +15,9 @@
  * and behind the small entries at the front of the rest (earlier urgent messages keep their
  * order); on a codec's connection it goes ahead of the plaintext not yet encoded (what a codec
  * sealed is wire bytes; userspace TLS seals the whole queue at each flush, so there it passes
- * only what came in the same tick); under a stacked codec (wss) it queues as any other. The
- * app's entries must be whole messages: it goes between two. So that there is a backlog left to
+ * only what came in the same tick); under stacked codecs (wss) the same, in the top codec's input,
+ * so the top codec frames it as one of the app's messages. The app's entries must be whole
+ * messages: it goes between two. So that there is a backlog left to
  * pass, a send on a backed-up socket (the last sendmsg went in part) covers about what the last
  * one took (NET_SEND_BACKED_MIN at least) instead of NET_IOV_MAX entries: a send waiting for
  * room holds its entries, and a Pong queued behind them waited for ~260 KB of packets
@@ -133,9 +134,6 @@ int net_conn_send_urgent(struct net_conn *c, const void *data, size_t len)
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED ||
         (c->flags & (NET_F_FLUSH_CLOSE | NET_F_SHUT_WR)))
         return -EPIPE;
-    if (c->codecs_n > 1) /* a stacked codec (wss) frames its input: an entry put in its output queue
-                          * would skip that framing, so it queues as any other */
-        return net_conn_send_copy(c, data, len);
     if (net_conn_queued_bytes(c) + len > c->send_max)
         return -ENOBUFS;
     struct net_sendq *q = c->codecs_n ? &c->plain : &c->wire;

@@ -12,7 +12,10 @@
  *   the client here frames its ping and message by hand and reads the frames itself);
  * - the same from a task (outside any codec): the close_notify went out before the answer
  *   (still the app's plaintext, not yet framed), and the client dropped the answer after it;
- * - net_ws_close from a task: the close frame went on the wire unencrypted. */
+ * - net_ws_close from a task: the close frame went on the wire unencrypted.
+ * And net_conn_send_urgent under the stacked codecs: a control message queued after an answer in
+ * the same on_data goes ahead of it, framed by the WebSocket codec like a message of the app's
+ * (it queued behind the answer, as any other send, while the codec levels were implicit). */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -29,12 +32,17 @@ static void suite_init(void)
 
 TestSuite(test_tlsconn_wss, .init = suite_init, .timeout = 120);
 
-enum end_how { END_IN_DATA, END_IN_DATA_PINGED, END_FROM_TASK, END_WS_CLOSE };
+enum end_how { END_IN_DATA, END_IN_DATA_PINGED, END_FROM_TASK, END_WS_CLOSE, END_URGENT };
 
 static const char request[] = "GET /ws HTTP/1.1\r\nUpgrade: websocket\r\n\r\n";
 static const char response[] = "HTTP/1.1 101 Switching Protocols\r\n\r\n";
 static const char question[] = "question";
 static const char answer[] = "the answer, then the end";
+/* END_URGENT: an answer longer than NET_URGENT_MAX (an urgent message passes such entries only),
+ * then an urgent one; the client must get them the other way round. */
+static const char long_answer[] = "a long answer: it is longer than any urgent message can be, "
+                                  "so that an urgent one goes ahead of it";
+static const char urgent[] = "urgent";
 
 static struct {
     enum end_how how;
@@ -87,8 +95,13 @@ static ssize_t srv_data(struct net_conn *c, const uint8_t *data, size_t len)
     if (len < sizeof(question) - 1)
         return 0;
     HDT_CHECK(memcmp(data, question, sizeof(question) - 1) == 0);
-    HDT_CHECK(net_conn_send_copy(c, answer, sizeof(answer) - 1) == 0);
-    if (w.how == END_IN_DATA || w.how == END_IN_DATA_PINGED)
+    if (w.how == END_URGENT) {
+        HDT_CHECK(net_conn_send_copy(c, long_answer, sizeof(long_answer) - 1) == 0);
+        HDT_CHECK(net_conn_send_urgent(c, urgent, sizeof(urgent) - 1) == 0);
+    } else {
+        HDT_CHECK(net_conn_send_copy(c, answer, sizeof(answer) - 1) == 0);
+    }
+    if (w.how == END_IN_DATA || w.how == END_IN_DATA_PINGED || w.how == END_URGENT)
         net_conn_close(c, 0, true);
     else
         HDT_CHECK(hd_defer(net_conn_shard(c), srv_end, c) == 0);
@@ -230,9 +243,15 @@ static void run(enum end_how how)
     tls_ctx_destroy(w.client_ctx);
     cr_assert_eq(rc, 0);
     cr_assert_eq(atomic_load(&w.closes), 2);
-    cr_assert_eq(w.got_len, sizeof(answer) - 1, "the client got %zu bytes: %.*s", w.got_len,
+    char want_got[256];
+    if (how == END_URGENT)
+        snprintf(want_got, sizeof(want_got), "%s%s", urgent, long_answer);
+    else
+        snprintf(want_got, sizeof(want_got), "%s", answer);
+    cr_assert_eq(w.got_len, strlen(want_got), "the client got %zu bytes: %.*s", w.got_len,
                  (int)w.got_len, w.got);
-    cr_assert_eq(memcmp(w.got, answer, w.got_len), 0);
+    cr_assert_eq(memcmp(w.got, want_got, w.got_len), 0, "the client got %.*s", (int)w.got_len,
+                 w.got);
     if (how == END_IN_DATA_PINGED)
         cr_assert_eq(w.pongs, 1);
     cr_assert_eq(atomic_load(&w.server_reason), 0, "server: %s",
@@ -262,4 +281,9 @@ Test(test_tlsconn_wss, graceful_close_from_a_task)
 Test(test_tlsconn_wss, websocket_close_from_a_task)
 {
     run(END_WS_CLOSE);
+}
+
+Test(test_tlsconn_wss, urgent_goes_ahead_through_both_codecs)
+{
+    run(END_URGENT);
 }
