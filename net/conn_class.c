@@ -40,12 +40,13 @@ static struct net_sendq_entry class_take(struct net_conn *c, unsigned k, uint32_
     return e;
 }
 
-static void class_drop(struct net_conn *c, struct net_sendq_entry e, unsigned k,
+/* Drop an entry taken out of class k at `at` (its enqueue time, hd_now_ms's low 32 bits). */
+static void class_drop(struct net_conn *c, struct net_sendq_entry e, unsigned k, uint32_t at,
                        enum net_send_drop why, bool notify)
 {
     const struct net_send_classes *sc = classes(c);
     if (notify && sc && sc->on_drop)
-        sc->on_drop(c, e.frame, e.off, e.len, k, why);
+        sc->on_drop(c, e.frame, e.off, e.len, k, why, (uint32_t)hd_now_ms(c->shard) - at);
     hd_frame_unref(c->shard, e.frame);
 }
 
@@ -86,10 +87,12 @@ int net_conn_class_push(struct net_conn *c, struct hd_frame *f, uint32_t off, ui
         }
         if (t == cl->tries)
             break;
-        class_drop(c, class_take(c, k, NULL), k, NET_SEND_DROP_OLDEST, true);
+        uint32_t at;
+        struct net_sendq_entry old = class_take(c, k, &at);
+        class_drop(c, old, k, at, NET_SEND_DROP_OLDEST, true);
     }
     if (sc->on_drop)
-        sc->on_drop(c, f, off, len, k, NET_SEND_DROP_NEW);
+        sc->on_drop(c, f, off, len, k, NET_SEND_DROP_NEW, 0);
     return -ENOSPC;
 }
 
@@ -114,7 +117,7 @@ void net_conn_class_feed(struct net_conn *c, bool all)
         uint32_t at;
         struct net_sendq_entry e = class_take(c, k, &at);
         if (net_sendq_push(c->ns, dst, e.frame, e.off, e.len) < 0) {
-            class_drop(c, e, k, NET_SEND_DROP_ERROR, true);
+            class_drop(c, e, k, at, NET_SEND_DROP_ERROR, true);
             continue;
         }
         if (sc->on_taken) /* the reference is the send queue's now */
@@ -138,8 +141,12 @@ void net_conn_class_drain(struct net_conn *c)
 
 void net_conn_class_clear(struct net_conn *c, bool notify)
 {
-    for (unsigned k = 0; k < NET_SEND_CLASSES_MAX; k++)
-        while (c->classq[k].count)
-            class_drop(c, class_take(c, k, NULL), k, NET_SEND_DROP_CLOSED, notify);
+    for (unsigned k = 0; k < NET_SEND_CLASSES_MAX; k++) {
+        while (c->classq[k].count) {
+            uint32_t at;
+            struct net_sendq_entry e = class_take(c, k, &at);
+            class_drop(c, e, k, at, NET_SEND_DROP_CLOSED, notify);
+        }
+    }
     c->flags &= ~(NET_F_CLASS_WAIT | NET_F_CLASS_DRAIN);
 }

@@ -33,9 +33,9 @@ struct net_send_classes {
     unsigned count; /* 1..NET_SEND_CLASSES_MAX */
     struct net_send_class cls[NET_SEND_CLASSES_MAX];
     /* A frame of class k was dropped (f valid during the call; net releases its reference
-     * after). Optional. */
+     * after), after waited_ms in its class (0 for NET_SEND_DROP_NEW). Optional. */
     void (*on_drop)(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len, unsigned k,
-                    enum net_send_drop why);
+                    enum net_send_drop why, uint32_t waited_ms);
     /* A waiting frame went into the send queue after waited_ms in its class. Optional. */
     void (*on_taken)(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len, unsigned k,
                      uint32_t waited_ms);

@@ -220,7 +220,52 @@ def check_queue_duration(p):
     r.close()
 
 
+def check_queue_duration_head_drops():
+    """derper's sendPkt averages in the time a packet waited when a full queue drops it at its
+    head, not only when it is sent. One shard, a 60 s write deadline: a receiver that never reads
+    (a 4 KiB receive buffer) gets 160 packets of 60 kB, which fill its socket, its send queue and
+    its 32-packet queue; 0.3 s after the relay read them, 40 more come, and each drops the oldest
+    (queue_head), which waited at least that long. No packet is sent after waiting, so without
+    the head drops the average stays near 0 (it went up to ~300 ms with them)."""
+    srv = testlib.Server(BIN, WORK, "headdrop", [
+        "-a", "127.0.0.1:0", "-stun-port", "0", "-c", os.path.join(WORK, "headdrop.key"),
+        "--shards", "1", "-tcp-write-timeout", "60s"])
+    STARTED.append(srv)
+    p = srv.start().port
+    pk, sk = dc.keypair()
+    r = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    r.settimeout(10)
+    r.connect(("127.0.0.1", p))
+    r.sendall(b"GET /derp HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: DERP\r\n"
+              b"Derp-Fast-Start: 1\r\n\r\n")
+    dc.login(r, pk, sk)
+    a, _ = dc.connect(p)
+    a.settimeout(60)
+    base = srv.varz("derp_packets_received") or 0
+    for i in range(160):
+        dc.send(a, pk, b"%04d" % i + b"x" * 60000)
+    testlib.wait_for(lambda: (srv.varz("derp_packets_received") or 0) >= base + 160,
+                     "the relay to read the first 160 packets", 60)
+    time.sleep(0.3)  # they wait (a floor for the figure, not a bound on anything)
+    heads = testlib.varz(p, 'derp_packets_dropped{reason="queue_head",kind="other"}') or 0
+    for i in range(40):
+        dc.send(a, pk, b"late" + b"y" * 60000)
+    testlib.wait_for(lambda: (srv.varz("derp_packets_received") or 0) >= base + 200,
+                     "the relay to read the last 40 packets", 60)
+    now = testlib.varz(p, 'derp_packets_dropped{reason="queue_head",kind="other"}') or 0
+    avg = testlib.varz(p, "derp_average_queue_duration_ms")
+    check(now >= heads + 40, "the last 40 packets dropped %d at the queue's head, want 40"
+          % (now - heads))
+    check(avg is not None and avg >= 100, "derp_average_queue_duration_ms %s after 40 head "
+          "drops of packets that waited >= 300 ms (derper averages them in)" % avg)
+    a.close()
+    r.close()
+    check(srv.stop() == 0, "hderp-server exited non-zero")
+
+
 def plain():
+    check_queue_duration_head_drops()
     srv = plain_server()
     p = srv.port
     check_pages(p)

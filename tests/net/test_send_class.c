@@ -43,6 +43,7 @@ struct drop {
     unsigned k;
     uint8_t tag;
     enum net_send_drop why;
+    uint32_t waited_ms;
 };
 
 static struct {
@@ -101,12 +102,13 @@ static ssize_t on_data(struct net_conn *c, const uint8_t *data, size_t len)
 }
 
 static void on_drop(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len, unsigned k,
-                    enum net_send_drop why)
+                    enum net_send_drop why, uint32_t waited_ms)
 {
     (void)c;
     cr_assert_eq(len, ENTRY);
     if (g.ndrops < 16)
-        g.drops[g.ndrops++] = (struct drop){.k = k, .tag = f->data[off], .why = why};
+        g.drops[g.ndrops++] =
+            (struct drop){.k = k, .tag = f->data[off], .why = why, .waited_ms = waited_ms};
 }
 
 static void on_taken(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len, unsigned k,
@@ -226,6 +228,27 @@ static void body_drain(struct hd_shard *s, void *arg)
     g.count_after_drain = net_conn_class_count(g.c, NET_SEND_CLASSES_MAX);
     net_conn_close(g.c, 0, false);
     hdt_done(s);
+}
+
+/* WAIT_MS after the classes filled (a later tick), two more frames for class 0: each drops the
+ * oldest, which waited that long (on_drop says how long; derper averages it in its queue time). */
+#define WAIT_MS 40
+static void later_fired(struct hd_timer *t)
+{
+    struct hd_shard *s = hd_shard_current();
+    (void)t;
+    g.rc[0] = frame_send(s, 0x90, 0);
+    g.rc[1] = frame_send(s, 0x91, 0);
+    net_conn_close(g.c, 0, false);
+    hdt_done(s);
+}
+
+static void body_wait(struct hd_shard *s, void *arg)
+{
+    (void)arg;
+    setup(s, false);
+    hd_timer_init(&g.timer, later_fired);
+    hd_timer_start(s, &g.timer, WAIT_MS);
 }
 
 /* Shard 1: the moved connection, closed once the reader is done. */
@@ -366,4 +389,18 @@ Test(test_net_send_class, a_frame_sent_while_moving_travels, .timeout = 60)
                  g.got_len, TOTAL + ENTRY);
     for (size_t i = 0; i < ENTRY; i++)
         cr_assert_eq(g.got[TOTAL + i], MOVING, "the last entry is the one sent while moving");
+}
+
+Test(test_net_send_class, a_head_drop_says_how_long_its_frame_waited, .timeout = 60)
+{
+    run(body_wait);
+    cr_assert_geq(g.ndrops, 5, "%u drops", g.ndrops);
+    for (unsigned i = 0; i < 3; i++) /* in the tick the frames went in: no wait */
+        cr_assert_eq(g.drops[i].waited_ms, 0, "drop %u waited %u ms", i, g.drops[i].waited_ms);
+    for (unsigned i = 3; i < 5; i++) {
+        cr_assert_eq(g.drops[i].why, NET_SEND_DROP_OLDEST);
+        cr_assert_eq(g.drops[i].tag, 0x82 + (i - 3));
+        cr_assert_geq(g.drops[i].waited_ms, WAIT_MS - 1, "drop %u waited %u ms", i,
+                      g.drops[i].waited_ms);
+    }
 }

@@ -129,10 +129,15 @@ void srv_packet_drop(struct srv_shard *ds, struct hd_frame *f, enum srv_drop why
 /* A packet went into the connection's send queue (it goes out with this tick's sendmsg) after
  * queued_ms waiting in its class (derper's average_queue_duration_ms, spec §9); len is its
  * RecvPacket frame's. */
+static void queue_time(struct srv_shard *ds, uint64_t queued_ms)
+{
+    ds->queue_avg_ms = 0.1 * (double)queued_ms + 0.9 * ds->queue_avg_ms;
+}
+
 static void packet_written(struct srv_client *cl, const struct hd_frame *f, uint32_t len,
                            uint64_t queued_ms)
 {
-    cl->ds->queue_avg_ms = 0.1 * (double)queued_ms + 0.9 * cl->ds->queue_avg_ms;
+    queue_time(cl->ds, queued_ms);
     cl->ds->ctr.packets_sent++;
     srv_client_note_frame(cl);
     cl->ds->ctr.bytes_sent += len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN;
@@ -147,7 +152,7 @@ static void packet_written(struct srv_client *cl, const struct hd_frame *f, uint
  * high watermark, or packets already waiting); net moves them into the send queue at each
  * flush, one of each kind in turn, up to the watermark (derper's writer, §6.4). */
 static void class_dropped(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
-                          unsigned k, enum net_send_drop why)
+                          unsigned k, enum net_send_drop why, uint32_t waited_ms)
 {
     (void)off;
     struct srv_client *cl = net_conn_app(c);
@@ -160,6 +165,8 @@ static void class_dropped(struct net_conn *c, struct hd_frame *f, uint32_t off, 
     HD_ASSERT((unsigned)why < sizeof(as) / sizeof(as[0]) && srv_frame_kind(f) == k);
     srv_packet_drop_count(cl->ds, as[why], (enum srv_kind)k,
                           len - DERP_FRAME_HEADER_LEN - DERP_KEY_LEN);
+    if (why == NET_SEND_DROP_OLDEST) /* derper's sendPkt: a head drop's wait counts too */
+        queue_time(cl->ds, waited_ms);
 }
 
 static void class_taken(struct net_conn *c, struct hd_frame *f, uint32_t off, uint32_t len,
