@@ -213,11 +213,10 @@ int srv_client_enqueue(struct srv_client *cl, struct hd_frame *f)
         hd_frame_unref(cl->ds->s, f);
         return rc > 0 ? SRV_ENQUEUED_BEHIND : rc;
     }
-    /* Closing: a backed-up connection's packet would have waited and gone with it. */
-    bool behind =
-        net_conn_send_paused(cl->conn) || net_conn_class_count(cl->conn, NET_SEND_CLASSES_MAX) > 0;
-    srv_packet_drop(cl->ds, f,
-                    rc == -EPIPE && behind ? SRV_DROP_GONE_DISCONNECTED : SRV_DROP_WRITE_ERROR);
+    /* -EPIPE: the connection is closing (its on_close has not run yet): the receiver is gone,
+     * as derper counts a packet for a destination whose context is done. Else (-ENOBUFS: over
+     * the send queue's bytes, or no pool entry) a write error. */
+    srv_packet_drop(cl->ds, f, rc == -EPIPE ? SRV_DROP_GONE_DISCONNECTED : SRV_DROP_WRITE_ERROR);
     return rc;
 }
 
