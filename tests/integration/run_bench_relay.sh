@@ -58,7 +58,9 @@ assert c["syscalls_per_frame"] == 1, c
 assert 0 <= c["late_p50_us"] <= c["late_p99_us"] <= c["late_max_us"], c
 cs = r["relay_ctxsw"]
 assert cs and cs["voluntary"] + cs["involuntary"] > 0 and cs["threads"] >= 2, cs
-assert 0 < r["relayed_packets"] <= t["received"] + 10, (r["relayed_packets"], t)
+# relayed_packets: what the receivers got while the window's clock ran, warm-up packets that came
+# late included (a stalled box delivers them in it): at most every frame the senders wrote.
+assert 0 < r["relayed_packets"] <= c["frames"], (r["relayed_packets"], c, t)
 sc = r["relay_syscalls"]
 assert sc is not None and ("error" in sc or sc["io_uring_enter"] > 0), sc
 PY
