@@ -27,7 +27,10 @@ if [ "$mode" = client ]; then
     exec bash "$(dirname "$0")/run_bench_sweep_client.sh" "$root" "$bin" "$work"
 fi
 if [ "$mode" = interleave ]; then # two relays, --interleave: their runs alternate
+    # No write deadline: a generator stalled for seconds on a loaded box (the debug preset) must
+    # not have its receivers closed (what is tested here is run-bench, not the relay's timeout).
     srv="$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}"
+    srv+=" -tcp-write-timeout 0"
     python3 "$root/perf/run-bench" --bench "$bench" --relay "a=$srv" --relay "b=$srv" --interleave \
         --rates 20 --repeats 2 --duration 1 --warmup 0.5 --shards 1 --syscall-run 1 --no-plots \
         --out "$work" >"$work/run.out" 2>&1 || { cat "$work/run.out"; exit 1; }
@@ -54,9 +57,9 @@ tls=()
 sweep=(--rates 20,0 --repeats 2)
 [ "$mode" = tls ] && tls=(--tls)
 [ "$mode" = plain ] && sweep=(--rates 20,0 --repeats 1 --peers 8,40)
-python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" \
-    --relay "hderp=$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards}$(
-        [ "$mode" = tls ] && echo ' -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1')" \
+hd="$bin/hderp-server -a 127.0.0.1:{port} -dev -stun=false -shards {shards} -tcp-write-timeout 0"
+[ "$mode" = tls ] && hd+=" -certmode manual -certdir {certdir} -hostname 127.0.0.1 -http-port -1"
+python3 "$root/perf/run-bench" --bench "$bench" "${tls[@]}" --relay "hderp=$hd" \
     "${sweep[@]}" --duration 2 --warmup 1 --shards 1 --syscall-run 0 --out "$work" \
     >"$work/run.out" 2>&1 ||
     { cat "$work/run.out"; exit 1; }
