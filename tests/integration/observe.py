@@ -179,14 +179,25 @@ def log_size(path):
         return len(f.read())
 
 
-def once(map_file, expect_code):
-    r = subprocess.run([BIN + "/hderp-echo", "observe", "--derp-map", map_file, "--derp-http",
-                        "--once", "--duration", "3", "--rate", "20", "--json"],
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode != expect_code:
-        fail("--once exited %d, want %d: %s %s" % (r.returncode, expect_code, r.stdout,
-                                                    r.stderr[-1500:]))
-    return json.loads(r.stdout)
+def once(map_file, expect_code, want_bad=()):
+    """hderp-echo observe --once; its exit code must be expect_code and the paths it judged bad
+    exactly want_bad. A busy box (the debug preset beside other tests) can keep a healthy path
+    from logging in and echoing within the measurement, so a run that judged more paths bad is
+    tried again with twice the duration (3, 6, 12 s); fewer, or the wrong ones, fail at once."""
+    want_bad = sorted(want_bad)
+    for duration in (3, 6, 12):
+        r = subprocess.run([BIN + "/hderp-echo", "observe", "--derp-map", map_file,
+                            "--derp-http", "--once", "--duration", str(duration), "--rate", "20",
+                            "--json"], capture_output=True, text=True, timeout=60 + 2 * duration)
+        out = json.loads(r.stdout) if r.stdout.strip() else None
+        bad = sorted(p["path"] for p in out["paths"] if not p["ok"]) if out else None
+        if r.returncode == expect_code and bad == want_bad:
+            return out
+        if bad is None or not set(want_bad) < set(bad):
+            break
+        print("--once (%d s) judged %s bad, want %s: again, longer" % (duration, bad, want_bad))
+    fail("--once exited %d (want %d), bad paths %s (want %s): %s %s" % (
+        r.returncode, expect_code, bad, want_bad, r.stdout[-1500:], r.stderr[-1500:]))
 
 
 def map_over_http(map_file):
@@ -266,10 +277,7 @@ def main():
         wait_for("a DOWN line for b->b", lambda: log_has(obs_log, r"observe: DOWN b->b", mark), 10)
         wait_for("a loss alert for a->b", lambda: log_has(
             obs_log, r"observe: ALERT a->b: loss", mark), 30)
-        r = once(map_file, 1)
-        bad = sorted(p["path"] for p in r["paths"] if not p["ok"])
-        if bad != ["a->b", "b->a", "b->b"]:
-            fail("--once with b down failed paths %s" % bad)
+        once(map_file, 1, ["a->b", "b->a", "b->b"])
         print("node b killed: its paths down, loss alert fired, --once exits 1")
 
         mark = log_size(obs_log)
