@@ -280,7 +280,8 @@ void net_conn_recv_arm(struct net_conn *c)
     /* The recvmsg state of record-typed reads (kTLS) lives until the connection is freed;
      * connections without them (plain, userspace TLS) never carry it. From the shard's pool: no
      * malloc on the data path (a full pool closes the connection, as a full conn pool would). */
-    bool record = c->codecs_n && c->codecs[0].codec->record;
+    const struct net_codec *k = c->codecs[0].codec; /* NULL with levels: a failed move's */
+    bool record = k && k->record;
     if (record && c->rmsg == NULL && (c->rmsg = hd_slab_get(c->ns->rmsgs)) == NULL) {
         net_conn_close(c, -ENOMEM, false);
         return;
@@ -738,7 +739,7 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
 {
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
         return;
-    if (flush && c->state == NET_CONN_OPEN && c->codecs_n && c->codecs[0].codec->close &&
+    if (flush && c->state == NET_CONN_OPEN && c->codecs[0].codec && c->codecs[0].codec->close &&
         !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING)) && codec_close(c, reason))
         return;
     if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {

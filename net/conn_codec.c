@@ -252,6 +252,8 @@ int net_conn_input(struct net_conn *c, uint8_t *data, size_t len)
     if (c->codecs_n == 0)
         return net_conn_deliver(c, data, len);
     struct net_codec_level *l = &c->codecs[0];
+    if (l->codec == NULL) /* it failed to move (net_impl.h): the bytes cannot be decoded */
+        return -EPROTO;
     if (l->tail && l->tail->len > 0) {
         int rc = len ? tail_append(c, &l->tail, data, len) : 0;
         if (rc < 0)
@@ -282,7 +284,8 @@ int net_conn_tails_replay(struct net_conn *c)
     c->flags &= ~NET_F_CODEC_REST; /* a switch: its bytes are the codec's tail, decoded next */
     for (unsigned level = c->codecs_n; rc == 0 && level-- > 0;) {
         struct hd_frame *t = c->codecs[level].tail;
-        if (t == NULL || t->len == 0 || (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
+        if (t == NULL || t->len == 0 || c->codecs[level].codec == NULL || /* a failed move's */
+            (c->flags & (NET_F_RECV_PAUSED | NET_F_QUIET)))
             continue;
         if (level > 0)
             rc = level_input(c, level, NULL, 0);

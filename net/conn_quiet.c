@@ -13,7 +13,7 @@
 
 int net_conn_quiet_begin(struct net_conn *c)
 {
-    if (c->codecs_n == 0 || c->codecs[0].codec->quiesced == NULL)
+    if (c->codecs[0].codec == NULL || c->codecs[0].codec->quiesced == NULL)
         return -EINVAL;
     if (c->state != NET_CONN_OPEN || (c->flags & NET_F_MIGRATING))
         return -EBUSY;

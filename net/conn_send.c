@@ -342,7 +342,7 @@ void net_conn_flush_now(struct net_conn *c)
         net_conn_close(c, rc, false);
         return;
     }
-    if (c->codecs_n && (net_conn_level_in(c, 0)->count || (c->flags & NET_F_ENCODE_DUE))) {
+    if (c->codecs[0].codec && (net_conn_level_in(c, 0)->count || (c->flags & NET_F_ENCODE_DUE))) {
         c->flags &= ~NET_F_ENCODE_DUE; /* encode asks again if it keeps plaintext back */
         c->flags |= NET_F_ENCODING;
         uint8_t at = net_conn_codec_at(c, 0);

@@ -130,8 +130,11 @@ struct net_conn {
      * and what it takes comes from its own input. Outside any hook (the app, a timer) it is
      * level 0, the codec nearest the socket. */
     uint8_t codec_at;
-    uint8_t codecs_n; /* levels of codecs[] in use (0: none), changed with codecs[] only */
-    uint8_t hold;     /* enum net_conn_hold: changed by net_conn_hold_set only */
+    /* Levels of codecs[] in use (0: none), changed with codecs[] only. Level 0's codec may be
+     * NULL with levels counted (its move_out or move_in failed: closed soon, what is queued is
+     * never encoded): test the codec itself before calling its hooks. */
+    uint8_t codecs_n;
+    uint8_t hold; /* enum net_conn_hold: changed by net_conn_hold_set only */
     const struct net_conn_handler *h;
     void *app;
     /* The codec stack, level 0 nearest the socket (TLS), level 1 above it (WebSocket over TLS):
