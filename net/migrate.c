@@ -145,11 +145,17 @@ static int take_codec(struct net_conn *c, struct net_migration *m)
     m->codecs[0].codec = l->codec;
     m->codecs[0].state = l->state;
     if (l->codec && l->codec->move_out) {
-        m->codecs[0].state = l->codec->move_out(c, l->state);
+        /* NULL: the codec refused (TLS mid-handshake or mid-rekey) or had no memory; its state
+         * is still its own, and the close that follows releases it with the level. */
+        void *moved = l->codec->move_out(c, l->state);
+        if (moved == NULL) {
+            m->codecs[0].codec = NULL;
+            m->codecs[0].state = NULL;
+            return -ENOMEM;
+        }
+        m->codecs[0].state = moved;
         l->codec = NULL;
         l->state = NULL;
-        if (m->codecs[0].state == NULL)
-            return -ENOMEM;
     }
     return 0;
 }
@@ -245,7 +251,7 @@ void net_migrate_step(struct net_conn *c)
     }
     int rc = take_codec(c, m);
     if (rc < 0) {
-        hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", m->codecs[0].codec->name);
+        hd_log_rl(HD_LOG_WARN, "net: codec %s cannot move a connection", c->codecs[0].codec->name);
         free(m);
     } else if ((rc = take_buffers(c, m)) < 0) {
         take_undo(c, m);

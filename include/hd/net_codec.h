@@ -24,7 +24,8 @@ struct net_codec {
     /* Optional, for codecs whose state lives in a shard pool: before a move (on the old shard)
      * turn state into heap memory (freeing the pooled state), and on the new shard turn that
      * back into pooled state (freeing the heap memory). NULL result: the move fails and the
-     * connection closes. Without them the state pointer itself moves. */
+     * connection closes (move_out's NULL leaves its state as it was: release frees it). Without
+     * them the state pointer itself moves. */
     void *(*move_out)(struct net_conn *c, void *state);
     void *(*move_in)(struct net_conn *c, void *moved);
     /* Optional, with move_out: free a moved state that never arrives (the destination shard could

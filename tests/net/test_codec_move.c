@@ -34,7 +34,7 @@ static struct {
     enum adopt_call call;
     int peer_fd;
     bool moving; /* shard 0 asked for the move */
-    _Atomic unsigned adopted, closes, close_shard, moved_drops, moved_in;
+    _Atomic unsigned adopted, closes, close_shard, moved_drops, moved_in, releases;
     _Atomic bool codec_at_adopt; /* net_conn_codec() was non-NULL in adopt */
     _Atomic int close_reason;
 } g;
@@ -120,6 +120,31 @@ static const struct net_codec pass_record_codec = {
     .close = pass_close,
 };
 
+/* A codec that refuses to leave (TLS's in the middle of a handshake or a rekey): move_out returns
+ * NULL and its state stays the codec's, for its release at the close. */
+static void *refuse_move_out(struct net_conn *c, void *state)
+{
+    (void)c, (void)state;
+    return NULL;
+}
+
+static void refuse_release(struct net_conn *c, void *state)
+{
+    (void)c;
+    free(state);
+    atomic_fetch_add(&g.releases, 1);
+}
+
+static const struct net_codec refuse_codec = {
+    .name = "refuse",
+    .decode = pass_decode,
+    .encode = pass_encode,
+    .release = refuse_release,
+    .move_out = refuse_move_out,
+    .move_in = pass_move_in,
+    .move_drop = pass_move_drop,
+};
+
 /* ---------------------------------------------------------------- the app */
 
 static void adopt(struct net_conn *c, void *arg);
@@ -164,7 +189,7 @@ static void body(struct hd_shard *s, void *arg)
 {
     const struct net_codec *codec = arg;
     if (hd_shard_id(s) != 0)
-        return; /* shard 1 is done when the moved connection closes */
+        return; /* shard 1 is done when the moved connection closes (shard 0 when it stays) */
     int l = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t alen = sizeof(a);
@@ -179,7 +204,12 @@ static void body(struct hd_shard *s, void *arg)
     HDT_CHECK(write(g.peer_fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
     struct net_conn *c;
     HDT_CHECK(net_conn_adopt(s, fd, &handler, NULL, NULL, &c) == 0);
-    net_conn_set_codec(c, codec, NULL);
+    void *state = NULL;
+    if (codec == &refuse_codec) {
+        state = malloc(1);
+        HDT_CHECK(state != NULL);
+    }
+    net_conn_set_codec(c, codec, state);
     hdt_done(s);
 }
 
@@ -216,4 +246,22 @@ Test(test_net_codec_move, resumed_recv_in_adopt_after_move_in_failed, .timeout =
 {
     run(ADOPT_RESUME_RECV, &pass_record_codec);
     cr_assert_eq(atomic_load(&g.close_reason), -ENOMEM, "net closes a move that failed");
+}
+
+/* The codec refuses to leave: the move fails on shard 0, which closes the connection with
+ * -ENOMEM, and the codec's state is released there once (it leaked: the level had let go of it). */
+Test(test_net_codec_move, a_codec_that_refuses_to_leave_is_released_at_the_close, .timeout = 60)
+{
+    memset(&g, 0, sizeof(g));
+    g.peer_fd = -1;
+    struct hdt_options o = {
+        .shards = 2, .layers = net_layers, .layers_args = net_layers_args, .layers_count = 1};
+    cr_assert_eq(hdt_run(&o, body, (void *)&refuse_codec, NULL), 0);
+    cr_assert_eq(atomic_load(&g.adopted), 0, "nothing arrived on shard 1");
+    cr_assert_eq(atomic_load(&g.closes), 1, "closed once");
+    cr_assert_eq(atomic_load(&g.close_shard), 0, "on the source shard");
+    cr_assert_eq(atomic_load(&g.close_reason), -ENOMEM);
+    cr_assert_eq(atomic_load(&g.releases), 1, "the codec's state released once (%u)",
+                 atomic_load(&g.releases));
+    close(g.peer_fd);
 }
