@@ -2,13 +2,14 @@
 // whose Endpoint is the relay. Usage: go run . -relay <path to hderp-wgrelay> [-shards N]
 // [-cookies]
 //
-// Steps: two peers a and b (allowed to each other) meet through the relay and ping; a 64 MiB
-// TCP transfer with a SHA-256 checks every byte, and a changes its UDP source port in the middle
-// of it (roaming); a third registered peer c that a and b do not allow cannot reach a; an
-// unregistered peer u cannot either; hostile datagrams (an initiation for an unregistered key,
-// truncated messages, a replayed data message from another address) are dropped and counted
-// while a and b keep talking; a bad peers file on SIGHUP keeps the list in use, a good one that
-// allows c lets c in; the relay exits 0 on SIGTERM. Exit status 0 when every step passed.
+// Steps: two peers a and b (allowed to each other) meet through the relay and ping (a UDP echo,
+// wg.go); a 64 MiB TCP transfer with a SHA-256 checks every byte, and a changes its UDP source
+// port in the middle of it (roaming); a third registered peer c that a and b do not allow
+// cannot reach a; an unregistered peer u cannot either; hostile datagrams (an initiation for an
+// unregistered key, truncated messages, a replayed data message from another address) are
+// dropped and counted while a and b keep talking; a bad peers file on SIGHUP keeps the list in
+// use, a good one that allows c lets c in; the relay exits 0 on SIGTERM. Exit status 0 when
+// every step passed.
 package main
 
 import (

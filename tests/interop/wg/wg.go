@@ -108,6 +108,7 @@ func (p *peer) up(relay netip.AddrPort, others []*peer, keepalive int) {
 	if err := p.dev.Up(); err != nil {
 		fail("%s: up: %v", p.name, err)
 	}
+	p.echo()
 }
 
 // rebind moves the device to a new UDP source port (what a NAT rebinding looks like).
@@ -157,25 +158,52 @@ func (p *peer) handshakes() map[string]int64 {
 	return out
 }
 
-// ping sends ICMP echo requests to dst every 200 ms until one is answered (true) or the deadline
-// passes. A reader takes every reply (requests staged during a handshake are answered late: any
-// echo reply proves the path).
+// echoPort: every peer's netstack answers UDP datagrams to this port with the same bytes (up
+// starts the responder), which ping uses to prove a path through the relay.
+const echoPort = 7
+
+// echo answers every datagram on the peer's echo port until the socket fails.
+func (p *peer) echo() {
+	l, err := p.net.ListenUDPAddrPort(netip.AddrPortFrom(p.ip, echoPort))
+	if err != nil {
+		fail("%s: echo socket: %v", p.name, err)
+	}
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := l.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			l.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
+// ping sends a UDP datagram to dst's echo responder every 200 ms until one comes back (true) or
+// the deadline passes. A reader takes every answer (datagrams staged during a handshake are
+// answered late: any answer proves the path). Not ICMP: netstack's ping socket (PingConn) waits
+// for a wake-up before it reads, and its stack wakes a reader only when a reply lands in an
+// empty queue, so a reply that arrives before the reader waits (a busy machine) is never read,
+// nor any after it; gonet's UDP socket reads first and then waits.
 func (p *peer) ping(dst *peer, within time.Duration) bool {
-	c, err := p.net.DialPingAddr(p.ip, dst.ip)
+	c, err := p.net.DialUDPAddrPort(netip.AddrPortFrom(p.ip, 0),
+		netip.AddrPortFrom(dst.ip, echoPort))
 	if err != nil {
 		fail("%s: ping socket: %v", p.name, err)
 	}
 	defer c.Close()
+	probe := []byte("hderp-wgrelay " + p.name + " -> " + dst.name)
+	c.SetReadDeadline(time.Now().Add(within))
 	got := make(chan struct{}, 1)
 	go func() {
 		buf := make([]byte, 1500)
-		c.SetReadDeadline(time.Now().Add(within))
 		for {
 			n, err := c.Read(buf)
 			if err != nil {
 				return
 			}
-			if n >= 8 && buf[0] == 0 {
+			if string(buf[:n]) == string(probe) {
 				got <- struct{}{}
 				return
 			}
@@ -184,8 +212,8 @@ func (p *peer) ping(dst *peer, within time.Duration) bool {
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(within)
-	for seq := 1; ; seq++ {
-		if _, err := c.Write(icmpEcho(uint16(seq), []byte("hderp-wgrelay"))); err != nil {
+	for {
+		if _, err := c.Write(probe); err != nil {
 			fail("%s: ping write: %v", p.name, err)
 		}
 		select {
@@ -196,27 +224,6 @@ func (p *peer) ping(dst *peer, within time.Duration) bool {
 		case <-tick.C:
 		}
 	}
-}
-
-func icmpEcho(seq uint16, data []byte) []byte {
-	b := make([]byte, 8+len(data))
-	b[0] = 8 // echo request
-	b[4], b[5] = 0x12, 0x34
-	b[6], b[7] = byte(seq>>8), byte(seq)
-	copy(b[8:], data)
-	var sum uint32
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(b[i])<<8 | uint32(b[i+1])
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	cs := ^uint16(sum)
-	b[2], b[3] = byte(cs>>8), byte(cs)
-	return b
 }
 
 func (p *peer) listenTCP(port int) net.Listener {
