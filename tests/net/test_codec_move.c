@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "net_test_util.h"
 #include <hd/net_codec.h>
 
 static const struct hd_module *const net_layers[] = {&net_module};
@@ -190,16 +191,8 @@ static void body(struct hd_shard *s, void *arg)
     const struct net_codec *codec = arg;
     if (hd_shard_id(s) != 0)
         return; /* shard 1 is done when the moved connection closes (shard 0 when it stays) */
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    HDT_CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0);
-    HDT_CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
-    g.peer_fd = socket(AF_INET, SOCK_STREAM, 0);
-    HDT_CHECK(g.peer_fd >= 0 && connect(g.peer_fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    int fd = accept(l, NULL, NULL);
-    HDT_CHECK(fd >= 0);
-    close(l);
+    int fd;
+    HDT_CHECK(nt_loopback_pair(0, &fd, &g.peer_fd) == 0);
     static const uint8_t hello[3] = {1, 2, 3};
     HDT_CHECK(write(g.peer_fd, hello, sizeof(hello)) == (ssize_t)sizeof(hello));
     struct net_conn *c;

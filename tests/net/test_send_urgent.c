@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "net_test_util.h"
 #include <hd/net.h>
 
 #define ENTRIES  400  /* ~400 KB queued: far more than the small socket buffers hold */
@@ -95,19 +96,8 @@ static void timer_fired(struct hd_timer *t)
 static void body(struct hd_shard *s, void *arg)
 {
     (void)arg;
-    int l = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof(a);
-    HDT_CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0);
-    HDT_CHECK(getsockname(l, (struct sockaddr *)&a, &alen) == 0);
-    int small = SMALLBUF;
-    g.reader_fd = socket(AF_INET, SOCK_STREAM, 0);
-    HDT_CHECK(setsockopt(g.reader_fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0);
-    HDT_CHECK(connect(g.reader_fd, (struct sockaddr *)&a, sizeof(a)) == 0);
-    int fd = accept(l, NULL, NULL);
-    HDT_CHECK(fd >= 0);
-    close(l);
-    HDT_CHECK(setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+    int fd;
+    HDT_CHECK(nt_loopback_pair(SMALLBUF, &fd, &g.reader_fd) == 0);
     HDT_CHECK(pthread_create(&g.reader, NULL, reader_main, NULL) == 0);
     struct net_conn_options o = {0};
     HDT_CHECK(net_conn_adopt(s, fd, &handler, NULL, &o, &g.c) == 0);
