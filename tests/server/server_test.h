@@ -38,6 +38,9 @@ void srvt_key_owned(const struct srv_shard *ds, unsigned owner, uint32_t n,
 struct srv_client *srvt_client(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN],
                                enum srv_client_phase phase);
 void srvt_client_free(struct srv_client *cl);
+/* A connection handler that takes every byte and does nothing at the close: for a stand-in
+ * client's adopted socket. */
+extern const struct net_conn_handler srvt_sink_handler;
 /* A frame as srv_route takes it: destination key, then a RecvPacket of payload bytes from src. */
 struct hd_frame *srvt_route_frame(struct srv_shard *ds, const uint8_t dst[DERP_KEY_LEN],
                                   const uint8_t src[DERP_KEY_LEN], uint32_t payload);

@@ -120,17 +120,6 @@ struct rate_state {
 };
 static struct rate_state rt;
 
-static ssize_t on_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    (void)c, (void)data;
-    return (ssize_t)len;
-}
-static void on_close(struct net_conn *c, int reason)
-{
-    (void)c, (void)reason;
-}
-static const struct net_conn_handler handler = {.on_data = on_data, .on_close = on_close};
-
 static void rate_retry(struct hd_timer *t)
 {
     (void)t;
@@ -160,7 +149,7 @@ static void rate_body(struct srv_shard *ds, void *arg)
     uint8_t k[DERP_KEY_LEN];
     srvt_key(1, k);
     struct srv_client *cl = srvt_client(ds, k, SRV_CLIENT_ACTIVE);
-    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &rt.c) == 0);
+    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &srvt_sink_handler, cl, NULL, &rt.c) == 0);
     cl->conn = rt.c;
     rt.cl = cl;
     rt.peer_fd = sv[1];

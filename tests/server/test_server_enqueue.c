@@ -16,17 +16,6 @@ static struct enqueue_state {
     struct hd_timer timer;
 } es;
 
-static ssize_t on_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    (void)c, (void)data;
-    return (ssize_t)len;
-}
-static void on_close(struct net_conn *c, int reason)
-{
-    (void)c, (void)reason;
-}
-static const struct net_conn_handler handler = {.on_data = on_data, .on_close = on_close};
-
 static void after_close(struct hd_timer *t)
 {
     (void)t;
@@ -45,7 +34,7 @@ static void closing_body(struct srv_shard *ds, void *arg)
     int sv[2];
     HDT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
     struct srv_client *cl = srvt_client(ds, key, SRV_CLIENT_ACTIVE);
-    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &cl->conn) == 0);
+    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &srvt_sink_handler, cl, NULL, &cl->conn) == 0);
     es.cl = cl;
     es.peer_fd = sv[1];
     net_conn_close(cl->conn, 0, false); /* on_close comes later, after the fd's close */

@@ -28,17 +28,6 @@ static struct tick_state {
     atomic_bool asked; /* shard 1 saw the ask (and called it home) */
 } ts;
 
-static ssize_t on_data(struct net_conn *c, const uint8_t *data, size_t len)
-{
-    (void)c, (void)data;
-    return (ssize_t)len;
-}
-static void on_close(struct net_conn *c, int reason)
-{
-    (void)c, (void)reason;
-}
-static const struct net_conn_handler handler = {.on_data = on_data, .on_close = on_close};
-
 /* n packets from cl to key, counted as on_send_packet counts one that crossed the bus. */
 static void sends(struct srv_client *cl, const uint8_t key[DERP_KEY_LEN], unsigned n)
 {
@@ -162,7 +151,7 @@ static void tick_body(struct srv_shard *ds, void *arg)
     int sv[2];
     HDT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
     struct srv_client *cl = srvt_client(ds, ts.mine, SRV_CLIENT_ACTIVE);
-    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &handler, cl, NULL, &ts.c) == 0);
+    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &srvt_sink_handler, cl, NULL, &ts.c) == 0);
     cl->conn = ts.c;
     ts.peer_fd = sv[1];
     cl->guest = true;
