@@ -183,12 +183,8 @@ def check_traffic(p, bpk):
           "/debug/traffic: %s" % lines)
 
 
-def check_queue_duration(p):
-    """derp_average_queue_duration_ms: a receiver that stops reading (a 4 KiB receive buffer)
-    while 160 packets of 60 kB come for it; they back up into its queue and wait there until it
-    reads again, 200 ms later (within its 2 s write timeout): the average is above 0 (it is 0
-    while every packet goes at once)."""
-    before = testlib.varz(p, "derp_average_queue_duration_ms")
+def slow_receiver(p):
+    """A logged-in client with a 4 KiB receive buffer (fast start): the socket and its key."""
     pk, sk = dc.keypair()
     r = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -197,6 +193,16 @@ def check_queue_duration(p):
     r.sendall(b"GET /derp HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: DERP\r\n"
               b"Derp-Fast-Start: 1\r\n\r\n")
     dc.login(r, pk, sk)
+    return r, pk
+
+
+def check_queue_duration(p):
+    """derp_average_queue_duration_ms: a receiver that stops reading (a 4 KiB receive buffer)
+    while 160 packets of 60 kB come for it; they back up into its queue and wait there until it
+    reads again, 200 ms later (within its 2 s write timeout): the average is above 0 (it is 0
+    while every packet goes at once)."""
+    before = testlib.varz(p, "derp_average_queue_duration_ms")
+    r, pk = slow_receiver(p)
     a, _ = dc.connect(p)
     a.settimeout(30)
     for i in range(160):  # 9.6 MB: past the kernel's buffers and net's 1 MiB high watermark
@@ -232,14 +238,7 @@ def check_queue_duration_head_drops():
         "--shards", "1", "-tcp-write-timeout", "60s"])
     STARTED.append(srv)
     p = srv.start().port
-    pk, sk = dc.keypair()
-    r = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    r.settimeout(10)
-    r.connect(("127.0.0.1", p))
-    r.sendall(b"GET /derp HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: DERP\r\n"
-              b"Derp-Fast-Start: 1\r\n\r\n")
-    dc.login(r, pk, sk)
+    r, pk = slow_receiver(p)
     a, _ = dc.connect(p)
     a.settimeout(60)
     base = srv.varz("derp_packets_received") or 0
