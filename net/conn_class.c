@@ -28,14 +28,14 @@ bool net_conn_send_paused(const struct net_conn *c)
     return (c->flags & NET_F_SEND_PAUSED) != 0;
 }
 
-/* Take the oldest entry of class k out of its queue: the reference is the caller's. */
+/* Take the oldest entry of class k out of its queue (*at: when it went in): the reference is
+ * the caller's. */
 static struct net_sendq_entry class_take(struct net_conn *c, unsigned k, uint32_t *at)
 {
     struct net_sendq *q = &c->classq[k];
     struct net_sendq_chunk *ch = q->first;
     struct net_sendq_entry e = ch->e[ch->head];
-    if (at)
-        *at = ch->at[ch->head];
+    *at = ch->at[ch->head];
     net_sendq_pop(c->ns, c->shard, q, false);
     return e;
 }
