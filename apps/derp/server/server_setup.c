@@ -126,12 +126,14 @@ static int configure_tls(struct srv_config *cfg, const struct srv_flags *f)
     return 0;
 }
 
-/* derper's -mesh-psk-file default: the first of these that exists (not in -dev mode). */
+/* derper's -mesh-psk-file default (cmd/derper, v1.102.5): the first of these that exists, not
+ * in -dev mode. A product default copied from derper on purpose, not a path of this machine. */
 static const char *default_mesh_psk_file(char *buf, size_t size)
 {
+    static const char derper_home_key[] = "/home/derp/keys/derp-mesh.key";
     const char *home = getenv("HOME");
-    if (access("/home/derp/keys/derp-mesh.key", F_OK) == 0)
-        return "/home/derp/keys/derp-mesh.key";
+    if (access(derper_home_key, F_OK) == 0)
+        return derper_home_key;
     if (home && snprintf(buf, size, "%s/keys/derp-mesh.key", home) < (int)size &&
         access(buf, F_OK) == 0)
         return buf;
