@@ -372,6 +372,8 @@ void net_conn_flush_now(struct net_conn *c)
         return;
     }
     io_uring_prep_sendmsg(sqe, c->fd, &x->msg, MSG_NOSIGNAL);
+    if (!(c->flags & NET_F_SEND_BACKED)) /* the last one fit: this one most likely does too */
+        hd_op_expect_inline(c->shard);
     c->send_ctx = x;
     c->stats.sends++;
     if (c->write_timeout_ms && !hd_timer_armed(&c->write_timer))

@@ -111,6 +111,9 @@ struct hd_shard {
     /* The recent gap: how long the tick's waits (spin or sleep) lasted until work came, a
      * moving average (1/HD_SPIN_GAP_WEIGHT), each wait counted up to HD_SPIN_GAP_CAP_NS. */
     uint64_t gap_ns;
+    /* SQEs in the SQ whose completions their submit posts (hd_op_expect_inline): under load the
+     * sleep that submits them waits for one completion beyond them (shard.c, enter). */
+    unsigned sq_inline;
     uint64_t rand_state[4]; /* rand.c: xoshiro256**, never all zero */
 
     /* Set (seq_cst) by this shard right before it sleeps; cleared by the one producer that wins
@@ -282,6 +285,10 @@ bool hd_min_wait_gathered(unsigned submitted, unsigned ready, uint64_t waited_ns
 uint32_t hd_spin_us(uint64_t gap_ns, uint32_t sleep_cost_us);
 /* The recent gap after one more wait of waited_ns. */
 uint64_t hd_spin_gap(uint64_t gap_ns, uint64_t waited_ns);
+/* How long a sleep that submits completions-at-once (hd_op_expect_inline) waits for one beyond
+ * them, given the recent gap (shard->gap_ns); 0: input is too sparse for it, the submit goes
+ * first (shard.c, enter). */
+uint32_t hd_inline_wait_us(uint64_t gap_ns);
 
 /* log_json.c: one JSON log line into out (always '}' and '\n' terminated, truncating the
  * message if it must); returns its length. level is padded text ("INFO "), trimmed here. */

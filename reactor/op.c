@@ -62,6 +62,11 @@ struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op)
     return sqe;
 }
 
+void hd_op_expect_inline(struct hd_shard *s)
+{
+    s->sq_inline++;
+}
+
 static inline void dispatch_op(struct hd_shard *s, uint64_t tag, int32_t res, uint32_t flags)
 {
     struct hd_op *op = (struct hd_op *)(uintptr_t)(tag & HD_TAG_PTR_MASK);

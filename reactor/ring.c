@@ -66,6 +66,7 @@ int hd_ring_submit(struct hd_shard *s)
 {
     int n = io_uring_submit(&s->ring);
     s->stats.enters++;
+    s->sq_inline = 0;
     if (n > 0)
         s->stats.sqes += (uint64_t)n;
     return n;

@@ -19,7 +19,8 @@
  * the kernel ends the wait at the window). Wake-ups from other shards (MSG_RING / eventfd CQEs)
  * count as completions, so under load they too can wait up to the window. How the tick's own
  * SQEs meet a min-wait (in the same enter while min-waits gather input, else submitted first)
- * is said at min_wait_enter. Until 2026-12-07 the window was capped at min_wait_us instead of
+ * is said at min_wait_enter; how SQEs that complete at once meet the plain wait, at plain_wait.
+ * Until 2026-12-07 the window was capped at min_wait_us instead of
  * being sized to gather (it held each packet of a 56-224 Mbit/s client-like load up to 100 us,
  * +100-150 us on a ping's round trip; issue 25). The number of sleeps is the lever, not how they
  * are armed (a periodic timer armed once cost as much per wake-up). The thread's timer slack is
@@ -261,6 +262,11 @@ uint32_t hd_spin_us(uint64_t gap_ns, uint32_t sleep_cost_us)
     return gap_ns <= (uint64_t)sleep_cost_us * 1000u ? sleep_cost_us : 0;
 }
 
+uint32_t hd_inline_wait_us(uint64_t gap_ns)
+{
+    return gap_ns <= HD_INLINE_GAP_MAX_NS ? HD_INLINE_WAIT_US : 0;
+}
+
 uint64_t hd_spin_gap(uint64_t gap_ns, uint64_t waited_ns)
 {
     if (waited_ns > HD_SPIN_GAP_CAP_NS)
@@ -366,9 +372,39 @@ static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued
     s->min_wait_ended_empty = submit > 0 && !s->min_wait_gathers;
 }
 
+/* The plain sleep: submit what the tick queued and wait for a completion until the next timer.
+ * Completions the submit posts at once (inline: SQEs taken with hd_op_expect_inline, such as
+ * sends to sockets with room) would end that wait before it began: the enter would return, and a
+ * peer the sends woke on this CPU (a TCP receiver on loopback is woken here, the waker being
+ * expected to sleep) would preempt the shard on its way out, a second switch and a second enter
+ * per tick. So where input comes often enough, the wait asks for one completion beyond the
+ * inline ones, one enter per tick; it ends at HD_INLINE_WAIT_US at the latest, so a send that
+ * went asynchronous after all (its socket filled), whose completion alone does not wake such a
+ * wait, is not held longer than that (perf/RESULTS.md, 2026-12-08). */
+static void plain_wait(struct hd_shard *s, uint64_t wait_ms, unsigned inline_sqes)
+{
+    struct io_uring_cqe *cqe;
+    uint64_t ns = wait_ms == UINT64_MAX ? UINT64_MAX : wait_ms * 1000000u;
+    unsigned nr = 1;
+    uint32_t us = inline_sqes > 0 ? hd_inline_wait_us(s->gap_ns) : 0;
+    if (us > 0) {
+        nr += inline_sqes;
+        if ((uint64_t)us * 1000u < ns)
+            ns = (uint64_t)us * 1000u;
+        s->stats.inline_waits++;
+    }
+    struct __kernel_timespec ts = {.tv_sec = (long long)(ns / 1000000000u),
+                                   .tv_nsec = (long long)(ns % 1000000000u)};
+    s->stats.sleeps++;
+    io_uring_submit_and_wait_timeout(&s->ring, &cqe, nr, ns == UINT64_MAX ? NULL : &ts, NULL);
+}
+
 static void enter(struct hd_shard *s, uint64_t wait_ms)
 {
     unsigned queued = io_uring_sq_ready(&s->ring);
+    unsigned inline_sqes = s->sq_inline;
+    HD_ASSERT(inline_sqes <= queued);
+    s->sq_inline = 0; /* every way below submits the SQ */
     s->stats.enters++;
     if (wait_ms == 0) {
         io_uring_submit_and_get_events(&s->ring);
@@ -396,12 +432,7 @@ static void enter(struct hd_shard *s, uint64_t wait_ms)
     if (min_wait > 0) {
         min_wait_enter(s, wait_ms, queued, min_wait);
     } else {
-        struct io_uring_cqe *cqe;
-        s->stats.sleeps++;
-        struct __kernel_timespec ts = {.tv_sec = (long long)(wait_ms / 1000),
-                                       .tv_nsec = (long long)(wait_ms % 1000) * 1000000};
-        io_uring_submit_and_wait_timeout(&s->ring, &cqe, 1, wait_ms == UINT64_MAX ? NULL : &ts,
-                                         NULL);
+        plain_wait(s, wait_ms, inline_sqes);
         s->stats.sqes += queued;
     }
     atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
@@ -428,6 +459,7 @@ static void tick(struct hd_shard *s)
     hd_frames_flush_back(s);
     hd_bus_publish(s);
     if (s->phase == HD_PHASE_DONE) {
+        s->sq_inline = 0;
         io_uring_submit_and_get_events(&s->ring);
         return;
     }

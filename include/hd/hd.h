@@ -299,9 +299,10 @@ uint64_t hd_hist_bucket_upper(unsigned bucket);
 
 struct hd_shard_stats {
     uint64_t ticks;
-    uint64_t enters;    /* io_uring_enter calls that waited or submitted */
-    uint64_t sleeps;    /* of those, waits that could block (the shard had nothing to do) */
-    uint64_t min_waits; /* of those, waits with the kernel's min-wait (completions batched) */
+    uint64_t enters;       /* io_uring_enter calls that waited or submitted */
+    uint64_t sleeps;       /* of those, waits that could block (the shard had nothing to do) */
+    uint64_t min_waits;    /* of those, waits with the kernel's min-wait (completions batched) */
+    uint64_t inline_waits; /* of those, submits that slept for a completion beyond their own */
     uint64_t spins, spins_won; /* spins before a sleep (short recent gaps); won: found work */
     uint64_t sqes;             /* SQEs submitted */
     uint64_t cqes;             /* CQEs dispatched */

@@ -92,6 +92,16 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
 #define HD_SLEEP_COST_US   15
 #define HD_SPIN_GAP_WEIGHT 8
 #define HD_SPIN_GAP_CAP_NS (1000u * 1000u)
+/* A sleep that submits completions-at-once (hd_op_expect_inline) waits for one completion beyond
+ * them, where the recent gap is at most HD_INLINE_GAP_MAX_NS, for at most HD_INLINE_WAIT_US (so a
+ * send that went asynchronous after all, whose completion does not wake such a wait, is taken
+ * that soon even if nothing else comes). The bound is longer than a scheduler tick (4 ms at
+ * HZ=250) on purpose: a shorter one would be the CPU's earliest timer at every sleep, and
+ * arming and cancelling it reprograms the timer hardware, a VM exit each on a VM (+30 % CPU per
+ * GB at a 200 us bound, perf/RESULTS.md 2026-12-08). With input at least twenty times closer
+ * than the bound the wait rarely ends at it; with sparser input the submit goes first. */
+#define HD_INLINE_GAP_MAX_NS (250u * 1000u)
+#define HD_INLINE_WAIT_US    5000
 
 /* The tick's min-wait (io_uring's IORING_ENTER_EXT_ARG min_wait_usec, kernels >= 6.12, probed).
  * Under load (at least HD_MIN_WAIT_ARM_CQES completions dispatched in this millisecond and the

@@ -41,6 +41,13 @@ _Static_assert(sizeof(struct hd_getevents_arg) == sizeof(struct io_uring_geteven
 /* An SQE for op, tagged with the op's pointer and generation, counted in flight. When the SQ is
  * full the ring is submitted first; NULL only if it stays full (counted as sqe_full). */
 struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op);
+/* The SQE just taken (hd_op_sqe) posts its completion within the io_uring_enter that submits it:
+ * a NOP, a send to a socket with room in its buffer. Under load the tick's sleep then submits
+ * and sleeps in one enter, waiting for a completion beyond those (a submit that returned first
+ * would let a peer its sends woke on this CPU preempt the shard on the way out); one that does
+ * not complete at once after all is seen within HD_INLINE_WAIT_GAPS completion gaps
+ * (docs/ARCHITECTURE.md, the wait policy). */
+void hd_op_expect_inline(struct hd_shard *s);
 /* The shard's ring (for registration calls such as buffer rings). */
 struct io_uring *hd_shard_ring(struct hd_shard *s);
 

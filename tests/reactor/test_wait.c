@@ -343,9 +343,53 @@ struct stream_ctx {
     uint64_t enters0, sleeps0, enters, sleeps; /* sleeps: the thread's voluntary switches */
     uint32_t features;
     bool stopping;
+    bool inline_nops; /* the NOPs are taken as completing at once (hd_op_expect_inline) */
+    /* late_inline: after counting, one read taken as inline that completes 1 ms later, beside a
+     * guard due in 300 ms; the shard's sleep counter when each came back */
+    bool late_inline;
+    struct hd_op late, guard;
+    int late_fd, guard_fd;
+    uint64_t late_buf, guard_buf, late_sleep, guard_sleep;
+    unsigned late_pending;
 };
 
 static struct stream_ctx *the_stream;
+
+static void late_finish(struct stream_ctx *c)
+{
+    if (--c->late_pending == 0)
+        hdt_done(c->s);
+}
+
+static void late_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    struct stream_ctx *c = hd_container_of(op, struct stream_ctx, late);
+    (void)flags;
+    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
+    c->late_sleep = hd_shard_stats(c->s)->sleeps;
+    late_finish(c);
+}
+
+static void late_guard_done(struct hd_op *op, int32_t res, uint32_t flags)
+{
+    struct stream_ctx *c = hd_container_of(op, struct stream_ctx, guard);
+    (void)flags;
+    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
+    c->guard_sleep = hd_shard_stats(c->s)->sleeps;
+    late_finish(c);
+}
+
+/* The input stops (its timerfd disarmed; the poll stays armed and quiet); a read taken as
+ * completing at once completes 1 ms later instead, beside a guard due in 300 ms. */
+static void late_inline_start(struct stream_ctx *c)
+{
+    struct itimerspec off = {0};
+    HDT_CHECK(timerfd_settime(c->fd, 0, &off, NULL) == 0);
+    c->late_pending = 2;
+    timerfd_read(c->s, &c->late, late_done, &c->late_fd, &c->late_buf, 1u * MS);
+    hd_op_expect_inline(c->s);
+    timerfd_read(c->s, &c->guard, late_guard_done, &c->guard_fd, &c->guard_buf, 300ull * MS);
+}
 
 static void stream_nop(struct hd_op *op, int32_t res, uint32_t flags)
 {
@@ -378,12 +422,17 @@ static void stream_input(struct hd_op *op, int32_t res, uint32_t flags)
         c->sleeps = (uint64_t)ru.ru_nvcsw - c->sleeps0;
         c->features = hd_shard_features(c->s);
         c->stopping = true;
-        hdt_done(c->s);
+        if (c->late_inline)
+            late_inline_start(c);
+        else
+            hdt_done(c->s);
         return;
     }
     for (unsigned i = 0; i < c->per_input; i++) {
         hd_op_init(c->s, &c->nops[i], stream_nop);
         HDT_CHECK(hd_op_nop(c->s, &c->nops[i]) == 0);
+        if (c->inline_nops)
+            hd_op_expect_inline(c->s);
         c->nops_queued++;
     }
 }
@@ -450,6 +499,69 @@ Test(test_reactor_wait, bursts_submit_first)
     cr_assert_geq(c.sleeps, BURSTS_COUNTED / 2);
     cr_assert_lt(c.sleeps * 2, (uint64_t)BURSTS_COUNTED * 3, "%llu sleeps for %u bursts",
                  (unsigned long long)c.sleeps, BURSTS_COUNTED);
+}
+
+/* The plain wait (no min-wait): input every 100 us, 16 "sends" made of each that complete at
+ * once. Their submit and the sleep after it are one io_uring_enter: the sleep waits for a
+ * completion beyond theirs. Before, the sends' own completions ended the wait as it began: two
+ * enters per input, and a peer the sends woke on this CPU preempted the shard between them. */
+Test(test_reactor_wait, inline_sends_submit_with_the_sleep)
+{
+    const struct hdt_options plain = {.shards = 1, .features_disable = HD_FEAT_MIN_WAIT};
+    struct stream_ctx c = {.per_input = STREAM_NOPS,
+                           .warm = STREAM_WARM,
+                           .counted = STREAM_COUNTED,
+                           .inline_nops = true};
+    c.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    cr_assert_geq(c.fd, 0);
+    struct timespec p = {.tv_sec = 0, .tv_nsec = 100000};
+    struct itimerspec it = {.it_interval = p, .it_value = p};
+    cr_assert_eq(timerfd_settime(c.fd, 0, &it, NULL), 0);
+    cr_assert_eq(hdt_run(&plain, stream_body, &c, NULL), 0);
+    close(c.fd);
+    cr_assert_eq(c.nops_done, c.nops_queued, "every NOP submitted came back");
+    cr_log_info("inline sends: %llu enters, %llu sleeps for %u inputs",
+                (unsigned long long)c.enters, (unsigned long long)c.sleeps, STREAM_COUNTED);
+    cr_assert_gt(c.sleeps, 0);
+    cr_assert_lt(c.enters * 2, c.sleeps * 3, "%llu enters for %llu sleeps: the submits went apart",
+                 (unsigned long long)c.enters, (unsigned long long)c.sleeps);
+}
+
+/* A submission taken as completing at once that does not (a send whose socket filled) does not
+ * wake a wait that asks for one completion beyond it: the wait's bound (HD_INLINE_WAIT_US) takes
+ * it, not the next completion of anything else (here a guard 300 ms later). */
+Test(test_reactor_wait, inline_taken_late_is_not_held)
+{
+    const struct hdt_options plain = {.shards = 1, .features_disable = HD_FEAT_MIN_WAIT};
+    struct stream_ctx c = {.per_input = STREAM_NOPS,
+                           .warm = STREAM_WARM,
+                           .counted = STREAM_COUNTED,
+                           .inline_nops = true,
+                           .late_inline = true};
+    c.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    cr_assert_geq(c.fd, 0);
+    struct timespec p = {.tv_sec = 0, .tv_nsec = 100000};
+    struct itimerspec it = {.it_interval = p, .it_value = p};
+    cr_assert_eq(timerfd_settime(c.fd, 0, &it, NULL), 0);
+    cr_assert_eq(hdt_run(&plain, stream_body, &c, NULL), 0);
+    close(c.fd);
+    close(c.late_fd);
+    close(c.guard_fd);
+    cr_assert_lt(c.late_sleep, c.guard_sleep,
+                 "the late completion came back with the guard (sleep %llu): held",
+                 (unsigned long long)c.late_sleep);
+}
+
+/* Where the wait asks for a completion beyond the inline ones: input no sparser than
+ * HD_INLINE_GAP_MAX_NS on average, and then for at most HD_INLINE_WAIT_US. */
+Test(test_reactor_wait, inline_wait_decision)
+{
+    cr_assert_eq(hd_inline_wait_us(0), HD_INLINE_WAIT_US, "busy");
+    cr_assert_eq(hd_inline_wait_us(HD_INLINE_GAP_MAX_NS), HD_INLINE_WAIT_US, "at the limit");
+    cr_assert_eq(hd_inline_wait_us(HD_INLINE_GAP_MAX_NS + 1), 0, "sparser: submit first");
+    cr_assert_eq(hd_inline_wait_us(HD_SPIN_GAP_CAP_NS), 0, "idle");
+    cr_assert_geq(HD_INLINE_WAIT_US * 1000ull, HD_INLINE_GAP_MAX_NS * 20ull,
+                  "the bound is twenty gaps or more");
 }
 
 /* The judgement of a min-wait's gathering. Without submissions: a completion within the window

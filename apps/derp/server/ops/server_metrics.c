@@ -355,6 +355,7 @@ static const struct series series[] = {
     S("hderp_loop_ticks", "counter", loop.ticks), S("hderp_loop_enters", "counter", loop.enters),
     S("hderp_loop_sleeps", "counter", loop.sleeps),
     S("hderp_loop_min_waits", "counter", loop.min_waits),
+    S("hderp_loop_inline_waits", "counter", loop.inline_waits),
     S("hderp_loop_spins", "counter", loop.spins),
     S("hderp_loop_spins_won", "counter", loop.spins_won),
     S("hderp_loop_bus_sent", "counter", loop.bus_sent),
