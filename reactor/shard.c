@@ -380,7 +380,7 @@ static void min_wait_enter(struct hd_shard *s, uint64_t wait_ms, unsigned queued
  * per tick. So where input comes often enough, the wait asks for one completion beyond the
  * inline ones, one enter per tick; it ends at HD_INLINE_WAIT_US at the latest, so a send that
  * went asynchronous after all (its socket filled), whose completion alone does not wake such a
- * wait, is not held longer than that (perf/RESULTS.md, 2026-12-08). */
+ * wait, is not held longer than that (perf/RESULTS.md, 2026-12-07). */
 static void plain_wait(struct hd_shard *s, uint64_t wait_ms, unsigned inline_sqes)
 {
     struct io_uring_cqe *cqe;

@@ -98,7 +98,7 @@ _Static_assert(HD_IS_POW2(HD_TICK_SAMPLE), "sampling masks the tick counter");
  * that soon even if nothing else comes). The bound is longer than a scheduler tick (4 ms at
  * HZ=250) on purpose: a shorter one would be the CPU's earliest timer at every sleep, and
  * arming and cancelling it reprograms the timer hardware, a VM exit each on a VM (+30 % CPU per
- * GB at a 200 us bound, perf/RESULTS.md 2026-12-08). With input at least twenty times closer
+ * GB at a 200 us bound, perf/RESULTS.md 2026-12-07). With input at least twenty times closer
  * than the bound the wait rarely ends at it; with sparser input the submit goes first. */
 #define HD_INLINE_GAP_MAX_NS (250u * 1000u)
 #define HD_INLINE_WAIT_US    5000
