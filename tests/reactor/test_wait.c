@@ -355,28 +355,15 @@ struct stream_ctx {
 
 static struct stream_ctx *the_stream;
 
-static void late_finish(struct stream_ctx *c)
+/* The late read or the guard came back: the shard's sleep counter then. */
+static void late_op_done(struct hd_op *op, int32_t res, uint32_t flags)
 {
+    struct stream_ctx *c = the_stream;
+    (void)flags;
+    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
+    *(op == &c->late ? &c->late_sleep : &c->guard_sleep) = hd_shard_stats(c->s)->sleeps;
     if (--c->late_pending == 0)
         hdt_done(c->s);
-}
-
-static void late_done(struct hd_op *op, int32_t res, uint32_t flags)
-{
-    struct stream_ctx *c = hd_container_of(op, struct stream_ctx, late);
-    (void)flags;
-    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
-    c->late_sleep = hd_shard_stats(c->s)->sleeps;
-    late_finish(c);
-}
-
-static void late_guard_done(struct hd_op *op, int32_t res, uint32_t flags)
-{
-    struct stream_ctx *c = hd_container_of(op, struct stream_ctx, guard);
-    (void)flags;
-    HDT_CHECK(res == (int32_t)sizeof(uint64_t));
-    c->guard_sleep = hd_shard_stats(c->s)->sleeps;
-    late_finish(c);
 }
 
 /* The input stops (its timerfd disarmed; the poll stays armed and quiet); a read taken as
@@ -386,9 +373,9 @@ static void late_inline_start(struct stream_ctx *c)
     struct itimerspec off = {0};
     HDT_CHECK(timerfd_settime(c->fd, 0, &off, NULL) == 0);
     c->late_pending = 2;
-    timerfd_read(c->s, &c->late, late_done, &c->late_fd, &c->late_buf, 1u * MS);
+    timerfd_read(c->s, &c->late, late_op_done, &c->late_fd, &c->late_buf, 1u * MS);
     hd_op_expect_inline(c->s);
-    timerfd_read(c->s, &c->guard, late_guard_done, &c->guard_fd, &c->guard_buf, 300ull * MS);
+    timerfd_read(c->s, &c->guard, late_op_done, &c->guard_fd, &c->guard_buf, 300ull * MS);
 }
 
 static void stream_nop(struct hd_op *op, int32_t res, uint32_t flags)
@@ -450,18 +437,24 @@ static void stream_body(struct hd_shard *s, void *arg)
 
 /* Runs the stream; false (logged) on a kernel without the min-wait, where the plain wait ran
  * and there is nothing to judge. */
-static bool stream_run(struct stream_ctx *c, const char *what, uint64_t period_ns,
-                       uint32_t min_wait_us)
+/* Runs the stream on a shard set up with o, input every period_ns. */
+static void stream_go(struct stream_ctx *c, const struct hdt_options *o, uint64_t period_ns)
 {
-    const struct hdt_options ms_wait = {.shards = 1, .min_wait_us = min_wait_us};
     c->fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
     cr_assert_geq(c->fd, 0);
     struct timespec p = {.tv_sec = 0, .tv_nsec = (long)period_ns};
     struct itimerspec it = {.it_interval = p, .it_value = p};
     cr_assert_eq(timerfd_settime(c->fd, 0, &it, NULL), 0);
-    cr_assert_eq(hdt_run(&ms_wait, stream_body, c, NULL), 0);
+    cr_assert_eq(hdt_run(o, stream_body, c, NULL), 0);
     close(c->fd);
     cr_assert_eq(c->nops_done, c->nops_queued, "every NOP submitted came back");
+}
+
+static bool stream_run(struct stream_ctx *c, const char *what, uint64_t period_ns,
+                       uint32_t min_wait_us)
+{
+    const struct hdt_options ms_wait = {.shards = 1, .min_wait_us = min_wait_us};
+    stream_go(c, &ms_wait, period_ns);
     if (!(c->features & HD_FEAT_MIN_WAIT)) {
         cr_log_info("kernel without IORING_FEAT_MIN_TIMEOUT: the plain wait (fallback) ran");
         return false;
@@ -501,25 +494,22 @@ Test(test_reactor_wait, bursts_submit_first)
                  (unsigned long long)c.sleeps, BURSTS_COUNTED);
 }
 
+/* The plain wait (no min-wait), input every INLINE_PERIOD_NS (its recent gap under
+ * HD_INLINE_GAP_MAX_NS). */
+static const struct hdt_options plain_wait = {.shards = 1, .features_disable = HD_FEAT_MIN_WAIT};
+#define INLINE_PERIOD_NS (100u * 1000u)
+
 /* The plain wait (no min-wait): input every 100 us, 16 "sends" made of each that complete at
  * once. Their submit and the sleep after it are one io_uring_enter: the sleep waits for a
  * completion beyond theirs. Before, the sends' own completions ended the wait as it began: two
  * enters per input, and a peer the sends woke on this CPU preempted the shard between them. */
 Test(test_reactor_wait, inline_sends_submit_with_the_sleep)
 {
-    const struct hdt_options plain = {.shards = 1, .features_disable = HD_FEAT_MIN_WAIT};
     struct stream_ctx c = {.per_input = STREAM_NOPS,
                            .warm = STREAM_WARM,
                            .counted = STREAM_COUNTED,
                            .inline_nops = true};
-    c.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    cr_assert_geq(c.fd, 0);
-    struct timespec p = {.tv_sec = 0, .tv_nsec = 100000};
-    struct itimerspec it = {.it_interval = p, .it_value = p};
-    cr_assert_eq(timerfd_settime(c.fd, 0, &it, NULL), 0);
-    cr_assert_eq(hdt_run(&plain, stream_body, &c, NULL), 0);
-    close(c.fd);
-    cr_assert_eq(c.nops_done, c.nops_queued, "every NOP submitted came back");
+    stream_go(&c, &plain_wait, INLINE_PERIOD_NS);
     cr_log_info("inline sends: %llu enters, %llu sleeps for %u inputs",
                 (unsigned long long)c.enters, (unsigned long long)c.sleeps, STREAM_COUNTED);
     cr_assert_gt(c.sleeps, 0);
@@ -532,19 +522,12 @@ Test(test_reactor_wait, inline_sends_submit_with_the_sleep)
  * it, not the next completion of anything else (here a guard 300 ms later). */
 Test(test_reactor_wait, inline_taken_late_is_not_held)
 {
-    const struct hdt_options plain = {.shards = 1, .features_disable = HD_FEAT_MIN_WAIT};
     struct stream_ctx c = {.per_input = STREAM_NOPS,
                            .warm = STREAM_WARM,
                            .counted = STREAM_COUNTED,
                            .inline_nops = true,
                            .late_inline = true};
-    c.fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    cr_assert_geq(c.fd, 0);
-    struct timespec p = {.tv_sec = 0, .tv_nsec = 100000};
-    struct itimerspec it = {.it_interval = p, .it_value = p};
-    cr_assert_eq(timerfd_settime(c.fd, 0, &it, NULL), 0);
-    cr_assert_eq(hdt_run(&plain, stream_body, &c, NULL), 0);
-    close(c.fd);
+    stream_go(&c, &plain_wait, INLINE_PERIOD_NS);
     close(c.late_fd);
     close(c.guard_fd);
     cr_assert_lt(c.late_sleep, c.guard_sleep,
