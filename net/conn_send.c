@@ -193,6 +193,18 @@ struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t
     return f;
 }
 
+int net_conn_plain_pass(struct net_conn *c)
+{
+    uint32_t off, len;
+    struct hd_frame *f;
+    while ((f = net_conn_plain_take(c, &off, &len)) != NULL) {
+        int rc = net_conn_wire_queue(c, f, off, len);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
 unsigned net_conn_unsent_count(const struct net_conn *c)
 {
     if (c->codecs_n)

@@ -373,14 +373,7 @@ static ssize_t step_decode(struct net_conn *c, void *state, uint8_t *in, size_t 
 static int step_encode(struct net_conn *c, void *state)
 {
     (void)state; /* nothing is sent before the header; pass through whatever is */
-    uint32_t off, n;
-    struct hd_frame *f;
-    while ((f = net_conn_plain_take(c, &off, &n)) != NULL) {
-        int rc = net_conn_wire_queue(c, f, off, n);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    return net_conn_plain_pass(c);
 }
 
 static const struct net_codec step_codec = {

@@ -81,6 +81,9 @@ const struct net_codec *net_conn_codec(const struct net_conn *c, void **state);
 int net_conn_deliver(struct net_conn *c, const uint8_t *data, size_t len);
 /* For codecs: the next unsent plaintext entry (frame reference moves to the codec), or NULL. */
 struct hd_frame *net_conn_plain_take(struct net_conn *c, uint32_t *off, uint32_t *len);
+/* For codecs that change nothing on the way out (yet): every unsent plaintext entry goes to the
+ * wire as it is. Returns 0 or net_conn_wire_queue's -errno. */
+int net_conn_plain_pass(struct net_conn *c);
 /* For codecs that hold plaintext outside the connection's queue (taken but not yet sealed, or
  * queued while handshaking): run encode at this tick's flush even if the queue is empty; until
  * then the connection does not count as drained (a flush-close waits for it). */

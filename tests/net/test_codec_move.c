@@ -55,14 +55,7 @@ static ssize_t pass_decode(struct net_conn *c, void *state, uint8_t *in, size_t 
 static int pass_encode(struct net_conn *c, void *state)
 {
     (void)state;
-    uint32_t off, len;
-    struct hd_frame *f;
-    while ((f = net_conn_plain_take(c, &off, &len)) != NULL) {
-        int rc = net_conn_wire_queue(c, f, off, len);
-        if (rc < 0)
-            return rc;
-    }
-    return 0;
+    return net_conn_plain_pass(c);
 }
 
 static void *pass_move_out(struct net_conn *c, void *state)
