@@ -71,7 +71,7 @@ int net_conn_close_to(struct hd_shard *s, struct hd_handle h, int reason, bool f
         return -EINVAL;
     struct hd_msg m = {.fn = close_msg,
                        .u64 = {h.v, (uint64_t)(uint32_t)reason | (flush ? CLOSE_FLUSH : 0)}};
-    return hd_bus_send(s, hd_handle_shard(h), &m);
+    return hd_bus_send_control(s, hd_handle_shard(h), &m); /* not lost to the sends it follows */
 }
 
 /* ---------------------------------------------------------------- re-offer */

@@ -126,7 +126,7 @@ static void migrate_arrive(struct hd_shard *dst, const struct hd_msg *msg);
 static void migrate_send(struct net_migration *m, struct hd_shard *s)
 {
     struct hd_msg msg = {.fn = migrate_arrive, .ptr = m};
-    if (hd_bus_send(s, m->dst, &msg) == 0)
+    if (hd_bus_send_control(s, m->dst, &msg) == 0) /* a connection's move: control */
         return;
     hd_timer_start(s, &m->retry, 1); /* full bus: the package waits, the fd stays open */
 }

@@ -71,7 +71,7 @@ unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
         return 0;
     if (dst == s->id) {
         uint32_t free_slots = HD_BUS_SELF_SIZE - (s->self_tail - s->self_head);
-        return free_slots > HD_BUS_RESERVED ? free_slots - HD_BUS_RESERVED : 0;
+        return free_slots > HD_BUS_BULK_RESERVE ? free_slots - HD_BUS_BULK_RESERVE : 0;
     }
     struct hd_bus_ring *r = ring_to(s, dst);
     struct hd_bus_overflow *ov = &s->overflow[dst];
@@ -79,11 +79,13 @@ unsigned hd_bus_room(struct hd_shard *s, unsigned dst)
     uint32_t ovf_free = HD_BUS_OVERFLOW_SIZE - (ov->tail - ov->head);
     /* While the overflow holds messages, order keeps new ones out of the ring. */
     uint32_t room = ov->tail != ov->head ? ovf_free : ring_space(r) + ovf_free;
-    return room > HD_BUS_RESERVED ? room - HD_BUS_RESERVED : 0;
+    return room > HD_BUS_BULK_RESERVE ? room - HD_BUS_BULK_RESERVE : 0;
 }
 
-/* reserve: slots (of ring + overflow) left free for the reactor's own messages (frames going
- * home, collect requests), so an app that fills the bus cannot starve them. */
+/* reserve: slots (of ring + overflow) this message leaves free, in three levels: an app's bulk
+ * leaves HD_BUS_BULK_RESERVE, its control messages HD_BUS_RESERVED, the reactor's own (frames
+ * going home, collect requests) none. So an app that fills the bus with packets starves neither
+ * its own control messages nor the reactor's. */
 /* A message to this shard itself: queued for the next drain, the same order and bounds as a
  * message to another shard (never run inside the send: the caller may be mid-callback). */
 static int self_enqueue(struct hd_shard *s, const struct hd_msg *m, uint32_t reserve)
@@ -129,6 +131,11 @@ static int bus_enqueue(struct hd_shard *s, unsigned dst, const struct hd_msg *m,
 }
 
 int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
+{
+    return bus_enqueue(s, dst, m, HD_BUS_BULK_RESERVE, false);
+}
+
+int hd_bus_send_control(struct hd_shard *s, unsigned dst, const struct hd_msg *m)
 {
     return bus_enqueue(s, dst, m, HD_BUS_RESERVED, false);
 }

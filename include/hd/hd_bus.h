@@ -27,8 +27,15 @@ _Static_assert(sizeof(struct hd_msg) == 32, "two messages per cache line");
  * Returns 0, -EAGAIN, -EINVAL (dst out of range). Ownership of what m points to moves only on
  * success. m->fn must be set. */
 int hd_bus_send(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
-/* Messages this shard could still queue for dst right now (ring space + overflow space, or
- * its own queue's space when dst is this shard); 0 when dst is out of range. */
+/* hd_bus_send for an app's control messages: the few per connection that change its state on
+ * another shard (it moved, it left), which must not be lost to the app's own bulk (packets). They
+ * may take the HD_BUS_CONTROL_ROOM slots that hd_bus_send leaves free, and keep their place in
+ * the one order of messages from this shard to dst. -EAGAIN only when that room is used up too
+ * (counted in bus_full like any refusal). Never for bulk: its room is what keeps it for control. */
+int hd_bus_send_control(struct hd_shard *s, unsigned dst, const struct hd_msg *m);
+/* Messages this shard could still queue for dst right now with hd_bus_send (ring space +
+ * overflow space, or its own queue's space when dst is this shard, less the slots bulk leaves
+ * free: HD_BUS_BULK_RESERVE); 0 when dst is out of range. */
 unsigned hd_bus_room(struct hd_shard *s, unsigned dst);
 
 #endif /* HD_BUS_H */

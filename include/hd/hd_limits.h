@@ -35,6 +35,12 @@ _Static_assert(HD_IS_POW2(HD_DEFER_RING_SIZE), "ring index masks");
 #define HD_BUS_DRAIN_BUDGET  4096 /* messages taken from one inbox per tick */
 /* Slots apps cannot take: the reactor's own messages (frames going home) always fit. */
 #define HD_BUS_RESERVED 64
+/* Slots an app's bulk messages (hd_bus_send) leave free for its control messages
+ * (hd_bus_send_control: a connection's state changes between shards), so a bus its packets
+ * filled still carries them, in order behind those packets. */
+#define HD_BUS_CONTROL_ROOM 256
+/* What hd_bus_send leaves free of ring + overflow (or of the own shard's queue). */
+#define HD_BUS_BULK_RESERVE (HD_BUS_RESERVED + HD_BUS_CONTROL_ROOM)
 /* Lazy messages (frames going home) do not wake a sleeping consumer while fewer than this many
  * messages wait in its ring from us: it drains them on its next tick, whatever wakes it. A
  * quarter of the ring, so a long sleep can never leave the ring too full for urgent ones. */
@@ -42,12 +48,14 @@ _Static_assert(HD_IS_POW2(HD_DEFER_RING_SIZE), "ring index masks");
 _Static_assert(HD_IS_POW2(HD_BUS_RING_SIZE), "ring index masks");
 _Static_assert(HD_IS_POW2(HD_BUS_OVERFLOW_SIZE), "overflow index masks");
 _Static_assert(HD_BUS_DRAIN_BUDGET <= HD_BUS_RING_SIZE, "budget never exceeds one full ring");
-_Static_assert(HD_BUS_RESERVED < HD_BUS_OVERFLOW_SIZE, "apps keep most of the overflow");
+_Static_assert(HD_BUS_BULK_RESERVE < HD_BUS_OVERFLOW_SIZE / 2,
+               "apps' bulk keeps most of the overflow");
 /* Messages a shard sends itself (hd_bus_send to its own id) wait in a queue of their own, run at
  * the shard's next bus drain: 4096 x 32 B = 128 KiB per shard. */
 #define HD_BUS_SELF_SIZE HD_BUS_RING_SIZE
 _Static_assert(HD_IS_POW2(HD_BUS_SELF_SIZE), "self queue index masks");
-_Static_assert(HD_BUS_SELF_SIZE > HD_BUS_RESERVED, "apps get most of the self queue");
+_Static_assert(HD_BUS_SELF_SIZE > 2 * HD_BUS_BULK_RESERVE,
+               "apps' bulk gets most of the self queue");
 
 /* Posts (hd_runtime_post): slots in each shard's inbox for threads that are not shards. The main
  * thread posts a handful of messages per reload (one per shard per snapshot), so 64 is plenty;

@@ -235,7 +235,8 @@ struct net_conn *net_conn_by_handle(struct hd_shard *s, struct hd_handle h);
 int net_conn_send_to(struct hd_shard *s, struct hd_handle h, struct hd_frame *f, uint32_t off,
                      uint32_t len);
 /* From any shard s: net_conn_close(c, reason, flush) on h's connection, through the bus as
- * net_conn_send_to; a connection gone by then is counted (handle_stale). Returns 0, -EAGAIN,
+ * net_conn_send_to (a control message: sends that filled the bus leave it room, and it stays
+ * behind them); a connection gone by then is counted (handle_stale). Returns 0, -EAGAIN,
  * -EINVAL (as net_conn_send_to). */
 int net_conn_close_to(struct hd_shard *s, struct hd_handle h, int reason, bool flush);
 /* Per-shard counters of the calls by handle that arrived on this shard. On s. */

@@ -1,7 +1,8 @@
 /* test_bus.c - the cross-shard bus on real shards: millions of sequenced messages in both
  * directions (and all-to-all on three shards sharing two cores), exact ring-full backpressure
- * against a consumer that is blocked, wake-ups of a sleeping shard by MSG_RING and by the eventfd
- * fallback, invalid destinations, and hd_collect. Messages to the own shard: test_bus_self.c.
+ * against a consumer that is blocked (bulk, then the room it leaves for control messages), wake-ups
+ * of a sleeping shard by MSG_RING and by the eventfd fallback, invalid destinations, and
+ * hd_collect. Messages to the own shard: test_bus_self.c.
  *
  * ThreadSanitizer: Criterion's runner cannot start under TSan (BoxFort's inheritable arena fails
  * with EAGAIN, Snaipe/Criterion#274), so a TSan build runs the same cases from its own main()
@@ -168,7 +169,9 @@ BUS_TEST(three_shards_all_pairs_in_order)
 
 /* ---------------------------------------------------------------- ring-full backpressure */
 
-#define FULL_ACCEPT (HD_BUS_RING_SIZE + HD_BUS_OVERFLOW_SIZE - HD_BUS_RESERVED)
+/* What hd_bus_send takes of a bus nobody drains, then what hd_bus_send_control still takes. */
+#define BULK_ACCEPT (HD_BUS_RING_SIZE + HD_BUS_OVERFLOW_SIZE - HD_BUS_BULK_RESERVE)
+#define FULL_ACCEPT (BULK_ACCEPT + HD_BUS_CONTROL_ROOM)
 #define FULL_EXTRA  100u
 
 struct full_ctx {
@@ -207,7 +210,7 @@ static void full_poll(struct hd_timer *t)
         return;
     }
     /* Everything accepted arrived: sending works again. */
-    HDT_CHECK(hd_bus_room(s, 1) == FULL_ACCEPT);
+    HDT_CHECK(hd_bus_room(s, 1) == BULK_ACCEPT);
     for (uint32_t i = 0; i < FULL_EXTRA; i++)
         HDT_CHECK(full_send(s, full->accepted + i) == 0);
     full->extra_sent = true;
@@ -220,7 +223,7 @@ static void full_retry(struct hd_timer *t)
     /* 20 ms later the consumer is still blocked: the ring was published full and stays so. */
     HDT_CHECK(hd_bus_room(s, 1) == 0);
     HDT_CHECK(full_send(s, full->accepted) == -EAGAIN);
-    HDT_CHECK(hd_shard_stats(s)->bus_full == 2);
+    HDT_CHECK(hd_shard_stats(s)->bus_full == 3);
     atomic_store(&full->release, true);
     hd_timer_init(&full->poll, full_poll);
     hd_timer_start(s, &full->poll, 1);
@@ -241,15 +244,21 @@ static void full_body(struct hd_shard *s, void *arg)
         return;
     }
     full->s0 = s;
-    HDT_CHECK(hd_bus_room(s, 1) == FULL_ACCEPT);
+    HDT_CHECK(hd_bus_room(s, 1) == BULK_ACCEPT);
     uint32_t n = 0;
     int rc;
     while ((rc = full_send(s, n)) == 0)
         n++;
-    HDT_CHECK(rc == -EAGAIN);
-    full->accepted = n;
+    HDT_CHECK(rc == -EAGAIN && n == BULK_ACCEPT);
     const struct hd_shard_stats *st = hd_shard_stats(s);
     HDT_CHECK(st->bus_full == 1);
+    /* Bulk filled it: control messages still go, behind the bulk, into the room it left. */
+    struct hd_msg m = {.fn = full_msg, .u64 = {n, 0}};
+    while ((rc = hd_bus_send_control(s, 1, &m)) == 0)
+        m.u64[0] = ++n;
+    HDT_CHECK(rc == -EAGAIN && n == FULL_ACCEPT);
+    full->accepted = n;
+    HDT_CHECK(st->bus_full == 2);
     HDT_CHECK(st->bus_sent == n);
     HDT_CHECK(st->bus_overflowed == HD_BUS_OVERFLOW_SIZE - HD_BUS_RESERVED);
     HDT_CHECK(hd_bus_room(s, 1) == 0);
@@ -274,7 +283,7 @@ BUS_TEST(ring_full_backpressure_exact)
     EXPECT(c.next_expected == FULL_ACCEPT + FULL_EXTRA, "order broken");
     const struct hd_shard_stats *st0 = hd_shard_stats(hd_runtime_shard(rt, 0));
     const struct hd_shard_stats *st1 = hd_shard_stats(hd_runtime_shard(rt, 1));
-    EXPECT(st0->bus_full == 2, "bus_full %llu", (unsigned long long)st0->bus_full);
+    EXPECT(st0->bus_full == 3, "bus_full %llu", (unsigned long long)st0->bus_full);
     EXPECT(st0->bus_sent == FULL_ACCEPT + FULL_EXTRA, "bus_sent %llu",
            (unsigned long long)st0->bus_sent);
     EXPECT(st1->bus_received == FULL_ACCEPT + FULL_EXTRA, "bus_received %llu",
@@ -394,11 +403,12 @@ static void invalid_body(struct hd_shard *s, void *arg)
     HDT_CHECK(hd_bus_send(s, hd_shard_count(s), &m) == -EINVAL);
     HDT_CHECK(hd_bus_send(s, HD_SHARDS_MAX, &m) == -EINVAL);
     HDT_CHECK(hd_bus_send(s, UINT_MAX, &m) == -EINVAL);
-    HDT_CHECK(hd_bus_room(s, id) == HD_BUS_SELF_SIZE - HD_BUS_RESERVED); /* test_bus_self.c */
+    HDT_CHECK(hd_bus_send_control(s, hd_shard_count(s), &m) == -EINVAL);
+    HDT_CHECK(hd_bus_room(s, id) == HD_BUS_SELF_SIZE - HD_BUS_BULK_RESERVE); /* test_bus_self.c */
     HDT_CHECK(hd_bus_room(s, hd_shard_count(s)) == 0);
     HDT_CHECK(hd_bus_room(s, UINT_MAX) == 0);
     for (unsigned d = 0; d < hd_shard_count(s); d++)
-        HDT_CHECK(d == id || hd_bus_room(s, d) == FULL_ACCEPT);
+        HDT_CHECK(d == id || hd_bus_room(s, d) == BULK_ACCEPT);
     hdt_done(s);
 }
 

@@ -107,7 +107,7 @@ Test(test_reactor_bus_self, own_shard_is_queued_ordered_bounded)
     cr_assert_eq(hdt_run(&o, self_start, NULL, &rt), 0);
     cr_assert_eq(c.full_rc, -EAGAIN);
     cr_assert_eq(c.accepted, c.room, "accepted %u, room said %u", c.accepted, c.room);
-    cr_assert_eq(c.room, HD_BUS_SELF_SIZE - HD_BUS_RESERVED);
+    cr_assert_eq(c.room, HD_BUS_SELF_SIZE - HD_BUS_BULK_RESERVE);
     cr_assert(!c.ran_inside, "a handler ran inside hd_bus_send or kit_route");
     cr_assert_eq(c.ran, (uint64_t)c.accepted + 1);
     cr_assert(c.chained, "a message sent to self from a handler ran in the same pass");

@@ -229,3 +229,73 @@ Test(server_place, held_packets_keep_their_kind)
     struct srvt_opts o = {.shards = 2};
     cr_assert_eq(srvt_run(&o, held_kind_body, NULL), 0);
 }
+
+/* ---------------------------------------------------------------- events behind a full bus */
+
+/* Packets that fill the bus to a shard leave room for the relay's events (hd_bus_send_control):
+ * placement's guest_here, guest_gone and guest_settled, NotHere, ClosePeer. Lost, an owner
+ * would hold a moved key's packets for good (no guest_here) or count a gone connection as
+ * present (no guest_gone). Shard 0 routes packets for a key of shard 1 in one tick until the
+ * bus refuses one, then sends an event: before events had a room of their own it was refused
+ * too (-EAGAIN, and lost). On shard 1 the event runs after every packet that went before it. */
+#define EVENT_ARG 7u
+
+static struct {
+    uint64_t routed; /* packets shard 0 put on the bus before it was full */
+    _Atomic bool ran;
+    struct srv_shard *ds1;
+    struct hd_timer poll;
+    unsigned polls;
+} ev;
+
+static void full_bus_event(struct srv_shard *ds, struct hd_frame *f, uint64_t arg)
+{
+    (void)f;
+    HDT_CHECK(hd_shard_id(ds->s) == 1 && arg == EVENT_ARG);
+    /* In the one order from shard 0: every packet before it was delivered (to nobody). */
+    HDT_CHECK(dropped(ds, SRV_DROP_UNKNOWN_DEST) == ev.routed);
+    atomic_store(&ev.ran, true);
+}
+
+static void full_bus_poll(struct hd_timer *t)
+{
+    struct srv_shard *ds = ev.ds1;
+    if (!atomic_load(&ev.ran)) {
+        HDT_CHECK(++ev.polls < 30000); /* 30 s: the bus is not that slow */
+        hd_timer_start(ds->s, t, 1);
+        return;
+    }
+    srvt_done(ds);
+}
+
+static void full_bus_body(struct srv_shard *ds, void *arg)
+{
+    (void)arg;
+    if (hd_shard_id(ds->s) == 1) {
+        ev.ds1 = ds;
+        hd_timer_init(&ev.poll, full_bus_poll);
+        hd_timer_start(ds->s, &ev.poll, 1);
+        return;
+    }
+    uint8_t src[DERP_KEY_LEN], there[DERP_KEY_LEN];
+    srvt_key(1, src);
+    srvt_key_owned(ds, 1, 0, there);
+    /* One tick: shard 1 sees none of it until this tick publishes. */
+    struct srv_routed r;
+    while ((r = route(ds, there, src, SRV_KIND_OTHER, false)).to == SRV_ROUTED_OWNER)
+        ev.routed++;
+    HDT_CHECK(r.to == SRV_ROUTED_NONE && ds->ctr.bus_dropped == 1);
+    HDT_CHECK(ev.routed >= HD_BUS_RING_SIZE); /* the bus was full, not the frame pool */
+    struct hd_frame *f = srv_key_frame(ds, there, NULL);
+    HDT_CHECK(f != NULL);
+    HDT_CHECK(srv_event_send(ds, 1, full_bus_event, f, EVENT_ARG) == 0);
+    HDT_CHECK(ds->ctr.bus_dropped == 1);
+    srvt_done(ds);
+}
+
+Test(server_route, events_pass_a_bus_full_of_packets)
+{
+    memset(&ev, 0, sizeof(ev));
+    struct srvt_opts o = {.shards = 2};
+    cr_assert_eq(srvt_run(&o, full_bus_body, NULL), 0);
+}

@@ -142,10 +142,11 @@ int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct h
     struct hd_msg m = {.fn = event_msg,
                        .ptr = f,
                        .u64 = {arg | (uint64_t)ds->instance << 32, (uint64_t)(uintptr_t)fn}};
-    int rc = hd_bus_send(ds->s, to, &m);
+    int rc = hd_bus_send_control(ds->s, to, &m); /* packets leave room for events */
     if (rc < 0) {
         ds->ctr.bus_dropped++;
-        hd_log_rl(HD_LOG_WARN, "bus to shard %u full: an event was dropped", to);
+        hd_log_rl(HD_LOG_WARN,
+                  "bus to shard %u full, its room for events too: an event was dropped", to);
         hd_frame_unref(ds->s, f);
     }
     return rc;

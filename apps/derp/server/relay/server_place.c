@@ -69,8 +69,10 @@
  *   packing moves a pair only if its follower can follow.
  * - Windows it leaves. Between a duplicate's registration and the guest shard hearing of it,
  *   packets from the guest shard's own senders still reach the old connection (derper would give
- *   them to the new one); a ClosePeer during the move reaches nobody; a lost event (full bus)
- *   leaves the owner routing to where it last knew (those packets bounce back and drop). */
+ *   them to the new one); a ClosePeer during the move reaches nobody. Events travel as the bus's
+ *   control messages, which packets cannot crowd out; a lost one (a bus full even for them:
+ *   HD_BUS_CONTROL_ROOM events queued to one shard in a tick) leaves the owner routing to where it
+ *   last knew (those packets bounce back and drop). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -127,7 +127,9 @@ void srv_watch_notes_loops(struct srv_client *cl);
 void srv_client_note_frame(struct srv_client *cl);
 void srv_close_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN]);
 /* Run fn(ds, f, arg) on shard `to` (at once when it is this one), or on every shard. Take the
- * caller's reference of f; a full bus drops the event (counted, logged; send: -EAGAIN). arg
+ * caller's reference of f. Events are the bus's control messages (hd_bus_send_control): packets
+ * that filled the bus leave them room, in order behind those packets; a bus full even for them
+ * drops the event (counted, logged; send: -EAGAIN). arg
  * fits 32 bits (the message's other half names the relay instance). */
 typedef void srv_event_fn(struct srv_shard *ds, struct hd_frame *f, uint64_t arg);
 int srv_event_send(struct srv_shard *ds, unsigned to, srv_event_fn *fn, struct hd_frame *f,
