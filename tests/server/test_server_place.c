@@ -7,7 +7,10 @@
  * needs a connection): here no client is active. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "server_test.h"
 
@@ -298,4 +301,65 @@ Test(server_route, events_pass_a_bus_full_of_packets)
     memset(&ev, 0, sizeof(ev));
     struct srvt_opts o = {.shards = 2};
     cr_assert_eq(srvt_run(&o, full_bus_body, NULL), 0);
+}
+
+/* ---------------------------------------------------------------- a guest settling */
+
+/* A guest that just arrived on shard 1 (its key's owner is shard 0): what shard 1's own senders
+ * send it waits until the owner's word (guest_settled). A full wait dropped nothing before: it let
+ * every waiting packet go to the connection, ahead of the packets of those same senders that the
+ * owner still held and had not sent on, so one sender's packets to one receiver could arrive out
+ * of order. Now the next one drops (a full queue), and only SRV_PLACE_SETTLE_MS after the arrival,
+ * the word taken as lost, does the next packet let them all go, in order. */
+static void settle_body(struct srv_shard *ds, void *arg)
+{
+    (void)arg;
+    if (hd_shard_id(ds->s) == 0) {
+        srvt_done(ds);
+        return;
+    }
+    uint8_t src[DERP_KEY_LEN], guest[DERP_KEY_LEN];
+    srvt_key(1, src);
+    srvt_key_owned(ds, 0, 0, guest);
+    int sv[2];
+    HDT_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+    struct srv_client *cl = srvt_client(ds, guest, SRV_CLIENT_ACTIVE);
+    HDT_CHECK(net_conn_adopt(ds->s, sv[0], &srvt_sink_handler, cl, NULL, &cl->conn) == 0);
+    uint64_t now = hd_now_ms(ds->s);
+    HDT_CHECK(now > SRV_PLACE_SETTLE_MS);
+    cl->guest = true;
+    cl->moved_ms = now; /* it arrived just now */
+    struct srv_peer *g = calloc(1, sizeof(*g));
+    HDT_CHECK(g != NULL);
+    memcpy(g->key.bytes, guest, DERP_KEY_LEN);
+    g->clients = g->active = cl;
+    g->clients_count = 1;
+    g->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*g->held));
+    g->placing = true; /* settling: the owner's word has not come */
+    HDT_CHECK(g->held && srv_peers_insert(&ds->guests, g) == 0);
+    cl->peer = g;
+    for (unsigned i = 0; i < SRV_PLACE_HELD_MAX; i++)
+        HDT_CHECK(route(ds, guest, src, SRV_KIND_OTHER, false).to == SRV_ROUTED_LOCAL);
+    HDT_CHECK(g->held_count == SRV_PLACE_HELD_MAX && dropped(ds, SRV_DROP_QUEUE_TAIL) == 0);
+    /* full, right after the arrival: this one drops, the waiting ones stay */
+    (void)route(ds, guest, src, SRV_KIND_OTHER, false);
+    HDT_CHECK(g->placing && g->held_count == SRV_PLACE_HELD_MAX);
+    HDT_CHECK(dropped(ds, SRV_DROP_QUEUE_TAIL) == 1);
+    /* the word never came: long after the arrival the next packet lets them all go */
+    cl->moved_ms = now - SRV_PLACE_SETTLE_MS;
+    (void)route(ds, guest, src, SRV_KIND_OTHER, false);
+    HDT_CHECK(!g->placing && g->held == NULL && g->held_count == 0);
+    srv_peers_remove(&ds->guests, g);
+    free(g);
+    cl->peer = NULL;
+    net_conn_close(cl->conn, 0, false);
+    close(sv[1]);
+    srvt_client_free(cl);
+    srvt_done(ds);
+}
+
+Test(server_place, a_full_settling_wait_drops_before_it_reorders)
+{
+    struct srvt_opts o = {.shards = 2, .net = true};
+    cr_assert_eq(srvt_run(&o, settle_body, NULL), 0);
 }

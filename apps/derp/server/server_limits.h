@@ -165,6 +165,11 @@ _Static_assert((SRV_SUBS_SLOTS & (SRV_SUBS_SLOTS - 1)) == 0, "masked index");
  * with 32). Held only during a move (an array of pointers, malloc'd at the move). */
 #define SRV_PLACE_HELD_MAX (8u * SRV_QUEUE_DEPTH)
 _Static_assert(SRV_PLACE_HELD_MAX <= 65535, "srv_peer.held_count is 16 bits");
+/* A guest shard's own senders' packets for a guest that arrived wait (SRV_PLACE_HELD_MAX) until
+ * the owner's word that it released what it held (one bus round trip). More are dropped as a
+ * full queue, not let go ahead of the owner's, for this long after the arrival; after it the
+ * word was lost (a bus full even for events) and the next packet lets them all go, in order. */
+#define SRV_PLACE_SETTLE_MS 1000u
 /* A guest that asked its owner to call it home asks again no sooner than this (the owner says
  * no without a word when the key got a duplicate or is on its way). */
 #define SRV_PLACE_ASK_MS 1000u

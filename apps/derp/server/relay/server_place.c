@@ -36,9 +36,11 @@
  *   shard takes it into guests, re-subscribes its sources in its own index and tells the owner
  *   (guest_here), which sends the held packets on in order and then guest_settled, behind them on
  *   the same bus ring. Until that arrives the guest entry is *settling*: what the guest shard's own
- *   senders send the guest waits in the entry (srv_place_guest_enqueue, at most SRV_PLACE_HELD_MAX;
- *   a full one lets them go, in order), because their packets from before the arrival went by the
- *   owner and are among the held ones; delivered at once they would overtake them. A settling guest
+ *   senders send the guest waits in the entry (srv_place_guest_enqueue, at most SRV_PLACE_HELD_MAX,
+ *   more drop as a full queue; SRV_PLACE_SETTLE_MS after the arrival the owner's word counts as
+ *   lost and the next packet lets them all go, in order), because their packets from before the
+ *   arrival went by the owner and are among the held ones; delivered at once they would overtake
+ *   them. A settling guest
  *   that leaves (home, or closed) sends what waited to the owner like any packet for the key.
  * - Leaving. A guest that closes leaves guests and tells the owner (guest_gone), which counts the
  *   connection down there, with the usual departure (PeerGone, watchers). A packet that reaches the
@@ -281,6 +283,7 @@ static void guest_adopt(struct net_conn *c, void *arg)
     net_conn_set_app(c, &srv_client_handler, cl);
     place_set(cl, PLACE_GUEST);
     srv_client_phase_set(cl, SRV_CLIENT_ACTIVE);
+    cl->moved_ms = hd_now_ms(ds->s); /* its arrival: the settling's bound counts from it */
     struct srv_peer *g = calloc(1, sizeof(*g));
     if (g) {
         g->key = cl->key;
@@ -321,8 +324,16 @@ static void guest_settled_event(struct srv_shard *ds, struct hd_frame *f, uint64
 int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f)
 {
     struct srv_peer *g = cl->peer;
-    if (g && g->placing && g->held_count == SRV_PLACE_HELD_MAX)
-        held_release(cl->ds, g); /* the owner's event is late (a full bus): bounded, in order */
+    if (g && g->placing && g->held_count == SRV_PLACE_HELD_MAX) {
+        /* Full before the owner's word: let go now, they could overtake this shard's senders'
+         * packets the owner still holds; they drop as a full queue, as the owner's do. Long
+         * after the arrival the word was lost: all go, in order. */
+        if (hd_now_ms(cl->ds->s) - cl->moved_ms < SRV_PLACE_SETTLE_MS) {
+            srv_packet_drop(cl->ds, f, SRV_DROP_QUEUE_TAIL);
+            return 0;
+        }
+        held_release(cl->ds, g);
+    }
     if (g == NULL || !g->placing)
         return srv_client_enqueue(cl, f);
     held_put(g, f);

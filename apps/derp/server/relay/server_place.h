@@ -60,7 +60,8 @@ struct srv_client *srv_place_guest_h(struct srv_shard *ds, const uint8_t key[DER
                                      uint64_t h);
 /* A sender on guest cl's shard sends it f: right after the guest arrived, f waits until its
  * owner released what it held (a sender here must not overtake its own packets that went by
- * the owner while the guest travelled). srv_client_enqueue's return (0 while held). */
+ * the owner while the guest travelled; a full wait drops f, SRV_PLACE_SETTLE_MS). Returns
+ * srv_client_enqueue's return (0 while held or dropped). */
 int srv_place_guest_enqueue(struct srv_client *cl, struct hd_frame *f);
 /* A second connection registered for p while its first lives elsewhere: call that one home. */
 void srv_place_recall(struct srv_shard *ds, struct srv_peer *p);
