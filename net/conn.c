@@ -735,10 +735,26 @@ static bool codec_close(struct net_conn *c, int reason)
     return rc == 0;
 }
 
+/* Closed while waiting to move (an op still in flight): the move is off, and its package, still
+ * empty, goes; the app hears on_close here, its adopt never runs. */
+static void move_cancel(struct net_conn *c)
+{
+    if (net_conn_migration(c) == NULL)
+        return;
+    free(c->move->migration);
+    c->move->migration = NULL;
+    net_conn_hold_set(c, c->hold == NET_HOLD_QUIET_MOVE ? NET_HOLD_QUIET
+                         : c->move->pending_head        ? NET_HOLD_CARRY
+                                                        : NET_HOLD_NONE);
+}
+
 void net_conn_close(struct net_conn *c, int reason, bool flush)
 {
     if (c->state == NET_CONN_CLOSING || c->state == NET_CONN_CLOSED)
         return;
+    /* First, so that a flush-close stays here: the move's step only waits for the ops in
+     * flight and would carry the connection away open, its close forgotten. */
+    move_cancel(c);
     if (flush && c->state == NET_CONN_OPEN && c->codecs[0].codec && c->codecs[0].codec->close &&
         !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING)) && codec_close(c, reason))
         return;
@@ -754,15 +770,6 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     }
     net_conn_state_set(c, NET_CONN_CLOSING); /* OPEN/CONNECTING -> CLOSING, once */
     c->close_reason = reason;
-    /* Closed while waiting to move (an op still in flight failed): the move is off, and its
-     * package, still empty, goes. */
-    if (net_conn_migration(c) != NULL) {
-        free(c->move->migration);
-        c->move->migration = NULL;
-        net_conn_hold_set(c, c->hold == NET_HOLD_QUIET_MOVE ? NET_HOLD_QUIET
-                             : c->move->pending_head        ? NET_HOLD_CARRY
-                                                            : NET_HOLD_NONE);
-    }
     hd_timer_stop(c->shard, &c->idle_timer);
     hd_timer_stop(c->shard, &c->write_timer);
     hd_timer_stop(c->shard, &c->nobufs_timer);

@@ -8,8 +8,9 @@
  * cross shards by reference (they return to their owner when freed); pool objects (queue
  * chunks, the struct itself) never do. The package is heap memory because it is made on one
  * shard and freed on another. A connection closed while it waits to move drops the move (its
- * empty package goes with it); a destination that cannot take the connection (its pool is
- * full) closes the fd and frees the exported codec state with the codec's move_drop. */
+ * empty package goes with it), a graceful close too (it flushes and closes here); a destination
+ * that cannot take the connection (its pool is full) closes the fd and frees the exported codec
+ * state with the codec's move_drop. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -188,7 +188,8 @@ size_t net_conn_queued_bytes(const struct net_conn *c);
  * offers the kept bytes at once, inside this call: the app's state may be gone after it. */
 void net_conn_pause_recv(struct net_conn *c, bool paused);
 /* Close after the queued bytes are sent (flush = true; bounded by the write timeout) or at once.
- * reason reaches on_close. Idempotent. */
+ * reason reaches on_close. Idempotent. A connection waiting to move (net_conn_migrate) stays:
+ * the move is off, its adopt never runs, and it closes here either way. */
 void net_conn_close(struct net_conn *c, int reason, bool flush);
 /* Shut down the write side once the queue is empty (half close). */
 void net_conn_shutdown_write(struct net_conn *c);
