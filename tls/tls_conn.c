@@ -657,7 +657,10 @@ int tls_conn_key_update(struct net_conn *c, bool request_peer)
     if (t->todo & TLS_TODO_KEY_UPDATE)
         return 0; /* one is on its way */
     t->todo |= TLS_TODO_KEY_UPDATE | (request_peer ? TLS_TODO_KU_REQUEST : 0);
-    return net_conn_quiet_begin(c);
+    int rc = net_conn_quiet_begin(c);
+    if (rc < 0) /* no quiet point (a move waits): none is on its way, a later call may try */
+        t->todo &= (uint8_t) ~(TLS_TODO_KEY_UPDATE | TLS_TODO_KU_REQUEST);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- rekey probe */
