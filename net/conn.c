@@ -755,8 +755,9 @@ void net_conn_close(struct net_conn *c, int reason, bool flush)
     /* First, so that a flush-close stays here: the move's step only waits for the ops in
      * flight and would carry the connection away open, its close forgotten. */
     move_cancel(c);
+    HD_ASSERT(!(c->flags & NET_F_MIGRATING)); /* a move holds only while its package waits */
     if (flush && c->state == NET_CONN_OPEN && c->codecs[0].codec && c->codecs[0].codec->close &&
-        !(c->flags & (NET_F_CODEC_CLOSE | NET_F_MIGRATING)) && codec_close(c, reason))
+        !(c->flags & NET_F_CODEC_CLOSE) && codec_close(c, reason))
         return;
     if (flush && c->state == NET_CONN_OPEN && !net_conn_queues_empty(c)) {
         /* Stop reading, send what is queued (bounded by the write timeout), then close. */

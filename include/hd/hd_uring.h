@@ -45,8 +45,8 @@ struct io_uring_sqe *hd_op_sqe(struct hd_shard *s, struct hd_op *op);
  * a NOP, a send to a socket with room in its buffer. Under load the tick's sleep then submits
  * and sleeps in one enter, waiting for a completion beyond those (a submit that returned first
  * would let a peer its sends woke on this CPU preempt the shard on the way out); one that does
- * not complete at once after all is seen within HD_INLINE_WAIT_GAPS completion gaps
- * (docs/ARCHITECTURE.md, the wait policy). */
+ * not complete at once after all is seen within HD_INLINE_WAIT_US (docs/ARCHITECTURE.md, the
+ * wait policy). */
 void hd_op_expect_inline(struct hd_shard *s);
 /* The shard's ring (for registration calls such as buffer rings). */
 struct io_uring *hd_shard_ring(struct hd_shard *s);

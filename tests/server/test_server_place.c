@@ -31,18 +31,25 @@ static uint64_t dropped(const struct srv_shard *ds, enum srv_drop why)
     return ds->ctr.packets_dropped[why][SRV_KIND_OTHER];
 }
 
-/* The peer table's entry of a key whose one connection is on its way to shard 1 (guest_at 2),
- * placing: packets for it are held (room for SRV_PLACE_HELD_MAX); the test frees it. */
-static struct srv_peer *travelling_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+/* An entry of table t for key with one connection, placing: packets for it are held (room for
+ * SRV_PLACE_HELD_MAX); the test frees it. */
+static struct srv_peer *placing_entry(struct srv_peer_table *t, const uint8_t key[DERP_KEY_LEN])
 {
     struct srv_peer *p = calloc(1, sizeof(*p));
     HDT_CHECK(p != NULL);
     memcpy(p->key.bytes, key, DERP_KEY_LEN);
     p->clients_count = 1;
-    p->guest_at = 2;
     p->placing = true;
     p->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*p->held));
-    HDT_CHECK(p->held && srv_peers_insert(&ds->peers, p) == 0);
+    HDT_CHECK(p->held && srv_peers_insert(t, p) == 0);
+    return p;
+}
+
+/* The owner's entry of a key whose one connection is on its way to shard 1 (guest_at 2). */
+static struct srv_peer *travelling_peer(struct srv_shard *ds, const uint8_t key[DERP_KEY_LEN])
+{
+    struct srv_peer *p = placing_entry(&ds->peers, key);
+    p->guest_at = 2;
     return p;
 }
 
@@ -328,15 +335,9 @@ static void settle_body(struct srv_shard *ds, void *arg)
     uint64_t now = hd_now_ms(ds->s);
     HDT_CHECK(now > SRV_PLACE_SETTLE_MS);
     cl->guest = true;
-    cl->moved_ms = now; /* it arrived just now */
-    struct srv_peer *g = calloc(1, sizeof(*g));
-    HDT_CHECK(g != NULL);
-    memcpy(g->key.bytes, guest, DERP_KEY_LEN);
+    cl->moved_ms = now;                                     /* it arrived just now */
+    struct srv_peer *g = placing_entry(&ds->guests, guest); /* settling: no word from the owner */
     g->clients = g->active = cl;
-    g->clients_count = 1;
-    g->held = malloc(SRV_PLACE_HELD_MAX * sizeof(*g->held));
-    g->placing = true; /* settling: the owner's word has not come */
-    HDT_CHECK(g->held && srv_peers_insert(&ds->guests, g) == 0);
     cl->peer = g;
     for (unsigned i = 0; i < SRV_PLACE_HELD_MAX; i++)
         HDT_CHECK(route(ds, guest, src, SRV_KIND_OTHER, false).to == SRV_ROUTED_LOCAL);
